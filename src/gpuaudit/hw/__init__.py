@@ -1,0 +1,20 @@
+"""Layer 3: the only code that touches hardware (NVML, the host's files, torch's device)."""
+
+from .gpus import NvmlFacts, read_nvml
+from .host import read_host
+from .nvml import LiveNvml, NvmlSource, NvmlUnavailable, RecordingNvml, ReplayNvml, Unsupported
+from .snapshot import snapshot_from, take_snapshot
+
+__all__ = [
+    "LiveNvml",
+    "NvmlFacts",
+    "NvmlSource",
+    "NvmlUnavailable",
+    "RecordingNvml",
+    "ReplayNvml",
+    "Unsupported",
+    "read_host",
+    "read_nvml",
+    "snapshot_from",
+    "take_snapshot",
+]

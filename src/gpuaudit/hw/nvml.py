@@ -1,0 +1,162 @@
+"""The one door to NVML: every query goes through a source that turns NVML's errors into
+`Unsupported(reason)` and its ctypes results into plain JSON values.
+
+Three sources share one interface, so the code that interprets readings runs unchanged on
+the machine (`LiveNvml`), while recording a fixture (`RecordingNvml`) and in CPU-only tests
+and offline analysis (`ReplayNvml`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import BadInputError
+
+TRACE_FORMAT = "gpuaudit-nvml-trace"
+TRACE_VERSION = 1
+
+
+class Unsupported(Exception):  # noqa: N818 - it is an answer, not a failure
+    """NVML could not give this reading; `reason` says why (e.g. "Not Supported")."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NvmlUnavailable(Exception):  # noqa: N818
+    """NVML cannot be used at all on this machine: no driver, no library, no GPU."""
+
+
+@dataclass(frozen=True)
+class Dev:
+    """A device argument, by index, so that queries can be recorded and replayed."""
+
+    index: int
+    mig: int | None = None
+
+    def __str__(self) -> str:
+        return f"gpu{self.index}" if self.mig is None else f"gpu{self.index}/mig{self.mig}"
+
+
+Arg = int | str | Dev
+
+
+class NvmlSource(Protocol):
+    def query(self, fn: str, *args: Arg) -> Any: ...
+
+
+def call_key(fn: str, args: tuple[Arg, ...]) -> str:
+    return f"{fn}({','.join(str(a) for a in args)})"
+
+
+def to_plain(value: Any) -> Any:
+    """NVML's ctypes results as JSON-able values (structs become dicts, arrays lists)."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, ctypes.Structure | ctypes.Union):
+        return {name: to_plain(getattr(value, name)) for name, *_ in value._fields_}
+    if isinstance(value, ctypes.Array | list | tuple):
+        return [to_plain(v) for v in value]
+    if isinstance(value, ctypes._SimpleCData):
+        return to_plain(value.value)
+    if hasattr(value, "__dict__"):  # nvidia-ml-py's "friendly objects" (process lists)
+        return {k: to_plain(v) for k, v in vars(value).items() if not k.startswith("_")}
+    raise TypeError(f"cannot record NVML value of type {type(value).__name__}")
+
+
+class LiveNvml:
+    """Queries the real NVML through nvidia-ml-py."""
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+        except ImportError as exc:  # pragma: no cover - a declared dependency
+            raise NvmlUnavailable(f"nvidia-ml-py is not installed ({exc})") from None
+        self._nvml = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML could not start: {exc}") from None
+        self._handles: dict[Dev, Any] = {}
+
+    def close(self) -> None:
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError:
+            pass
+
+    def _handle(self, dev: Dev) -> Any:
+        if dev not in self._handles:
+            if dev.mig is None:
+                self._handles[dev] = self._nvml.nvmlDeviceGetHandleByIndex(dev.index)
+            else:
+                parent = self._handle(Dev(dev.index))
+                self._handles[dev] = self._nvml.nvmlDeviceGetMigDeviceHandleByIndex(
+                    parent, dev.mig
+                )
+        return self._handles[dev]
+
+    def query(self, fn: str, *args: Arg) -> Any:
+        func = getattr(self._nvml, fn, None)
+        if func is None:
+            raise Unsupported(f"{fn} is not in this nvidia-ml-py")
+        try:
+            real = [self._handle(a) if isinstance(a, Dev) else a for a in args]
+            return to_plain(func(*real))
+        except self._nvml.NVMLError as exc:
+            raise Unsupported(str(exc)) from None
+        except TypeError as exc:
+            # A binding whose result we cannot read must cost one field, not the inspection.
+            raise Unsupported(f"unreadable result from {fn}: {exc}") from None
+
+
+class RecordingNvml:
+    """Passes queries to another source and keeps every answer, to be saved as a trace."""
+
+    def __init__(self, inner: NvmlSource) -> None:
+        self.inner = inner
+        self.calls: dict[str, dict[str, Any]] = {}
+
+    def query(self, fn: str, *args: Arg) -> Any:
+        key = call_key(fn, args)
+        try:
+            value = self.inner.query(fn, *args)
+        except Unsupported as exc:
+            self.calls[key] = {"error": exc.reason}
+            raise
+        self.calls[key] = {"value": value}
+        return value
+
+    def trace(self, **meta: Any) -> dict[str, Any]:
+        return {"format": TRACE_FORMAT, "version": TRACE_VERSION, **meta, "calls": self.calls}
+
+
+class ReplayNvml:
+    """Answers queries from a recorded trace; a query that was never recorded is Unsupported."""
+
+    def __init__(self, trace: dict[str, Any]) -> None:
+        if trace.get("format") != TRACE_FORMAT or not isinstance(trace.get("calls"), dict):
+            raise BadInputError("not a gpuaudit NVML trace")
+        self.calls: dict[str, dict[str, Any]] = trace["calls"]
+
+    @classmethod
+    def from_file(cls, path: Path) -> ReplayNvml:
+        try:
+            return cls(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BadInputError(f"cannot read NVML trace {path}: {exc}") from None
+
+    def query(self, fn: str, *args: Arg) -> Any:
+        entry = self.calls.get(call_key(fn, args))
+        if entry is None:
+            raise Unsupported("not recorded")
+        if "error" in entry:
+            raise Unsupported(entry["error"])
+        return entry["value"]

@@ -1,0 +1,38 @@
+"""The performance query: what is this GPU server, and is it healthy?"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .._version import __version__
+from ..errors import BadInputError
+from ..model import Machine, Run, load_run, utc_now
+from .health import check_machine
+
+
+def inspect_machine(machine: Machine | None = None, *, source: str = "live") -> Run:
+    """Snapshot this machine (or take `machine`, e.g. read from a file) and judge its health."""
+    started = utc_now()
+    if machine is None:
+        from ..hw import take_snapshot
+
+        machine = take_snapshot()
+    return Run(kind="inspect", started_at=started, finished_at=utc_now(),
+               tool_version=__version__, command=tuple(sys.argv), source=source,
+               machine=machine, findings=check_machine(machine))
+
+
+def read_snapshot(path: Path) -> Machine:
+    """The Machine in a saved document (what `inspect --json` printed), or BadInputError."""
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise BadInputError(f"cannot read snapshot {path}: {exc.strerror or exc}") from None
+    run = load_run(text, origin=f"snapshot {path}")
+    if run.machine is None:
+        raise BadInputError(f"snapshot {path} holds no machine facts (a {run.kind} run)")
+    return run.machine
+
+
+__all__ = ["check_machine", "inspect_machine", "read_snapshot"]

@@ -1,0 +1,55 @@
+"""Layer 1: the records every other layer exchanges (immutable, typed, units in field names)."""
+
+from .base import SCHEMA_VERSION, Record
+from .finding import Evidence, Finding, Severity, worst
+from .machine import (
+    Clocks,
+    Ecc,
+    Gpu,
+    GpuProcess,
+    Host,
+    Link,
+    LinkKind,
+    Machine,
+    MigInstance,
+    NvLink,
+    PcieLink,
+    Power,
+    RemappedRows,
+    RetiredPages,
+    Thermal,
+)
+from .measurement import Measurement
+from .run import Run, RunStatus, new_run_id, utc_now
+from .schema import json_schema, load_run
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Clocks",
+    "Ecc",
+    "Evidence",
+    "Finding",
+    "Gpu",
+    "GpuProcess",
+    "Host",
+    "Link",
+    "LinkKind",
+    "Machine",
+    "Measurement",
+    "MigInstance",
+    "NvLink",
+    "PcieLink",
+    "Power",
+    "Record",
+    "RemappedRows",
+    "RetiredPages",
+    "Run",
+    "RunStatus",
+    "Severity",
+    "Thermal",
+    "json_schema",
+    "load_run",
+    "new_run_id",
+    "utc_now",
+    "worst",
+]

@@ -1,0 +1,14 @@
+"""The base every record shares: immutable, typed, strict about unknown fields."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+# Bumped whenever a stored or printed document changes shape incompatibly.
+SCHEMA_VERSION = 1
+
+
+class Record(BaseModel):
+    """An immutable record. Unknown fields are an error, so a garbled snapshot is caught."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")

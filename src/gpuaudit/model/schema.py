@@ -1,0 +1,51 @@
+"""Reading documents back (with one-line errors) and the published JSON Schema."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import BadInputError
+from .base import SCHEMA_VERSION
+from .run import Run
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a Run document (what --json prints and the store keeps)."""
+    schema = Run.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://gpuaudit.dev/schema/run-v{SCHEMA_VERSION}.json"
+    return schema
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """The first problem of a validation error, on one line: 'gpus.0.pcie.gen_current: ...'."""
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "document"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+def load_run(text: str | bytes, origin: str = "document") -> Run:
+    """Parse a Run document, raising BadInputError with one line when it is not one."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"{origin} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{origin} is not a gpuaudit document (expected a JSON object)")
+    version = data.get("schema_version")
+    if not isinstance(version, int):
+        raise BadInputError(f"{origin} is not a gpuaudit document (no schema_version)")
+    if version > SCHEMA_VERSION:
+        raise BadInputError(
+            f"{origin} has schema_version {version}; this gpuaudit reads up to {SCHEMA_VERSION}"
+            " (upgrade gpuaudit)"
+        )
+    try:
+        return Run.model_validate(data)
+    except ValidationError as exc:
+        raise BadInputError(f"{origin} does not match the schema: "
+                            f"{describe_validation_error(exc)}") from None

@@ -1,0 +1,185 @@
+"""Rich renderables for the terminal. Nothing here prints: the CLI decides where output goes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ..model import Finding, Gpu, Machine, Run, Severity
+from ..specs import GpuSpec, lookup
+from .format import NA, gib, num, ranges
+
+SEVERITY_STYLE = {Severity.PASS: "green", Severity.INFO: "cyan", Severity.WARN: "yellow",
+                  Severity.FAIL: "bold red"}
+
+
+def severity_text(sev: Severity) -> Text:
+    return Text(sev.value, style=SEVERITY_STYLE[sev])
+
+
+def host_view(m: Machine) -> Table:
+    h = m.host
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    cores = f"{h.cpu_cores_physical or '?'} cores / {h.cpu_threads or '?'} threads"
+    if h.cpu_sockets and h.cpu_sockets > 1:
+        cores += f", {h.cpu_sockets} sockets"
+    t.add_row("host", h.hostname)
+    t.add_row("CPU", f"{h.cpu_model or NA} ({cores}, {h.numa_nodes or '?'} NUMA nodes)")
+    t.add_row("memory", gib(h.memory_total_bytes))
+    t.add_row("OS", f"{h.os_name or NA}, kernel {h.kernel or NA}, {h.architecture or ''}")
+    env = ", ".join(x for x in (f"container: {h.container}" if h.container else "",
+                                f"hypervisor: {h.hypervisor}" if h.hypervisor else "") if x)
+    t.add_row("isolation", env or "bare metal (no container or hypervisor detected)")
+    torch = (f"torch {h.torch_version} (built for CUDA {h.torch_cuda_version or 'none: CPU'})"
+             if h.torch_version else "torch not installed")
+    t.add_row("software", f"Python {h.python_version}, {torch}")
+    if m.gpus or m.driver_version:
+        t.add_row("driver", f"{m.driver_version or NA} (CUDA {m.cuda_driver_version or NA}), "
+                  f"NVML {m.nvml_version or NA}")
+    return t
+
+
+def _pcie(g: Gpu) -> str:
+    p = g.pcie
+    now = f"Gen{p.gen_current or '?'} x{p.width_current or '?'}"
+    best = f"Gen{p.gen_max or '?'} x{p.width_max or '?'}"
+    return now if now == best else f"{now} (max {best})"
+
+
+def gpu_table(m: Machine) -> Table:
+    t = Table(title="GPUs", title_justify="left", header_style="bold")
+    for col in ("#", "model", "memory used/total", "PCIe now", "SM clock", "power",
+                "temp", "ECC", "NVLink", "util", "procs", "NUMA / CPUs"):
+        t.add_column(col, overflow="fold")
+    for g in m.gpus:
+        spec = lookup(nvml_name=g.name, pci_device_id=g.pci_device_id)
+        model = g.name + (f"\n[dim]{spec.id}, CC {g.compute_capability}[/]" if spec
+                          else "\n[dim]not in spec catalog[/]")
+        used = gib(g.memory_used_bytes).split()[0] if g.memory_used_bytes is not None else NA
+        ecc = NA if g.ecc.enabled is None else ("on" if g.ecc.enabled else "[yellow]off[/]")
+        if g.ecc.enabled and g.ecc.volatile_uncorrected:
+            ecc += f" [red]{g.ecc.volatile_uncorrected} UE[/]"
+        nvl = f"{g.nvlinks_active}/{len(g.nvlinks)} up" if g.nvlinks else "none"
+        affinity = ranges(g.cpu_affinity) if g.cpu_affinity else NA
+        t.add_row(
+            str(g.index), model, f"{used} / {gib(g.memory_total_bytes)}", _pcie(g),
+            f"{num(g.clocks.sm_mhz)} / {num(g.clocks.sm_max_mhz, 'MHz')}",
+            f"{num(g.power.draw_w, digits=0)} / {num(g.power.limit_w, 'W', 0)}",
+            f"{num(g.thermal.gpu_c)} / {num(g.thermal.slowdown_c, '°C')}",
+            ecc, nvl, num(g.utilization_gpu_pct, "%"),
+            NA if g.processes is None else str(len(g.processes)),
+            f"{num(g.numa_node)} / {affinity}",
+        )
+    return t
+
+
+PEAK_COLUMNS = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+
+
+def spec_table(specs: Sequence[GpuSpec]) -> Table:
+    t = Table(title="Datasheet peaks (dense; TFLOP/s, int8 TOPS)", title_justify="left",
+              header_style="bold")
+    t.add_column("model")
+    for col in PEAK_COLUMNS:
+        t.add_column(col, justify="right")
+    t.add_column("memory", justify="right")
+    t.add_column("NVLink", justify="right")
+    t.add_column("TDP", justify="right")
+    for s in specs:
+        peaks = [num(s.peak(p), digits=1) if s.peak(p) is not None else "—" for p in PEAK_COLUMNS]
+        t.add_row(s.name, *peaks, f"{s.memory_gb:g} GB @ {s.memory_bandwidth_gbps:g} GB/s",
+                  f"{s.nvlink_bandwidth_gbps:g} GB/s" if s.nvlink_bandwidth_gbps else "—",
+                  f"{s.tdp_w:g} W")
+    return t
+
+
+def topology_table(m: Machine) -> Table:
+    """The GPU↔GPU matrix in nvidia-smi topo -m's notation, with peer access marked."""
+    t = Table(title="Topology (NV# = NVLinks; PIX/PXB/PHB/NODE/SYS = PCIe path; "
+              "* = no peer access)", title_justify="left", header_style="bold")
+    t.add_column("")
+    for g in m.gpus:
+        t.add_column(f"GPU{g.index}", justify="center")
+    t.add_column("NUMA")
+    t.add_column("CPU affinity")
+    for a in m.gpus:
+        cells = []
+        for b in m.gpus:
+            if a.index == b.index:
+                cells.append("X")
+                continue
+            link = m.link(a.index, b.index)
+            label = link.label if link else "?"
+            cells.append(label + ("*" if link and link.p2p_read is False else ""))
+        t.add_row(f"GPU{a.index}", *cells, num(a.numa_node),
+                  ranges(a.cpu_affinity) if a.cpu_affinity else NA)
+    return t
+
+
+def findings_table(findings: Iterable[Finding], *, show_pass: bool = False) -> Table:
+    t = Table(title="Findings", title_justify="left", header_style="bold", show_lines=True)
+    t.add_column("verdict")
+    t.add_column("GPU", justify="right")
+    t.add_column("code")
+    t.add_column("what and why", ratio=3)
+    t.add_column("advice", ratio=2)
+    ordered = sorted(findings, key=lambda f: (-f.severity.rank, f.gpu_index or -1, f.code))
+    for f in ordered:
+        if f.severity is Severity.PASS and not show_pass:
+            continue
+        t.add_row(severity_text(f.severity), "" if f.gpu_index is None else str(f.gpu_index),
+                  f.code, f.message, f.advice or "")
+    return t
+
+
+def verdict_line(run: Run) -> Text:
+    counts = {s: sum(1 for f in run.findings if f.severity is s) for s in Severity}
+    text = Text("verdict: ")
+    text.append_text(severity_text(run.verdict))
+    text.append(f"  ({counts[Severity.FAIL]} fail, {counts[Severity.WARN]} warn, "
+                f"{counts[Severity.INFO]} info, {counts[Severity.PASS]} checks passed)")
+    if run.status.value != "complete":
+        text.append(f"  [{run.status.value}]", style="yellow")
+    return text
+
+
+def inspect_view(run: Run, *, show_pass: bool = False) -> RenderableType:
+    m = run.machine
+    parts: list[RenderableType] = []
+    if m is None:
+        return verdict_line(run)
+    parts.append(host_view(m))
+    if not m.gpus:
+        parts.append(Text(f"\nNo NVIDIA GPU: {m.nvml_error or 'NVML reports none'}",
+                          style="yellow"))
+    else:
+        parts.append(gpu_table(m))
+        specs = {s.id: s for g in m.gpus
+                 if (s := lookup(nvml_name=g.name, pci_device_id=g.pci_device_id))}
+        if specs:
+            parts.append(spec_table(list(specs.values())))
+        if len(m.gpus) > 1:
+            parts.append(topology_table(m))
+    shown = [f for f in run.findings if show_pass or f.severity is not Severity.PASS]
+    if shown:
+        parts.append(findings_table(run.findings, show_pass=show_pass))
+    parts.append(verdict_line(run))
+    return Group(*parts)
+
+
+def runs_table(summaries: Sequence) -> Table:
+    """Stored runs (store.RunSummary records), newest first."""
+    t = Table(header_style="bold")
+    for col in ("run", "kind", "started (UTC)", "host", "GPUs", "verdict", "fail", "warn",
+                "status"):
+        t.add_column(col)
+    for s in summaries:
+        t.add_row(s.id, s.kind, f"{s.started_at:%Y-%m-%d %H:%M:%S}", s.hostname or NA,
+                  s.gpu_summary, severity_text(Severity(s.verdict)), str(s.findings_fail),
+                  str(s.findings_warn), s.status)
+    return t

@@ -1,0 +1,350 @@
+"""Runs kept in a database: a SQLite file by default, a PostgreSQL URL for teams."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import unquote
+
+import platformdirs
+from sqlalchemy import Engine, create_engine, event, func, insert, select, text
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchModuleError,
+    SQLAlchemyError,
+)
+
+from gpuaudit.errors import BadInputError, GpuauditError
+from gpuaudit.model import Machine, Record, Run, RunStatus, Severity, load_run
+
+from . import schema
+from .schema import STORE_SCHEMA_VERSION, findings, measurements, meta, runs
+
+# Long enough for another process's save (milliseconds) or a slow disk; short enough that a
+# stuck writer shows up as an error instead of a hang.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+PG_CONNECT_TIMEOUT_S = 10
+MIN_PREFIX = 4
+# Any constant works; it only has to be the same in every gpuaudit process.
+_PG_INIT_LOCK = 0x67707561
+# Execution option marking a connection that will write (SQLite then takes the lock up front).
+_WRITE = "gpuaudit_write"
+_SUMMARY_COLUMNS = [c for c in runs.c if c.name != "document"]
+
+
+class RunNotFoundError(BadInputError):
+    """No stored run has that id (or id prefix)."""
+
+
+class RunSummary(Record):
+    """One line of `list_runs`: the indexed columns of a stored run, without its document."""
+
+    id: str
+    schema_version: int
+    kind: str
+    status: RunStatus
+    started_at: datetime
+    finished_at: datetime | None
+    hostname: str | None
+    gpu_summary: str | None  # "2× NVIDIA H200", "no GPU"; None when the run has no machine
+    verdict: Severity
+    tool_version: str
+    findings_fail: int
+    findings_warn: int
+
+
+def default_db_url() -> str:
+    """GPUAUDIT_DB when set, else gpuaudit.db in the user's data directory (created here)."""
+    env = os.environ.get("GPUAUDIT_DB", "").strip()
+    if env:
+        return env
+    directory = Path(platformdirs.user_data_dir("gpuaudit"))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInputError(
+            f"cannot create the data directory {directory}: {exc.strerror or exc}"
+        ) from None
+    return f"sqlite:///{directory / 'gpuaudit.db'}"
+
+
+def mask_url(raw: str) -> str:
+    """`raw` with any password replaced by ***, fit to show in a message."""
+    masked = re.sub(r"^([\w+]+://[^:/]*:)[^@]*@", r"\1***@", raw)
+    return re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", masked)
+
+
+def gpu_summary(machine: Machine | None) -> str | None:
+    if machine is None:
+        return None
+    if not machine.gpus:
+        return "no GPU"
+    counts = Counter(gpu.name for gpu in machine.gpus)  # keeps first-seen order
+    return ", ".join(f"{n}× {name}" for name, n in counts.items())
+
+
+class Store:
+    """A database of runs. Open with a SQLAlchemy URL or a SQLite file path; use as a context
+    manager or call `close()`. Every problem opening it is a one-line BadInputError."""
+
+    def __init__(self, url: str | os.PathLike[str] | None = None) -> None:
+        raw = default_db_url() if url is None else os.fspath(url)
+        self.url = mask_url(raw)  # what messages show: never the password
+        self._secrets = _passwords(raw)
+        self._engine = self._connect(self._parse(raw))
+        self._writer = self._engine.execution_options(**{_WRITE: True})
+
+    # -- opening -------------------------------------------------------------------------
+
+    def _parse(self, raw: str) -> URL:
+        if not raw.strip():
+            raise BadInputError("the database URL is empty")
+        if "://" not in raw:  # a bare path names a SQLite file
+            return URL.create("sqlite", database=str(Path(raw).expanduser().absolute()))
+        try:
+            url = make_url(raw)
+        except (ArgumentError, ValueError) as exc:
+            raise self._fail(f"cannot parse database URL {self.url}", exc) from None
+        backend, _, driver = url.drivername.partition("+")
+        if backend in ("postgresql", "postgres"):
+            # SQLAlchemy's default PostgreSQL driver is psycopg2; gpuaudit ships psycopg 3.
+            url = url.set(drivername=f"postgresql+{driver or 'psycopg'}")
+        return url
+
+    def _fail(self, what: str, exc: BaseException | None = None) -> BadInputError:
+        return BadInputError(f"{what}: {self._reason(exc)}" if exc else what)
+
+    def _reason(self, exc: BaseException) -> str:
+        """The driver's one-line account of `exc`. Drivers do not echo passwords today; the
+        scrub makes sure a future one cannot leak it into a log."""
+        reason = _reason(exc)
+        for secret in self._secrets:
+            reason = reason.replace(str(secret), "***")
+        return reason
+
+    def _connect(self, url: URL) -> Engine:
+        backend = url.get_backend_name()
+        connect_args: dict[str, Any] = {}
+        if backend == "sqlite":
+            self._prepare_sqlite_file(url)
+        elif backend == "postgresql" and "connect_timeout" not in url.query:
+            # An unreachable host would otherwise hang for the OS's TCP timeout (minutes).
+            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+        try:
+            engine = create_engine(url, pool_pre_ping=backend != "sqlite",
+                                   connect_args=connect_args)
+        except NoSuchModuleError:
+            raise self._fail(f"unknown database type {url.drivername!r} in {self.url}"
+                             " (use sqlite:///PATH, a file path or postgresql://...)") from None
+        except ImportError as exc:
+            hint = " (pip install 'gpuaudit[postgres]')" if exc.name == "psycopg" else ""
+            raise self._fail(f"the {url.drivername} driver for {self.url} is not installed"
+                             f" (no module {exc.name!r}){hint}") from None
+        except (SQLAlchemyError, TypeError, ValueError) as exc:
+            raise self._fail(f"bad database URL {self.url}", exc) from None
+        if engine.dialect.is_async:
+            raise self._fail(f"{url.drivername} in {self.url} is an async driver; use a plain one")
+        if backend == "sqlite":
+            event.listen(engine, "connect", _sqlite_on_connect)
+            event.listen(engine, "begin", _sqlite_on_begin)
+        try:
+            self._init_schema(engine)
+        except BaseException as exc:
+            engine.dispose()
+            if isinstance(exc, GpuauditError):
+                raise
+            if isinstance(exc, (SQLAlchemyError, OSError, TypeError, ValueError)):
+                raise self._fail(f"cannot open database {self.url}", exc) from None
+            raise
+        return engine
+
+    def _prepare_sqlite_file(self, url: URL) -> None:
+        """Create the file's directory, so that a fresh path just works."""
+        database = url.database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return
+        path = Path(database)
+        if path.exists() and not path.is_file():
+            raise self._fail(f"cannot open database {self.url}: {path} is not a file")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            # mkdir says "File exists" or "Not a directory"; name the file in the way instead.
+            blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+            why = f"{blocker} is not a directory" if blocker else exc.strerror or str(exc)
+            raise self._fail(f"cannot create the directory {path.parent} for database"
+                             f" {self.url}: {why}") from None
+
+    def _init_schema(self, engine: Engine) -> None:
+        # One locked transaction, so that several processes opening a fresh database at once
+        # do not race to create the same tables.
+        with engine.execution_options(**{_WRITE: True}).begin() as conn:
+            if engine.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_INIT_LOCK})
+            schema.metadata.create_all(conn)
+            stored = conn.scalar(select(meta.c.value).where(meta.c.key == "store_schema_version"))
+            if stored is None:
+                conn.execute(insert(meta).values(key="store_schema_version",
+                                                 value=str(STORE_SCHEMA_VERSION)))
+            elif int(stored) > STORE_SCHEMA_VERSION:
+                raise BadInputError(
+                    f"database {self.url} has store schema {stored}; this gpuaudit reads up to"
+                    f" {STORE_SCHEMA_VERSION} (upgrade gpuaudit)")
+
+    # -- use -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """A database failure after opening (server gone, disk full) as a one-line error."""
+        try:
+            yield
+        except SQLAlchemyError as exc:
+            raise GpuauditError(
+                f"database error {action} in {self.url}: {self._reason(exc)}"
+            ) from None
+
+    def save(self, run: Run) -> str:
+        """Store `run` with its findings and measurements, all or nothing; returns its id."""
+        row = {
+            "id": run.id,
+            "schema_version": run.schema_version,
+            "kind": run.kind,
+            "status": run.status.value,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "hostname": run.machine.host.hostname if run.machine else None,
+            "gpu_summary": gpu_summary(run.machine),
+            "verdict": run.verdict.value,
+            "tool_version": run.tool_version,
+            "document": run.model_dump_json(),
+        }
+        finding_rows = [
+            {"run_id": run.id, "code": f.code, "severity": f.severity.value,
+             "gpu_index": f.gpu_index, "message": f.message}
+            for f in run.findings
+        ]
+        measurement_rows = [
+            {"run_id": run.id, "suite": m.suite, "name": m.name, "unit": m.unit,
+             "value": m.value, "gpu_index": m.gpu_index}
+            for m in run.measurements
+        ]
+        with self._errors(f"saving run {run.id}"), self._writer.begin() as conn:
+            try:
+                conn.execute(insert(runs).values(row))
+            except IntegrityError:
+                # Checked by the insert itself, not a prior SELECT: two processes saving the
+                # same id at once must not both succeed.
+                raise GpuauditError(f"run {run.id} already stored in {self.url}") from None
+            if finding_rows:
+                conn.execute(insert(findings), finding_rows)
+            if measurement_rows:
+                conn.execute(insert(measurements), measurement_rows)
+        return run.id
+
+    def get(self, run_id: str) -> Run:
+        """The run with this id, or the only one whose id starts with it (≥4 characters)."""
+        key = run_id.strip()
+        with self._errors(f"reading run {key}"), self._engine.connect() as conn:
+            document = conn.scalar(select(runs.c.document).where(runs.c.id == key))
+            if document is None:
+                found = self._by_prefix(conn, key)
+                document = conn.scalar(select(runs.c.document).where(runs.c.id == found))
+        if document is None:  # deleted between the two reads
+            raise RunNotFoundError(f"no run {key!r} in {self.url}")
+        return load_run(document, origin=f"stored run {key}")
+
+    def _by_prefix(self, conn: Connection, key: str) -> str:
+        if len(key) < MIN_PREFIX:
+            raise RunNotFoundError(f"no run {key!r} in {self.url}"
+                                   f" (an id prefix needs at least {MIN_PREFIX} characters)")
+        ids = conn.scalars(
+            select(runs.c.id).where(runs.c.id.startswith(key, autoescape=True))
+            .order_by(runs.c.started_at.desc(), runs.c.id).limit(6)
+        ).all()
+        if not ids:
+            raise RunNotFoundError(f"no run {key!r} in {self.url}")
+        if len(ids) > 1:
+            shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+            raise BadInputError(f"run id prefix {key!r} is ambiguous: {shown}")
+        return ids[0]
+
+    def list_runs(self, limit: int | None = 50, kind: str | None = None) -> list[RunSummary]:
+        """Stored runs, newest first (`limit` None: all of them)."""
+
+        def count(severity: Severity) -> Any:
+            return (select(func.count()).select_from(findings)
+                    .where(findings.c.run_id == runs.c.id, findings.c.severity == severity.value)
+                    .scalar_subquery())
+
+        query = (select(*_SUMMARY_COLUMNS, count(Severity.FAIL).label("findings_fail"),
+                        count(Severity.WARN).label("findings_warn"))
+                 .order_by(runs.c.started_at.desc(), runs.c.id.desc()))
+        if kind is not None:
+            query = query.where(runs.c.kind == kind)
+        if limit is not None:
+            query = query.limit(max(limit, 0))
+        with self._errors("listing runs"), self._engine.connect() as conn:
+            rows = conn.execute(query).mappings().all()
+        return [RunSummary.model_validate(dict(r)) for r in rows]
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+
+def _passwords(raw: str) -> list[str]:
+    """The passwords in `raw` as written and as decoded, to scrub from driver messages."""
+    found = re.findall(r"^[\w+]+://[^:/]*:([^@]*)@", raw)
+    found += re.findall(r"(?i)[?&]password=([^&]*)", raw)
+    return [s for p in found for s in {p, unquote(p)} if s]
+
+
+def _reason(exc: BaseException | None) -> str:
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        exc = exc.orig  # the driver's words, without SQLAlchemy's SQL echo and help link
+    if exc is None:
+        return "unknown error"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # sqlite3 would emit its own deferred BEGIN; _sqlite_on_begin takes over.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        # busy_timeout first: switching to WAL itself needs a lock other processes may hold.
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        # WAL: readers do not block the writer, and writers from several processes queue.
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    # A writer takes the write lock at BEGIN, where busy_timeout makes it wait its turn. A
+    # deferred transaction that upgrades to writing later fails at once with "database is
+    # locked" when another process wrote in between.
+    write = conn.get_execution_options().get(_WRITE, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

@@ -1,0 +1,55 @@
+"""On a real GPU: our readings agree with nvidia-smi's, and recording round-trips."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from gpuaudit.hw import LiveNvml, RecordingNvml, ReplayNvml, read_nvml, take_snapshot
+
+pytestmark = pytest.mark.gpu
+
+QUERY = ("index,name,uuid,pci.bus_id,memory.total,pcie.link.gen.max,pcie.link.width.max,"
+         "clocks.max.sm,power.default_limit,ecc.mode.current,vbios_version,driver_version")
+
+
+def nvidia_smi_rows() -> list[dict[str, str]]:
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("nvidia-smi not on PATH")
+    out = subprocess.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout
+    keys = QUERY.split(",")
+    return [dict(zip(keys, (v.strip() for v in line.split(",")), strict=True))
+            for line in out.strip().splitlines()]
+
+
+def test_snapshot_matches_nvidia_smi():
+    machine = take_snapshot()
+    rows = nvidia_smi_rows()
+    assert len(machine.gpus) == len(rows)
+    for gpu, row in zip(machine.gpus, rows, strict=True):
+        assert gpu.name == row["name"]
+        assert gpu.uuid == row["uuid"]
+        assert gpu.pci_bus_id == row["pci.bus_id"].lower()[-12:]
+        assert gpu.memory_total_bytes // (1 << 20) == int(row["memory.total"])
+        assert gpu.pcie.gen_max == int(row["pcie.link.gen.max"])
+        assert gpu.pcie.width_max == int(row["pcie.link.width.max"])
+        assert gpu.clocks.sm_max_mhz == int(row["clocks.max.sm"])
+        assert gpu.power.default_limit_w == pytest.approx(float(row["power.default_limit"]))
+        assert gpu.ecc.enabled == (row["ecc.mode.current"] == "Enabled")
+        assert gpu.vbios_version == row["vbios_version"]
+    assert machine.driver_version == rows[0]["driver_version"]
+
+
+def test_record_then_replay_gives_the_same_facts():
+    live = LiveNvml()
+    rec = RecordingNvml(live)
+    try:
+        recorded = read_nvml(rec)
+    finally:
+        live.close()
+    replayed = read_nvml(ReplayNvml(rec.trace()))
+    assert replayed == recorded
+    assert len(replayed.gpus) >= 1
