@@ -193,21 +193,23 @@ def test_get_by_prefix_ambiguous_and_missing(store_url: str) -> None:
 
 
 def test_list_newest_first_with_counts(store_url: str) -> None:
+    # Ids run against time, and the oldest run is in +02:00 (its local clock reads latest):
+    # the order must come from the instants.
     runs = [
         make_run(5, run_id="aaaa00000005", kind="run", gpus=2, fails=2),
-        make_run(1, run_id="aaaa00000001", kind="inspect", gpus=0, fails=0),
-        make_run(9, run_id="aaaa00000009", kind="run", machine=False, tz=CEST),
+        make_run(9, run_id="aaaa00000001", kind="run", machine=False),
+        make_run(1, run_id="aaaa00000009", kind="inspect", gpus=0, fails=0, tz=CEST),
         make_run(3, run_id="aaaa00000003", kind="inspect"),
     ]
     with Store(store_url) as store:
         for run in runs:
             store.save(run)
         listed = store.list_runs()
-        assert [s.id for s in listed] == ["aaaa00000009", "aaaa00000005", "aaaa00000003",
-                                          "aaaa00000001"]
-        assert [s.id for s in store.list_runs(limit=2)] == ["aaaa00000009", "aaaa00000005"]
+        assert [s.id for s in listed] == ["aaaa00000001", "aaaa00000005", "aaaa00000003",
+                                          "aaaa00000009"]
+        assert [s.id for s in store.list_runs(limit=2)] == ["aaaa00000001", "aaaa00000005"]
         assert [s.id for s in store.list_runs(kind="inspect")] == ["aaaa00000003",
-                                                                   "aaaa00000001"]
+                                                                   "aaaa00000009"]
         assert store.list_runs(kind="bench") == []
 
     by_id = {s.id: s for s in listed}
@@ -217,11 +219,12 @@ def test_list_newest_first_with_counts(store_url: str) -> None:
     assert two_fails.hostname == "node-5"
     assert two_fails.verdict is Severity.FAIL
     assert two_fails.kind == "run" and two_fails.tool_version == "0.1.0"
-    clean = by_id["aaaa00000001"]
+    clean = by_id["aaaa00000009"]
     assert (clean.findings_fail, clean.findings_warn) == (0, 1)
     assert clean.verdict is Severity.WARN
     assert clean.gpu_summary == "no GPU"
-    no_machine = by_id["aaaa00000009"]
+    assert clean.started_at == T0 + timedelta(minutes=1)
+    no_machine = by_id["aaaa00000001"]
     assert no_machine.hostname is None and no_machine.gpu_summary is None
     assert isinstance(no_machine, RunSummary)
     with pytest.raises(ValidationError):

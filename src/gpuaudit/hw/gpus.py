@@ -256,8 +256,10 @@ def _nvlinks(r: _Reader, h: Dev) -> tuple[NvLink, ...]:
         state = r.get("nvlinks", "nvmlDeviceGetNvLinkState", h, link)
         if state is None:
             break  # past the last link, or no NVLink on this GPU
-        remote = r.get(f"nvlinks.{link}.remote_pci_bus_id", "nvmlDeviceGetNvLinkRemotePciInfo_v2",
-                       h, link) if state else None
+        remote = r.first(f"nvlinks.{link}.remote_pci_bus_id", [
+            ("nvmlDeviceGetNvLinkRemotePciInfo_v2", (h, link)),
+            ("nvmlDeviceGetNvLinkRemotePciInfo", (h, link)),
+        ]) if state else None
         links.append(NvLink(
             link=link,
             active=bool(state),
