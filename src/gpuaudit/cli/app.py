@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 from rich.console import Console
 
@@ -176,16 +175,11 @@ def schema() -> None:
 
 
 def main() -> None:
-    """Entry point: usage errors and our errors become one line on stderr and an exit code."""
+    """Entry point. Typer handles usage errors (exit 2); our errors become one line on stderr
+    and their exit code, never a traceback."""
     try:
-        code = app(standalone_mode=False)
-    except click.ClickException as exc:  # bad usage: exit 2 with click's message
-        exc.show()
-        code = exc.exit_code
+        app()
     except GpuauditError as exc:
-        err.print(f"gpuaudit: error: {exc}", markup=False, highlight=False)
-        code = exc.exit_code
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        err.print("gpuaudit: interrupted")
-        code = 130
-    sys.exit(code or 0)
+        # Plain write: one line whatever the terminal width, for people and scripts alike.
+        sys.stderr.write(f"gpuaudit: error: {exc}\n")
+        sys.exit(exc.exit_code)

@@ -26,7 +26,7 @@ from ..model import (
     Thermal,
 )
 from . import decode as d
-from .nvml import Dev, NvmlSource, Unsupported
+from .nvml import NOT_RECORDED, Dev, NvmlSource, Unsupported
 
 T = TypeVar("T")
 
@@ -62,7 +62,9 @@ class _Reader:
                 return convert(self.src.query(fn, *args))
             except Unsupported as exc:
                 reasons.append(exc.reason)
-        self.unavailable[fld] = reasons[-1]
+        # The last real answer explains best; a trace that lacks a newer call says nothing.
+        real = [reason for reason in reasons if reason != NOT_RECORDED]
+        self.unavailable[fld] = real[-1] if real else NOT_RECORDED
         return None
 
 
@@ -256,17 +258,18 @@ def _nvlinks(r: _Reader, h: Dev) -> tuple[NvLink, ...]:
         state = r.get("nvlinks", "nvmlDeviceGetNvLinkState", h, link)
         if state is None:
             break  # past the last link, or no NVLink on this GPU
-        remote = r.first(f"nvlinks.{link}.remote_pci_bus_id", [
+        # Per-link fields share one key: the reason is the same for every link.
+        remote = r.first("nvlinks.remote_pci_bus_id", [
             ("nvmlDeviceGetNvLinkRemotePciInfo_v2", (h, link)),
             ("nvmlDeviceGetNvLinkRemotePciInfo", (h, link)),
         ]) if state else None
         links.append(NvLink(
             link=link,
             active=bool(state),
-            version=r.get(f"nvlinks.{link}.version", "nvmlDeviceGetNvLinkVersion", h, link)
+            version=r.get("nvlinks.version", "nvmlDeviceGetNvLinkVersion", h, link)
             if state else None,
             remote_pci_bus_id=d.normalise_bus_id(remote["busId"]) if remote else None,
-            remote_is_switch=r.get(f"nvlinks.{link}.remote_is_switch",
+            remote_is_switch=r.get("nvlinks.remote_is_switch",
                                    "nvmlDeviceGetNvLinkRemoteDeviceType", h, link,
                                    convert=lambda v: v == d.NVLINK_REMOTE_SWITCH)
             if state else None,

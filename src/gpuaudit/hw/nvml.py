@@ -18,6 +18,8 @@ from ..errors import BadInputError
 
 TRACE_FORMAT = "gpuaudit-nvml-trace"
 TRACE_VERSION = 1
+# The reason a replayed query has no answer: it says nothing about the hardware.
+NOT_RECORDED = "not recorded"
 
 
 class Unsupported(Exception):  # noqa: N818 - it is an answer, not a failure
@@ -156,7 +158,7 @@ class ReplayNvml:
     def query(self, fn: str, *args: Arg) -> Any:
         entry = self.calls.get(call_key(fn, args))
         if entry is None:
-            raise Unsupported("not recorded")
+            raise Unsupported(NOT_RECORDED)
         if "error" in entry:
             raise Unsupported(entry["error"])
         return entry["value"]

@@ -35,6 +35,9 @@ def host_view(m: Machine) -> Table:
     env = ", ".join(x for x in (f"container: {h.container}" if h.container else "",
                                 f"hypervisor: {h.hypervisor}" if h.hypervisor else "") if x)
     t.add_row("isolation", env or "bare metal (no container or hypervisor detected)")
+    modes = sorted({g.virtualization_mode for g in m.gpus if g.virtualization_mode})
+    if modes and modes != ["none"]:
+        t.add_row("GPU access", ", ".join(modes) + " (GPU virtualization mode)")
     torch = (f"torch {h.torch_version} (built for CUDA {h.torch_cuda_version or 'none: CPU'})"
              if h.torch_version else "torch not installed")
     t.add_row("software", f"Python {h.python_version}, {torch}")
@@ -64,7 +67,10 @@ def gpu_table(m: Machine) -> Table:
         ecc = NA if g.ecc.enabled is None else ("on" if g.ecc.enabled else "[yellow]off[/]")
         if g.ecc.enabled and g.ecc.volatile_uncorrected:
             ecc += f" [red]{g.ecc.volatile_uncorrected} UE[/]"
-        nvl = f"{g.nvlinks_active}/{len(g.nvlinks)} up" if g.nvlinks else "none"
+        if g.nvlinks:
+            nvl = f"{g.nvlinks_active}/{len(g.nvlinks)} up"
+        else:
+            nvl = NA if "nvlinks" in g.unavailable else "none"
         affinity = ranges(g.cpu_affinity) if g.cpu_affinity else NA
         t.add_row(
             str(g.index), model, f"{used} / {gib(g.memory_total_bytes)}", _pcie(g),
@@ -121,6 +127,21 @@ def topology_table(m: Machine) -> Table:
     return t
 
 
+def unavailable_table(m: Machine) -> Table:
+    """What could not be read, and why: the checks that depend on it were not made."""
+    t = Table(title="Not readable here", title_justify="left", header_style="bold")
+    t.add_column("GPU", justify="right")
+    t.add_column("reason")
+    t.add_column("fields")
+    for g in m.gpus:
+        by_reason: dict[str, list[str]] = {}
+        for fld, reason in g.unavailable.items():
+            by_reason.setdefault(reason, []).append(fld)
+        for reason, fields in sorted(by_reason.items()):
+            t.add_row(str(g.index), reason, ", ".join(fields))
+    return t
+
+
 def findings_table(findings: Iterable[Finding], *, show_pass: bool = False) -> Table:
     t = Table(title="Findings", title_justify="left", header_style="bold", show_lines=True)
     t.add_column("verdict")
@@ -165,6 +186,8 @@ def inspect_view(run: Run, *, show_pass: bool = False) -> RenderableType:
             parts.append(spec_table(list(specs.values())))
         if len(m.gpus) > 1:
             parts.append(topology_table(m))
+    if show_pass and m.gpus:
+        parts.append(unavailable_table(m))
     shown = [f for f in run.findings if show_pass or f.severity is not Severity.PASS]
     if shown:
         parts.append(findings_table(run.findings, show_pass=show_pass))

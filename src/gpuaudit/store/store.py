@@ -239,10 +239,8 @@ class Store:
             for m in run.measurements
         ]
         with self._errors(f"saving run {run.id}"), self._writer.begin() as conn:
-            with self._writer.begin() as c0:
-                c0.execute(insert(runs).values(row))
             try:
-                pass
+                conn.execute(insert(runs).values(row))
             except IntegrityError:
                 # Checked by the insert itself, not a prior SELECT: two processes saving the
                 # same id at once must not both succeed.

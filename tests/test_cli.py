@@ -1,0 +1,170 @@
+"""The command line as a user runs it: exit codes, JSON, one-line errors, the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from gpuaudit.model import json_schema
+
+from .faults import FAULTS, fault_path
+
+ROOT = Path(__file__).parent.parent
+FIX = ROOT / "tests" / "fixtures"
+
+
+def gpuaudit(*args: str, env: dict | None = None, cwd: Path | None = None):
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
+                          text=True, env=full_env, cwd=cwd, timeout=120)
+
+
+def assert_one_line_error(proc, *needles: str):
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+@pytest.fixture
+def db(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'runs.db'}"
+
+
+def test_version_and_help_on_every_command():
+    assert gpuaudit("--version").stdout.strip().startswith("gpuaudit 0.")
+    for cmd in ("inspect", "run", "runs", "show", "schema"):
+        proc = gpuaudit(cmd, "--help")
+        assert proc.returncode == 0 and "Usage" in proc.stdout, cmd
+
+
+def test_inspect_from_a_healthy_h200_exits_0_and_shows_the_machine():
+    proc = gpuaudit("inspect", "--from", str(FIX / "h200-2gpu" / "inspect.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert "NVIDIA H200" in proc.stdout
+    assert "NV18" in proc.stdout  # the topology matrix
+    assert "989.5" in proc.stdout  # the dense bf16 datasheet peak
+    assert "verdict: PASS" in proc.stdout
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.name)
+def test_inspect_from_fault_exit_code_and_json(fault):
+    proc = gpuaudit("inspect", "--json", "--from", str(fault_path(fault)))
+    doc = json.loads(proc.stdout)
+    jsonschema.validate(doc, json_schema())
+    codes = {f["code"]: f["severity"] for f in doc["findings"]}
+    for code, severity in fault.expect.items():
+        assert codes[code] == severity
+    assert proc.returncode == (1 if "FAIL" in fault.expect.values() else 0)
+
+
+def test_json_output_round_trips_through_from(tmp_path):
+    first = gpuaudit("inspect", "--json", "--from", str(FIX / "h200-1gpu" / "inspect.json"))
+    saved = tmp_path / "snap.json"
+    saved.write_text(first.stdout)
+    second = gpuaudit("inspect", "--json", "--from", str(saved))
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert a["machine"] == b["machine"]
+    assert a["findings"] == b["findings"]
+
+
+def test_published_schema_is_current():
+    published = json.loads((ROOT / "docs" / "schema" / "run.schema.json").read_text())
+    assert published == json_schema(), "regenerate: gpuaudit schema > docs/schema/run.schema.json"
+
+
+def test_live_inspect_without_gpu_states_it_and_exits_0():
+    from .conftest import gpu_count
+
+    if gpu_count():
+        pytest.skip("this machine has a GPU")
+    proc = gpuaudit("inspect")
+    assert proc.returncode == 0, proc.stderr
+    assert "No NVIDIA GPU" in proc.stdout
+    assert "CPU" in proc.stdout and "memory" in proc.stdout
+
+
+def test_bad_snapshots_get_one_line_and_exit_2(tmp_path):
+    assert_one_line_error(gpuaudit("inspect", "--from", str(tmp_path / "missing.json")),
+                          "missing.json")
+    garbled = tmp_path / "garbled.json"
+    garbled.write_text('{"schema_version": 1, "machine": ')
+    assert_one_line_error(gpuaudit("inspect", "--from", str(garbled)), "not valid JSON")
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    assert_one_line_error(gpuaudit("inspect", "--from", str(binary)))
+    good = json.loads((FIX / "h200-1gpu" / "inspect.json").read_text())
+    wrong = dict(good, machine=dict(good["machine"], gpus="many"))
+    (tmp_path / "wrong.json").write_text(json.dumps(wrong))
+    assert_one_line_error(gpuaudit("inspect", "--from", str(tmp_path / "wrong.json")),
+                          "machine.gpus")
+    newer = dict(good, schema_version=99)
+    (tmp_path / "newer.json").write_text(json.dumps(newer))
+    assert_one_line_error(gpuaudit("inspect", "--from", str(tmp_path / "newer.json")),
+                          "schema_version 99")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert_one_line_error(gpuaudit("inspect", "--from", str(tmp_path / "list.json")))
+    no_machine = dict(good, machine=None)
+    (tmp_path / "nomachine.json").write_text(json.dumps(no_machine))
+    assert_one_line_error(gpuaudit("inspect", "--from", str(tmp_path / "nomachine.json")),
+                          "no machine")
+
+
+def test_bad_usage_exits_2():
+    assert gpuaudit("inspect", "--no-such-flag").returncode == 2
+    assert gpuaudit("no-such-command").returncode == 2
+
+
+def test_bad_db_url_is_one_line_and_exit_2(tmp_path):
+    snap = str(FIX / "h200-1gpu" / "inspect.json")
+    proc = gpuaudit("inspect", "--from", snap, "--save", "--db", "notadialect://x")
+    assert_one_line_error(proc)
+    proc = gpuaudit("runs", "--db", "postgresql://u:secret@127.0.0.1:1/x")
+    assert_one_line_error(proc)
+    assert "secret" not in proc.stderr
+
+
+def test_unwritable_data_directory_is_one_line_and_exit_2(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = gpuaudit("runs", env={"GPUAUDIT_DB": "", "XDG_DATA_HOME": str(blocker)})
+    assert_one_line_error(proc)
+
+
+def test_save_list_show_round_trip(db):
+    snap = str(FIX / "faults" / "ecc-uncorrectable.json")
+    saved = gpuaudit("inspect", "--from", snap, "--save", "--db", db)
+    assert saved.returncode == 1  # the planted FAIL
+    run_id = saved.stdout.strip().splitlines()[-1].split()[-1]
+    listing = json.loads(gpuaudit("runs", "--json", "--db", db).stdout)
+    assert [r["id"] for r in listing] == [run_id]
+    assert listing[0]["verdict"] == "FAIL" and listing[0]["findings_fail"] == 1
+    shown = gpuaudit("show", run_id[:6], "--json", "--db", db)
+    assert shown.returncode == 1
+    assert json.loads(shown.stdout)["id"] == run_id
+    missing = gpuaudit("show", "ffffffff", "--db", db)
+    assert_one_line_error(missing, "ffffffff")
+
+
+def test_run_saves_and_prints_a_summary(db):
+    proc = gpuaudit("run", "--db", db)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "saved as run" in proc.stdout
+    listing = json.loads(gpuaudit("runs", "--json", "--db", db).stdout)
+    assert len(listing) == 1 and listing[0]["kind"] == "run"
+
+
+def test_run_json_is_a_valid_document_on_stdout(db):
+    proc = gpuaudit("run", "--json", "--db", db)
+    doc = json.loads(proc.stdout)
+    jsonschema.validate(doc, json_schema())
+    assert doc["kind"] == "run" and doc["machine"]["host"]["hostname"]
+    assert "saved as run" in proc.stderr
