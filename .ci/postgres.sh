@@ -22,10 +22,13 @@ as_pg() { runuser -u postgres -- "$@"; }
 [ "$(id -u)" -eq 0 ] || die "run me as root (I install packages and switch to the postgres user)"
 cd / # the postgres user may not be allowed into the caller's directory
 
-newest_bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+# The newest server's bin directory (a client-only install has psql there, but no initdb).
+newest_bindir() {
+    { ls -d /usr/lib/postgresql/*/bin/initdb 2>/dev/null || true; } | sort -V | tail -n 1 \
+        | xargs -r dirname
+}
 
-if ! command -v pg_ctlcluster >/dev/null && ! command -v initdb >/dev/null \
-    && [ -z "$(newest_bindir)" ]; then
+if ! command -v initdb >/dev/null && [ -z "$(newest_bindir)" ]; then
     log "PostgreSQL is not installed: installing it with apt-get"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
@@ -36,7 +39,7 @@ if command -v pg_ctlcluster >/dev/null; then
     # Debian's postgresql-common: clusters are managed by pg_ctlcluster, which runs the
     # server as the cluster's owner (postgres), never as root.
     bindir=$(newest_bindir)
-    [ -n "$bindir" ] || die "pg_ctlcluster is here but no server under /usr/lib/postgresql"
+    [ -n "$bindir" ] || die "pg_ctlcluster is here but no server under /usr/lib/postgresql/*/bin"
     ver=$(basename "$(dirname "$bindir")")
     if [ ! -d "/etc/postgresql/$ver/main" ]; then
         log "creating cluster $ver/main"

@@ -254,6 +254,21 @@ def test_a_newer_store_schema_is_refused(store_url: str) -> None:
         Store(store_url)
 
 
+def test_a_database_failure_after_opening_is_one_line(store_url: str) -> None:
+    with Store(store_url) as store:
+        engine = raw_engine(store_url)
+        with engine.begin() as conn:  # someone else wrecks the database under the store
+            for table in ("measurements", "findings", "runs"):
+                conn.execute(sa.text(f"DROP TABLE {table}"))
+        engine.dispose()
+        for action in (store.list_runs, lambda: store.get("abcd"),
+                       lambda: store.save(make_run())):
+            with pytest.raises(GpuauditError, match="database error") as caught:
+                action()
+            assert "\n" not in str(caught.value) and "runs" in str(caught.value)
+            assert ":gpuaudit@" not in str(caught.value)  # the CI password, masked
+
+
 # -- several processes ----------------------------------------------------------------------
 
 

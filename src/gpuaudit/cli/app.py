@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from .._version import __version__
-from ..errors import GpuauditError
-from ..model import Run, Severity
+from gpuaudit._version import __version__
+from gpuaudit.errors import GpuauditError
+from gpuaudit.model import Run, Severity
 
 app = typer.Typer(
     name="gpuaudit",
@@ -58,7 +58,7 @@ def _print_json(doc: object) -> None:
 
 
 def _save(run: Run, db: str | None) -> str:
-    from ..store import Store
+    from gpuaudit.store import Store
 
     with Store(db) as store:
         return store.save(run)
@@ -78,8 +78,8 @@ def inspect(
 
     Exit code 1 when a finding is FAIL.
     """
-    from ..inspect import inspect_machine, read_snapshot
-    from ..report.terminal import inspect_view
+    from gpuaudit.inspect import inspect_machine, read_snapshot
+    from gpuaudit.report.terminal import inspect_view
 
     if from_ is not None:
         run = inspect_machine(read_snapshot(from_), source=str(from_))
@@ -106,8 +106,8 @@ def run(
 
     Exit code 1 when a finding is FAIL.
     """
-    from ..inspect import inspect_machine
-    from ..report.terminal import inspect_view
+    from gpuaudit.inspect import inspect_machine
+    from gpuaudit.report.terminal import inspect_view
 
     console = err if json_ else out
     with console.status("inspecting the machine…"):
@@ -132,8 +132,8 @@ def runs(
     db: DbOpt = None,
 ) -> None:
     """List the stored runs, newest first."""
-    from ..report.terminal import runs_table
-    from ..store import Store
+    from gpuaudit.report.terminal import runs_table
+    from gpuaudit.store import Store
 
     with Store(db) as store:
         summaries = store.list_runs(limit=limit, kind=kind)
@@ -153,8 +153,8 @@ def show(
     db: DbOpt = None,
 ) -> None:
     """Print a stored run. Exit code 1 when it holds a FAIL finding."""
-    from ..report.terminal import inspect_view
-    from ..store import Store
+    from gpuaudit.report.terminal import inspect_view
+    from gpuaudit.store import Store
 
     with Store(db) as store:
         stored = store.get(run_id)
@@ -169,7 +169,7 @@ def show(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the documents gpuaudit writes (--json output, stored runs)."""
-    from ..model import json_schema
+    from gpuaudit.model import json_schema
 
     _print_json(json_schema())
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import LinkKind
+from gpuaudit.model import LinkKind
 
 # nvmlClocksEventReason* bits.
 CLOCK_EVENT_REASONS = {
@@ -78,7 +78,8 @@ def clock_event_names(mask: int) -> tuple[str, ...]:
 
 def cpu_list(words: list[int]) -> tuple[int, ...]:
     """CPU indices from NVML's affinity bitmask (64 CPUs per word, lowest word first)."""
-    return tuple(w * 64 + bit for w, word in enumerate(words) for bit in range(64) if word >> bit & 1)
+    return tuple(w * 64 + bit for w, word in enumerate(words)
+                 for bit in range(64) if word >> bit & 1)
 
 
 def normalise_bus_id(bus_id: str) -> str:

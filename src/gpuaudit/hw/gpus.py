@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, TypeVar
 
-from ..model import (
+from gpuaudit.model import (
     Clocks,
     Ecc,
     Gpu,
@@ -25,6 +25,7 @@ from ..model import (
     RetiredPages,
     Thermal,
 )
+
 from . import decode as d
 from .nvml import NOT_RECORDED, Dev, NvmlSource, Unsupported
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from ..model import Host
+from gpuaudit.model import Host
 
 
 def _read(path: str) -> str | None:

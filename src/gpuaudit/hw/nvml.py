@@ -8,13 +8,14 @@ and offline analysis (`ReplayNvml`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import BadInputError
+from gpuaudit.errors import BadInputError
 
 TRACE_FORMAT = "gpuaudit-nvml-trace"
 TRACE_VERSION = 1
@@ -22,7 +23,7 @@ TRACE_VERSION = 1
 NOT_RECORDED = "not recorded"
 
 
-class Unsupported(Exception):  # noqa: N818 - it is an answer, not a failure
+class Unsupported(Exception):
     """NVML could not give this reading; `reason` says why (e.g. "Not Supported")."""
 
     def __init__(self, reason: str) -> None:
@@ -30,7 +31,7 @@ class Unsupported(Exception):  # noqa: N818 - it is an answer, not a failure
         self.reason = reason
 
 
-class NvmlUnavailable(Exception):  # noqa: N818
+class NvmlUnavailable(Exception):
     """NVML cannot be used at all on this machine: no driver, no library, no GPU."""
 
 
@@ -89,10 +90,8 @@ class LiveNvml:
         self._handles: dict[Dev, Any] = {}
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(self._nvml.NVMLError):
             self._nvml.nvmlShutdown()
-        except self._nvml.NVMLError:
-            pass
 
     def _handle(self, dev: Dev) -> Any:
         if dev not in self._handles:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..model import Machine, utc_now
+from gpuaudit.model import Machine, utc_now
+
 from .gpus import read_nvml
 from .host import read_host, read_xid_counts
 from .nvml import LiveNvml, NvmlSource, NvmlUnavailable

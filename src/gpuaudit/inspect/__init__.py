@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .._version import __version__
-from ..errors import BadInputError
-from ..model import Machine, Run, load_run, utc_now
+from gpuaudit._version import __version__
+from gpuaudit.errors import BadInputError
+from gpuaudit.model import Machine, Run, load_run, utc_now
+
 from .health import check_machine
 
 
@@ -15,7 +16,7 @@ def inspect_machine(machine: Machine | None = None, *, source: str = "live") -> 
     """Snapshot this machine (or take `machine`, e.g. read from a file) and judge its health."""
     started = utc_now()
     if machine is None:
-        from ..hw import take_snapshot
+        from gpuaudit.hw import take_snapshot
 
         machine = take_snapshot()
     return Run(kind="inspect", started_at=started, finished_at=utc_now(),

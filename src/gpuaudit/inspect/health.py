@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from ..model import Finding, Gpu, Machine, Severity
-from ..specs import GpuSpec, lookup
+from gpuaudit.model import Finding, Gpu, Machine, Severity
+from gpuaudit.specs import GpuSpec, lookup
 
 GIB = 1 << 30
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from enum import Enum
 
-from .base import Record
+from pydantic import Field
+
+from gpuaudit.model.base import Record
 
 
 class Severity(str, Enum):
@@ -30,7 +32,7 @@ class Finding(Record):
     severity: Severity
     message: str
     gpu_index: int | None = None
-    evidence: Evidence = {}
+    evidence: Evidence = Field(default_factory=dict)
     advice: str | None = None
 
 

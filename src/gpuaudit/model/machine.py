@@ -10,7 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 from enum import Enum
 
-from .base import Record
+from pydantic import Field
+
+from gpuaudit.model.base import Record
 
 Unavailable = dict[str, str]
 
@@ -31,7 +33,7 @@ class Host(Record):
     python_version: str
     torch_version: str | None = None
     torch_cuda_version: str | None = None
-    unavailable: Unavailable = {}
+    unavailable: Unavailable = Field(default_factory=dict)
 
 
 class PcieLink(Record):
@@ -149,7 +151,7 @@ class Gpu(Record):
     cpu_affinity: tuple[int, ...] | None = None  # logical CPUs closest to this GPU
     processes: tuple[GpuProcess, ...] | None = None
     gpm_supported: bool | None = None
-    unavailable: Unavailable = {}
+    unavailable: Unavailable = Field(default_factory=dict)
 
     @property
     def nvlinks_active(self) -> int:
@@ -176,7 +178,7 @@ class Link(Record):
     kind: LinkKind | None
     nvlink_count: int = 0
     p2p_read: bool | None = None  # peer access as NVML reports it
-    unavailable: Unavailable = {}
+    unavailable: Unavailable = Field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -200,7 +202,7 @@ class Machine(Record):
     nvml_error: str | None = None
     # Kernel-log XID events (code → count) when the kernel log was readable.
     xid_counts: dict[int, int] | None = None
-    unavailable: Unavailable = {}
+    unavailable: Unavailable = Field(default_factory=dict)
 
     def link(self, a: int, b: int) -> Link | None:
         lo, hi = min(a, b), max(a, b)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .base import Record
+from pydantic import Field
+
+from gpuaudit.model.base import Record
 
 Params = dict[str, str | int | float | bool | None]
 
@@ -27,6 +29,6 @@ class Measurement(Record):
     spec_value: float | None = None
     pct_of_spec: float | None = None
     gpu_index: int | None = None
-    params: Params = {}
+    params: Params = Field(default_factory=dict)
     skipped_reason: str | None = None
     verified: bool | None = None

@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import BadInputError
+from gpuaudit.errors import BadInputError
+
 from .base import SCHEMA_VERSION
 from .run import Run
 

@@ -8,9 +8,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..model import Finding, Gpu, Machine, Run, Severity
-from ..specs import GpuSpec, lookup
-from .format import NA, gib, num, ranges
+from gpuaudit.model import Finding, Gpu, Machine, Run, Severity
+from gpuaudit.report.format import NA, gib, num, ranges
+from gpuaudit.specs import GpuSpec, lookup
 
 SEVERITY_STYLE = {Severity.PASS: "green", Severity.INFO: "cyan", Severity.WARN: "yellow",
                   Severity.FAIL: "bold red"}

@@ -113,7 +113,11 @@ class Store:
             return URL.create("sqlite", database=str(Path(raw).expanduser().absolute()))
         try:
             url = make_url(raw)
-        except (ArgumentError, ValueError) as exc:
+        except ArgumentError:
+            raise self._fail(f"cannot parse database URL {self.url} (expected"
+                             " dialect://user:password@host:port/database or a file path)"
+                             ) from None
+        except ValueError as exc:  # e.g. a port that is not a number
             raise self._fail(f"cannot parse database URL {self.url}", exc) from None
         backend, _, driver = url.drivername.partition("+")
         if backend in ("postgresql", "postgres"):
@@ -159,13 +163,12 @@ class Store:
             event.listen(engine, "begin", _sqlite_on_begin)
         try:
             self._init_schema(engine)
-        except BaseException as exc:
+        except GpuauditError:
             engine.dispose()
-            if isinstance(exc, GpuauditError):
-                raise
-            if isinstance(exc, (SQLAlchemyError, OSError, TypeError, ValueError)):
-                raise self._fail(f"cannot open database {self.url}", exc) from None
             raise
+        except (SQLAlchemyError, OSError, TypeError, ValueError) as exc:
+            engine.dispose()
+            raise self._fail(f"cannot open database {self.url}", exc) from None
         return engine
 
     def _prepare_sqlite_file(self, url: URL) -> None:
