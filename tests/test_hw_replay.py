@@ -112,3 +112,75 @@ def test_recording_keeps_answers_and_errors():
     assert replay.query("good", 1) == 7
     with pytest.raises(Unsupported, match="Not Supported"):
         replay.query("bad")
+
+
+def _with_calls(name: str, calls: dict) -> dict:
+    t = copy.deepcopy(trace(name))
+    t["calls"].update(calls)
+    return t
+
+
+def test_mig_instances_are_read_per_slot():
+    gib = 1 << 30
+    calls = {
+        "nvmlDeviceGetMigMode(gpu0)": {"value": [1, 1]},
+        "nvmlDeviceGetMaxMigDeviceCount(gpu0)": {"value": 7},
+        "nvmlDeviceGetUUID(gpu0/mig1)": {"error": "Not Found"},  # an empty slot
+    }
+    for k in (0, 2):
+        calls |= {
+            f"nvmlDeviceGetUUID(gpu0/mig{k})": {"value": f"MIG-{k}"},
+            f"nvmlDeviceGetAttributes_v2(gpu0/mig{k})": {"value": {"multiprocessorCount": 16}},
+            f"nvmlDeviceGetMemoryInfo(gpu0/mig{k})": {"value": {"total": 18 * gib}},
+            f"nvmlDeviceGetGpuInstanceId(gpu0/mig{k})": {"value": 10 + k},
+            f"nvmlDeviceGetComputeInstanceId(gpu0/mig{k})": {"value": 0},
+        }
+    (gpu,) = read_nvml(ReplayNvml(_with_calls("h200-1gpu", calls))).gpus
+    assert gpu.mig_enabled is True
+    assert [m.uuid for m in gpu.mig_instances] == ["MIG-0", "MIG-2"]
+    assert gpu.mig_instances[1].gpu_instance_id == 12
+    assert gpu.mig_instances[0].memory_total_bytes == 18 * gib
+    assert gpu.mig_instances[0].multiprocessor_count == 16
+
+
+def test_processes_are_merged_named_and_sentinels_dropped():
+    calls = {
+        "nvmlDeviceGetComputeRunningProcesses(gpu0)": {"value": [
+            {"pid": 4242, "usedGpuMemory": 3 << 30},
+            {"pid": 777, "usedGpuMemory": None},  # NVML could not say
+        ]},
+        "nvmlDeviceGetGraphicsRunningProcesses(gpu0)": {"value": [
+            {"pid": 4242, "usedGpuMemory": 3 << 30},  # the same process, seen twice
+            {"pid": 9, "usedGpuMemory": (1 << 64) - 1},  # NVML_VALUE_NOT_AVAILABLE
+        ]},
+        "nvmlSystemGetProcessName(4242)": {"value": "python3"},
+    }
+    (gpu,) = read_nvml(ReplayNvml(_with_calls("h200-1gpu", calls))).gpus
+    by_pid = {p.pid: p for p in gpu.processes}
+    assert set(by_pid) == {4242, 777, 9}
+    assert by_pid[4242].name == "python3" and by_pid[4242].kind == "compute"
+    assert by_pid[4242].used_memory_bytes == 3 << 30
+    assert by_pid[777].used_memory_bytes is None and by_pid[777].name is None
+    assert by_pid[9].kind == "graphics" and by_pid[9].used_memory_bytes is None
+
+
+def test_numa_node_falls_back_to_sysfs_and_minus_one_is_none():
+    bus = "/sys/bus/pci/devices/0000:00:06.0/numa_node"
+    (gpu,) = read_nvml(ReplayNvml(_with_calls(
+        "h200-1gpu", {f"read_file({bus})": {"value": "1"}}))).gpus
+    assert gpu.numa_node == 1 and "numa_node" not in gpu.unavailable
+    (gpu,) = read_nvml(ReplayNvml(_with_calls(
+        "h200-1gpu", {f"read_file({bus})": {"value": "-1"}}))).gpus
+    assert gpu.numa_node is None
+    assert "no NUMA node" in gpu.unavailable["numa_node"]
+
+
+def test_event_reasons_fall_back_to_the_older_nvml_name():
+    calls = {
+        "nvmlDeviceGetCurrentClocksEventReasons(gpu0)": {
+            "error": "nvmlDeviceGetCurrentClocksEventReasons is not in this nvidia-ml-py"},
+        "nvmlDeviceGetCurrentClocksThrottleReasons(gpu0)": {"value": 0x48},
+    }
+    (gpu,) = read_nvml(ReplayNvml(_with_calls("h200-1gpu", calls))).gpus
+    assert gpu.clocks.event_reasons == ("hw_slowdown", "hw_thermal_slowdown")
+    assert gpu.clocks.event_reasons_mask == 0x48

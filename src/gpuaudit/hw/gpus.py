@@ -27,7 +27,7 @@ from gpuaudit.model import (
 )
 
 from . import decode as d
-from .nvml import NOT_RECORDED, Dev, NvmlSource, Unsupported
+from .nvml import NOT_RECORDED, READ_FILE, Dev, NvmlSource, Unsupported
 
 T = TypeVar("T")
 
@@ -51,7 +51,9 @@ class _Reader:
         try:
             return convert(self.src.query(fn, *args))
         except Unsupported as exc:
-            self.unavailable[fld] = exc.reason
+            # A trace lacking a fallback query must not hide the real reason given before.
+            if exc.reason != NOT_RECORDED or fld not in self.unavailable:
+                self.unavailable[fld] = exc.reason
             return None
 
     def first(self, fld: str, calls: list[tuple[str, tuple[Any, ...]]],
@@ -146,13 +148,27 @@ def read_gpu(src: NvmlSource, index: int) -> Gpu:
         remapped_rows=_remapped_rows(r, h),
         retired_pages=_retired_pages(r, h),
         nvlinks=_nvlinks(r, h),
-        numa_node=r.get("numa_node", "nvmlDeviceGetNumaNodeId", h),
+        numa_node=_numa_node(r, h, pci.get("busId")),
         cpu_affinity=r.get("cpu_affinity", "nvmlDeviceGetCpuAffinity", h, d.CPU_SET_WORDS,
                            convert=d.cpu_list),
         processes=_processes(r, h),
         gpm_supported=bool(gpm["isSupportedDevice"]) if gpm else None,
         unavailable=r.unavailable,
     )
+
+
+def _numa_node(r: _Reader, h: Dev, bus_id: str | None) -> int | None:
+    """NVML's answer, else the kernel's (sysfs), as nvidia-smi topo does; -1 means none."""
+    node = r.get("numa_node", "nvmlDeviceGetNumaNodeId", h)
+    if node is None and bus_id:
+        path = f"/sys/bus/pci/devices/{d.normalise_bus_id(bus_id)}/numa_node"
+        node = r.get("numa_node", READ_FILE, path, convert=int)
+    if node is not None and node < 0:
+        r.unavailable["numa_node"] = "the platform reports no NUMA node for this GPU"
+        return None
+    if node is not None:
+        r.unavailable.pop("numa_node", None)
+    return node
 
 
 def _pcie(r: _Reader, h: Dev) -> PcieLink:

@@ -21,6 +21,9 @@ TRACE_FORMAT = "gpuaudit-nvml-trace"
 TRACE_VERSION = 1
 # The reason a replayed query has no answer: it says nothing about the hardware.
 NOT_RECORDED = "not recorded"
+# A pseudo-query for the few facts the kernel gives better than NVML (sysfs), so that they
+# are recorded and replayed with the rest.
+READ_FILE = "read_file"
 
 
 class Unsupported(Exception):
@@ -74,6 +77,13 @@ def to_plain(value: Any) -> Any:
     raise TypeError(f"cannot record NVML value of type {type(value).__name__}")
 
 
+def _read_file(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise Unsupported(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
 class LiveNvml:
     """Queries the real NVML through nvidia-ml-py."""
 
@@ -105,6 +115,8 @@ class LiveNvml:
         return self._handles[dev]
 
     def query(self, fn: str, *args: Arg) -> Any:
+        if fn == READ_FILE:
+            return _read_file(str(args[0]))
         func = getattr(self._nvml, fn, None)
         if func is None:
             raise Unsupported(f"{fn} is not in this nvidia-ml-py")

@@ -106,8 +106,10 @@ def spec_table(specs: Sequence[GpuSpec]) -> Table:
 
 def topology_table(m: Machine) -> Table:
     """The GPU↔GPU matrix in nvidia-smi topo -m's notation, with peer access marked."""
-    t = Table(title="Topology (NV# = NVLinks; PIX/PXB/PHB/NODE/SYS = PCIe path; "
-              "* = no peer access)", title_justify="left", header_style="bold")
+    t = Table(title="Topology", title_justify="left", header_style="bold",
+              caption="NV# = # NVLinks; PCIe paths: PIX one switch, PXB several switches, "
+                      "PHB host bridge, NODE across bridges in a NUMA node, SYS across NUMA "
+                      "nodes; * = no peer access", caption_justify="left")
     t.add_column("")
     for g in m.gpus:
         t.add_column(f"GPU{g.index}", justify="center")
