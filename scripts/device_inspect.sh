@@ -20,6 +20,7 @@ python3 scripts/record_fixture.py "$OUT/$name"
   echo; echo "\$ gpuaudit inspect --all"; python3 -m gpuaudit inspect --all >/dev/null; echo "exit $?"
   echo; echo "\$ gpuaudit run"; python3 -m gpuaudit run --db /tmp/ga.db; echo "exit code $?"
   echo; echo "\$ gpuaudit runs"; python3 -m gpuaudit runs --db /tmp/ga.db
+  echo; echo "\$ time gpuaudit inspect --json > /dev/null"; time python3 -m gpuaudit inspect --json >/dev/null
 } > "$OUT/$name/terminal.txt" 2>&1
 python3 -m gpuaudit inspect --all > "$OUT/$name/terminal_all.txt" 2>&1
 { nvidia-smi -q; echo; nvidia-smi topo -m; echo; nvidia-smi nvlink -s; } > "$OUT/$name/nvidia-smi.txt" 2>&1

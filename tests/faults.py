@@ -125,6 +125,11 @@ def nvlink_down(doc: Doc) -> None:
     doc["machine"]["links"][0]["nvlink_count"] = 16
 
 
+def fabric_not_started(doc: Doc) -> None:
+    for gpu in doc["machine"]["gpus"]:
+        gpu["fabric_state"] = "not_started"
+
+
 def mig_on(doc: Doc) -> None:
     g = _gpu(doc)
     g["mig_enabled"] = True
@@ -200,6 +205,7 @@ FAULTS = [
     Fault("retired-pages-pending", "h200-1gpu", retired_pending,
           {"retired-pages.pending": "WARN"}),
     Fault("nvlink-down", "h200-2gpu", nvlink_down, {"nvlink.down": "FAIL"}),
+    Fault("fabric-not-started", "h200-2gpu", fabric_not_started, {"fabric.not-ready": "FAIL"}),
     Fault("mig-enabled", "h200-1gpu", mig_on, {"mig.enabled": "INFO"}),
     Fault("processes-holding-memory", "h200-1gpu", processes, {"memory.in-use": "WARN"}),
     Fault("memory-held-unseen", "h200-1gpu", memory_unseen, {"memory.in-use-unseen": "WARN"}),

@@ -49,6 +49,9 @@ TOPOLOGY_LEVELS = {
     50: LinkKind.SYSTEM,
 }
 
+# nvmlGpuFabricState_t: the NVSwitch fabric's training state, as the fabric manager sets it.
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+
 # nvmlDeviceGetNvLinkRemoteDeviceType.
 NVLINK_REMOTE_GPU = 0
 NVLINK_REMOTE_SWITCH = 2

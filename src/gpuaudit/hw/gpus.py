@@ -112,6 +112,9 @@ def read_gpu(src: NvmlSource, index: int) -> Gpu:
         r.unavailable["utilization_memory_pct"] = r.unavailable["utilization_gpu_pct"]
     attrs = r.get("multiprocessor_count", "nvmlDeviceGetAttributes_v2", h)
     gpm = r.get("gpm_supported", "nvmlGpmQueryDeviceSupport", h)
+    fabric = r.get("fabric_state", "nvmlDeviceGetGpuFabricInfo", h)
+    if fabric is None:
+        r.unavailable["fabric_ok"] = r.unavailable["fabric_state"]
     device_id = pci.get("pciDeviceId")
     return Gpu(
         index=index,
@@ -153,6 +156,9 @@ def read_gpu(src: NvmlSource, index: int) -> Gpu:
                            convert=d.cpu_list),
         processes=_processes(r, h),
         gpm_supported=bool(gpm["isSupportedDevice"]) if gpm else None,
+        fabric_state=d.FABRIC_STATES.get(fabric["state"], f"state_{fabric['state']}")
+        if fabric else None,
+        fabric_ok=fabric["status"] == 0 if fabric else None,
         unavailable=r.unavailable,
     )
 

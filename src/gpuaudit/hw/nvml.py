@@ -77,6 +77,18 @@ def to_plain(value: Any) -> Any:
     raise TypeError(f"cannot record NVML value of type {type(value).__name__}")
 
 
+class _GpuFabricInfo(ctypes.Structure):
+    """nvmlGpuFabricInfo_t as nvml.h lays it out. Some nvidia-ml-py releases declare the UUID
+    80 bytes long instead of 16, which shifts `state` and reads every fabric as unsupported."""
+
+    _fields_ = (
+        ("clusterUuid", ctypes.c_uint8 * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint32),
+        ("state", ctypes.c_uint8),
+    )
+
+
 def _read_file(path: str) -> str:
     try:
         return Path(path).read_text().strip()
@@ -114,10 +126,18 @@ class LiveNvml:
                 )
         return self._handles[dev]
 
+    def _fabric_info(self, handle: Any) -> Any:
+        # An out-parameter call: the caller hands NVML a struct to fill.
+        info = _GpuFabricInfo()
+        self._nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+        return info
+
     def query(self, fn: str, *args: Arg) -> Any:
         if fn == READ_FILE:
             return _read_file(str(args[0]))
         func = getattr(self._nvml, fn, None)
+        if fn == "nvmlDeviceGetGpuFabricInfo" and func is not None:
+            func = self._fabric_info
         if func is None:
             raise Unsupported(f"{fn} is not in this nvidia-ml-py")
         try:

@@ -240,6 +240,22 @@ def check_nvlink(gpu: Gpu, spec: GpuSpec | None) -> Iterator[Finding]:
         yield _ok("nvlink", gpu, f"{active} NVLinks active", links_active=active)
 
 
+def check_fabric(gpu: Gpu, spec: GpuSpec | None) -> Iterator[Finding]:
+    """NVSwitch systems need the fabric manager to train the fabric before CUDA can start."""
+    if gpu.fabric_state in (None, "not_supported"):
+        return
+    evidence = {"fabric_state": gpu.fabric_state, "fabric_ok": gpu.fabric_ok}
+    if gpu.fabric_state != "completed" or gpu.fabric_ok is False:
+        yield _problem("fabric.not-ready", Severity.FAIL, gpu,
+                       f"the NVSwitch fabric is {gpu.fabric_state.replace('_', ' ')}"
+                       + (" with an error" if gpu.fabric_ok is False else "")
+                       + ": CUDA fails with 'system not yet initialized' (error 802)",
+                       "Start or restart nvidia-fabricmanager (its version must match the "
+                       "driver) and wait for the fabric to train.", **evidence)
+    else:
+        yield _ok("fabric", gpu, "NVSwitch fabric trained", **evidence)
+
+
 def check_mig(gpu: Gpu, spec: GpuSpec | None) -> Iterator[Finding]:
     if gpu.mig_enabled:
         yield _problem("mig.enabled", Severity.INFO, gpu,
@@ -304,7 +320,7 @@ def check_spec_known(gpu: Gpu, spec: GpuSpec | None) -> Iterator[Finding]:
 
 GPU_CHECKS: tuple[Callable[[Gpu, GpuSpec | None], Iterator[Finding]], ...] = (
     check_spec_known, check_pcie, check_clocks, check_power_limit, check_temperature,
-    check_ecc, check_remapped_rows, check_retired_pages, check_nvlink, check_mig,
+    check_ecc, check_remapped_rows, check_retired_pages, check_nvlink, check_fabric, check_mig,
     check_memory_in_use, check_modes,
 )
 

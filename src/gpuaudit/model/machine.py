@@ -151,6 +151,10 @@ class Gpu(Record):
     cpu_affinity: tuple[int, ...] | None = None  # logical CPUs closest to this GPU
     processes: tuple[GpuProcess, ...] | None = None
     gpm_supported: bool | None = None
+    # The NVSwitch fabric as the fabric manager left it ("completed" when ready); None where
+    # there is no fabric to report.
+    fabric_state: str | None = None
+    fabric_ok: bool | None = None  # the fabric manager's status for this GPU is success
     unavailable: Unavailable = Field(default_factory=dict)
 
     @property

@@ -71,6 +71,9 @@ def gpu_table(m: Machine) -> Table:
             nvl = f"{g.nvlinks_active}/{len(g.nvlinks)} up"
         else:
             nvl = NA if "nvlinks" in g.unavailable else "none"
+        if g.fabric_state not in (None, "not_supported"):
+            ok = g.fabric_state == "completed" and g.fabric_ok
+            nvl += "\nfabric " + ("ready" if ok else f"[red]{g.fabric_state}[/]")
         affinity = ranges(g.cpu_affinity) if g.cpu_affinity else NA
         t.add_row(
             str(g.index), model, f"{used} / {gib(g.memory_total_bytes)}", _pcie(g),
