@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -339,10 +341,24 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
         # busy_timeout first: switching to WAL itself needs a lock other processes may hold.
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         # WAL: readers do not block the writer, and writers from several processes queue.
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _switch_to_wal(cursor)
         cursor.execute("PRAGMA foreign_keys = ON")
     finally:
         cursor.close()
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    """Switching a fresh file to WAL while other processes open it can answer "database is
+    locked" without waiting on busy_timeout; retry for as long as busy_timeout would wait."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
