@@ -96,28 +96,27 @@ def check_clocks(gpu: Gpu, spec: GpuSpec | None) -> Iterator[Finding]:
     if reasons is None:
         return
     evidence = {"event_reasons": ",".join(reasons) or "none", "sm_mhz": gpu.clocks.sm_mhz}
-    bad = [r for r in reasons if r in HW_SLOWDOWNS]
-    for reason in bad:
-        code, message = HW_SLOWDOWNS[reason]
-        yield _problem(code, Severity.FAIL, gpu, message,
-                       "Check cooling, fans and the power supply; the GPU runs below its clocks "
-                       "until the cause is gone. On a rented node, report it and move.",
-                       **evidence)
+    problems = [
+        _problem(code, Severity.FAIL, gpu, message,
+                 "Check cooling, fans and the power supply; the GPU runs below its clocks "
+                 "until the cause is gone. On a rented node, report it and move.", **evidence)
+        for code, message in (HW_SLOWDOWNS[r] for r in reasons if r in HW_SLOWDOWNS)
+    ]
     if "sw_thermal_slowdown" in reasons:
-        yield _problem("clocks.sw-thermal-slowdown", Severity.WARN, gpu,
-                       "the driver is slowing clocks to keep the GPU under its temperature "
-                       "target", "Improve airflow or lower the load; check the fans.", **evidence)
+        problems.append(_problem(
+            "clocks.sw-thermal-slowdown", Severity.WARN, gpu,
+            "the driver is slowing clocks to keep the GPU under its temperature target",
+            "Improve airflow or lower the load; check the fans.", **evidence))
     if "sw_power_cap" in reasons and is_idle(gpu):
-        yield _problem("clocks.power-cap-while-idle", Severity.WARN, gpu,
-                       "the software power cap is holding clocks down while the GPU is idle",
-                       "An idle GPU should not reach its power cap: check the power limit "
-                       "(nvidia-smi -q -d POWER) and whether another tenant is using the GPU.",
-                       power_draw_w=gpu.power.draw_w, power_limit_w=gpu.power.limit_w,
-                       **evidence)
-    if not bad and "sw_thermal_slowdown" not in reasons and not (
-            "sw_power_cap" in reasons and is_idle(gpu)):
-        yield _ok("clocks", gpu, f"no slowdown active (reasons: {evidence['event_reasons']})",
-                  **evidence)
+        problems.append(_problem(
+            "clocks.power-cap-while-idle", Severity.WARN, gpu,
+            "the software power cap is holding clocks down while the GPU is idle",
+            "An idle GPU should not reach its power cap: check the power limit "
+            "(nvidia-smi -q -d POWER) and whether another tenant is using the GPU.",
+            power_draw_w=gpu.power.draw_w, power_limit_w=gpu.power.limit_w, **evidence))
+    yield from problems or [
+        _ok("clocks", gpu, f"no slowdown active (reasons: {evidence['event_reasons']})",
+            **evidence)]
 
 
 def check_power_limit(gpu: Gpu, spec: GpuSpec | None) -> Iterator[Finding]:
