@@ -203,11 +203,15 @@ def inspect_view(run: Run, *, show_pass: bool = False) -> RenderableType:
 def runs_table(summaries: Sequence) -> Table:
     """Stored runs (store.RunSummary records), newest first."""
     t = Table(header_style="bold")
-    for col in ("run", "kind", "started (UTC)", "host", "GPUs", "verdict", "fail", "warn",
-                "status"):
+    # The id and time are what people copy: never cut them.
+    t.add_column("run", no_wrap=True, min_width=12)
+    t.add_column("started (UTC)", no_wrap=True, min_width=19)
+    for col in ("kind", "host", "GPUs", "verdict", "fail/warn"):
         t.add_column(col)
     for s in summaries:
-        t.add_row(s.id, s.kind, f"{s.started_at:%Y-%m-%d %H:%M:%S}", s.hostname or NA,
-                  s.gpu_summary, severity_text(Severity(s.verdict)), str(s.findings_fail),
-                  str(s.findings_warn), s.status)
+        verdict = severity_text(Severity(s.verdict))
+        if s.status != "complete":
+            verdict.append(f" ({s.status})", style="yellow")
+        t.add_row(s.id, f"{s.started_at:%Y-%m-%d %H:%M:%S}", s.kind, s.hostname or NA,
+                  s.gpu_summary or NA, verdict, f"{s.findings_fail}/{s.findings_warn}")
     return t
