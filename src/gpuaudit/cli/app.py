@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gpuaudit._version import __version__
-from gpuaudit.errors import GpuauditError
-from gpuaudit.model import Run, Severity
+from gpuaudit.bench.context import Profile
+from gpuaudit.bench.suites import SUITES
+from gpuaudit.errors import BadInputError, GpuauditError
+from gpuaudit.model import Run, RunStatus, Severity
 
 app = typer.Typer(
     name="gpuaudit",
@@ -29,6 +34,8 @@ err = Console(stderr=True, highlight=False)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (human text on "
                                                       "stderr).")]
+ProfileOpt = Annotated[Profile, typer.Option(
+    help="quick: ≤ 60 s on one GPU; standard: ≤ 5 min; full: as long as it takes.")]
 DbOpt = Annotated[str | None, typer.Option(
     "--db", envvar="GPUAUDIT_DB", show_envvar=True,
     help="Store URL: a SQLite path or sqlite:///…, postgresql://… "
@@ -98,28 +105,117 @@ def inspect(
 @app.command()
 def run(
     json_: JsonOpt = False,
+    profile: ProfileOpt = Profile.QUICK,
+    no_bench: Annotated[bool, typer.Option("--no-bench", help="Inspect only, no benchmarks.")
+                        ] = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep the run in the store.")
                     ] = True,
     db: DbOpt = None,
 ) -> None:
-    """The main job: inspect this machine, judge it, save the run, print a summary.
+    """The main job: inspect this machine, run the quick benchmarks, judge both, save the run.
 
-    Exit code 1 when a finding is FAIL.
+    Exit code 1 when a finding is FAIL. Ctrl-C keeps what was measured (marked partial).
     """
-    from gpuaudit.inspect import inspect_machine
-    from gpuaudit.report.terminal import inspect_view
+    from gpuaudit.audit import audit
+    from gpuaudit.report.terminal import bench_view, inspect_view
 
     console = err if json_ else out
-    with console.status("inspecting the machine…"):
-        inspected = inspect_machine()
-    result = inspected.model_copy(update={"kind": "run"})
+    with _progress(console) as step:
+        result = audit(profile=profile, bench=not no_bench, step=step)
     saved = _save(result, db) if save else None
     if json_:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
-        out.print(inspect_view(result))
+        out.print(inspect_view(result.model_copy(update={"findings": tuple(
+            f for f in result.findings if not f.code.startswith("bench."))})))
+        if result.measurements:
+            out.print(bench_view(result))
     if saved:
         console.print(f"saved as run {saved}: `gpuaudit show {saved}` prints it again")
+    _exit_for(result)
+
+
+@app.command()
+def bench(
+    suites: Annotated[list[str] | None, typer.Argument(
+        metavar="[SUITE]...", help="Suites to run (default: all): " + ", ".join(SUITES))] = None,
+    profile: ProfileOpt = Profile.QUICK,
+    gpus: Annotated[str | None, typer.Option(
+        help="GPUs to benchmark, as inspect numbers them: '0,1' [default: all]")] = None,
+    sizes: Annotated[str | None, typer.Option(
+        help="Collective sizes MIN:MAX in bytes, K/M/G binary multiples, e.g. 1M:8G")] = None,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds before a hung collective is "
+                                                       "killed.")] = 300.0,
+    with_native: Annotated[bool, typer.Option(
+        "--with-native", help="Also run NVIDIA's tools where installed (nccl-tests, "
+                              "nvbandwidth) and show their figures beside ours.")] = False,
+    json_: JsonOpt = False,
+    show_all: Annotated[bool, typer.Option("--all", help="Every figure, each collective size "
+                                                         "too.")] = False,
+    save: Annotated[bool, typer.Option("--save/--no-save", help="Keep the run in the store.")
+                    ] = True,
+    db: DbOpt = None,
+) -> None:
+    """Micro benchmarks: is this server delivering what I pay for, part by part?
+
+    Every figure with its spec, % of spec and spread; skipped ones with the reason. Exit code
+    1 when a result check fails. Ctrl-C keeps what was measured (marked partial).
+    """
+    from gpuaudit.bench.runner import check_suites, run_bench
+    from gpuaudit.report.format import parse_bytes
+    from gpuaudit.report.terminal import bench_view
+
+    names = check_suites(suites or [])
+    gpu_list = _parse_gpus(gpus)
+    size_range = None
+    if sizes is not None:
+        lo, _sep, hi = sizes.partition(":")
+        try:
+            size_range = (parse_bytes(lo), parse_bytes(hi or lo))
+        except (ValueError, IndexError):
+            raise BadInputError(f"--sizes {sizes!r}: expected MIN:MAX like 1M:8G") from None
+        if size_range[0] > size_range[1]:
+            raise BadInputError(f"--sizes {sizes!r}: MIN is larger than MAX")
+    console = err if json_ else out
+    with _progress(console) as step:
+        result = run_bench(names, gpus=gpu_list, profile=profile, size_range=size_range,
+                           timeout_s=timeout, with_native=with_native, step=step)
+    saved = _save(result, db) if save else None
+    if json_:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        out.print(bench_view(result, show_all=show_all))
+    if saved:
+        console.print(f"saved as run {saved}")
+    _exit_for(result)
+
+
+def _parse_gpus(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        found = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInputError(f"--gpus {text!r}: expected indices like 0,1") from None
+    if not found or any(i < 0 for i in found):
+        raise BadInputError(f"--gpus {text!r}: expected indices like 0,1")
+    return found
+
+
+@contextmanager
+def _progress(console: Console) -> Iterator[Callable[[str], None]]:
+    """A spinner with the step being measured and the time so far; gone when done."""
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("starting", total=None)
+        yield lambda text: progress.update(task, description=text)
+
+
+def _exit_for(result: Run) -> None:
+    if result.status is RunStatus.PARTIAL:
+        err.print("interrupted: the figures above were measured before Ctrl-C (run marked "
+                  "partial)")
+        raise typer.Exit(130)
     raise typer.Exit(exit_code(result))
 
 

@@ -19,7 +19,7 @@ from .machine import (
     RetiredPages,
     Thermal,
 )
-from .measurement import Measurement
+from .measurement import Measurement, Params
 from .run import Run, RunStatus, new_run_id, utc_now
 from .schema import json_schema, load_run
 
@@ -38,6 +38,7 @@ __all__ = [
     "Measurement",
     "MigInstance",
     "NvLink",
+    "Params",
     "PcieLink",
     "Power",
     "Record",

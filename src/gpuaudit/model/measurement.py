@@ -31,4 +31,11 @@ class Measurement(Record):
     gpu_index: int | None = None
     params: Params = Field(default_factory=dict)
     skipped_reason: str | None = None
+    # The result was checked against a reference (None: no check applies).
     verified: bool | None = None
+    # Warnings about the figure itself: high noise, too few samples, a throttled GPU...
+    notes: tuple[str, ...] = ()
+
+    @property
+    def skipped(self) -> bool:
+        return self.value is None

@@ -8,8 +8,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuaudit.model import Finding, Gpu, Machine, Run, Severity
-from gpuaudit.report.format import NA, gib, num, ranges
+from gpuaudit.model import Finding, Gpu, Machine, Measurement, Run, Severity
+from gpuaudit.report.format import NA, gib, human_bytes, num, ranges
 from gpuaudit.specs import GpuSpec, lookup
 
 SEVERITY_STYLE = {Severity.PASS: "green", Severity.INFO: "cyan", Severity.WARN: "yellow",
@@ -215,3 +215,60 @@ def runs_table(summaries: Sequence) -> Table:
         t.add_row(s.id, f"{s.started_at:%Y-%m-%d %H:%M:%S}", s.kind, s.hostname or NA,
                   s.gpu_summary or NA, verdict, f"{s.findings_fail}/{s.findings_warn}")
     return t
+
+
+def _brief_params(m: Measurement) -> str:
+    """The few parameters that identify a figure: a shape, a size, a pair of GPUs."""
+    p = m.params
+    if {"m", "n", "k"} <= p.keys():
+        return f"{p['m']}×{p['n']}×{p['k']}"
+    parts = []
+    if "src" in p and "dst" in p:
+        parts.append(f"GPU{p['src']}→GPU{p['dst']}")
+    if "size_bytes" in p and isinstance(p["size_bytes"], int):
+        parts.append(human_bytes(p["size_bytes"]))
+    elif "buffer_bytes" in p and isinstance(p["buffer_bytes"], int):
+        parts.append(human_bytes(p["buffer_bytes"]))
+    if p.get("tool"):
+        parts.append(str(p["tool"]))
+    if p.get("device") == "cpu":
+        parts.append("CPU")
+    return " ".join(parts)
+
+
+def measurements_table(measurements: Sequence[Measurement], *, show_all: bool = False) -> Table:
+    """Value, unit, spec, % of spec and spread for each figure; skipped ones with the reason.
+    Per-size collective rows are left to --all: their peaks stand for them."""
+    t = Table(title="Benchmarks", title_justify="left", header_style="bold")
+    for col, justify in (("suite", "left"), ("test", "left"), ("GPU", "right"),
+                         ("value", "right"), ("spec", "right"), ("% spec", "right"),
+                         ("IQR", "right"), ("at", "left"), ("notes", "left")):
+        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for m in measurements:
+        if not show_all and "size_bytes" in m.params and not m.name.endswith("_peak") \
+                and m.value is not None:
+            continue
+        gpu = "" if m.gpu_index is None else str(m.gpu_index)
+        if m.value is None:
+            t.add_row(m.suite, m.name, gpu, Text("skipped", style="yellow"), "", "", "",
+                      _brief_params(m), m.skipped_reason or "")
+            continue
+        spread = (f"{m.spread_low:.4g}–{m.spread_high:.4g}"
+                  if m.spread_low is not None and m.spread_high is not None else "")
+        pct = Text(f"{m.pct_of_spec:.1f}%" if m.pct_of_spec is not None else "")
+        notes = list(m.notes)
+        if m.verified is False:
+            notes.insert(0, "[red]WRONG RESULT[/]")
+        t.add_row(m.suite, m.name, gpu, f"{m.value:.4g} {m.unit}",
+                  f"{m.spec_value:g}" if m.spec_value else "", pct, spread, _brief_params(m),
+                  "; ".join(notes))
+    return t
+
+
+def bench_view(run: Run, *, show_all: bool = False) -> RenderableType:
+    parts: list[RenderableType] = [measurements_table(run.measurements, show_all=show_all)]
+    problems = [f for f in run.findings if f.severity is not Severity.PASS]
+    if problems:
+        parts.append(findings_table(problems))
+    parts.append(verdict_line(run))
+    return Group(*parts)

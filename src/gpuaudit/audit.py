@@ -1,0 +1,28 @@
+"""The main job: inspect the machine, run the quick benchmarks, judge both, in one Run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuaudit.bench.context import Profile
+from gpuaudit.bench.runner import run_bench
+from gpuaudit.inspect import inspect_machine
+from gpuaudit.model import Measurement, Run
+
+
+def audit(*, profile: Profile = Profile.QUICK, bench: bool = True,
+          step: Callable[[str], None] | None = None,
+          on_measurement: Callable[[Measurement], None] | None = None) -> Run:
+    """`gpuaudit run`: the inspect findings and the benchmark figures of this machine."""
+    if step:
+        step("inspect")
+    inspected = inspect_machine()
+    if not bench:
+        return inspected.model_copy(update={"kind": "run"})
+    benched = run_bench(machine=inspected.machine, profile=profile, step=step,
+                        on_measurement=on_measurement)
+    return benched.model_copy(update={
+        "kind": "run",
+        "started_at": inspected.started_at,
+        "findings": inspected.findings + benched.findings,
+    })

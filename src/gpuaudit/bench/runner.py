@@ -1,0 +1,122 @@
+"""Running suites into a Run: GPU selection, progress, findings, interruption."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+
+from gpuaudit._version import __version__
+from gpuaudit.bench.context import BenchContext, Profile
+from gpuaudit.bench.stats import skipped
+from gpuaudit.bench.stragglers import find_stragglers
+from gpuaudit.bench.suites import SUITES, suite
+from gpuaudit.errors import BadInputError
+from gpuaudit.hw.torch_env import CudaDevice, cuda_devices
+from gpuaudit.model import Finding, Machine, Measurement, Run, RunStatus, Severity, utc_now
+
+NATIVE = {  # suite → module with run_native(ctx), for --with-native
+    "collectives": "gpuaudit.bench.nccl_tests",
+    "transfer": "gpuaudit.bench.nvbandwidth",
+}
+
+
+def check_suites(names: Sequence[str]) -> list[str]:
+    """The suites to run, in their canonical order; unknown names are bad input."""
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        raise BadInputError(f"unknown suite {', '.join(unknown)} (choose from "
+                            f"{', '.join(SUITES)})")
+    chosen = set(names) or set(SUITES)
+    return [n for n in SUITES if n in chosen]
+
+
+def select_devices(machine: Machine, gpus: Sequence[int] | None
+                   ) -> tuple[tuple[CudaDevice, int], ...]:
+    """CUDA devices paired with their NVML index (matched by UUID), limited to `gpus` (NVML
+    indices, as `inspect` numbers them). A GPU that does not exist is bad input."""
+    by_uuid = {g.uuid: g.index for g in machine.gpus if g.uuid}
+    devices = cuda_devices()
+    pairs = [(d, by_uuid.get(d.uuid, d.cuda_index)) for d in devices]
+    if gpus is not None:
+        present = {idx for _, idx in pairs} or {g.index for g in machine.gpus}
+        missing = sorted(set(gpus) - present)
+        if missing:
+            have = ", ".join(map(str, sorted(present))) or "none"
+            raise BadInputError(f"no GPU {', '.join(map(str, missing))} here (GPUs: {have})")
+        pairs = [p for p in pairs if p[1] in set(gpus)]
+    return tuple(sorted(pairs, key=lambda p: p[1]))
+
+
+def _guarded(name: str, fn: Callable[[BenchContext], Iterator[Measurement]],
+             ctx: BenchContext) -> Iterator[Measurement]:
+    """A suite that crashes costs its own figures (recorded as skipped), not the run."""
+    try:
+        yield from fn(ctx)
+    except (KeyboardInterrupt, BadInputError):
+        raise
+    except Exception as exc:
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        first_line = (str(exc).splitlines() or [""])[0][:300]
+        yield skipped(name, "suite", "", f"{type(exc).__name__}: {first_line} "
+                      f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})")
+
+
+def run_bench(
+    suites: Sequence[str] = (),
+    *,
+    machine: Machine | None = None,
+    gpus: Sequence[int] | None = None,
+    profile: Profile = Profile.QUICK,
+    size_range: tuple[int, int] | None = None,
+    timeout_s: float = 300.0,
+    with_native: bool = False,
+    step: Callable[[str], None] | None = None,
+    on_measurement: Callable[[Measurement], None] | None = None,
+) -> Run:
+    """Run the suites and return a Run with every figure (or why it was skipped) and the
+    straggler findings. Ctrl-C stops early: what was measured is kept, the Run is PARTIAL."""
+    started = utc_now()
+    names = check_suites(suites)
+    if machine is None:
+        from gpuaudit.hw import take_snapshot
+
+        machine = take_snapshot()
+    ctx = BenchContext(machine=machine, devices=select_devices(machine, gpus), profile=profile,
+                       step=step or (lambda _: None), size_range=size_range,
+                       timeout_s=timeout_s)
+    measured: list[Measurement] = []
+    status = RunStatus.COMPLETE
+    import importlib
+
+    try:
+        for name in names:
+            ctx.step(name)
+            runs = [suite(name)]
+            if with_native and name in NATIVE:
+                runs.append(importlib.import_module(NATIVE[name]).run_native)
+            for fn in runs:
+                for m in _guarded(name, fn, ctx):
+                    measured.append(m)
+                    if on_measurement:
+                        on_measurement(m)
+    except KeyboardInterrupt:
+        status = RunStatus.PARTIAL
+    return Run(kind="bench", started_at=started, finished_at=utc_now(),
+               tool_version=__version__, status=status, command=tuple(sys.argv),
+               source="live", machine=machine, measurements=tuple(measured),
+               findings=tuple(bench_findings(measured)))
+
+
+def bench_findings(measured: Sequence[Measurement]) -> list[Finding]:
+    findings = find_stragglers(measured)
+    for m in measured:
+        if m.verified is False:
+            findings.append(Finding(
+                code="bench.result-mismatch", severity=Severity.FAIL, gpu_index=m.gpu_index,
+                message=f"{m.suite}/{m.name} computed a wrong result: the GPU (or its link) "
+                        "may corrupt data",
+                advice="Re-run; if it repeats, stop using this GPU and run DCGM diag level 3.",
+                evidence={"suite": m.suite, "name": m.name, **{
+                    k: v for k, v in m.params.items() if isinstance(v, str | int | float)}}))
+    return findings

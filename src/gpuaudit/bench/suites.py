@@ -1,0 +1,35 @@
+"""The suites by name. Each is `run(ctx) -> Iterator[Measurement]`, imported only when run
+(they import torch), and yields figures as it measures them so an interruption keeps them."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+
+from gpuaudit.bench.context import BenchContext
+from gpuaudit.model import Measurement
+
+SuiteFn = Callable[[BenchContext], Iterator[Measurement]]
+
+# Order is the order they run in: quick, informative suites first.
+SUITES: dict[str, str] = {
+    "latency": "gpuaudit.bench.latency",
+    "matmul": "gpuaudit.bench.matmul",
+    "memory": "gpuaudit.bench.memory",
+    "transfer": "gpuaudit.bench.transfer",
+    "p2p": "gpuaudit.bench.p2p",
+    "collectives": "gpuaudit.bench.collectives",
+}
+
+DESCRIPTIONS = {
+    "latency": "kernel launch latency and host↔device round trip",
+    "matmul": "max achievable TFLOP/s per precision (shape search, L2 flushed, checked)",
+    "memory": "device memory bandwidth: copy, read, write (bytes read + written)",
+    "transfer": "host↔device, pinned and pageable, per GPU and all at once",
+    "p2p": "GPU↔GPU bandwidth matrix and latency, against the topology",
+    "collectives": "all-reduce, all-gather, reduce-scatter, all-to-all, broadcast (algbw, busbw)",
+}
+
+
+def suite(name: str) -> SuiteFn:
+    return importlib.import_module(SUITES[name]).run
