@@ -13,6 +13,7 @@ rank and the element index, so every rank can compute the exact expected output.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -156,7 +157,7 @@ class Rank:
         return int(self.torch.cuda.mem_get_info(self.device)[0]) if self.cuda else None
 
     def item(self, index: int, op: str, count: int) -> dict[str, Any]:
-        torch, dist, n = self.torch, self.dist, self.n
+        torch, n = self.torch, self.n
         dsize = DTYPES[self.cfg["dtype"]]
         need = bytes_needed(op, count, n, dsize)
         free = self.free_bytes()
@@ -168,8 +169,14 @@ class Rank:
                 torch.cuda.empty_cache()
             return {"event": "skip", "i": index, "reason":
                     f"needs {need / 2**30:.1f} GiB of free memory on every GPU"}
-        assert bufs is not None
-        inp, out = bufs
+        result = self._measure(index, op, count, *bufs)
+        bufs = None
+        if self.cuda:
+            torch.cuda.empty_cache()  # cached blocks would look taken to the next fit check
+        return result
+
+    def _measure(self, index: int, op: str, count: int, inp: Any, out: Any) -> dict[str, Any]:
+        torch, dist, n = self.torch, self.dist, self.n
         self.pattern.fill(inp, self.pattern.bases[self.rank])
 
         def once() -> None:
@@ -196,12 +203,8 @@ class Rank:
         wrong = expected_wrong(self.pattern, op, inp, out, self.rank, n, count)
         wrong = wrong.reshape(1).to(torch.int64)
         dist.all_reduce(wrong)
-        checked = out.numel()
-        del inp, out, bufs
-        if self.cuda:
-            torch.cuda.empty_cache()  # cached blocks would look taken to the next fit check
         return {"event": "result", "i": index, "times_s": mean_times,
-                "wrong": int(wrong.item()), "checked": checked * n}
+                "wrong": int(wrong.item()), "checked": out.numel() * n}
 
     def _alloc(self, op: str, count: int) -> tuple[Any, Any] | None:
         """(input, output) buffers, the output being the input for in-place ops; None when
@@ -222,12 +225,12 @@ class Rank:
                 once()
                 e.record()
             self.torch.cuda.synchronize()
-            return [a.elapsed_time(b) / 1e3 for a, b in zip(events, events[1:], strict=False)]
+            return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(events)]
         stamps = [time.perf_counter()]
         for _ in range(iters):
             once()  # gloo ops return when complete
             stamps.append(time.perf_counter())
-        return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         if rank.rank == cfg.get("hang_rank") and index == int(cfg.get("hang_at", 0)):
             while True:  # a planted hang, for tests: the parent must time out and kill us
                 time.sleep(3600)
+        if rank.rank == cfg.get("crash_rank") and index == int(cfg.get("hang_at", 0)):
+            raise RuntimeError("planted crash")  # for tests: the parent must report it
         if rank.rank == 0:
             emit({"event": "start", "i": index})
         result = rank.item(index, op, int(count))

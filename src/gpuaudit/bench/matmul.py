@@ -170,7 +170,7 @@ def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[M
         return
     _tf32(torch, prec.name == "tf32")
     iters = ctx.pick(30, 100, 200)
-    squares = ctx.pick([4096, 8192, 16384], [2048, 4096, 8192, 12288, 16384],
+    squares = ctx.pick([2048, 4096, 8192, 16384], [2048, 4096, 6144, 8192, 12288, 16384],
                        [1024, 2048, 4096, 6144, 8192, 12288, 16384, 20480])
     ctx.step(f"matmul {prec.name}: shape search")
     gen = torch.Generator(device=f"cuda:{first.cuda_index}").manual_seed(1234)
@@ -180,7 +180,7 @@ def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[M
         try:
             with torch.cuda.device(first.cuda_index):
                 ops = _Operands(torch, prec, shape, f"cuda:{first.cuda_index}", gen)
-                times = cuda_times_ms(ops.run, iters=ctx.pick(5, 10, 20), warmup=2,
+                times = cuda_times_ms(ops.run, iters=ctx.pick(10, 20, 30), warmup=3,
                                       flush=flush)
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
@@ -190,7 +190,7 @@ def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[M
 
     try:
         best, tried = search(time_shape, squares, prec.max_side,
-                             refine_rounds=ctx.pick(2, 4, 8))
+                             refine_rounds=ctx.pick(3, 6, 10))
     except (RuntimeError, TypeError) as exc:
         reason = str(exc).splitlines()[0][:200]
         for _, i in ctx.devices:
