@@ -77,6 +77,7 @@ def test_search_finds_a_ridge_away_from_the_squares_in_few_tries():
 
     calls = []
     best, tried = search(lambda s: calls.append(s) or rate(s), [4096, 8192, 16384], 16384, 8)
+    assert set(tried) == set(calls)  # every runnable shape tried is reported with its rate
     assert rate(best) >= rate((4096, 4096, 4096)) + 100  # far better than any square
     assert best[2] > best[0]  # found the long-K layout
     assert len(calls) < 60  # seconds, not hours

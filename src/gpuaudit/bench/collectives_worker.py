@@ -139,8 +139,11 @@ class Rank:
         else:
             self.device = torch.device("cpu")
         self.dtype = getattr(torch, cfg["dtype"])
-        kwargs = {"device_id": self.device} if self.cuda else {}
-        dist.init_process_group(cfg["backend"], rank=self.rank, world_size=self.n, **kwargs)
+        try:  # device_id (torch ≥ 2.3) binds the GPU and sets NCCL up now, not at the first op
+            kwargs = {"device_id": self.device} if self.cuda else {}
+            dist.init_process_group(cfg["backend"], rank=self.rank, world_size=self.n, **kwargs)
+        except TypeError:
+            dist.init_process_group(cfg["backend"], rank=self.rank, world_size=self.n)
         self.pattern = Pattern(torch, self.dtype, self.device, self.n, int(cfg.get("seed", 0)))
 
     def sync(self) -> None:
