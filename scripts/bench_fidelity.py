@@ -7,6 +7,8 @@ Writes OUT_DIR/fidelity.json and prints a side-by-side table. References:
   memory   cudaMemcpy device→device of 4 GiB through CuPy, CUDA events, median of 20,
            counted as read + write
   transfer cudaMemcpy of 1 GiB pinned host memory through CuPy, median of 20
+  p2p      cudaMemcpyPeer of 1 GiB through CuPy, peer access on, median of 20
+(collectives are compared with nccl-tests by `gpuaudit bench collectives --with-native`)
 """
 
 from __future__ import annotations
@@ -100,6 +102,26 @@ def ref_memcpy_host(device: int, to_device: bool, nbytes: int = 1 << 30) -> floa
         return nbytes / (statistics.median(_cupy_times_ms(fn)) / 1e3) / 1e9
 
 
+def ref_p2p(src: int, dst: int, nbytes: int = 1 << 30) -> float:
+    """cudaMemcpyPeer of 1 GiB with peer access on, CUDA events on the source device."""
+    import cupy
+
+    rt = cupy.cuda.runtime
+    for a, b in ((src, dst), (dst, src)):
+        with cupy.cuda.Device(a):
+            try:
+                rt.deviceEnablePeerAccess(b)
+            except cupy.cuda.runtime.CUDARuntimeError:
+                pass  # already enabled
+    with cupy.cuda.Device(dst):
+        d = cupy.empty(nbytes, dtype=cupy.uint8)
+    with cupy.cuda.Device(src):
+        s = cupy.full(nbytes, 7, dtype=cupy.uint8)
+        times = _cupy_times_ms(lambda: rt.memcpyPeerAsync(d.data.ptr, dst, s.data.ptr, src,
+                                                          nbytes, 0))
+    return nbytes / (statistics.median(times) / 1e3) / 1e9
+
+
 def main(out_dir: str, suites: list[str]) -> None:
     apply_safe_env()
     out = Path(out_dir)
@@ -123,6 +145,9 @@ def main(out_dir: str, suites: list[str]) -> None:
                              ref_matmul(m.name, (8192, 8192, 8192)), "do_bench 8192³", ""))
             elif m.suite == "memory" and m.name == "copy" and m.params.get("device") == "cuda":
                 ref, how = ref_memcpy_d2d(m.gpu_index or 0), "cupy memcpy D2D 4 GiB"
+            elif m.suite == "p2p" and m.name == "p2p_unidir":
+                ref = ref_p2p(int(m.params["src"]), int(m.params["dst"]))
+                how = "cupy memcpyPeer 1 GiB"
             elif m.suite == "transfer" and m.name in ("h2d_pinned", "d2h_pinned"):
                 ref = ref_memcpy_host(m.gpu_index or 0, m.name.startswith("h2d"))
                 how = "cupy memcpy pinned 1 GiB"

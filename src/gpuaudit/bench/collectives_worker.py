@@ -91,8 +91,8 @@ class Pattern:
 
 
 def collective(dist: Any, op: str, inp: Any, out: Any) -> None:
-    # torch's all_reduce and broadcast only work in place; NCCL's speed is the same either way
-    # (nccl-tests prints both and they agree within noise). The others are out of place.
+    # torch's all_reduce and broadcast only work in place (params["in_place"] says so); the
+    # others are out of place, like nccl-tests' out-of-place column.
     if op == "all_reduce":
         dist.all_reduce(inp)
     elif op == "broadcast":

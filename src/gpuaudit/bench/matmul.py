@@ -203,7 +203,8 @@ def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[M
         g = torch.Generator(device=f"cuda:{d.cuda_index}").manual_seed(99 + d.cuda_index)
         ops = _Operands(torch, prec, best, f"cuda:{d.cuda_index}", g)
         times = cuda_times_ms(ops.run, iters=iters, warmup=ctx.pick(10, 25, 50),
-                              flush=L2Flush(d))
+                              flush=L2Flush(d), min_warmup_ms=ctx.pick(300, 1000, 5000),
+                              min_timed_ms=ctx.pick(300, 1000, 3000))
         ok, err = ops.check()
         return rate(2.0 * math.prod(best), times, 1e12), ok, err
 

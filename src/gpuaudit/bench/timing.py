@@ -4,6 +4,7 @@ GPU at once."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +28,18 @@ class L2Flush:
 
 
 def cuda_times_ms(fn: Callable[[], Any], *, iters: int, warmup: int,
-                  flush: Callable[[], None] | None = None) -> list[float]:
-    """Milliseconds per call of `fn` on the current device, one CUDA event pair per call."""
+                  flush: Callable[[], None] | None = None, min_warmup_ms: float = 0.0,
+                  min_timed_ms: float = 0.0) -> list[float]:
+    """Milliseconds per call of `fn` on the current device, one CUDA event pair per call.
+
+    `min_warmup_ms` and `min_timed_ms` stretch the warm-up and the timed run to at least that
+    much GPU time: a GPU at its power limit settles its clocks over a few hundred ms, and a
+    short burst before that reads faster than any sustained job will run."""
     torch = import_torch()
+    if min_warmup_ms or min_timed_ms:
+        probe = cuda_times_ms(fn, iters=1, warmup=1, flush=flush)[0] or 1e-3
+        warmup = max(warmup, math.ceil(min_warmup_ms / probe))
+        iters = max(iters, math.ceil(min_timed_ms / probe))
     for _ in range(warmup):
         if flush:
             flush()
