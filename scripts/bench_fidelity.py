@@ -13,6 +13,7 @@ Writes OUT_DIR/fidelity.json and prints a side-by-side table. References:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import sys
@@ -108,11 +109,8 @@ def ref_p2p(src: int, dst: int, nbytes: int = 1 << 30) -> float:
 
     rt = cupy.cuda.runtime
     for a, b in ((src, dst), (dst, src)):
-        with cupy.cuda.Device(a):
-            try:
-                rt.deviceEnablePeerAccess(b)
-            except cupy.cuda.runtime.CUDARuntimeError:
-                pass  # already enabled
+        with cupy.cuda.Device(a), contextlib.suppress(rt.CUDARuntimeError):
+            rt.deviceEnablePeerAccess(b)  # raises when already enabled
     with cupy.cuda.Device(dst):
         d = cupy.empty(nbytes, dtype=cupy.uint8)
     with cupy.cuda.Device(src):
