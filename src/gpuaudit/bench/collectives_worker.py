@@ -28,6 +28,11 @@ TILE_ELEMENTS = PERIOD * 4096  # ≈16.8 M elements: the pattern block filled/co
 DTYPES = {"float32": 4, "bfloat16": 2}
 
 
+# Sizes up to this are timed as graphs of GRAPH_REPS back-to-back ops (see Rank._graph).
+GRAPH_MAX_BYTES = 64 << 20
+GRAPH_REPS = 20
+
+
 def emit(event: dict[str, Any]) -> None:
     sys.stdout.write(f"{MARKER} {json.dumps(event)}\n")
     sys.stdout.flush()
@@ -190,7 +195,7 @@ class Rank:
         self.sync()
         dist.barrier()
         self.sync()
-        times = self._timed(once, int(self.cfg["iters"]))
+        times = self._timed(once, int(self.cfg["iters"]), inp.numel() * inp.element_size())
         t = torch.tensor(times, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)  # nccl-tests reports the mean over ranks
         mean_times = (t / n).tolist()
@@ -220,15 +225,41 @@ class Rank:
             return None
         return inp, out
 
-    def _timed(self, once: Any, iters: int) -> list[float]:
+    def _graph(self, once: Any, reps: int) -> Any | None:
+        """`reps` ops captured in one CUDA graph, or None where capture fails.
+
+        Small collectives take a few µs on NVLink; launching each from Python costs more than
+        that, so nccl-tests' back-to-back C loop would look several times faster than the
+        hardware allows us. Replaying a graph takes the host out of the loop, as its -G does."""
+        torch = self.torch
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=side):
+                for _ in range(reps):
+                    once()
+        except RuntimeError:
+            torch.cuda.synchronize()
+            return None
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        return graph
+
+    def _timed(self, once: Any, iters: int, nbytes: int = 0) -> list[float]:
         if self.cuda:
+            reps = GRAPH_REPS if 0 < nbytes <= GRAPH_MAX_BYTES else 1
+            graph = self._graph(once, reps) if reps > 1 else None
+            step = graph.replay if graph is not None else once
+            per = reps if graph is not None else 1
+            if graph is not None:
+                step()  # the first replay uploads the graph
             events = [self.torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
             events[0].record()
             for e in events[1:]:
-                once()
+                step()
                 e.record()
             self.torch.cuda.synchronize()
-            return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(events)]
+            return [a.elapsed_time(b) / 1e3 / per for a, b in itertools.pairwise(events)]
         stamps = [time.perf_counter()]
         for _ in range(iters):
             once()  # gloo ops return when complete

@@ -75,7 +75,9 @@ def _launch_graph(torch: Any, idx: int, plan: Plan) -> tuple[list[float], bool]:
         x.add_(1)
     main.wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # Name the stream: torch's default capture stream lives on whichever device first asked
+    # for it, and capturing there records nothing for this GPU's kernels.
+    with torch.cuda.graph(graph, stream=side):
         for _ in range(plan.graph_kernels):
             x.add_(1)
     samples, done = [], 1
