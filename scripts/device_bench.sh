@@ -40,7 +40,7 @@ from gpuaudit.model import load_run
 from gpuaudit.report.terminal import bench_view
 Console(width=200).print(bench_view(load_run(open(sys.argv[1]).read()), show_all=True))
 PY
-python3 scripts/bench_fidelity.py /tmp/fidelity latency matmul memory transfer p2p > "$o/fidelity.txt" 2>&1
+suites="$*"; python3 scripts/bench_fidelity.py /tmp/fidelity ${suites:-latency matmul memory transfer p2p} > "$o/fidelity.txt" 2>&1
 
 if [ -f .peers/mamf-finder.py ] && [ -z "${SKIP_MAMF:-}" ]; then
   echo "== mamf-finder bfloat16, shapes {2048,8192}×{2048,8192}×{8192,13312}" >> "$o/peers.txt"
