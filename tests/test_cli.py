@@ -170,3 +170,30 @@ def test_run_json_is_a_valid_document_on_stdout(db):
     jsonschema.validate(doc, json_schema())
     assert doc["kind"] == "run" and doc["machine"]["host"]["hostname"]
     assert "saved as run" in proc.stderr
+
+
+# -- bench ----------------------------------------------------------------------------------
+
+
+def test_bench_bad_input_is_one_line_and_exit_2():
+    assert_one_line_error(gpuaudit("bench", "warp-drive"), "unknown suite warp-drive")
+    assert_one_line_error(gpuaudit("bench", "matmul", "--gpus", "7"), "no GPU 7")
+    assert_one_line_error(gpuaudit("bench", "matmul", "--gpus", "x"), "--gpus")
+    assert_one_line_error(gpuaudit("bench", "collectives", "--sizes", "8G:1M"), "MIN is larger")
+    assert_one_line_error(gpuaudit("bench", "collectives", "--sizes", "lots"), "--sizes")
+    assert gpuaudit("bench", "--profile", "forever").returncode == 2
+
+
+def test_bench_on_cpu_measures_what_it_can_and_saves_it(db):
+    pytest.importorskip("torch")
+    proc = gpuaudit("bench", "matmul", "memory", "--json", "--db", db)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    jsonschema.validate(doc, json_schema())
+    assert doc["kind"] == "bench" and doc["status"] == "complete"
+    by = {(m["suite"], m["name"]): m for m in doc["measurements"]}
+    assert by[("matmul", "fp32")]["value"] > 0 and by[("matmul", "fp32")]["verified"] is True
+    assert by[("memory", "copy")]["unit"] == "GB/s"
+    assert by[("matmul", "bf16")]["value"] is None and by[("matmul", "bf16")]["skipped_reason"]
+    shown = gpuaudit("show", doc["id"], "--db", db)
+    assert shown.returncode == 0 and "Benchmarks" in shown.stdout and "skipped" in shown.stdout

@@ -117,7 +117,7 @@ def run(
     Exit code 1 when a finding is FAIL. Ctrl-C keeps what was measured (marked partial).
     """
     from gpuaudit.audit import audit
-    from gpuaudit.report.terminal import bench_view, inspect_view
+    from gpuaudit.report.terminal import run_view
 
     console = err if json_ else out
     with _progress(console) as step:
@@ -126,10 +126,7 @@ def run(
     if json_:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
-        out.print(inspect_view(result.model_copy(update={"findings": tuple(
-            f for f in result.findings if not f.code.startswith("bench."))})))
-        if result.measurements:
-            out.print(bench_view(result))
+        out.print(run_view(result))
     if saved:
         console.print(f"saved as run {saved}: `gpuaudit show {saved}` prints it again")
     _exit_for(result)
@@ -245,11 +242,12 @@ def runs(
 def show(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="A run id or a unique prefix.")],
     json_: JsonOpt = False,
-    show_pass: Annotated[bool, typer.Option("--all", help="Show passed checks too.")] = False,
+    show_pass: Annotated[bool, typer.Option("--all", help="Show passed checks and every "
+                                                          "figure too.")] = False,
     db: DbOpt = None,
 ) -> None:
     """Print a stored run. Exit code 1 when it holds a FAIL finding."""
-    from gpuaudit.report.terminal import inspect_view
+    from gpuaudit.report.terminal import run_view
     from gpuaudit.store import Store
 
     with Store(db) as store:
@@ -258,7 +256,7 @@ def show(
         sys.stdout.write(stored.model_dump_json(indent=2) + "\n")
     else:
         out.print(f"run {stored.id} ({stored.kind}, {stored.started_at:%Y-%m-%d %H:%M:%S %Z})")
-        out.print(inspect_view(stored, show_pass=show_pass))
+        out.print(run_view(stored, show_all=show_pass))
     raise typer.Exit(exit_code(stored))
 
 

@@ -272,3 +272,14 @@ def bench_view(run: Run, *, show_all: bool = False) -> RenderableType:
         parts.append(findings_table(problems))
     parts.append(verdict_line(run))
     return Group(*parts)
+
+
+def run_view(run: Run, *, show_all: bool = False) -> RenderableType:
+    """A whole run: the machine and its health, then the benchmarks where there are any."""
+    if not run.measurements:
+        return inspect_view(run, show_pass=show_all)
+    if run.kind == "bench":
+        return bench_view(run, show_all=show_all)
+    health = run.model_copy(update={"findings": tuple(
+        f for f in run.findings if not f.code.startswith("bench."))})
+    return Group(inspect_view(health, show_pass=show_all), bench_view(run, show_all=show_all))
