@@ -1,9 +1,11 @@
 """The maximum achievable matmul rate per precision (MAMF), found by a shape search that
 converges in seconds, L2 flushed between iterations, random data, result checked.
 
-Search: a few squares, then shapes stretched along each axis around the best square, then a
-hill-climb of ±1/8 per dimension; each candidate is timed briefly, the winner at length on
-every GPU at once. mamf-finder sweeps thousands of shapes for hours to find the same ridge.
+Search: a few squares, then shapes stretched along each axis around the best square and the
+long-K family, then a hill-climb of ±1/8 per dimension, each candidate timed briefly; the
+leaders are timed again alike (after an idle pause) to choose, and the winner measured at
+length on every GPU at once, as a burst and sustained. mamf-finder sweeps thousands of shapes
+for hours to find the same ridge.
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ from gpuaudit.hw.torch_env import CudaDevice, import_torch, why_no_cuda
 from gpuaudit.model import Measurement, Params
 
 SUITE = "matmul"
-ALIGN = 256
-BURST_IDLE_S = 0.5  # tensor-core friendly; every searched dimension is a multiple of it
+ALIGN = 256  # tensor-core friendly; every searched dimension is a multiple of it
 
 
 @dataclass(frozen=True)
@@ -195,14 +196,19 @@ def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[M
     gen = torch.Generator(device=f"cuda:{first.cuda_index}").manual_seed(1234)
     flush = L2Flush(first)
 
+    idle_s = ctx.pick(0.2, 0.5, 1.0)
+    # (warm-up, timed) iterations when re-timing the leaders: quick keeps the whole micro
+    # suite inside a minute; the others use mamf-finder's 50 + 100.
+    confirm_iters = ctx.pick((20, 40), (50, 100), (50, 100))
+
     def time_shape(shape: Shape, *, burst: bool = False) -> float | None:
         try:
             with torch.cuda.device(first.cuda_index):
                 ops = _Operands(torch, prec, shape, f"cuda:{first.cuda_index}", gen)
                 if burst:
-                    time.sleep(BURST_IDLE_S)
-                times = cuda_times_ms(ops.run, iters=100 if burst else ctx.pick(10, 20, 30),
-                                      warmup=50 if burst else 3, flush=flush)
+                    time.sleep(idle_s)
+                warm, timed = confirm_iters if burst else (3, ctx.pick(10, 20, 30))
+                times = cuda_times_ms(ops.run, iters=timed, warmup=warm, flush=flush)
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             return None
@@ -214,7 +220,7 @@ def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[M
         # Brief timings rank shapes by whatever power state the last one left: re-time the
         # leaders alike (idle pause, then mamf-finder's 50 + 100 iterations) to pick one.
         ctx.step(f"matmul {prec.name}: confirming the best shapes")
-        best = confirm(lambda shape: time_shape(shape, burst=True), tried, ctx.pick(3, 4, 6))
+        best = confirm(lambda shape: time_shape(shape, burst=True), tried, ctx.pick(2, 4, 6))
     except (RuntimeError, TypeError) as exc:
         reason = str(exc).splitlines()[0][:200]
         for _, i in ctx.devices:
@@ -231,7 +237,7 @@ def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[M
         l2 = L2Flush(d)
         # Burst: after an idle pause, mamf-finder's 50 + 100 iterations, mostly before the
         # power limiter pulls the clocks down. Sustained: past that settling, as a job runs.
-        time.sleep(BURST_IDLE_S)
+        time.sleep(idle_s)
         burst = cuda_times_ms(ops.run, iters=100, warmup=50, flush=l2)
         sustained = cuda_times_ms(ops.run, iters=iters, warmup=ctx.pick(10, 25, 50), flush=l2,
                                   min_warmup_ms=ctx.pick(300, 1000, 5000),
