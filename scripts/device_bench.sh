@@ -4,16 +4,8 @@
 # mamf-finder (matmul) and, with 2+ GPUs, nccl-tests built from source (.peers/, not ours;
 # carry .peers). Usage: bash scripts/device_bench.sh NAME [suite...]
 set -u
+source "$(dirname "$0")/device_env.sh"
 name=$1; shift
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 COLUMNS=200
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD/src
-else
-  export PYTHONPATH=$PWD/src
-fi
 o="$OUT/$name"; mkdir -p "$o"
 now() { python3 -c 'import time; print(time.time())'; }
 ngpu=$(nvidia-smi -L | wc -l)

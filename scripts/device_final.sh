@@ -2,12 +2,8 @@
 # Final 1-GPU check: the whole quick profile as a user runs it, the main job, our matmul beside
 # do_bench, and mamf-finder at the bf16 shape we chose. Usage: bash scripts/device_final.sh NAME
 set -u
+source "$(dirname "$0")/device_env.sh"
 name=$1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 COLUMNS=200
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src
 o="$OUT/$name"; mkdir -p "$o"
 t0=$(python3 -c 'import time; print(time.time())')
 python3 -m gpuaudit bench --no-save --json > "$o/bench_quick.json" 2> /tmp/err.txt

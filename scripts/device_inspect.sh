@@ -2,16 +2,8 @@
 # One device call: record fixtures, capture real terminal output, run the gpu tests.
 # Usage (on the device machine, repo root): bash scripts/device_inspect.sh NAME
 set -u
+source "$(dirname "$0")/device_env.sh"
 name=$1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 COLUMNS=200
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD/src
-else
-  export PYTHONPATH=$PWD/src
-fi
 mkdir -p "$OUT/$name"
 python3 scripts/record_fixture.py "$OUT/$name"
 {

@@ -2,10 +2,7 @@
 # Matmul only: our quick search's choice and figures, and mamf-finder at its best-known bf16
 # shape, in one call. Usage: bash scripts/device_matmul.sh NAME
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 COLUMNS=200
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src
+source "$(dirname "$0")/device_env.sh"
 o="$OUT/$1"; mkdir -p "$o"
 t0=$(python3 -c 'import time; print(time.time())')
 python3 -m gpuaudit bench matmul --no-save --json > "$o/matmul.json" 2> /tmp/err.txt

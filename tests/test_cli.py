@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -145,7 +146,7 @@ def test_save_list_show_round_trip(db):
     snap = str(FIX / "faults" / "ecc-uncorrectable.json")
     saved = gpuaudit("inspect", "--from", snap, "--save", "--db", db)
     assert saved.returncode == 1  # the planted FAIL
-    run_id = saved.stdout.strip().splitlines()[-1].split()[-1]
+    run_id = re.search(r"saved as run (\w+)", saved.stdout).group(1)
     listing = json.loads(gpuaudit("runs", "--json", "--db", db).stdout)
     assert [r["id"] for r in listing] == [run_id]
     assert listing[0]["verdict"] == "FAIL" and listing[0]["findings_fail"] == 1

@@ -86,20 +86,12 @@ def inspect(
     Exit code 1 when a finding is FAIL.
     """
     from gpuaudit.inspect import inspect_machine, read_snapshot
-    from gpuaudit.report.terminal import inspect_view
 
     if from_ is not None:
         run = inspect_machine(read_snapshot(from_), source=str(from_))
     else:
         run = inspect_machine()
-    saved = _save(run, db) if save else None
-    if json_:
-        sys.stdout.write(run.model_dump_json(indent=2) + "\n")
-    else:
-        out.print(inspect_view(run, show_pass=show_pass))
-    if saved:
-        (err if json_ else out).print(f"saved as run {saved}")
-    raise typer.Exit(exit_code(run))
+    _finish(run, json_=json_, save=save, db=db, show_all=show_pass)
 
 
 @app.command()
@@ -117,19 +109,10 @@ def run(
     Exit code 1 when a finding is FAIL. Ctrl-C keeps what was measured (marked partial).
     """
     from gpuaudit.audit import audit
-    from gpuaudit.report.terminal import run_view
 
-    console = err if json_ else out
-    with _progress(console) as step:
+    with _progress(err if json_ else out) as step:
         result = audit(profile=profile, bench=not no_bench, step=step)
-    saved = _save(result, db) if save else None
-    if json_:
-        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
-    else:
-        out.print(run_view(result))
-    if saved:
-        console.print(f"saved as run {saved}: `gpuaudit show {saved}` prints it again")
-    _exit_for(result)
+    _finish(result, json_=json_, save=save, db=db)
 
 
 @app.command()
@@ -160,7 +143,6 @@ def bench(
     """
     from gpuaudit.bench.runner import check_suites, run_bench
     from gpuaudit.report.format import parse_bytes
-    from gpuaudit.report.terminal import bench_view
 
     names = check_suites(suites or [])
     gpu_list = _parse_gpus(gpus)
@@ -173,18 +155,10 @@ def bench(
             raise BadInputError(f"--sizes {sizes!r}: expected MIN:MAX like 1M:8G") from None
         if size_range[0] > size_range[1]:
             raise BadInputError(f"--sizes {sizes!r}: MIN is larger than MAX")
-    console = err if json_ else out
-    with _progress(console) as step:
+    with _progress(err if json_ else out) as step:
         result = run_bench(names, gpus=gpu_list, profile=profile, size_range=size_range,
                            timeout_s=timeout, with_native=with_native, step=step)
-    saved = _save(result, db) if save else None
-    if json_:
-        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
-    else:
-        out.print(bench_view(result, show_all=show_all))
-    if saved:
-        console.print(f"saved as run {saved}")
-    _exit_for(result)
+    _finish(result, json_=json_, save=save, db=db, show_all=show_all)
 
 
 def _parse_gpus(text: str | None) -> list[int] | None:
@@ -208,10 +182,22 @@ def _progress(console: Console) -> Iterator[Callable[[str], None]]:
         yield lambda text: progress.update(task, description=text)
 
 
-def _exit_for(result: Run) -> None:
+def _finish(result: Run, *, json_: bool, save: bool, db: str | None,
+            show_all: bool = False) -> None:
+    """Save the run, print it (JSON on stdout, or the terminal view), exit with its code."""
+    from gpuaudit.report.terminal import run_view
+
+    saved = _save(result, db) if save else None
+    if json_:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        out.print(run_view(result, show_all=show_all))
+    console = err if json_ else out
+    if saved:
+        console.print(f"saved as run {saved}: `gpuaudit show {saved}` prints it again")
     if result.status is RunStatus.PARTIAL:
-        err.print("interrupted: the figures above were measured before Ctrl-C (run marked "
-                  "partial)")
+        console.print("interrupted: the figures above were measured before Ctrl-C "
+                      "(run marked partial)")
         raise typer.Exit(130)
     raise typer.Exit(exit_code(result))
 
