@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from rich.console import Group, RenderableType
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -61,7 +62,7 @@ def gpu_table(m: Machine) -> Table:
         t.add_column(col, overflow="fold")
     for g in m.gpus:
         spec = lookup(nvml_name=g.name, pci_device_id=g.pci_device_id)
-        model = g.name + (f"\n[dim]{spec.id}, CC {g.compute_capability}[/]" if spec
+        model = escape(g.name) + (f"\n[dim]{spec.id}, CC {g.compute_capability}[/]" if spec
                           else "\n[dim]not in spec catalog[/]")
         used = gib(g.memory_used_bytes).split()[0] if g.memory_used_bytes is not None else NA
         ecc = NA if g.ecc.enabled is None else ("on" if g.ecc.enabled else "[yellow]off[/]")
@@ -143,7 +144,7 @@ def unavailable_table(m: Machine) -> Table:
         for fld, reason in g.unavailable.items():
             by_reason.setdefault(reason, []).append(fld)
         for reason, fields in sorted(by_reason.items()):
-            t.add_row(str(g.index), reason, ", ".join(fields))
+            t.add_row(str(g.index), escape(reason), ", ".join(fields))
     return t
 
 
@@ -159,7 +160,7 @@ def findings_table(findings: Iterable[Finding], *, show_pass: bool = False) -> T
         if f.severity is Severity.PASS and not show_pass:
             continue
         t.add_row(severity_text(f.severity), "" if f.gpu_index is None else str(f.gpu_index),
-                  f.code, f.message, f.advice or "")
+                  f.code, escape(f.message), escape(f.advice or ""))
     return t
 
 
@@ -251,12 +252,12 @@ def measurements_table(measurements: Sequence[Measurement], *, show_all: bool = 
         gpu = "" if m.gpu_index is None else str(m.gpu_index)
         if m.value is None:
             t.add_row(m.suite, m.name, gpu, Text("skipped", style="yellow"), "", "", "",
-                      _brief_params(m), m.skipped_reason or "")
+                      _brief_params(m), escape(m.skipped_reason or ""))
             continue
         spread = (f"{m.spread_low:.4g}–{m.spread_high:.4g}"
                   if m.spread_low is not None and m.spread_high is not None else "")
         pct = Text(f"{m.pct_of_spec:.1f}%" if m.pct_of_spec is not None else "")
-        notes = list(m.notes)
+        notes = [escape(n) for n in m.notes]  # tool output and reasons are text, not markup
         if m.verified is False:
             notes.insert(0, "[red]WRONG RESULT[/]")
         t.add_row(m.suite, m.name, gpu, f"{m.value:.4g} {m.unit}",
