@@ -217,3 +217,16 @@ def test_confirm_retimes_the_leaders_and_trusts_the_second_timing():
     assert best == (2, 2, 2)  # the brief leader lost on a fair re-run
     assert sorted(calls) == [(1, 1, 1), (2, 2, 2), (3, 3, 3)]  # only the leaders re-timed
     assert confirm(lambda s: None, brief, 2) == (1, 1, 1)  # nothing re-ran: keep the leader
+
+
+def test_stragglers_survive_figures_that_read_zero():
+    zeros = [measure("dcgm", "x", "GB/s", [0.0] * 5, warmup=0, gpu_index=g) for g in range(3)]
+    assert find_stragglers([*zeros, _m(3, 0.0, name="x", unit="GB/s")]) == []
+
+
+def test_a_failed_dcgm_test_reads_as_a_dcgm_failure_not_a_wrong_result():
+    failed = measure("dcgm", "diag_sm_stress", "pass", [0.0], warmup=0, gpu_index=2,
+                     verified=False, notes=["Stress test failed"])
+    (f,) = runner.bench_findings([failed])
+    assert (f.code, f.severity, f.gpu_index) == ("dcgm.test-failed", Severity.FAIL, 2)
+    assert "sm_stress failed" in f.message and "Stress test failed" in f.message

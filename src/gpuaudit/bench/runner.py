@@ -15,9 +15,9 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.hw.torch_env import CudaDevice, cuda_devices
 from gpuaudit.model import Finding, Machine, Measurement, Run, RunStatus, Severity, utc_now
 
-NATIVE = {  # suite → module with run_native(ctx), for --with-native
-    "collectives": "gpuaudit.bench.nccl_tests",
-    "transfer": "gpuaudit.bench.nvbandwidth",
+NATIVE = {  # suite → modules with run_native(ctx), for --with-native
+    "collectives": ("gpuaudit.bench.nccl_tests",),
+    "transfer": ("gpuaudit.bench.nvbandwidth", "gpuaudit.bench.dcgm"),
 }
 
 
@@ -94,7 +94,7 @@ def run_bench(
             ctx.step(name)
             runs = [suite(name)]
             if with_native and name in NATIVE:
-                runs.append(importlib.import_module(NATIVE[name]).run_native)
+                runs += [importlib.import_module(m).run_native for m in NATIVE[name]]
             for fn in runs:
                 for m in _guarded(name, fn, ctx):
                     measured.append(m)
@@ -111,7 +111,15 @@ def run_bench(
 def bench_findings(measured: Sequence[Measurement]) -> list[Finding]:
     findings = find_stragglers(measured)
     for m in measured:
-        if m.verified is False:
+        if m.verified is False and m.suite == "dcgm":
+            findings.append(Finding(
+                code="dcgm.test-failed", severity=Severity.FAIL, gpu_index=m.gpu_index,
+                message=f"DCGM diagnostic {m.name.removeprefix('diag_')} failed"
+                        + (f": {m.notes[0]}" if m.notes else ""),
+                advice="Read dcgmi's message; `dcgmi diag -r 3` on an idle GPU gives the full "
+                       "verdict. On a rented node, report it with the output.",
+                evidence={"test": m.name, "tool": "dcgmi"}))
+        elif m.verified is False:
             findings.append(Finding(
                 code="bench.result-mismatch", severity=Severity.FAIL, gpu_index=m.gpu_index,
                 message=f"{m.suite}/{m.name} computed a wrong result: the GPU (or its link) "

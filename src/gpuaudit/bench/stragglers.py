@@ -47,6 +47,8 @@ def find_stragglers(measurements: Iterable[Measurement], *, lower_is_better: fro
         _, mid, _ = quartiles(values)
         if len(ms) == 2:
             mid = max(values) if ms[0].unit not in lower_is_better else min(values)
+        if mid == 0:
+            continue  # nothing to be a fraction of (e.g. most GPUs read zero)
         noise = max(relative_iqr(m) for m in ms)
         threshold = max(MIN_GAP, NOISE_MULTIPLE * noise) * (2 if len(ms) == 2 else 1)
         for m in ms:

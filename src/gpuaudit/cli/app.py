@@ -128,7 +128,8 @@ def bench(
                                                        "killed.")] = 300.0,
     with_native: Annotated[bool, typer.Option(
         "--with-native", help="Also run NVIDIA's tools where installed (nccl-tests, "
-                              "nvbandwidth) and show their figures beside ours.")] = False,
+                              "nvbandwidth, dcgmi diag) and show their figures beside ours.")
+    ] = False,
     json_: JsonOpt = False,
     show_all: Annotated[bool, typer.Option("--all", help="Every figure, each collective size "
                                                          "too.")] = False,
