@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -87,8 +88,6 @@ def run_bench(
                        timeout_s=timeout_s)
     measured: list[Measurement] = []
     status = RunStatus.COMPLETE
-    import importlib
-
     try:
         for name in names:
             ctx.step(name)
