@@ -9,8 +9,9 @@ from rich.console import Console
 
 from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.model import Finding, Severity
-from gpuaudit.report.format import human_bytes, parse_bytes, ranges
+from gpuaudit.report.format import ranges
 from gpuaudit.report.terminal import findings_table, measurements_table
+from gpuaudit.units import human_bytes, parse_bytes
 
 
 def render(renderable) -> str:
@@ -40,6 +41,7 @@ def test_wrong_results_are_marked_and_per_size_rows_wait_for_all():
 def test_formats():
     assert ranges([0, 1, 2, 3, 8, 9, 11]) == "0-3,8-9,11"
     assert human_bytes(8) == "8 B" and human_bytes(3 << 30) == "3 GiB"
+    assert human_bytes(1000 << 20) == "1000 MiB" and human_bytes(1536 << 20) == "1.5 GiB"
     assert parse_bytes("1M") == 1 << 20 and parse_bytes("2GiB") == 2 << 30
     assert parse_bytes("64") == 64
     for bad in ("", "0", "-1K", "lots", "1.5"):

@@ -35,6 +35,7 @@ from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.stats import measure, median, skipped
 from gpuaudit.hw.torch_env import apply_safe_env
 from gpuaudit.model import LinkKind, Measurement, Params
+from gpuaudit.units import human_bytes
 
 SUITE = "collectives"
 UNIT = "GB/s"
@@ -88,13 +89,6 @@ def sweep_range(ctx: BenchContext) -> tuple[int, int, int]:
     if not ctx.on_gpu:
         return CPU_SIZES
     return ctx.pick((MIB, 256 * MIB, 4), (8, 4 * GIB, 2), (8, 16 * GIB, 2))
-
-
-def human_bytes(n: int) -> str:
-    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{n} B"
 
 
 def line_rate_gbps(ctx: BenchContext) -> float | None:

@@ -143,7 +143,7 @@ def bench(
     1 when a result check fails. Ctrl-C keeps what was measured (marked partial).
     """
     from gpuaudit.bench.runner import check_suites, run_bench
-    from gpuaudit.report.format import parse_bytes
+    from gpuaudit.units import parse_bytes
 
     names = check_suites(suites or [])
     gpu_list = _parse_gpus(gpus)

@@ -10,8 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuaudit.model import Finding, Gpu, Machine, Measurement, Run, Severity
-from gpuaudit.report.format import NA, gib, human_bytes, num, ranges
+from gpuaudit.report.format import NA, gib, num, ranges
 from gpuaudit.specs import GpuSpec, lookup
+from gpuaudit.units import human_bytes
 
 SEVERITY_STYLE = {Severity.PASS: "green", Severity.INFO: "cyan", Severity.WARN: "yellow",
                   Severity.FAIL: "bold red"}
