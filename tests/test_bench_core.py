@@ -230,3 +230,14 @@ def test_a_failed_dcgm_test_reads_as_a_dcgm_failure_not_a_wrong_result():
     (f,) = runner.bench_findings([failed])
     assert (f.code, f.severity, f.gpu_index) == ("dcgm.test-failed", Severity.FAIL, 2)
     assert "sm_stress failed" in f.message and "Stress test failed" in f.message
+
+
+def test_the_runner_reports_suites_done_of_all(monkeypatch):
+    def one(ctx):
+        yield measure("x", "y", "GB/s", [1.0] * 5, warmup=0)
+
+    _fake_suites(monkeypatch, {"matmul": one, "memory": one, "p2p": one})
+    seen = []
+    runner.run_bench(["p2p", "matmul", "memory"], machine=machine(),
+                     on_suite=lambda done, total: seen.append((done, total)))
+    assert seen == [(0, 3), (1, 3), (2, 3)]

@@ -198,3 +198,31 @@ def test_bench_on_cpu_measures_what_it_can_and_saves_it(db):
     assert by[("matmul", "bf16")]["value"] is None and by[("matmul", "bf16")]["skipped_reason"]
     shown = gpuaudit("show", doc["id"], "--db", db)
     assert shown.returncode == 0 and "Benchmarks" in shown.stdout and "skipped" in shown.stdout
+
+
+def test_ctrl_c_during_bench_saves_a_partial_run_and_exits_130(db, tmp_path):
+    pytest.importorskip("torch")
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160"}
+    # Large gloo collectives keep the run busy for a while after matmul and memory are done.
+    proc = subprocess.Popen([sys.executable, "-m", "gpuaudit", "bench", "matmul", "memory",
+                             "collectives", "--sizes", "64M:1G", "--db", db],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(10)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in out + err and "Traceback" not in err
+    listing = json.loads(gpuaudit("runs", "--json", "--db", db).stdout)
+    assert [r["status"] for r in listing] == ["partial"]
+    stored = json.loads(gpuaudit("show", listing[0]["id"], "--json", "--db", db).stdout)
+    assert {m["suite"] for m in stored["measurements"]} >= {"matmul", "memory"}
+    # ...and the collective's worker processes went with it.
+    import psutil
+
+    time.sleep(1)
+    workers = [p for p in psutil.process_iter(["cmdline"])
+               if "gpuaudit.bench.collectives_worker" in " ".join(p.info["cmdline"] or [])]
+    assert workers == []

@@ -74,6 +74,7 @@ def run_bench(
     with_native: bool = False,
     step: Callable[[str], None] | None = None,
     on_measurement: Callable[[Measurement], None] | None = None,
+    on_suite: Callable[[int, int], None] | None = None,
 ) -> Run:
     """Run the suites and return a Run with every figure (or why it was skipped) and the
     straggler findings. Ctrl-C stops early: what was measured is kept, the Run is PARTIAL."""
@@ -89,7 +90,9 @@ def run_bench(
     measured: list[Measurement] = []
     status = RunStatus.COMPLETE
     try:
-        for name in names:
+        for done, name in enumerate(names):
+            if on_suite:
+                on_suite(done, len(names))  # suites finished so far, of how many
             ctx.step(name)
             runs = [suite(name)]
             if with_native and name in NATIVE:

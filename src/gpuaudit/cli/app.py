@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from gpuaudit._version import __version__
 from gpuaudit.bench.context import Profile
@@ -110,8 +117,8 @@ def run(
     """
     from gpuaudit.audit import audit
 
-    with _progress(err if json_ else out) as step:
-        result = audit(profile=profile, bench=not no_bench, step=step)
+    with _progress(err if json_ else out) as bar:
+        result = audit(profile=profile, bench=not no_bench, step=bar.step, on_suite=bar.suite)
     _finish(result, json_=json_, save=save, db=db)
 
 
@@ -156,9 +163,10 @@ def bench(
             raise BadInputError(f"--sizes {sizes!r}: expected MIN:MAX like 1M:8G") from None
         if size_range[0] > size_range[1]:
             raise BadInputError(f"--sizes {sizes!r}: MIN is larger than MAX")
-    with _progress(err if json_ else out) as step:
+    with _progress(err if json_ else out) as bar:
         result = run_bench(names, gpus=gpu_list, profile=profile, size_range=size_range,
-                           timeout_s=timeout, with_native=with_native, step=step)
+                           timeout_s=timeout, with_native=with_native, step=bar.step,
+                           on_suite=bar.suite)
     _finish(result, json_=json_, save=save, db=db, show_all=show_all)
 
 
@@ -174,13 +182,27 @@ def _parse_gpus(text: str | None) -> list[int] | None:
     return found
 
 
+class _Bar:
+    """What the runner reports, shown: a bar of suites done and the step being measured."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task = progress.add_task("starting", total=None)
+
+    def step(self, text: str) -> None:
+        self.progress.update(self.task, description=text)
+
+    def suite(self, done: int, total: int) -> None:
+        self.progress.update(self.task, completed=done, total=total)
+
+
 @contextmanager
-def _progress(console: Console) -> Iterator[Callable[[str], None]]:
-    """A spinner with the step being measured and the time so far; gone when done."""
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+def _progress(console: Console) -> Iterator[_Bar]:
+    """Suites done of all, the step being measured and the time so far; gone when done."""
+    with Progress(SpinnerColumn(), BarColumn(bar_width=20), MofNCompleteColumn(),
+                  TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
-        task = progress.add_task("starting", total=None)
-        yield lambda text: progress.update(task, description=text)
+        yield _Bar(progress)
 
 
 def _finish(result: Run, *, json_: bool, save: bool, db: str | None,
