@@ -18,6 +18,7 @@ from gpuaudit.bench import latency, nvbandwidth, p2p, transfer
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.nvbandwidth import NvbRow, parse_nvbandwidth_json, parse_nvbandwidth_text
 from gpuaudit.bench.pcie import below_max_note, link_rate_gbps
+from gpuaudit.bench.stats import reason_of
 from gpuaudit.model import LinkKind, Machine, PcieLink
 
 from .conftest import FIXTURES
@@ -145,7 +146,7 @@ def test_on_cpus_binds_the_thread_and_restores_it():
 
 def test_reason_keeps_the_first_line_only():
     err = RuntimeError("CUDA out of memory. Tried to allocate 4.00 GiB\nlong advice")
-    assert transfer.reason_of(err) == "RuntimeError: CUDA out of memory. Tried to allocate 4.00 GiB"
+    assert reason_of(err) == "RuntimeError: CUDA out of memory. Tried to allocate 4.00 GiB"
 
 
 def test_profiles_size_the_host_buffers():

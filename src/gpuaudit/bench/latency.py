@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaudit.bench.context import BenchContext
-from gpuaudit.bench.stats import measure, skipped
-from gpuaudit.bench.transfer import cpu_only_reason, reason_of, release
+from gpuaudit.bench.stats import measure, reason_of, skipped
+from gpuaudit.bench.transfer import cpu_only_reason, release
 from gpuaudit.hw.torch_env import import_torch
 from gpuaudit.model import Measurement
 

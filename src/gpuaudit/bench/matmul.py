@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaudit.bench.context import BenchContext
-from gpuaudit.bench.stats import measure, skipped
+from gpuaudit.bench.stats import measure, reason_of, skipped
 from gpuaudit.bench.timing import L2Flush, cpu_times_ms, cuda_times_ms, on_each, rate
 from gpuaudit.hw.torch_env import CudaDevice, import_torch, why_no_cuda
 from gpuaudit.model import Measurement, Params
@@ -222,9 +222,9 @@ def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[M
         ctx.step(f"matmul {prec.name}: confirming the best shapes")
         best = confirm(lambda shape: time_shape(shape, burst=True), tried, ctx.pick(2, 4, 6))
     except (RuntimeError, TypeError) as exc:
-        reason = str(exc).splitlines()[0][:200]
         for _, i in ctx.devices:
-            yield skipped(SUITE, prec.name, prec.unit, f"{prec.name} matmul failed: {reason}",
+            yield skipped(SUITE, prec.name, prec.unit,
+                          f"{prec.name} matmul failed: {reason_of(exc)}",
                           gpu_index=i)
         return
     ctx.step(f"matmul {prec.name}: {best[0]}×{best[1]}×{best[2]} on {len(devices)} GPU(s)")
@@ -249,8 +249,7 @@ def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[M
         i = index[d.cuda_index]
         spec = ctx.spec(i)
         if isinstance(result, BaseException):
-            yield skipped(SUITE, prec.name, prec.unit, f"{type(result).__name__}: {result}",
-                          gpu_index=i)
+            yield skipped(SUITE, prec.name, prec.unit, reason_of(result), gpu_index=i)
             continue
         sustained, burst, ok, err = result
         params: Params = {"m": best[0], "n": best[1], "k": best[2], "shapes_tried": len(tried),

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpuaudit.bench.context import BenchContext
-from gpuaudit.bench.stats import measure, skipped
+from gpuaudit.bench.stats import measure, reason_of, skipped
 from gpuaudit.bench.timing import cpu_times_ms, cuda_times_ms, on_each, rate
 from gpuaudit.hw.torch_env import CudaDevice, import_torch, why_no_cuda
 from gpuaudit.model import Measurement
@@ -75,7 +75,7 @@ def run(ctx: BenchContext) -> Iterator[Measurement]:
         i = index[d.cuda_index]
         spec = ctx.spec(i)
         if isinstance(result, BaseException):
-            reason = f"{type(result).__name__}: {str(result).splitlines()[0][:200]}"
+            reason = reason_of(result)
             for name in TESTS:
                 yield skipped(SUITE, name, UNIT, reason, gpu_index=i)
             continue

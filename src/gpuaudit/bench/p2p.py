@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaudit.bench.context import BenchContext
-from gpuaudit.bench.stats import measure, skipped
+from gpuaudit.bench.stats import measure, reason_of, skipped
 from gpuaudit.bench.transfer import (
     GIB,
     MIB,
     cpu_only_reason,
     gbps,
     link_spec,
-    reason_of,
     release,
     streams,
 )

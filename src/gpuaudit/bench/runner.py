@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from gpuaudit._version import __version__
 from gpuaudit.bench.context import BenchContext, Profile
-from gpuaudit.bench.stats import skipped
+from gpuaudit.bench.stats import reason_of, skipped
 from gpuaudit.bench.stragglers import find_stragglers
 from gpuaudit.bench.suites import SUITES, suite
 from gpuaudit.errors import BadInputError
@@ -58,8 +58,7 @@ def _guarded(name: str, fn: Callable[[BenchContext], Iterator[Measurement]],
         raise
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        first_line = (str(exc).splitlines() or [""])[0][:300]
-        yield skipped(name, "suite", "", f"{type(exc).__name__}: {first_line} "
+        yield skipped(name, "suite", "", f"{reason_of(exc)} "
                       f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})")
 
 

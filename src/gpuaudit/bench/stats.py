@@ -93,5 +93,11 @@ def skipped(suite: str, name: str, unit: str, reason: str, *, gpu_index: int | N
                        gpu_index=gpu_index, params=params or {}, spec_value=spec_value)
 
 
+def reason_of(error: BaseException) -> str:
+    """One line for a skipped figure (CUDA errors carry long multi-line texts)."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else 'no message'}"[:300]
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.pcie import below_max_note, link_rate_gbps, max_rate_gbps
-from gpuaudit.bench.stats import measure, skipped
+from gpuaudit.bench.stats import measure, reason_of, skipped
 from gpuaudit.hw.torch_env import CudaDevice, import_torch, why_no_cuda
 from gpuaudit.model import Gpu, Machine, Measurement, Params
 
@@ -76,12 +76,6 @@ def link_spec(ctx: BenchContext, nvml_index: int) -> tuple[float | None, tuple[s
         rate = link_rate_gbps(spec.pcie_generation, spec.pcie_width) if spec else None
     note = below_max_note(gpu.pcie) if gpu else None
     return rate, (note,) if note else ()
-
-
-def reason_of(error: BaseException) -> str:
-    """One line for a skipped figure (CUDA errors carry long multi-line texts)."""
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else 'no message'}"[:300]
 
 
 def cpu_only_reason() -> str:
