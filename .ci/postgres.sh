@@ -10,6 +10,8 @@
 # and every log line goes to stderr, so that eval sees nothing else.
 set -euo pipefail
 exec 3>&1 1>&2 # fd 3: the real stdout, kept for the final line
+# Every command that may leave a server running gets `3>&-`: a daemon holding fd 3 open keeps
+# the caller's `$(...)` waiting for end-of-file forever (CI hung on exactly that).
 
 ROLE=gpuaudit
 PASSWORD=gpuaudit
@@ -58,13 +60,13 @@ if command -v pg_ctlcluster >/dev/null; then
         listening=$(as_pg "$bindir/psql" -h "$sockdir" -p "$port" -XAtqc 'SHOW listen_addresses')
         if [ "$listening" != "127.0.0.1" ]; then
             log "cluster $ver/main listens on '$listening': restarting it on 127.0.0.1 only"
-            pg_ctlcluster "$ver" main restart
+            pg_ctlcluster "$ver" main restart 3>&-
         else
             log "cluster $ver/main is already running on port $port"
         fi
     else
         log "starting cluster $ver/main on port $port"
-        pg_ctlcluster "$ver" main start
+        pg_ctlcluster "$ver" main start 3>&-
     fi
 else
     # No postgresql-common (e.g. a server built from source): a data directory of our own.
@@ -84,7 +86,7 @@ else
     if ! as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
         log "starting the server in $data on port $port"
         as_pg "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
-            -o "-c listen_addresses=127.0.0.1 -p $port -k $sockdir" start >&2
+            -o "-c listen_addresses=127.0.0.1 -p $port -k $sockdir" start >&2 3>&-
     fi
 fi
 
