@@ -22,15 +22,18 @@ from .machine import (
 from .measurement import Measurement, Params
 from .run import Run, RunStatus, new_run_id, utc_now
 from .schema import json_schema, load_run
+from .telemetry import Alert, GpuSample, ProcessSample, Sample, XidEvent
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Alert",
     "Clocks",
     "Ecc",
     "Evidence",
     "Finding",
     "Gpu",
     "GpuProcess",
+    "GpuSample",
     "Host",
     "Link",
     "LinkKind",
@@ -41,13 +44,16 @@ __all__ = [
     "Params",
     "PcieLink",
     "Power",
+    "ProcessSample",
     "Record",
     "RemappedRows",
     "RetiredPages",
     "Run",
     "RunStatus",
+    "Sample",
     "Severity",
     "Thermal",
+    "XidEvent",
     "json_schema",
     "load_run",
     "new_run_id",
