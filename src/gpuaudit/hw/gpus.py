@@ -40,7 +40,7 @@ def _mw_to_w(v: int) -> float:
     return v / 1000.0
 
 
-class _Reader:
+class Reader:
     """Runs queries and keeps, per field, the reason a reading is missing."""
 
     def __init__(self, src: NvmlSource) -> None:
@@ -82,7 +82,7 @@ class NvmlFacts:
 
 
 def read_nvml(src: NvmlSource) -> NvmlFacts:
-    r = _Reader(src)
+    r = Reader(src)
     count = r.get("gpu_count", "nvmlDeviceGetCount") or 0
     gpus = tuple(read_gpu(src, i) for i in range(count))
     return NvmlFacts(
@@ -97,7 +97,7 @@ def read_nvml(src: NvmlSource) -> NvmlFacts:
 
 
 def read_gpu(src: NvmlSource, index: int) -> Gpu:
-    r = _Reader(src)
+    r = Reader(src)
     h = Dev(index)
     pci = r.get("pci_bus_id", "nvmlDeviceGetPciInfo_v3", h) or {}
     cc = r.get("compute_capability", "nvmlDeviceGetCudaComputeCapability", h)
@@ -163,7 +163,7 @@ def read_gpu(src: NvmlSource, index: int) -> Gpu:
     )
 
 
-def _numa_node(r: _Reader, h: Dev, bus_id: str | None) -> int | None:
+def _numa_node(r: Reader, h: Dev, bus_id: str | None) -> int | None:
     """NVML's answer, else the kernel's (sysfs), as nvidia-smi topo does; -1 means none."""
     node = r.get("numa_node", "nvmlDeviceGetNumaNodeId", h)
     if node is None and bus_id:
@@ -177,7 +177,7 @@ def _numa_node(r: _Reader, h: Dev, bus_id: str | None) -> int | None:
     return node
 
 
-def _pcie(r: _Reader, h: Dev) -> PcieLink:
+def _pcie(r: Reader, h: Dev) -> PcieLink:
     return PcieLink(
         gen_current=r.get("pcie.gen_current", "nvmlDeviceGetCurrPcieLinkGeneration", h),
         gen_max=r.get("pcie.gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", h),
@@ -187,7 +187,7 @@ def _pcie(r: _Reader, h: Dev) -> PcieLink:
     )
 
 
-def _clocks(r: _Reader, h: Dev) -> Clocks:
+def _clocks(r: Reader, h: Dev) -> Clocks:
     mask = r.first("clocks.event_reasons", [
         ("nvmlDeviceGetCurrentClocksEventReasons", (h,)),
         ("nvmlDeviceGetCurrentClocksThrottleReasons", (h,)),
@@ -206,7 +206,7 @@ def _clocks(r: _Reader, h: Dev) -> Clocks:
     )
 
 
-def _power(r: _Reader, h: Dev) -> Power:
+def _power(r: Reader, h: Dev) -> Power:
     limits = r.get("power.min_limit_w", "nvmlDeviceGetPowerManagementLimitConstraints", h)
     if limits is None:
         r.unavailable["power.max_limit_w"] = r.unavailable["power.min_limit_w"]
@@ -220,7 +220,7 @@ def _power(r: _Reader, h: Dev) -> Power:
     )
 
 
-def _thermal(r: _Reader, h: Dev) -> Thermal:
+def _thermal(r: Reader, h: Dev) -> Thermal:
     def threshold(fld: str, kind: int) -> int | None:
         return r.get(fld, "nvmlDeviceGetTemperatureThreshold", h, kind)
 
@@ -234,7 +234,7 @@ def _thermal(r: _Reader, h: Dev) -> Thermal:
     )
 
 
-def _ecc(r: _Reader, h: Dev) -> Ecc:
+def _ecc(r: Reader, h: Dev) -> Ecc:
     mode = r.get("ecc.enabled", "nvmlDeviceGetEccMode", h)
     if mode is None:
         r.unavailable["ecc.pending_enabled"] = r.unavailable["ecc.enabled"]
@@ -254,7 +254,7 @@ def _ecc(r: _Reader, h: Dev) -> Ecc:
     )
 
 
-def _remapped_rows(r: _Reader, h: Dev) -> RemappedRows:
+def _remapped_rows(r: Reader, h: Dev) -> RemappedRows:
     rows = r.get("remapped_rows", "nvmlDeviceGetRemappedRows", h)
     if rows is None:
         return RemappedRows()
@@ -263,7 +263,7 @@ def _remapped_rows(r: _Reader, h: Dev) -> RemappedRows:
                         pending=bool(pending), failed=bool(failed))
 
 
-def _retired_pages(r: _Reader, h: Dev) -> RetiredPages:
+def _retired_pages(r: Reader, h: Dev) -> RetiredPages:
     def pages(fld: str, cause: int) -> int | None:
         return r.get(fld, "nvmlDeviceGetRetiredPages", h, cause, convert=len)
 
@@ -275,7 +275,7 @@ def _retired_pages(r: _Reader, h: Dev) -> RetiredPages:
     )
 
 
-def _nvlinks(r: _Reader, h: Dev) -> tuple[NvLink, ...]:
+def _nvlinks(r: Reader, h: Dev) -> tuple[NvLink, ...]:
     links = []
     for link in range(d.NVLINK_MAX_LINKS):
         state = r.get("nvlinks", "nvmlDeviceGetNvLinkState", h, link)
@@ -302,7 +302,7 @@ def _nvlinks(r: _Reader, h: Dev) -> tuple[NvLink, ...]:
     return tuple(links)
 
 
-def _processes(r: _Reader, h: Dev) -> tuple[GpuProcess, ...] | None:
+def _processes(r: Reader, h: Dev) -> tuple[GpuProcess, ...] | None:
     found: dict[int, GpuProcess] = {}
     answered = False
     for kind, fn in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
@@ -329,7 +329,7 @@ def _processes(r: _Reader, h: Dev) -> tuple[GpuProcess, ...] | None:
     return None
 
 
-def _mig_instances(r: _Reader, index: int) -> tuple[MigInstance, ...]:
+def _mig_instances(r: Reader, index: int) -> tuple[MigInstance, ...]:
     count = r.get("mig_instances", "nvmlDeviceGetMaxMigDeviceCount", Dev(index)) or 0
     found = []
     for k in range(count):
@@ -357,7 +357,7 @@ def read_links(src: NvmlSource, gpus: tuple[Gpu, ...]) -> tuple[Link, ...]:
     by_bus = {g.pci_bus_id: g.index for g in gpus if g.pci_bus_id}
     links = []
     for a, b in combinations(gpus, 2):
-        r = _Reader(src)
+        r = Reader(src)
         level = r.get("kind", "nvmlDeviceGetTopologyCommonAncestor", Dev(a.index), Dev(b.index))
         p2p = r.get("p2p_read", "nvmlDeviceGetP2PStatus", Dev(a.index), Dev(b.index),
                     d.P2P_CAPS_READ)

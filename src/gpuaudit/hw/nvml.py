@@ -24,6 +24,12 @@ NOT_RECORDED = "not recorded"
 # A pseudo-query for the few facts the kernel gives better than NVML (sysfs), so that they
 # are recorded and replayed with the rest.
 READ_FILE = "read_file"
+# Pseudo-queries of the monitor whose answers depend on the previous call (NVML keeps the
+# state: a GPM sample, an event set); recorded and replayed like any other answer.
+GPM_METRICS = "gpm_metrics"  # (Dev, "id,id,..."): {id: value} between this call and the last
+XID_EVENTS = "xid_events"  # (): [{"gpu": index, "code": xid}] since the last call
+PROCESS_INFO = "process_info"  # (pid): {"user", "command"} from the host (psutil)
+FIELD_VALUES = "nvmlDeviceGetFieldValues"  # (Dev, "field:scope,..."): [{field, scope, value}]
 
 
 class Unsupported(Exception):
@@ -89,6 +95,28 @@ class _GpuFabricInfo(ctypes.Structure):
     )
 
 
+# nvmlValueType_t → the member of the nvmlValue_t union that holds it.
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                  6: "usVal"}
+
+
+def _field_value(value_type: int, value: Any) -> float | int:
+    return getattr(value, _VALUE_MEMBERS.get(value_type, "ullVal"))
+
+
+def _process_info(pid: int) -> dict[str, str]:
+    import psutil
+
+    # A process of another user or container may not be readable: the caller keeps what
+    # NVML gave (pid, memory).
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            return {"user": p.username(), "command": " ".join(p.cmdline()) or p.name()}
+    except (psutil.Error, OSError) as exc:
+        raise Unsupported(f"cannot read process {pid}: {type(exc).__name__}") from None
+
+
 def _read_file(path: str) -> str:
     try:
         return Path(path).read_text().strip()
@@ -110,8 +138,17 @@ class LiveNvml:
         except pynvml.NVMLError as exc:
             raise NvmlUnavailable(f"NVML could not start: {exc}") from None
         self._handles: dict[Dev, Any] = {}
+        self._gpm_last: dict[Dev, Any] = {}
+        self._events: Any = None
 
     def close(self) -> None:
+        for sample in self._gpm_last.values():
+            with contextlib.suppress(self._nvml.NVMLError):
+                self._nvml.nvmlGpmSampleFree(sample)
+        self._gpm_last.clear()
+        if self._events is not None:
+            with contextlib.suppress(self._nvml.NVMLError):
+                self._nvml.nvmlEventSetFree(self._events)
         with contextlib.suppress(self._nvml.NVMLError):
             self._nvml.nvmlShutdown()
 
@@ -132,9 +169,86 @@ class LiveNvml:
         self._nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
         return info
 
+    def _gpm_metrics(self, dev: Dev, ids: str) -> dict[str, float | str]:
+        """GPM metrics over the interval since the previous call for `dev`: NVML computes them
+        from two samples, so the first call only takes a sample and has nothing to say."""
+        nvml = self._nvml
+        sample = nvml.nvmlGpmSampleAlloc()
+        try:
+            nvml.nvmlGpmSampleGet(self._handle(dev), sample)
+        except BaseException:
+            nvml.nvmlGpmSampleFree(sample)
+            raise
+        previous = self._gpm_last.get(dev)
+        self._gpm_last[dev] = sample
+        if previous is None:
+            raise Unsupported("first GPM sample: the metrics need a second one")
+        try:
+            request = nvml.c_nvmlGpmMetricsGet_t()
+            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+            wanted = [int(i) for i in ids.split(",")]
+            request.numMetrics = len(wanted)
+            request.sample1, request.sample2 = previous, sample
+            for slot, metric_id in zip(request.metrics, wanted, strict=False):
+                slot.metricId = metric_id
+            nvml.nvmlGpmMetricsGet(request)
+            return {str(m.metricId): m.value if m.nvmlReturn == 0 else
+                    str(nvml.NVMLError(m.nvmlReturn))
+                    for m in request.metrics[: len(wanted)]}
+        finally:
+            nvml.nvmlGpmSampleFree(previous)
+
+    def _xid_events(self) -> list[dict[str, int]]:
+        """XID events since the last call; the first call registers for them (events from
+        before that moment are not kept by NVML: the kernel log has those)."""
+        nvml = self._nvml
+        if self._events is None:
+            events = nvml.nvmlEventSetCreate()
+            registered = 0
+            for i in range(nvml.nvmlDeviceGetCount()):
+                with contextlib.suppress(nvml.NVMLError):
+                    nvml.nvmlDeviceRegisterEvents(self._handle(Dev(i)),
+                                                  nvml.nvmlEventTypeXidCriticalError, events)
+                    registered += 1
+            if not registered:
+                nvml.nvmlEventSetFree(events)
+                raise Unsupported("no GPU here reports XID events to NVML")
+            self._events = events
+        found = []
+        while True:
+            try:
+                data = nvml.nvmlEventSetWait_v2(self._events, 0)
+            except nvml.NVMLError_Timeout:
+                return found
+            if data.eventType & nvml.nvmlEventTypeXidCriticalError:
+                found.append({"gpu": nvml.nvmlDeviceGetIndex(data.device),
+                              "code": int(data.eventData)})
+
+    def _field_values(self, dev: Dev, spec: str) -> list[dict[str, Any]]:
+        nvml = self._nvml
+        ids = [tuple(int(x) for x in item.split(":")) for item in spec.split(",")]
+        out = []
+        for v in nvml.nvmlDeviceGetFieldValues(self._handle(dev), ids):
+            entry: dict[str, Any] = {"field": v.fieldId, "scope": v.scopeId}
+            if v.nvmlReturn != 0:
+                entry["error"] = str(nvml.NVMLError(v.nvmlReturn))
+            else:
+                entry["value"] = _field_value(v.valueType, v.value)
+            out.append(entry)
+        return out
+
     def query(self, fn: str, *args: Arg) -> Any:
         if fn == READ_FILE:
             return _read_file(str(args[0]))
+        if fn == PROCESS_INFO:
+            return _process_info(int(args[0]))
+        special = {GPM_METRICS: self._gpm_metrics, XID_EVENTS: self._xid_events,
+                   FIELD_VALUES: self._field_values}.get(fn)
+        if special is not None:
+            try:
+                return special(*args)
+            except self._nvml.NVMLError as exc:
+                raise Unsupported(str(exc)) from None
         func = getattr(self._nvml, fn, None)
         if fn == "nvmlDeviceGetGpuFabricInfo" and func is not None:
             func = self._fabric_info

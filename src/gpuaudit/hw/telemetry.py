@@ -1,0 +1,327 @@
+"""The monitor's reading of every GPU at one tick, through an NvmlSource.
+
+Facts that do not change while the driver runs (name, UUID, whether GPM works, which NVLinks
+are up) are read once by `Sampler`; each tick reads only what moves. NVML's PCIe throughput
+query samples for 20 ms per call, so it is used only where GPM (Hopper and newer) cannot give
+the PCIe rates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpuaudit.errors import BadInputError
+from gpuaudit.model import GpuSample, ProcessSample, Sample, XidEvent
+
+from . import decode as d
+from .gpus import Reader
+from .nvml import (
+    FIELD_VALUES,
+    GPM_METRICS,
+    NOT_RECORDED,
+    PROCESS_INFO,
+    TRACE_FORMAT,
+    XID_EVENTS,
+    Arg,
+    Dev,
+    NvmlSource,
+    RecordingNvml,
+    ReplayNvml,
+)
+
+TELEMETRY_FORMAT = "gpuaudit-telemetry-trace"
+TELEMETRY_VERSION = 1
+
+# NVML GPM metric ids (nvmlGpmMetricId_t) → GpuSample fields; rates come in MiB/s.
+GPM_FIELDS = {
+    2: "sm_activity_pct",
+    3: "sm_occupancy_pct",
+    5: "tensor_activity_pct",
+    10: "dram_bandwidth_util_pct",
+    11: "fp64_activity_pct",
+    12: "fp32_activity_pct",
+    13: "fp16_activity_pct",
+    20: "gpm_pcie_tx_bytes_per_s",
+    21: "gpm_pcie_rx_bytes_per_s",
+    60: "gpm_nvlink_rx_bytes_per_s",
+    61: "gpm_nvlink_tx_bytes_per_s",
+}
+GPM_RATE_IDS = {20, 21, 60, 61}
+MIB = 1 << 20
+GPM_IDS = ",".join(str(i) for i in GPM_FIELDS)
+
+# NVML field ids (nvml.h NVML_FI_*): HBM temperature, NVLink data counters (KiB, per link).
+FI_MEMORY_TEMP = 82
+FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX = 138, 139
+PCIE_TX, PCIE_RX = 0, 1  # nvmlPcieUtilCounter_t; NVML answers in KB/s
+
+# Reasons that mean "this GPU cannot be read at all", as opposed to one missing feature.
+_LOST = ("GPU is lost", "Unknown Error", "Uninitialized", "GPU requires restart",
+         "Invalid Argument", "Not Found")
+
+
+def _lost(reason: str | None) -> bool:
+    return reason is not None and any(word in reason for word in _LOST)
+
+
+@dataclass(frozen=True)
+class GpuStatic:
+    index: int
+    name: str | None
+    uuid: str | None
+    gpm: bool
+    nvlinks: tuple[int, ...]  # links whose state is up
+
+
+def read_static(src: NvmlSource, index: int) -> GpuStatic:
+    r = Reader(src)
+    h = Dev(index)
+    gpm = r.get("gpm", "nvmlGpmQueryDeviceSupport", h)
+    links = []
+    for link in range(d.NVLINK_MAX_LINKS):
+        state = r.get("nvlink", "nvmlDeviceGetNvLinkState", h, link)
+        if state is None:
+            break
+        if state:
+            links.append(link)
+    return GpuStatic(index=index, name=r.get("name", "nvmlDeviceGetName", h),
+                     uuid=r.get("uuid", "nvmlDeviceGetUUID", h),
+                     gpm=bool(gpm and gpm.get("isSupportedDevice")), nvlinks=tuple(links))
+
+
+def _processes(r: Reader, h: Dev) -> tuple[ProcessSample, ...]:
+    found: dict[int, ProcessSample] = {}
+    for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        for p in r.get("processes", fn, h) or ():
+            pid = p["pid"]
+            if pid in found:
+                continue
+            used = p.get("usedGpuMemory")
+            info = r.get(f"processes.{pid}", PROCESS_INFO, pid) or {}
+            r.unavailable.pop(f"processes.{pid}", None)
+            found[pid] = ProcessSample(pid=pid, user=info.get("user"),
+                                       command=info.get("command"),
+                                       used_memory_bytes=used if (used or 0) < 1 << 62 else None)
+    return tuple(found.values())
+
+
+def _gpm(r: Reader, h: Dev) -> dict[str, float]:
+    got = r.get("gpm", GPM_METRICS, h, GPM_IDS)
+    out: dict[str, float] = {}
+    for metric_id, fld in GPM_FIELDS.items():
+        value = (got or {}).get(str(metric_id))
+        if isinstance(value, (int, float)):
+            out[fld] = value * MIB if metric_id in GPM_RATE_IDS else float(value)
+        else:
+            r.unavailable[fld] = value if isinstance(value, str) else r.unavailable["gpm"]
+    r.unavailable.pop("gpm", None)
+    return out
+
+
+def _fields(r: Reader, h: Dev, static: GpuStatic) -> dict[str, Any]:
+    spec = [(FI_MEMORY_TEMP, 0)]
+    for link in static.nvlinks:
+        spec += [(FI_NVLINK_DATA_RX, link), (FI_NVLINK_DATA_TX, link)]
+    got = r.get("fields", FIELD_VALUES, h, ",".join(f"{f}:{s}" for f, s in spec))
+    reason = r.unavailable.pop("fields", None)
+    out: dict[str, Any] = {}
+    by_field: dict[int, list[dict[str, Any]]] = {}
+    for entry in got or ():
+        by_field.setdefault(entry["field"], []).append(entry)
+    temp = by_field.get(FI_MEMORY_TEMP, [{}])[0]
+    if "value" in temp:
+        out["temperature_memory_c"] = float(temp["value"])
+    else:
+        r.unavailable["temperature_memory_c"] = temp.get("error") or reason or NOT_RECORDED
+    if not static.nvlinks:
+        r.unavailable["nvlink_rx_bytes"] = r.unavailable["nvlink_tx_bytes"] = "no NVLink up"
+        return out
+    for fld, fid in (("nvlink_rx_bytes", FI_NVLINK_DATA_RX), ("nvlink_tx_bytes",
+                                                            FI_NVLINK_DATA_TX)):
+        entries = by_field.get(fid, [])
+        if entries and all("value" in e for e in entries):
+            out[fld] = sum(int(e["value"]) for e in entries) * 1024  # KiB → bytes
+        else:
+            errors = [e.get("error") for e in entries if "error" in e]
+            r.unavailable[fld] = errors[0] if errors else (reason or NOT_RECORDED)
+    return out
+
+
+def read_gpu_sample(src: NvmlSource, static: GpuStatic,
+                    xids: Iterable[XidEvent] = ()) -> GpuSample:
+    r = Reader(src)
+    h = Dev(static.index)
+    util = r.get("utilization_gpu_pct", "nvmlDeviceGetUtilizationRates", h)
+    mem = r.get("memory_used_bytes", "nvmlDeviceGetMemoryInfo", h)
+    if util is None and mem is None:
+        reason = r.unavailable["memory_used_bytes"]
+        if _lost(reason) or _lost(r.unavailable["utilization_gpu_pct"]):
+            return GpuSample(index=static.index, uuid=static.uuid, name=static.name,
+                             error=reason, xid_events=tuple(xids))
+    reasons = r.first("clock_event_reasons", [
+        ("nvmlDeviceGetCurrentClocksEventReasons", (h,)),
+        ("nvmlDeviceGetCurrentClocksThrottleReasons", (h,))], convert=d.clock_event_names)
+    rows = r.get("remapped_rows", "nvmlDeviceGetRemappedRows", h)
+    readings: dict[str, Any] = dict(
+        utilization_gpu_pct=util["gpu"] if util else None,
+        utilization_memory_pct=util["memory"] if util else None,
+        memory_used_bytes=mem["used"] if mem else None,
+        memory_total_bytes=mem["total"] if mem else None,
+        power_w=r.get("power_w", "nvmlDeviceGetPowerUsage", h, convert=lambda v: v / 1000),
+        power_limit_w=r.get("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", h,
+                            convert=lambda v: v / 1000),
+        energy_j=r.get("energy_j", "nvmlDeviceGetTotalEnergyConsumption", h,
+                       convert=lambda v: v / 1000),
+        temperature_gpu_c=r.get("temperature_gpu_c", "nvmlDeviceGetTemperature", h,
+                                d.TEMP_SENSOR_GPU, convert=float),
+        sm_clock_mhz=r.get("sm_clock_mhz", "nvmlDeviceGetClockInfo", h, d.CLOCK_SM),
+        memory_clock_mhz=r.get("memory_clock_mhz", "nvmlDeviceGetClockInfo", h, d.CLOCK_MEM),
+        clock_event_reasons=reasons,
+        ecc_corrected_volatile=r.get("ecc_corrected_volatile", "nvmlDeviceGetTotalEccErrors",
+                                     h, d.ECC_CORRECTED, d.ECC_VOLATILE),
+        ecc_uncorrected_volatile=r.get("ecc_uncorrected_volatile",
+                                       "nvmlDeviceGetTotalEccErrors", h, d.ECC_UNCORRECTED,
+                                       d.ECC_VOLATILE),
+        ecc_uncorrected_aggregate=r.get("ecc_uncorrected_aggregate",
+                                        "nvmlDeviceGetTotalEccErrors", h, d.ECC_UNCORRECTED,
+                                        d.ECC_AGGREGATE),
+        remapped_rows_correctable=rows[0] if rows else None,
+        remapped_rows_uncorrectable=rows[1] if rows else None,
+        remapping_pending=bool(rows[2]) if rows else None,
+        remapping_failed=bool(rows[3]) if rows else None,
+        processes=_processes(r, h),
+    )
+    if util is None:
+        r.unavailable["utilization_memory_pct"] = r.unavailable["utilization_gpu_pct"]
+    if mem is None:
+        r.unavailable["memory_total_bytes"] = r.unavailable["memory_used_bytes"]
+    if rows is None:
+        for fld in ("remapped_rows_correctable", "remapped_rows_uncorrectable",
+                    "remapping_pending", "remapping_failed"):
+            r.unavailable[fld] = r.unavailable["remapped_rows"]
+        r.unavailable.pop("remapped_rows")
+    if static.gpm:
+        readings.update(_gpm(r, h))
+    else:
+        for fld in GPM_FIELDS.values():
+            r.unavailable[fld] = "GPM needs Hopper or newer"
+    if "gpm_pcie_rx_bytes_per_s" in readings:
+        r.unavailable["pcie_rx_bytes_per_s"] = r.unavailable["pcie_tx_bytes_per_s"] = \
+            "read through GPM instead (gpm_pcie_*)"
+    else:
+        for fld, counter in (("pcie_rx_bytes_per_s", PCIE_RX), ("pcie_tx_bytes_per_s",
+                                                                 PCIE_TX)):
+            readings[fld] = r.get(fld, "nvmlDeviceGetPcieThroughput", h, counter,
+                                  convert=lambda v: v * 1000.0)
+    readings.update(_fields(r, h, static))
+    return GpuSample(index=static.index, uuid=static.uuid, name=static.name,
+                     xid_events=tuple(xids), unavailable=r.unavailable, **readings)
+
+
+class Sampler:
+    """Reads every GPU (or the chosen ones) once per call of `sample`. A GPU that errors is
+    reported in its GpuSample; the others are still read."""
+
+    def __init__(self, src: NvmlSource, *, hostname: str, interval_s: float,
+                 gpus: Iterable[int] | None = None) -> None:
+        self.src = src
+        self.hostname = hostname
+        self.interval_s = interval_s
+        count = Reader(src).get("gpu_count", "nvmlDeviceGetCount") or 0
+        wanted = list(range(count)) if gpus is None else sorted(set(gpus))
+        self.static = [read_static(src, i) for i in wanted]
+        self.xid_reason: str | None = None
+
+    def _xids(self, now: datetime) -> dict[int, list[XidEvent]]:
+        r = Reader(self.src)
+        events = r.get("xid", XID_EVENTS) or []
+        self.xid_reason = r.unavailable.get("xid")
+        by_gpu: dict[int, list[XidEvent]] = {}
+        for e in events:
+            by_gpu.setdefault(e["gpu"], []).append(XidEvent(gpu=e["gpu"], code=e["code"],
+                                                            time=now))
+        return by_gpu
+
+    def sample(self, now: datetime) -> Sample:
+        xids = self._xids(now)
+        gpus = []
+        for static in self.static:
+            try:
+                gpus.append(read_gpu_sample(self.src, static, xids.get(static.index, ())))
+            except Exception as exc:  # one GPU's surprise must not stop the others' sampling
+                gpus.append(GpuSample(index=static.index, uuid=static.uuid, name=static.name,
+                                      error=f"{type(exc).__name__}: {exc}"))
+        return Sample(time=now, hostname=self.hostname, interval_s=self.interval_s,
+                      gpus=tuple(gpus))
+
+
+
+class TraceRecorder:
+    """Wraps a source so that every tick's answers are kept as one frame of a telemetry trace:
+    `setup` holds what the Sampler read once, each frame what one `sample` call read."""
+
+    def __init__(self, inner: NvmlSource) -> None:
+        self._rec = RecordingNvml(inner)
+        self.setup: dict[str, dict[str, Any]] | None = None
+        self.frames: list[dict[str, Any]] = []
+
+    def query(self, fn: str, *args: Arg) -> Any:
+        return self._rec.query(fn, *args)
+
+    def end_setup(self) -> None:
+        self.setup, self._rec.calls = self._rec.calls, {}
+
+    def end_frame(self, time: datetime) -> None:
+        self.frames.append({"time": time.isoformat(), "calls": self._rec.calls})
+        self._rec.calls = {}
+
+    def trace(self, **meta: Any) -> dict[str, Any]:
+        return {"format": TELEMETRY_FORMAT, "version": TELEMETRY_VERSION, **meta,
+                "setup": self.setup or {}, "frames": self.frames}
+
+
+class TraceReplay:
+    """A telemetry trace as an NvmlSource: the Sampler's setup reads `setup`, then each
+    `advance()` moves to the next frame and gives its time (None past the last)."""
+
+    def __init__(self, trace: dict[str, Any]) -> None:
+        if trace.get("format") != TELEMETRY_FORMAT or not isinstance(trace.get("frames"), list):
+            raise BadInputError("not a gpuaudit telemetry trace")
+        if trace.get("version", 0) > TELEMETRY_VERSION:
+            raise BadInputError(f"telemetry trace version {trace['version']} is newer than "
+                                f"this gpuaudit reads ({TELEMETRY_VERSION}): upgrade gpuaudit")
+        self.meta = {k: v for k, v in trace.items() if k not in ("setup", "frames")}
+        self._setup = ReplayNvml({"format": TRACE_FORMAT, "calls": trace.get("setup", {})})
+        self._frames = trace["frames"]
+        self._at = -1
+        self._current = self._setup
+
+    @classmethod
+    def from_file(cls, path: Path) -> TraceReplay:
+        try:
+            return cls(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BadInputError(f"cannot read telemetry trace {path}: {exc}") from None
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def advance(self) -> datetime | None:
+        self._at += 1
+        if self._at >= len(self._frames):
+            return None
+        frame = self._frames[self._at]
+        try:
+            time = datetime.fromisoformat(frame["time"])
+            self._current = ReplayNvml({"format": TRACE_FORMAT, "calls": frame["calls"]})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadInputError(f"telemetry trace frame {self._at}: {exc}") from None
+        return time
+
+    def query(self, fn: str, *args: Arg) -> Any:
+        return self._current.query(fn, *args)
