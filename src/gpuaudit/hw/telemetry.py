@@ -207,13 +207,11 @@ def read_gpu_sample(src: NvmlSource, static: GpuStatic,
         r.unavailable.pop("remapped_rows")
     if static.gpm:
         readings.update(_gpm(r, h))
-    else:
-        for fld in GPM_FIELDS.values():
-            r.unavailable[fld] = "GPM needs Hopper or newer"
-    if "gpm_pcie_rx_bytes_per_s" in readings:
         r.unavailable["pcie_rx_bytes_per_s"] = r.unavailable["pcie_tx_bytes_per_s"] = \
             "read through GPM instead (gpm_pcie_*)"
     else:
+        for fld in GPM_FIELDS.values():
+            r.unavailable[fld] = "GPM needs Hopper or newer"
         for fld, counter in (("pcie_rx_bytes_per_s", PCIE_RX), ("pcie_tx_bytes_per_s",
                                                                  PCIE_TX)):
             readings[fld] = r.get(fld, "nvmlDeviceGetPcieThroughput", h, counter,
