@@ -26,7 +26,8 @@ OUT = FIXTURES / "telemetry"
 
 # What the Sampler reads once (at setup); everything else of the recording is per tick.
 _SETUP = ("nvmlDeviceGetCount(", "nvmlDeviceGetName(", "nvmlDeviceGetUUID(",
-          "nvmlGpmQueryDeviceSupport(", "nvmlDeviceGetNvLinkState(")
+          "nvmlGpmQueryDeviceSupport(", "nvmlDeviceGetNvLinkState(",
+          "nvmlDeviceGetMaxPcieLinkGeneration(", "nvmlDeviceGetMaxPcieLinkWidth(")
 
 Frame = dict[str, dict[str, Any]]
 

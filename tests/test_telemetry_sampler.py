@@ -47,6 +47,8 @@ def test_idle_h200_reads_as_recorded():
     assert g.power_w == pytest.approx(78.415) and g.power_limit_w == 700.0
     assert g.temperature_gpu_c == 31.0 and g.sm_clock_mhz == 345 and g.memory_clock_mhz == 3201
     assert g.clock_event_reasons == ("gpu_idle",)
+    assert (g.pcie_link_gen, g.pcie_link_gen_max, g.pcie_link_width, g.pcie_link_width_max) \
+        == (5, 5, 16, 16)
     assert (g.ecc_uncorrected_volatile, g.remapped_rows_uncorrectable) == (0, 0)
     assert g.remapping_failed is False and g.processes == ()
     # What the recording lacks is missing, with the reason, never a made-up value.

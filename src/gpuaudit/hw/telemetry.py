@@ -76,6 +76,8 @@ class GpuStatic:
     uuid: str | None
     gpm: bool
     nvlinks: tuple[int, ...]  # links whose state is up
+    pcie_gen_max: int | None = None
+    pcie_width_max: int | None = None
 
 
 def read_static(src: NvmlSource, index: int) -> GpuStatic:
@@ -91,7 +93,9 @@ def read_static(src: NvmlSource, index: int) -> GpuStatic:
             links.append(link)
     return GpuStatic(index=index, name=r.get("name", "nvmlDeviceGetName", h),
                      uuid=r.get("uuid", "nvmlDeviceGetUUID", h),
-                     gpm=bool(gpm and gpm.get("isSupportedDevice")), nvlinks=tuple(links))
+                     gpm=bool(gpm and gpm.get("isSupportedDevice")), nvlinks=tuple(links),
+                     pcie_gen_max=r.get("pcie", "nvmlDeviceGetMaxPcieLinkGeneration", h),
+                     pcie_width_max=r.get("pcie", "nvmlDeviceGetMaxPcieLinkWidth", h))
 
 
 def _processes(r: Reader, h: Dev) -> tuple[ProcessSample, ...]:
@@ -182,6 +186,10 @@ def read_gpu_sample(src: NvmlSource, static: GpuStatic,
         sm_clock_mhz=r.get("sm_clock_mhz", "nvmlDeviceGetClockInfo", h, d.CLOCK_SM),
         memory_clock_mhz=r.get("memory_clock_mhz", "nvmlDeviceGetClockInfo", h, d.CLOCK_MEM),
         clock_event_reasons=reasons,
+        pcie_link_gen=r.get("pcie_link_gen", "nvmlDeviceGetCurrPcieLinkGeneration", h),
+        pcie_link_width=r.get("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth", h),
+        pcie_link_gen_max=static.pcie_gen_max,
+        pcie_link_width_max=static.pcie_width_max,
         ecc_corrected_volatile=r.get("ecc_corrected_volatile", "nvmlDeviceGetTotalEccErrors",
                                      h, d.ECC_CORRECTED, d.ECC_VOLATILE),
         ecc_uncorrected_volatile=r.get("ecc_uncorrected_volatile",

@@ -52,6 +52,10 @@ class GpuSample(Record):
     memory_clock_mhz: int | None = None
     # Why the clocks are below their maximum right now (nvmlClocksEventReason names).
     clock_event_reasons: tuple[str, ...] | None = None
+    pcie_link_gen: int | None = None
+    pcie_link_gen_max: int | None = None  # the most this GPU and its slot can do
+    pcie_link_width: int | None = None
+    pcie_link_width_max: int | None = None
     pcie_rx_bytes_per_s: float | None = None
     pcie_tx_bytes_per_s: float | None = None
     nvlink_rx_bytes: int | None = None

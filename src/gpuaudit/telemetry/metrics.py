@@ -73,6 +73,15 @@ GPU_METRICS: tuple[MetricDef, ...] = (
               lambda s: _mhz(s.sm_clock_mhz), "DCGM_FI_DEV_SM_CLOCK", 1e-6),
     MetricDef("memory_clock_hertz", "gauge", "Memory clock.",
               lambda s: _mhz(s.memory_clock_mhz), "DCGM_FI_DEV_MEM_CLOCK", 1e-6),
+    MetricDef("pcie_link_generation", "gauge", "PCIe link generation now (idle GPUs may "
+              "step down to save power).", lambda s: s.pcie_link_gen,
+              "DCGM_FI_DEV_PCIE_LINK_GEN"),
+    MetricDef("pcie_link_generation_max", "gauge", "Highest PCIe generation the GPU and slot "
+              "support.", lambda s: s.pcie_link_gen_max, "DCGM_FI_DEV_PCIE_MAX_LINK_GEN"),
+    MetricDef("pcie_link_width", "gauge", "PCIe lanes in use now.", lambda s: s.pcie_link_width,
+              "DCGM_FI_DEV_PCIE_LINK_WIDTH"),
+    MetricDef("pcie_link_width_max", "gauge", "Most PCIe lanes the GPU and slot support.",
+              lambda s: s.pcie_link_width_max, "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"),
     MetricDef("pcie_rx_bytes_per_second", "gauge", "PCIe receive rate (NVML, 20 ms window).",
               lambda s: s.pcie_rx_bytes_per_s),
     MetricDef("pcie_tx_bytes_per_second", "gauge", "PCIe transmit rate (NVML, 20 ms window).",
