@@ -174,6 +174,10 @@ class XidTally:
     last: dict[tuple[int, int], datetime] = field(default_factory=dict)
     last_code: dict[int, int] = field(default_factory=dict)
 
+    def copy(self) -> XidTally:
+        """A copy to publish: readers (a scrape) must not see the sampler's next update."""
+        return XidTally(dict(self.counts), dict(self.last), dict(self.last_code))
+
     def add(self, sample: Sample) -> None:
         for g in sample.gpus:
             for ev in g.xid_events:
@@ -242,6 +246,7 @@ def dcgm_series(sample: Sample, xids: XidTally | None = None) -> Iterator[Series
                 continue
             v = m.read(g)
             if v is not None:
-                yield Series(m.dcgm, labels, float(v) * m.dcgm_scale)
+                # Rounded: our ratio × 100 must give DCGM's 57 %, not 56.99999999999999.
+                yield Series(m.dcgm, labels, round(float(v) * m.dcgm_scale, 6))
         if g.index in xids.last_code:
             yield Series(DCGM_XID_LAST_CODE, labels, float(xids.last_code[g.index]))
