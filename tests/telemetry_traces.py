@@ -140,3 +140,27 @@ def write_all() -> list[Path]:
 if __name__ == "__main__":
     for p in write_all():
         print(p)
+
+
+def widen(trace: dict[str, Any], n: int) -> dict[str, Any]:
+    """A copy of `trace` with `n` GPUs: GPU k answers what GPU k % (GPUs recorded) did. For
+    measuring the monitor's cost at a size no lent machine has (8 GPUs)."""
+    out = copy.deepcopy(trace)
+    have = out["setup"]["nvmlDeviceGetCount()"]["value"]
+
+    def spread(calls: Frame) -> Frame:
+        wide: Frame = {}
+        for key, entry in calls.items():
+            wide[key] = entry
+            for src in range(have):
+                tag = f"(gpu{src}"
+                if tag + "," in key or tag + ")" in key:
+                    for k in range(src + have, n, have):
+                        wide[key.replace(tag, f"(gpu{k}", 1)] = entry
+        return wide
+
+    out["setup"] = spread(out["setup"])
+    out["setup"]["nvmlDeviceGetCount()"] = {"value": n}
+    for frame in out["frames"]:
+        frame["calls"] = spread(frame["calls"])
+    return out

@@ -277,6 +277,11 @@ def schema() -> None:
     _print_json(json_schema())
 
 
+from gpuaudit.cli.monitor import monitor_app  # noqa: E402 - beside the commands it joins
+
+app.add_typer(monitor_app, name="monitor")
+
+
 def main() -> None:
     """Entry point. Typer handles usage errors (exit 2); our errors become one line on stderr
     and their exit code, never a traceback."""

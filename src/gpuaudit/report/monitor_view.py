@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuaudit.model import Alert, GpuSample, Sample
+from gpuaudit.model.history import HistoryPoint
 from gpuaudit.report.format import NA
 from gpuaudit.telemetry.metrics import IdleState, XidTally
 from gpuaudit.telemetry.state import MonitorState
@@ -293,3 +294,37 @@ def monitor_view(state: MonitorState,
     parts += [processes_table(sample, max_processes), alerts_table(alerts, sample.time),
               idle_line(state.idle, price_per_gpu_hour, currency)]
     return Group(*parts)
+
+
+def _num(value: float | None, fmt: str, unit: str = "") -> str:
+    return NA if value is None else f"{value:{fmt}}{unit}"
+
+
+def sample_line(sample: Sample) -> str:
+    """One plain line per tick, for logs and pipes (no terminal to draw the live view on)."""
+    parts = [f"{sample.time:%H:%M:%S}"]
+    for g in sample.gpus:
+        if g.error:
+            parts.append(f"gpu{g.index} ERROR {g.error}")
+            continue
+        mem = (f"{g.memory_used_bytes / 1e9:.1f}/{g.memory_total_bytes / 1e9:.0f}GB"
+               if g.memory_used_bytes is not None and g.memory_total_bytes else NA)
+        parts.append(f"gpu{g.index} act {_num(g.activity_pct, '.0f', '%')} mem {mem} "
+                     f"{_num(g.power_w, '.0f', 'W')} {_num(g.temperature_gpu_c, '.0f', 'C')}")
+    return "  ".join(parts)
+
+
+def history_table(points: Sequence[HistoryPoint]) -> Table:
+    """Stored telemetry, a row per point (raw sample or 1-minute mean)."""
+    t = Table(box=None, header_style="bold")
+    for col in ("time", "host", "gpu", "res", "util %", "SM act %", "mem GB", "power W",
+                "temp °C", "SM MHz", "events"):
+        t.add_column(col, justify="left" if col in ("time", "host", "events") else "right")
+    for p in points:
+        mem = None if p.memory_used_bytes is None else p.memory_used_bytes / 1e9
+        events = p.error or ", ".join(p.clock_event_reasons or ())
+        t.add_row(f"{p.time:%Y-%m-%d %H:%M:%S}", p.hostname, str(p.gpu), p.resolution.value,
+                  _num(p.utilization_gpu_pct, ".0f"), _num(p.sm_activity_pct, ".0f"),
+                  _num(mem, ".1f"), _num(p.power_w, ".0f"), _num(p.temperature_gpu_c, ".0f"),
+                  _num(p.sm_clock_mhz, ".0f"), Text(events, style="red" if p.error else ""))
+    return t
