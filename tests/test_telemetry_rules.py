@@ -18,20 +18,21 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.hw.telemetry import Sampler, TraceReplay
 from gpuaudit.model import GpuSample, Sample, XidEvent
 from gpuaudit.telemetry.metrics import Series, XidTally, metric_names, series
+from gpuaudit.telemetry.promql import parse_duration, selectors
 from gpuaudit.telemetry.rules import (
     Evaluation,
     Evaluator,
+    load_rules,
+    load_shipped_rules,
+    parse_rules,
+    shipped_rules_path,
+)
+from gpuaudit.telemetry.templates import (
     go_float,
     humanize,
     humanize1024,
     humanize_duration,
-    load_rules,
-    load_shipped_rules,
-    parse_duration,
-    parse_rules,
     parse_template,
-    selectors,
-    shipped_rules_path,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
