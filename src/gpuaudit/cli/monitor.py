@@ -65,7 +65,7 @@ class _Logs(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         style = {logging.ERROR: "red", logging.WARNING: "yellow"}.get(record.levelno, "dim")
         self.console.print(f"{record.name.removeprefix('gpuaudit.')}: {record.getMessage()}",
-                           style=style, markup=False, highlight=False)
+                           style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 @monitor_app.callback(invoke_without_command=True)
@@ -172,11 +172,10 @@ def monitor(
         store = _store(stack, db) if history and not once else None
         decisions_log = stack.enter_context(idle_log.open("a")) if idle_log else None
 
-        def on_decision(d: Any) -> None:
+        def on_decision(d: Any) -> None:  # the notifiers log it (as alert GpuIdlePolicy)
             if decisions_log is not None:
                 decisions_log.write(d.model_dump_json() + "\n")
                 decisions_log.flush()
-            logging.getLogger("gpuaudit.idle").warning("%s", d.message)
 
         mon = Monitor(sampler, evaluator=evaluator, notifier=notifier,
                       idle=IdlePolicy(idle_cfg), history=store, retention=retention,
@@ -226,9 +225,9 @@ def monitor(
     usage = mon.idle.usage() if mon.idle else None
     summary = f"stopped after {ticks} samples" if interrupted.is_set() else f"{ticks} samples"
     if usage is not None and usage.idle_gpu_hours:
-        summary += f"; idle {usage.idle_gpu_hours:.2f} GPU-hours"
+        summary += f"; idle {usage.idle_gpu_hours:.3g} GPU-hours"
         if usage.idle_cost is not None:
-            summary += f" (≈ {usage.idle_cost:.2f} {usage.currency})"
+            summary += f" (≈ {usage.idle_cost:.3g} {usage.currency})"
     console.print(summary, style="dim")
 
 

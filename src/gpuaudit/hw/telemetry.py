@@ -296,7 +296,8 @@ class TraceReplay:
     `advance()` moves to the next frame and gives its time (None past the last)."""
 
     def __init__(self, trace: dict[str, Any]) -> None:
-        if trace.get("format") != TELEMETRY_FORMAT or not isinstance(trace.get("frames"), list):
+        if not isinstance(trace, dict) or trace.get("format") != TELEMETRY_FORMAT \
+                or not isinstance(trace.get("frames"), list):
             raise BadInputError("not a gpuaudit telemetry trace")
         if trace.get("version", 0) > TELEMETRY_VERSION:
             raise BadInputError(f"telemetry trace version {trace['version']} is newer than "

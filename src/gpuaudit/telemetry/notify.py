@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,7 +29,8 @@ from typing import Any, Protocol
 from gpuaudit._version import __version__
 from gpuaudit.errors import BadInputError
 
-from .rules import Transition, go_float
+from .rules import Transition
+from .templates import go_float
 
 log = logging.getLogger("gpuaudit.alerts")
 
@@ -401,8 +403,15 @@ class Fanout:
                 log.exception("notifier %s failed", type(n).__name__)
 
     def close(self, timeout_s: float | None = None) -> None:
+        """Deliver what is queued (within `timeout_s` in all), then stop every notifier: an
+        alert that fired just before the monitor stopped still reaches its webhook."""
+        end = None if timeout_s is None else time.monotonic() + timeout_s
         for n in self.notifiers:
-            n.close(timeout_s)
+            join = getattr(n, "join", None)
+            if join is not None:
+                join(None if end is None else max(0.0, end - time.monotonic()))
+        for n in self.notifiers:
+            n.close(None if end is None else max(0.0, end - time.monotonic()))
 
 
 def notifiers(*, log_lines: bool = True, webhooks: Iterable[str] = (),

@@ -37,7 +37,6 @@ from .promql import (
     selectors,
 )
 from .templates import Template, parse_template
-from .templates import go_float as go_float  # notify imports it from here
 
 SHIPPED_RULES = "alerts.yml"
 
