@@ -1,5 +1,16 @@
-"""Layer 5: runs kept in a database (SQLite file by default, PostgreSQL for teams)."""
+"""Layer 5: runs and telemetry history kept in a database (SQLite file by default, PostgreSQL
+for teams)."""
 
 from .store import RunNotFoundError, RunSummary, Store, default_db_url
+from .telemetry import HISTORY_RESOLUTIONS, RAW_RETENTION, ROLLUP_RETENTION, parse_time
 
-__all__ = ["RunNotFoundError", "RunSummary", "Store", "default_db_url"]
+__all__ = [
+    "HISTORY_RESOLUTIONS",
+    "RAW_RETENTION",
+    "ROLLUP_RETENTION",
+    "RunNotFoundError",
+    "RunSummary",
+    "Store",
+    "default_db_url",
+    "parse_time",
+]

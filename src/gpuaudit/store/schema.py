@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     DateTime,
     Double,
@@ -13,6 +14,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -21,8 +23,11 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 # Bumped when these tables change shape; kept in gpuaudit_meta so an older gpuaudit
-# refuses a database written by a newer one instead of misreading it.
-STORE_SCHEMA_VERSION = 1
+# refuses a database written by a newer one instead of misreading it. An older database is
+# upgraded in place when opened (Store._init_schema).
+#   1: runs, findings, measurements
+#   2: + telemetry_raw, telemetry_1m
+STORE_SCHEMA_VERSION = 2
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -102,4 +107,72 @@ measurements = Table(
     Column("gpu_index", Integer),
     Index("ix_measurements_run_id", "run_id"),
     Index("ix_measurements_suite_name", "suite", "name"),
+)
+
+# -- telemetry history (schema 2) -----------------------------------------------------------
+
+# The GpuSample readings kept as columns, with their column types. Rollups keep the mean of
+# each (as a Double: a mean of integers is not one), except energy_j, a counter, whose last
+# reading in the minute is kept instead.
+TELEMETRY_READINGS: dict[str, Any] = {
+    "utilization_gpu_pct": Double,
+    "utilization_memory_pct": Double,
+    "memory_used_bytes": BigInteger,
+    "memory_total_bytes": BigInteger,
+    "power_w": Double,
+    "energy_j": Double,
+    "temperature_gpu_c": Double,
+    "temperature_memory_c": Double,
+    "sm_clock_mhz": Integer,
+    "memory_clock_mhz": Integer,
+    "pcie_rx_bytes_per_s": Double,
+    "pcie_tx_bytes_per_s": Double,
+    "sm_activity_pct": Double,
+    "sm_occupancy_pct": Double,
+    "tensor_activity_pct": Double,
+    "dram_bandwidth_util_pct": Double,
+}
+MEAN_READINGS = tuple(name for name in TELEMETRY_READINGS if name != "energy_j")
+# Rollup column -> the raw reading whose maximum over the minute it keeps.
+MAX_READINGS = {
+    "power_max_w": "power_w",
+    "temperature_gpu_max_c": "temperature_gpu_c",
+    "temperature_memory_max_c": "temperature_memory_c",
+}
+
+# One row per GPU per tick. The primary key is also the index every history query and the
+# compactor's range scans use; it makes saving the same tick twice a no-op. The extra index on
+# time serves compaction and retention, which cut across hosts and GPUs.
+telemetry_raw = Table(
+    "telemetry_raw",
+    metadata,
+    Column("time", UtcDateTime, nullable=False),
+    Column("hostname", String(255), nullable=False),
+    Column("gpu", Integer, nullable=False),
+    Column("uuid", String(96)),
+    *(Column(name, kind) for name, kind in TELEMETRY_READINGS.items()),
+    # Comma-joined nvmlClocksEventReason names; '' means none, NULL unknown.
+    Column("clock_event_reasons", Text),
+    Column("error", Text),  # set when the GPU could not be read this tick
+    PrimaryKeyConstraint("hostname", "gpu", "time", name="pk_telemetry_raw"),
+    Index("ix_telemetry_raw_time", "time"),
+)
+
+# One row per GPU per minute (`time` is the minute's start), rolled from raw rows.
+telemetry_1m = Table(
+    "telemetry_1m",
+    metadata,
+    Column("time", UtcDateTime, nullable=False),
+    Column("hostname", String(255), nullable=False),
+    Column("gpu", Integer, nullable=False),
+    Column("uuid", String(96)),
+    Column("samples", Integer, nullable=False),
+    Column("error_samples", Integer, nullable=False),
+    *(Column(name, Double) for name in MEAN_READINGS),
+    Column("energy_j", Double),
+    *(Column(name, Double) for name in MAX_READINGS),
+    Column("clock_event_reasons", Text),  # every reason seen in the minute, sorted
+    Column("error", Text),  # the minute's last error
+    PrimaryKeyConstraint("hostname", "gpu", "time", name="pk_telemetry_1m"),
+    Index("ix_telemetry_1m_time", "time"),
 )

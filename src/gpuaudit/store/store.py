@@ -9,14 +9,14 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import unquote
 
 import platformdirs
-from sqlalchemy import Engine, create_engine, event, func, insert, select, text
+from sqlalchemy import Engine, create_engine, event, func, insert, inspect, select, text, update
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -27,10 +27,12 @@ from sqlalchemy.exc import (
 )
 
 from gpuaudit.errors import BadInputError, GpuauditError
-from gpuaudit.model import Machine, Record, Run, RunStatus, Severity, load_run
+from gpuaudit.model import Machine, Record, Run, RunStatus, Sample, Severity, load_run, utc_now
+from gpuaudit.model.history import Compaction, HistoryPoint
 
-from . import schema
+from . import schema, telemetry
 from .schema import STORE_SCHEMA_VERSION, findings, measurements, meta, runs
+from .telemetry import RAW_RETENTION, ROLLUP_RETENTION, HistoryResolution
 
 # Long enough for another process's save (milliseconds) or a slow disk; short enough that a
 # stuck writer shows up as an error instead of a hang.
@@ -196,15 +198,33 @@ class Store:
         with engine.execution_options(**{_WRITE: True}).begin() as conn:
             if engine.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_INIT_LOCK})
-            schema.metadata.create_all(conn)
-            stored = conn.scalar(select(meta.c.value).where(meta.c.key == "store_schema_version"))
-            if stored is None:
-                conn.execute(insert(meta).values(key="store_schema_version",
-                                                 value=str(STORE_SCHEMA_VERSION)))
-            elif int(stored) > STORE_SCHEMA_VERSION:
+            stored = self._stored_version(conn)
+            if stored is not None and stored > STORE_SCHEMA_VERSION:
                 raise BadInputError(
                     f"database {self.url} has store schema {stored}; this gpuaudit reads up to"
                     f" {STORE_SCHEMA_VERSION} (upgrade gpuaudit)")
+            # Creates only missing tables: every table of a fresh database, and the tables
+            # added since an older database's version, which is all upgrading from 1 takes.
+            # A version that changes an existing table will need its own step here.
+            schema.metadata.create_all(conn)
+            if stored is None:
+                conn.execute(insert(meta).values(key="store_schema_version",
+                                                 value=str(STORE_SCHEMA_VERSION)))
+            elif stored < STORE_SCHEMA_VERSION:
+                conn.execute(update(meta).where(meta.c.key == "store_schema_version")
+                             .values(value=str(STORE_SCHEMA_VERSION)))
+
+    def _stored_version(self, conn: Connection) -> int | None:
+        if not inspect(conn).has_table(meta.name):
+            return None
+        stored = conn.scalar(select(meta.c.value).where(meta.c.key == "store_schema_version"))
+        if stored is None:
+            return None
+        try:
+            return int(stored)
+        except ValueError:
+            raise BadInputError(f"database {self.url} has an unreadable store schema version"
+                                f" {stored!r}") from None
 
     # -- use -----------------------------------------------------------------------------
 
@@ -301,6 +321,75 @@ class Store:
         with self._errors("listing runs"), self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return [RunSummary.model_validate(dict(r)) for r in rows]
+
+    # -- telemetry history ---------------------------------------------------------------
+
+    def save_sample(self, sample: Sample) -> None:
+        """Store one monitor tick: a row per GPU, in one transaction. A tick already stored
+        (same host, GPU and time) is left as it is, so saving it again is harmless."""
+        rows = telemetry.raw_rows(sample)
+        if not rows:
+            return
+        with self._errors("saving telemetry"), self._writer.begin() as conn:
+            conn.execute(telemetry.insert_ignoring_duplicates(conn), rows)
+
+    def compact(
+        self,
+        now: datetime | None = None,
+        raw_retention: timedelta = RAW_RETENTION,
+        rollup_retention: timedelta = ROLLUP_RETENTION,
+    ) -> Compaction:
+        """Roll raw samples older than `raw_retention` into 1-minute means and delete what is
+        past retention.
+
+        Works in whole minutes: a minute's raw rows are rolled up once the whole minute is
+        older than `raw_retention` (a raw row may so outlive it by up to a minute), and a
+        rollup is deleted once its whole minute is older than `rollup_retention`. Idempotent,
+        and safe beside writers and other compactors: each step is one transaction that rolls
+        up and deletes the same rows; a row arriving late for a minute already rolled up is
+        merged into that minute's rollup next time.
+        """
+        if raw_retention < timedelta(0) or rollup_retention < timedelta(0):
+            raise BadInputError("a retention cannot be negative")
+        now = telemetry.as_utc(now) if now is not None else utc_now()
+        raw_cutoff = telemetry.floor_minute(now - raw_retention)
+        rollup_cutoff = telemetry.floor_minute(now - rollup_retention)
+        rolled = written = late = 0
+        with self._errors("compacting telemetry"):
+            with self._writer.begin() as conn:
+                raw_expired, rollups_expired = telemetry.expire(conn, raw_cutoff, rollup_cutoff)
+            while True:
+                with self._writer.begin() as conn:
+                    telemetry.lock_for_rollup(conn)
+                    step = telemetry.roll_up_next(conn, raw_cutoff, rollup_cutoff)
+                if step is None:
+                    break
+                rolled, written, late = rolled + step[0], written + step[1], late + step[2]
+        return Compaction(raw_cutoff=raw_cutoff, rollup_cutoff=rollup_cutoff,
+                          raw_rows_rolled_up=rolled, rollup_rows_written=written,
+                          raw_rows_expired=raw_expired + late,
+                          rollup_rows_expired=rollups_expired)
+
+    def history(
+        self,
+        gpu: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        hostname: str | None = None,
+        resolution: HistoryResolution = "auto",
+    ) -> list[HistoryPoint]:
+        """Telemetry between `since` and `until` (inclusive; None: unbounded), of one GPU index
+        and/or host (None: all), ordered by hostname, GPU, time.
+
+        resolution "raw": the raw samples only. "1m": 1-minute points, from the rollups and,
+        where raw samples are still kept, computed from them (a minute overlapping `since` is
+        included whole). "auto": the rollups where there are rollups (the older part of the
+        range), every raw sample elsewhere. Raw samples that came late, for a minute already rolled
+        up, are merged into that minute under "auto" and "1m", as compaction will do.
+        """
+        with self._errors("reading telemetry"), self._engine.connect() as conn:
+            return telemetry.history(conn, gpu=gpu, hostname=hostname, since=since,
+                                     until=until, resolution=resolution)
 
     def close(self) -> None:
         self._engine.dispose()
