@@ -2,11 +2,16 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 FIXTURES = Path(__file__).parent / "fixtures"
+PG_ENV = "GPUAUDIT_TEST_PG_URL"
 
 
 @functools.cache
@@ -34,3 +39,33 @@ def pytest_collection_modifyitems(config, items):
 
 def load_fixture(name: str, file: str = "inspect.json") -> dict:
     return json.loads((FIXTURES / name / file).read_text())
+
+
+def pg_base_url() -> str:
+    url = os.environ.get(PG_ENV)
+    if url:
+        return url
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{PG_ENV} is not set, and CI must test PostgreSQL: run .ci/postgres.sh")
+    pytest.skip(f"{PG_ENV} is not set (eval \"$(.ci/postgres.sh)\" to test PostgreSQL)")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    base = sa.make_url(pg_base_url()).set(drivername="postgresql+psycopg")
+    name = f"gpuaudit_t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        # Plain postgresql://, as a user would write it: the store must pick psycopg 3 itself.
+        yield base.set(drivername="postgresql", database=name).render_as_string(
+            hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            # FORCE: a SIGKILLed child's server session may not have gone away yet.
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()

@@ -41,7 +41,9 @@ def test_replay_json_one_line_per_sample_and_history_kept(db):
     start = lines[0]["sample"]["time"]
     hist = gpuaudit("monitor", "history", "--since", start, "--gpu", "0", "--json", "--db", db)
     assert hist.returncode == 0, hist.stderr
-    points = json.loads(hist.stdout)
+    doc = json.loads(hist.stdout)
+    assert doc["schema_version"] == 1
+    points = doc["points"]
     assert [p["utilization_gpu_pct"] for p in points] == util
     assert {p["resolution"] for p in points} == {"raw"}
 

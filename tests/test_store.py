@@ -14,7 +14,6 @@ import signal
 import sqlite3
 import sys
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,9 @@ from pydantic import ValidationError
 from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.model import Finding, Gpu, Host, Machine, Measurement, Run, Severity, load_run
 from gpuaudit.store import RunNotFoundError, RunSummary, Store, default_db_url
+from gpuaudit.store.schema import STORE_SCHEMA_VERSION
+from tests.conftest import pg_base_url
 
-PG_ENV = "GPUAUDIT_TEST_PG_URL"
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 CEST = timezone(timedelta(hours=2))
 SPAWN = multiprocessing.get_context("spawn")
@@ -85,15 +85,6 @@ def make_run(
     )
 
 
-def pg_base_url() -> str:
-    url = os.environ.get(PG_ENV)
-    if url:
-        return url
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{PG_ENV} is not set, and CI must test PostgreSQL: run .ci/postgres.sh")
-    pytest.skip(f"{PG_ENV} is not set (eval \"$(.ci/postgres.sh)\" to test PostgreSQL)")
-
-
 def raw_engine(url: str) -> sa.Engine:
     """An engine of our own on the store's database, to look under the store's API."""
     parsed = sa.make_url(url)
@@ -111,27 +102,6 @@ def count_rows(url: str, table: str, run_id: str | None = None) -> int:
                                     {"rid": run_id}).scalar_one())
     finally:
         engine.dispose()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    base = sa.make_url(pg_base_url()).set(drivername="postgresql+psycopg")
-    name = f"gpuaudit_t_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        # Plain postgresql://, as a user would write it: the store must pick psycopg 3 itself.
-        yield base.set(drivername="postgresql", database=name).render_as_string(
-            hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            # FORCE: a SIGKILLed child's server session may not have gone away yet.
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
 
 
 # -- round trip and lookup ------------------------------------------------------------------
@@ -412,7 +382,8 @@ def test_bare_path_creates_a_wal_sqlite_file(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert db.execute("SELECT id FROM runs").fetchall() == [(run.id,)]
-        assert db.execute("SELECT value FROM gpuaudit_meta").fetchall() == [("1",)]
+        assert db.execute("SELECT value FROM gpuaudit_meta").fetchall() == [
+            (str(STORE_SCHEMA_VERSION),)]
     assert Store(str(path)).get(run.id) == run
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -22,31 +20,12 @@ from gpuaudit.model import GpuSample, Sample
 from gpuaudit.model.history import HistoryPoint, Resolution
 from gpuaudit.store import Store, parse_time
 from gpuaudit.store import schema as store_schema
-from tests.test_store import make_run, pg_base_url, raw_engine
+from tests.test_store import make_run, raw_engine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 CEST = timezone(timedelta(hours=2))
 SPAWN = multiprocessing.get_context("spawn")
 DAY = timedelta(days=1)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    base = sa.make_url(pg_base_url()).set(drivername="postgresql+psycopg")
-    name = f"gpuaudit_t_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        yield base.set(drivername="postgresql", database=name).render_as_string(
-            hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
 
 
 def tick(at: datetime, *gpus: GpuSample, host: str = "node-a") -> Sample:

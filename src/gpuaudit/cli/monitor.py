@@ -349,8 +349,7 @@ def history_cmd(
     """Stored telemetry: raw samples where kept, 1-minute means beyond."""
     from gpuaudit.cli.app import out
     from gpuaudit.report.monitor_view import history_table
-    from gpuaudit.store import Store
-    from gpuaudit.store.telemetry import parse_time
+    from gpuaudit.store import Store, parse_time
 
     if resolution not in ("auto", "raw", "1m"):
         raise BadInputError(f"--resolution {resolution!r}: choose auto, raw or 1m")
@@ -360,8 +359,11 @@ def history_cmd(
         points = store.history(gpu=gpu, since=start, until=end, hostname=hostname,
                                resolution=resolution)  # type: ignore[arg-type]
     if json_:
-        sys.stdout.write(json.dumps([p.model_dump(mode="json") for p in points], indent=2)
-                         + "\n")
+        from gpuaudit.model import SCHEMA_VERSION
+
+        doc = {"schema_version": SCHEMA_VERSION, "points": [p.model_dump(mode="json")
+                                                            for p in points]}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     elif points:
         out.print(history_table(points))
     else:
