@@ -53,3 +53,39 @@ def test_record_then_replay_gives_the_same_facts():
     replayed = read_nvml(ReplayNvml(rec.trace()))
     assert replayed == recorded
     assert len(replayed.gpus) >= 1
+
+
+def test_monitor_samples_agree_with_nvidia_smi_and_gpm_arrives_on_the_second_tick():
+    import time
+    from datetime import datetime, timezone
+
+    from gpuaudit.hw.telemetry import Sampler, TraceRecorder, TraceReplay
+
+    rows = nvidia_smi_rows()
+    live = LiveNvml()
+    rec = TraceRecorder(live)
+    try:
+        sampler = Sampler(rec, hostname="live", interval_s=0.5)
+        rec.end_setup()
+        samples = []
+        for _ in range(2):
+            now = datetime.now(timezone.utc)
+            samples.append(sampler.sample(now))
+            rec.end_frame(now)
+            time.sleep(0.5)
+    finally:
+        live.close()
+    first, second = samples
+    assert [g.uuid for g in second.gpus] == [r["uuid"] for r in rows]
+    for g, row in zip(second.gpus, rows, strict=True):
+        assert g.error is None
+        assert g.memory_total_bytes // (1 << 20) == int(row["memory.total"])
+        assert 0 < g.power_w < 2000 and g.temperature_gpu_c is not None
+        if sampler.static[g.index].gpm:
+            # GPM is a rate between two samples: none on the first tick, a reading after.
+            assert first.gpus[g.index].sm_activity_pct is None
+            assert g.sm_activity_pct is not None and 0 <= g.sm_activity_pct <= 100
+    # What was recorded replays to the same samples.
+    replay = TraceReplay(rec.trace(hostname="live", interval_s=0.5))
+    again = Sampler(replay, hostname="live", interval_s=0.5)
+    assert [again.sample(replay.advance()) for _ in range(2)] == samples
