@@ -1,6 +1,7 @@
 """Layer 1: the records every other layer exchanges (immutable, typed, units in field names)."""
 
 from .base import SCHEMA_VERSION, Record
+from .cost import Billing, Offer
 from .finding import Evidence, Finding, Severity, worst
 from .machine import (
     Clocks,
@@ -27,6 +28,7 @@ from .telemetry import Alert, GpuSample, ProcessSample, Sample, XidEvent
 __all__ = [
     "SCHEMA_VERSION",
     "Alert",
+    "Billing",
     "Clocks",
     "Ecc",
     "Evidence",
@@ -41,6 +43,7 @@ __all__ = [
     "Measurement",
     "MigInstance",
     "NvLink",
+    "Offer",
     "Params",
     "PcieLink",
     "Power",

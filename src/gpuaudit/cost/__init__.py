@@ -1,0 +1,1 @@
+"""Layer 4: cost — the price catalog, pricing models, TCO, price-performance, recommendations."""
