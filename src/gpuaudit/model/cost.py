@@ -24,7 +24,7 @@ class Offer(Record):
     provider: str  # "aws", "gcp", "azure", "lambda", ...
     instance_type: str  # the provider's name for it, e.g. "p5en.48xlarge"
     region: str | None = None  # None: the same price everywhere the provider sells it
-    gpu_model: str  # as specs names it (e.g. "H200 SXM"); see gpuaudit.specs
+    gpu_model: str  # the specs id (e.g. "h200-sxm", see gpuaudit.specs), or a name specs lacks
     gpu_count: int = Field(ge=1)
     gpu_memory_gib: float | None = None  # per GPU
     vcpus: int | None = None
