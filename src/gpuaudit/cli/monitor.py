@@ -138,6 +138,10 @@ def monitor(
     if ctx.invoked_subcommand is not None:
         return
     from gpuaudit.cli.app import _parse_gpus, err, out
+    from gpuaudit.hw.telemetry import Sampler
+    from gpuaudit.model import utc_now
+    from gpuaudit.report.monitor_view import monitor_view, sample_line
+    from gpuaudit.store import Store
     from gpuaudit.telemetry.idle import IdleConfig, IdlePolicy
     from gpuaudit.telemetry.monitor import Monitor, Retention
 
@@ -161,15 +165,13 @@ def monitor(
     with ExitStack() as stack:
         stack.callback(logging.getLogger("gpuaudit").removeHandler, handler)
         source, hostname, times_of = _open_source(stack, replay, record, interval_s, speed)
-        from gpuaudit.hw.telemetry import Sampler
-
         sampler = Sampler(source, hostname=hostname, interval_s=interval_s, gpus=gpu_list)
         if record is not None:
             source.end_setup()
         if not sampler.static:
             raise BadInputError("no GPU to watch" + (f" among {gpus}" if gpus else ""))
         evaluator, notifier = _alerting(stack, rules, no_rules, webhook, notify_command)
-        store = _store(stack, db) if history and not once else None
+        store = stack.enter_context(Store(db)) if history and not once else None
         decisions_log = stack.enter_context(idle_log.open("a")) if idle_log else None
 
         def on_decision(d: Any) -> None:  # the notifiers log it (as alert GpuIdlePolicy)
@@ -200,15 +202,14 @@ def monitor(
                 sys.stdout.write(_state_json(tick.state, mon) + "\n")
                 sys.stdout.flush()
             elif view is not None:
-                from gpuaudit.report.monitor_view import monitor_view
-
                 view.update(monitor_view(tick.state, mon.recent_samples(),
                                          price_per_gpu_hour=price), refresh=True)
             elif not once:
-                console.print(_line(tick.sample), markup=False, highlight=False)
+                console.print(sample_line(tick.sample), markup=False, highlight=False)
         if record is not None:
             record.write_text(json.dumps(source.trace(hostname=hostname, interval_s=interval_s,
-                                                      recorded_at=_now_iso()), indent=1) + "\n")
+                                                      recorded_at=utc_now().isoformat()),
+                                         indent=1) + "\n")
             console.print(f"recorded {ticks} samples to {record}", style="dim")
 
     state = mon.latest.get()
@@ -216,8 +217,6 @@ def monitor(
         if json_:
             sys.stdout.write(_state_json(state, mon, indent=2) + "\n")
         else:
-            from gpuaudit.report.monitor_view import monitor_view
-
             out.print(monitor_view(state, mon.recent_samples(), price_per_gpu_hour=price))
         critical = [a for a in state.alerts
                     if a.state == "firing" and a.labels.get("severity") == "critical"]
@@ -282,12 +281,6 @@ def _alerting(stack: ExitStack, rules: Path | None, no_rules: bool,
     return evaluator, notifier
 
 
-def _store(stack: ExitStack, db: str | None) -> Any:
-    from gpuaudit.store import Store
-
-    return stack.enter_context(Store(db))
-
-
 def _on_ctrl_c(stop: threading.Event) -> threading.Event:
     """Ctrl-C (or SIGTERM) ends the loop after the tick in progress: nothing half-saved."""
     interrupted = threading.Event()
@@ -321,18 +314,6 @@ def _state_json(state: Any, mon: Any, indent: int | None = None) -> str:
     if mon.idle is not None:
         doc["idle_usage"] = mon.idle.usage().model_dump(mode="json")
     return json.dumps(doc, indent=indent)
-
-
-def _line(sample: Any) -> str:
-    from gpuaudit.report.monitor_view import sample_line
-
-    return sample_line(sample)
-
-
-def _now_iso() -> str:
-    from gpuaudit.model import utc_now
-
-    return utc_now().isoformat()
 
 
 @monitor_app.command("history")
