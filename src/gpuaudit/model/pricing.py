@@ -1,0 +1,221 @@
+"""What work costs: the records of the pricing models, TCO, price-performance and idle cost.
+
+Every money figure sits beside a `currency` field; durations carry their unit in the field name
+(`_s`, `_hours`); every figure computed from a price names the price's source and date, so that
+a reader can tell where it came from and how old it is.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from enum import Enum
+from typing import Literal
+
+from .base import Record
+from .cost import Billing
+
+
+class PriceKind(str, Enum):
+    ON_DEMAND = "on_demand"
+    SPOT = "spot"
+    RESERVED_1Y = "reserved_1y"
+    RESERVED_3Y = "reserved_3y"
+
+
+class PriceRef(Record):
+    """The price a figure was computed from, and where that price came from."""
+
+    offer: str  # Offer.key, e.g. "aws/p5.48xlarge@us-east-1"
+    kind: PriceKind
+    price_per_hour: float  # of the whole instance
+    gpu_count: int
+    currency: str
+    source: str
+    price_date: date
+
+
+# -- pricing models for one job ----------------------------------------------------------------
+
+
+class Job(Record):
+    """A job's size: `solve_hours` of failure-free work on `instances` instances at once."""
+
+    gpu_hours: float
+    gpus_per_instance: int
+    instances: int
+    solve_hours: float  # wall time without interruptions = gpu_hours / (gpus × instances)
+
+
+class OnDemandCost(Record):
+    price: PriceRef
+    instances: int
+    wall_hours: float
+    billing: Billing
+    billing_minimum_s: float
+    billed_hours: float  # per instance, after granularity and minimum
+    cost: float
+    currency: str
+
+
+class ReservedCost(Record):
+    price: PriceRef  # the effective hourly rate of the term
+    term_years: int
+    term_hours: float  # 8760 per year
+    instances: int
+    terms_needed: int  # per instance: a job longer than one term needs several
+    term_cost: float  # what the reservation(s) cost whatever runs on them
+    wall_hours: float
+    # Share of the reserved hours that carry work. None: nothing but this job uses the term.
+    utilization: float | None
+    cost: float  # this job's cost: the whole term(s), or its share at `utilization`
+    # Utilization of the term at which reserved costs what on-demand would (None: no on-demand
+    # price to compare with). Below it, on-demand is cheaper.
+    break_even_utilization: float | None
+    currency: str
+
+
+class CheckpointPlan(Record):
+    """Checkpointing on interruptible capacity (Young 1974; Daly 2006)."""
+
+    mtbi_hours: float  # mean time between interruptions of the job (all its instances)
+    checkpoint_s: float  # δ: time to write one checkpoint
+    restart_s: float  # R: time from an interruption back to work (capacity, reload)
+    young_interval_s: float  # sqrt(2δM)
+    daly_interval_s: float  # Daly's higher-order optimum
+    interval_s: float  # the compute time between checkpoints used (Daly's unless given)
+
+
+class SpotCost(Record):
+    price: PriceRef
+    instances: int
+    plan: CheckpointPlan
+    solve_hours: float
+    expected_wall_hours: float  # with checkpoints, lost work and restarts (Daly's model)
+    expected_interruptions: float
+    overhead_pct: float  # (expected wall − solve) / solve × 100
+    billed_hours: float  # per instance
+    expected_cost: float
+    currency: str
+    assumptions: tuple[str, ...]
+
+
+OptionName = Literal["on_demand", "reserved_1y", "reserved_3y", "spot"]
+
+
+class PricingOption(Record):
+    name: OptionName
+    wall_hours: float  # expected, for spot
+    cost: float
+    currency: str
+    meets_deadline: bool | None  # None: no deadline given
+
+
+class Unpriced(Record):
+    name: OptionName
+    reason: str
+
+
+class JobComparison(Record):
+    offer: str
+    job: Job
+    deadline_hours: float | None
+    on_demand: OnDemandCost | None
+    reserved_1y: ReservedCost | None
+    reserved_3y: ReservedCost | None
+    spot: SpotCost | None
+    options: tuple[PricingOption, ...]  # cheapest first
+    unpriced: tuple[Unpriced, ...]
+    # The cheapest option that meets the deadline (None: none does, or nothing is priced).
+    cheapest: OptionName | None
+    verdict: str  # one sentence a person reads
+    currency: str
+    price_source: str
+    price_date: date
+
+
+# -- buy vs rent ---------------------------------------------------------------------------------
+
+
+class Tco(Record):
+    """Owning a server: what a year costs, per GPU-hour, and against a rental price."""
+
+    currency: str
+    capex: float
+    gpu_count: int
+    amortization_years: float
+    cost_of_capital_pct: float  # annual
+    residual_value_pct: float  # of capex, at the end of the amortization period
+    power_w: float  # average draw of the server, before PUE
+    power_source: str  # "measured", "given", "TDP: 8 × 700 W + host 2000 W", ...
+    pue: float
+    price_per_kwh: float
+    colocation_per_month: float
+    maintenance_pct_per_year: float  # of capex
+    utilization: float  # share of the year's GPU-hours that carry work
+    annual_capital_cost: float  # the annuity that repays capex (less residual) at that rate
+    annual_energy_cost: float
+    annual_colocation_cost: float
+    annual_maintenance_cost: float
+    annual_cost: float
+    cost_per_gpu_hour_at_full_use: float
+    cost_per_used_gpu_hour: float  # at `utilization`
+    rental_price_per_gpu_hour: float | None = None
+    # Utilization above which owning costs less than renting the same used hours; above 1:
+    # owning never pays at that rental price.
+    break_even_utilization: float | None = None
+    cheaper: Literal["buy", "rent"] | None = None  # at `utilization`
+
+
+# -- price-performance ---------------------------------------------------------------------------
+
+Basis = Literal["measured", "estimate", "given"]
+
+
+class WorkCost(Record):
+    """The cost of one unit of work at one price."""
+
+    metric: Literal["pflop_hour", "million_training_tokens", "thousand_inferences", "epoch"]
+    cost: float
+    currency: str
+    unit: str  # "USD per PFLOP-hour", ...
+    rate: float  # the throughput it was computed from, for the whole instance
+    rate_unit: str  # "PFLOP/s", "tokens/s", "inferences/s", "samples/s"
+    # measured: from a stored run (run_id); estimate: from datasheet figures and the stated
+    # assumptions; given: a throughput the user supplied.
+    basis: Basis
+    run_id: str | None = None
+    assumptions: tuple[str, ...] = ()
+
+
+class PricePerformance(Record):
+    price: PriceRef
+    gpu_model: str
+    results: tuple[WorkCost, ...]
+    notes: tuple[str, ...] = ()
+
+
+# -- idle cost -----------------------------------------------------------------------------------
+
+
+class IdleGpu(Record):
+    hostname: str
+    gpu: int
+    observed_hours: float  # covered by readings
+    idle_hours: float
+    unknown_hours: float  # readings without an activity figure, or errors: never idle
+    idle_cost: float
+
+
+class IdleCost(Record):
+    since: datetime
+    until: datetime
+    threshold_pct: float
+    price_per_gpu_hour: float
+    currency: str
+    price_source: str
+    price_date: date | None
+    gpus: tuple[IdleGpu, ...]
+    observed_gpu_hours: float
+    idle_gpu_hours: float
+    idle_fraction: float | None  # of the observed GPU-hours; None when nothing was observed
+    idle_cost: float
