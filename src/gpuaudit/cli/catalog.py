@@ -1,0 +1,209 @@
+"""`gpuaudit catalog list|show|validate|import`: the price catalog on the command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from gpuaudit.errors import BadInputError
+
+catalog_app = typer.Typer(
+    help="The price catalog: GPU instances with on-demand, spot and reserved prices, each with "
+         "its source and date. List, show, validate, import your own (ours or SkyPilot's CSV).",
+    no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (human text on "
+                                                      "stderr).")]
+FileOpt = Annotated[Path | None, typer.Option(
+    "--catalog", help="Use this catalog file (ours or SkyPilot's vms.csv) instead of the "
+                      "shipped one plus your imported rows.", dir_okay=False)]
+
+
+def _consoles(json_: bool) -> tuple[Console, Console]:
+    """(where tables go, where notes go): with --json, stdout is JSON only."""
+    err = Console(stderr=True, highlight=False)
+    return (err if json_ else Console(highlight=False)), err
+
+
+def _print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _load(path: Path | None):
+    from gpuaudit.cost.catalog import load_catalog
+
+    return load_catalog(path)
+
+
+def _refuse_bad_numbers(catalog) -> None:
+    """list/show compute with the prices, so a negative or zero price or an unknown currency
+    is bad input (exit 2) there; `validate` is the command that reports them as findings."""
+    from gpuaudit.cost.catalog import ISO_CURRENCIES
+
+    for prob in catalog.problems:
+        if prob.code == "bad-price":
+            raise BadInputError(str(prob))
+    for offer, loc in zip(catalog.offers, catalog.locations, strict=True):
+        where = f"{loc.file}:{loc.line}" if loc.line else loc.file
+        for key in ("on_demand_price_per_hour", "spot_price_per_hour",
+                    "reserved_1y_price_per_hour", "reserved_3y_price_per_hour"):
+            if getattr(offer, key) == 0:
+                raise BadInputError(f"{where}: {offer.key}: {key} is zero (a placeholder, not"
+                                    " a price); `gpuaudit catalog validate` lists all such")
+        if offer.currency not in ISO_CURRENCIES:
+            raise BadInputError(f"{where}: {offer.key}: unknown currency {offer.currency!r}")
+
+
+def _warn_problems(catalog, console: Console) -> None:
+    for prob in catalog.problems:
+        console.print(f"[yellow]skipped[/] {prob}", markup=True, highlight=False)
+
+
+@catalog_app.command("list")
+def list_(
+    gpu: Annotated[str | None, typer.Option(help="Only this GPU (specs id, e.g. h200-sxm).")
+                   ] = None,
+    provider: Annotated[str | None, typer.Option(help="Only this provider (aws, gcp, ...).")
+                        ] = None,
+    max_price: Annotated[float | None, typer.Option(
+        "--max-price", help="Only instances whose on-demand price per hour (whole instance, "
+                            "in its own currency) is at most this.")] = None,
+    sort: Annotated[str, typer.Option(help="per-gpu: on-demand per GPU-hour; price: per "
+                                           "instance-hour.")] = "per-gpu",
+    catalog_file: FileOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """GPU instances with their prices (currency always shown), cheapest first."""
+    from gpuaudit.report.cost_view import offers_doc, offers_table
+
+    if sort not in ("per-gpu", "price"):
+        raise BadInputError(f"--sort {sort!r}: expected per-gpu or price")
+    if max_price is not None and max_price <= 0:
+        raise BadInputError(f"--max-price {max_price:g}: must be more than zero")
+    out, err = _consoles(json_)
+    catalog = _load(catalog_file)
+    _refuse_bad_numbers(catalog)
+    offers = catalog.select(gpu=gpu, provider=provider, max_price_per_hour=max_price)
+
+    def order(o):
+        od = o.on_demand_price_per_hour
+        value = None if od is None else (od / o.gpu_count if sort == "per-gpu" else od)
+        # Unpriced offers last; then cheapest; ties in a stable, readable order.
+        return (value is None, o.currency, value or 0.0, o.key)
+
+    offers.sort(key=order)
+    _warn_problems(catalog, err)
+    if json_:
+        _print_json(offers_doc(offers))
+        return
+    if not offers:
+        out.print("no offer matches those filters")
+        return
+    out.print(offers_table(offers, title=f"{len(offers)} offers (prices per hour)"))
+
+
+@catalog_app.command()
+def show(
+    key: Annotated[str, typer.Argument(metavar="PROVIDER/INSTANCE[@REGION]",
+                                       help="e.g. aws/p5.48xlarge@us-east-1")],
+    catalog_file: FileOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """One instance: every price with its source and date (all its regions if none given)."""
+    from gpuaudit.cost.catalog import parse_key
+    from gpuaudit.report.cost_view import offer_doc, offer_view
+
+    provider, instance, region = parse_key(key)
+    out, _err = _consoles(json_)
+    catalog = _load(catalog_file)
+    _refuse_bad_numbers(catalog)
+    found = catalog.find(provider, instance, region)
+    if not found:
+        raise BadInputError(f"{key}: not in the catalog (`gpuaudit catalog list --provider "
+                            f"{provider}` shows what is)")
+
+    def where(o):
+        loc = catalog.location(o)
+        return None if loc is None else (f"{loc.file}:{loc.line}" if loc.line else loc.file)
+
+    if json_:
+        _print_json({"offers": [offer_doc(o, where(o)) for o in found]})
+        return
+    for i, o in enumerate(found):
+        if i:
+            out.print()
+        out.print(offer_view(o, where(o)))
+
+
+@catalog_app.command()
+def validate(
+    file: Annotated[Path | None, typer.Argument(
+        help="A catalog file (ours or SkyPilot's) [default: the shipped catalog plus your "
+             "imported rows]", dir_okay=False)] = None,
+    today: Annotated[str | None, typer.Option(
+        help="Judge staleness as of this date (YYYY-MM-DD) [default: today].")] = None,
+    stale_days: Annotated[int, typer.Option(min=1, help="Prices older than this many days are"
+                                                        " stale.")] = 365,
+    json_: JsonOpt = False,
+) -> None:
+    """Check a catalog: spot ≥ on-demand, placeholder prices, GPU counts that contradict the
+    instance type, per-GPU outliers, stale dates, unknown currencies and GPUs, bad rows.
+
+    Exit code 1 when an error-level finding exists.
+    """
+    from gpuaudit.cost.catalog import validate as run_validate
+    from gpuaudit.model.finding import Severity
+    from gpuaudit.report.cost_view import findings_doc, findings_summary, findings_table
+
+    as_of = None
+    if today is not None:
+        try:
+            as_of = date.fromisoformat(today)
+        except ValueError:
+            raise BadInputError(f"--today {today!r}: expected a date like 2026-01-31") from None
+    out, _err = _consoles(json_)
+    catalog = _load(file)
+    findings = run_validate(catalog, today=as_of, stale_days=stale_days)
+    if json_:
+        _print_json(findings_doc(findings, len(catalog)))
+    else:
+        if findings:
+            out.print(findings_table(findings))
+        out.print(findings_summary(findings, len(catalog)))
+    if any(f.severity is Severity.FAIL for f in findings):
+        raise typer.Exit(1)
+
+
+@catalog_app.command("import")
+def import_(
+    file: Annotated[Path, typer.Argument(help="A catalog file: ours or SkyPilot's vms.csv.",
+                                         dir_okay=False)],
+    provider: Annotated[str | None, typer.Option(
+        help="The provider of a SkyPilot vms.csv whose folder name does not say it.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Merge a catalog into your user catalog; its rows override shipped rows with the same
+    provider/instance/region. Refused (exit 2) for zero or negative prices or an unknown
+    currency; other bad rows are skipped and listed."""
+    from gpuaudit.cost.catalog import import_catalog
+
+    out, err = _consoles(json_)
+    result = import_catalog(file, provider=provider)
+    for prob in result.skipped:
+        err.print(f"skipped {prob}", markup=False, highlight=False)
+    if json_:
+        _print_json({"dest": str(result.dest), "added": list(result.added),
+                     "replaced": list(result.replaced), "skipped": [str(p) for p in
+                                                                    result.skipped],
+                     "total": result.total})
+        return
+    out.print(f"imported {len(result.added) + len(result.replaced)} offers into {result.dest}"
+              f" ({len(result.added)} new, {len(result.replaced)} replaced, "
+              f"{len(result.skipped)} rows skipped); it now holds {result.total}",
+              markup=False, highlight=False)
