@@ -1,0 +1,73 @@
+"""Terminal view of `gpuaudit recommend`: the ranked offers, the excluded ones, the basis.
+
+Pure builders (nothing prints). The currency is in every money column's header and the
+summary, never implied.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gpuaudit.model.recommendation import RecommendResult
+
+
+def _hours(h: float) -> str:
+    return f"{h:,.1f} h" if h < 48 else f"{h / 24:,.1f} d"
+
+
+def ranked_table(result: RecommendResult) -> Table:
+    cur = result.currency
+    table = Table(title=f"Recommended offers ({cur})", title_justify="left")
+    for name, justify in (("#", "right"), ("offer", "left"), ("GPUs", "left"),
+                          ("pricing", "left"), (f"{cur}/h", "right"), ("time", "right"),
+                          (f"cost {cur}", "right"), ("rate", "right"), ("memory/GPU", "right"),
+                          ("why", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in result.ranked:
+        gpus = f"{r.nodes} × {r.offer.gpu_count} × {r.offer.gpu_model}" if r.nodes > 1 else \
+            f"{r.offer.gpu_count} × {r.offer.gpu_model}"
+        mem = f"{r.memory_per_gpu_bytes / 1e9:.3g} GB" if r.memory_per_gpu_bytes else "n/a"
+        if r.sharding and r.sharding != "none":
+            mem += f" ({r.sharding})"
+        rate = f"{r.rate:,.4g} {r.rate_unit}" + ("" if r.measured else " est.")
+        table.add_row(str(r.rank), r.offer.key, gpus, r.pricing.value,
+                      f"{r.price_per_hour:,.2f}", _hours(r.hours), f"{r.cost:,.2f}", rate, mem,
+                      "; ".join(r.reasons[1:]))
+    return table
+
+
+def excluded_table(result: RecommendResult) -> Table:
+    table = Table(title="Excluded (cheapest first)", title_justify="left")
+    table.add_column("offer")
+    table.add_column("GPUs")
+    table.add_column("why not")
+    for e in result.excluded:
+        table.add_row(e.offer_key, f"{e.gpu_count} × {e.gpu_model}", f"{e.kind}: {e.reason}")
+    return table
+
+
+def recommend_view(result: RecommendResult) -> RenderableType:
+    parts: list[RenderableType] = []
+    if result.ranked:
+        parts.append(ranked_table(result))
+    else:
+        parts.append(Text("No offer meets the task's constraints.", style="yellow"))
+    if result.excluded:
+        parts.append(excluded_table(result))
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.excluded_counts.items()))
+    parts.append(Text(f"{result.considered} offers considered, {result.feasible} feasible"
+                      + (f"; excluded: {counts}" if counts else "")
+                      + f". Prices in {result.currency}.", style="dim"))
+    a = result.assumptions
+    parts.append(Text(
+        f"Assumptions: MFU {a.mfu:.0%}; scaling efficiency {a.intra_node_efficiency_nvlink:.0%}"
+        f" within an NVLink node ({a.intra_node_efficiency_pcie:.0%} PCIe), "
+        f"×{a.inter_node_efficiency:.0%} across nodes; {a.bandwidth_efficiency:.0%} of "
+        f"datasheet memory bandwidth; {a.memory_margin:.0%} of GPU memory kept free; spot "
+        f"{a.spot_interruptions_per_hour:g} interruptions/h per node, checkpoint "
+        f"{a.checkpoint_minutes:g} min, restart {a.restart_minutes:g} min.", style="dim"))
+    for note in result.notes:
+        parts.append(Text(note, style="dim"))
+    return Group(*parts)

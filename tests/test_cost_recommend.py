@@ -1,0 +1,360 @@
+"""recommend: rankings on small constructed catalogs, exclusion reasons, parsing, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import date, datetime, timezone
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuaudit.cli import recommend as cli
+from gpuaudit.cost.recommend import (
+    BenchmarkedTask,
+    Constraints,
+    FinetuneTask,
+    ServeTask,
+    TrainTask,
+    parse_hours,
+    parse_quantity,
+    recommend,
+    task_from_run,
+)
+from gpuaudit.errors import BadInputError
+from gpuaudit.model import Gpu, Host, Machine, Measurement, Run
+from gpuaudit.model.cost import Offer
+from gpuaudit.model.recommendation import Assumptions, PricingModel
+
+L2_7B = dict(layers=32, hidden=4096)
+
+
+def offer(provider: str, gpu: str, count: int, od: float | None, spot: float | None = None,
+          mem_gib: float | None = None, **kw) -> Offer:
+    return Offer(provider=provider, instance_type=f"{gpu}x{count}", gpu_model=gpu,
+                 gpu_count=count, on_demand_price_per_hour=od, spot_price_per_hour=spot,
+                 gpu_memory_gib=mem_gib, source="test", price_date=date(2025, 6, 1), **kw)
+
+
+H100 = offer("a", "h100-sxm", 8, 20.0)
+A100 = offer("b", "a100-sxm4-80gb", 8, 10.0)
+A10G = offer("c", "a10g", 1, 1.0, mem_gib=24)
+V100 = offer("d", "v100-sxm2-16gb", 8, 5.0)
+TRAIN_1B = TrainTask(params=1e9, tokens=1e11, layers=16, hidden=2048)  # 6e20 FLOPs
+
+# Per-node rates at 40 % MFU: 8 GPUs on NVLink at 95 %, one GPU at 100 %.
+H100_RATE = 8 * 989.5e12 * 0.4 * 0.95
+A100_RATE = 8 * 312e12 * 0.4 * 0.95
+A10G_RATE = 70e12 * 0.4
+
+
+def keys(result):
+    return [r.offer.key for r in result.ranked]
+
+
+# --- train -----------------------------------------------------------------------------------
+
+
+def test_train_ranks_by_cost_with_exact_hours_and_cost():
+    result = recommend(TRAIN_1B, [A10G, V100, A100, H100])
+    assert keys(result) == ["a/h100-sxmx8", "b/a100-sxm4-80gbx8", "c/a10gx1"]
+    h100, a100, a10g = result.ranked
+    assert h100.hours == pytest.approx(6e20 / H100_RATE / 3600, rel=1e-12)  # 55.4 h
+    assert h100.cost == pytest.approx(20.0 * math.ceil(h100.hours * 3600) / 3600, rel=1e-12)
+    assert a100.hours == pytest.approx(6e20 / A100_RATE / 3600, rel=1e-12)
+    assert a10g.hours == pytest.approx(6e20 / A10G_RATE / 3600, rel=1e-12)  # 5,952 h
+    assert h100.rate == pytest.approx(H100_RATE / 1e12) and h100.rate_unit == "TFLOP/s"
+    assert (h100.pricing, h100.nodes, h100.currency) == (PricingModel.ON_DEMAND, 1, "USD")
+    assert h100.sharding == "none"
+    assert result.excluded_counts == {"spec": 1}
+    assert result.excluded[0].reason == ("NVIDIA Tesla V100 SXM2 16GB publishes no bf16 peak "
+                                         "(not supported by its tensor cores)")
+    assert "6·N·T = 6e+20 FLOPs" in result.notes[0]
+
+
+def test_sort_by_time_puts_the_fastest_first():
+    result = recommend(TRAIN_1B, [A10G, A100, H100], constraints=Constraints(sort="time"))
+    assert keys(result) == ["a/h100-sxmx8", "b/a100-sxm4-80gbx8", "c/a10gx1"]
+    cheap_fast = offer("e", "h100-sxm", 8, 100.0)
+    result = recommend(TRAIN_1B, [cheap_fast, A100], constraints=Constraints(sort="cost"))
+    assert keys(result) == ["b/a100-sxm4-80gbx8", "e/h100-sxmx8"]
+
+
+def test_deadline_adds_nodes_or_excludes():
+    result = recommend(TRAIN_1B, [A10G, A100, H100],
+                       constraints=Constraints(deadline_hours=100))
+    assert keys(result) == ["a/h100-sxmx8", "b/a100-sxm4-80gbx8"]
+    a100 = result.ranked[1]
+    # 175.7 h on one node: two nodes at 95 % × 90 % finish in 97.6 h.
+    assert a100.nodes == 2 and a100.gpus == 16
+    assert a100.hours == pytest.approx(6e20 / (2 * A100_RATE * 0.9) / 3600, rel=1e-12)
+    assert a100.price_per_hour == 20.0
+    assert any("2 nodes: assumes a fast network" in r for r in a100.reasons)
+    (out,) = result.excluded
+    assert (out.kind, out.offer_key) == ("deadline", "c/a10gx1")
+    assert out.reason == "5,952 h on one node; needs 67 nodes to finish in 100 h, more than 64"
+
+
+def test_budget_excludes_with_the_cost_in_the_reason():
+    result = recommend(TRAIN_1B, [A100, H100],
+                       constraints=Constraints(deadline_hours=100, budget=1500))
+    assert keys(result) == ["a/h100-sxmx8"]
+    (out,) = result.excluded
+    assert out.kind == "budget"
+    assert out.reason == "costs 1,952 USD (on-demand), over the budget of 1,500"
+    assert "within the budget (74% of it)" in result.ranked[0].reasons
+
+
+def test_memory_exclusion_names_the_gpus_needed_with_zero3():
+    task = TrainTask(params=7e9, tokens=1e9, **L2_7B)
+    result = recommend(task, [A10G, H100], assumptions=Assumptions(max_nodes=4))
+    assert keys(result) == ["a/h100-sxmx8"]
+    # 112 GB of states + full-checkpointing activations over 21.7 GB of room per 24 GiB GPU.
+    assert result.excluded[0].reason == ("needs 6 × 24 GiB with ZeRO-3, more than 4 nodes; "
+                                         "has 1 × 24 GiB")
+    h100 = result.ranked[0]
+    # 14 + 14 + 84 GB: stage 1 shards the 84 GB of Adam state, 38.5 GB/GPU with activations.
+    assert h100.sharding == "zero-1"
+    assert h100.memory_per_gpu_bytes == pytest.approx(28e9 + 84e9 / 8 + 34 * 2048 * 4096 * 32)
+    # With more nodes allowed, the A10G trains it over 6 nodes with ZeRO-3 and full recompute.
+    result = recommend(task, [A10G])
+    (a10g,) = result.ranked
+    assert (a10g.nodes, a10g.sharding) == (6, "zero-3")
+    assert a10g.hours == pytest.approx(6 * 7e9 * 1e9 * 8 / 6 / (6 * A10G_RATE * 0.9) / 3600)
+    assert any("full activation checkpointing" in r for r in a10g.reasons)
+
+
+def test_spot_is_chosen_when_cheaper_and_dropped_when_it_misses_the_deadline():
+    spot = offer("a", "h100-sxm", 8, 20.0, spot=6.0)
+    (best,) = recommend(TRAIN_1B, [spot]).ranked
+    lam, delta, restart = 0.05, 5 / 60, 10 / 60
+    tau = math.sqrt(2 * delta / lam)  # Young's interval: 1.83 h
+    overhead = delta / tau + lam * (tau / 2 + restart)  # 9.96 %
+    assert best.pricing is PricingModel.SPOT
+    assert best.hours == pytest.approx(6e20 / H100_RATE / 3600 * (1 + overhead), rel=1e-12)
+    assert best.cost == pytest.approx(6.0 * math.ceil(best.hours * 3600 - 1e-9) / 3600)
+    # 6 × 60.9 h against 20 × 55.4 h on demand.
+    assert any("67% cheaper than on-demand (+10% time for interruptions)" in r
+               for r in best.reasons)
+    (late,) = recommend(TRAIN_1B, [spot], constraints=Constraints(deadline_hours=58)).ranked
+    assert late.pricing is PricingModel.ON_DEMAND
+    assert "on-demand: spot's interruptions would miss the deadline" in late.reasons
+
+
+def test_reserved_only_when_the_job_outlasts_its_break_even():
+    reserved = offer("r", "a10g", 1, 1.0, mem_gib=24, reserved_1y_price_per_hour=0.5)
+    # 5,952 h on demand costs 5,952; the whole 1-year term costs 8,760 × 0.5 = 4,380.
+    (long_job,) = recommend(TRAIN_1B, [reserved]).ranked
+    assert long_job.pricing is PricingModel.RESERVED_1Y
+    assert long_job.cost == pytest.approx(4380) and long_job.price_per_hour == 0.5
+    short = TrainTask(params=1e9, tokens=1e10, layers=16, hidden=2048)  # 595 h
+    (short_job,) = recommend(short, [reserved]).ranked
+    assert short_job.pricing is PricingModel.ON_DEMAND
+    assert short_job.cost == pytest.approx(6e19 / A10G_RATE / 3600, abs=1 / 3600)
+
+
+def test_currency_and_missing_prices_are_excluded_with_reasons():
+    eur = offer("e", "h100-sxm", 8, 18.0, currency="EUR")
+    nothing = offer("n", "h100-sxm", 8, None)
+    unknown = offer("u", "mystery-gpu", 8, 1.0)
+    result = recommend(TRAIN_1B, [eur, nothing, unknown, H100])
+    assert keys(result) == ["a/h100-sxmx8"]
+    reasons = {e.offer_key: (e.kind, e.reason) for e in result.excluded}
+    assert reasons["e/h100-sxmx8"] == ("currency", "priced in EUR; ranking in USD (no "
+                                                   "exchange rates)")
+    assert reasons["n/h100-sxmx8"] == ("price", "no price")
+    assert reasons["u/mystery-gpux8"][0] == "spec"
+    eur_only = recommend(TRAIN_1B, [eur], constraints=Constraints(currency="EUR"))
+    assert eur_only.ranked[0].currency == "EUR" and eur_only.currency == "EUR"
+
+
+# --- fine-tune -------------------------------------------------------------------------------
+
+
+def test_finetune_lora_is_4nt_and_full_needs_more_memory():
+    lora = FinetuneTask(params=7e9, tokens=1e9, method="lora", **L2_7B)
+    result = recommend(lora, [A10G, A100, H100])
+    # 2.8e19 FLOPs: 2.6 h × 20 = 51.7, 8.2 h × 10 = 82.0; the A10G 277.8 h × 1.5 = 416.7.
+    assert keys(result) == ["a/h100-sxmx8", "b/a100-sxm4-80gbx8", "c/a10gx1"]
+    assert [round(r.cost, 1) for r in result.ranked] == [51.7, 82.0, 416.7]
+    a10g = result.ranked[2]
+    # 14 GB frozen + 0.27 GB of adapters + 9.1 GB of activations exceed 23.2 GB usable: full
+    # checkpointing (one more forward pass, (4 + 2)/4 of the work) makes it fit on one GPU.
+    assert a10g.hours == pytest.approx(1.5 * 4 * 7e9 * 1e9 / A10G_RATE / 3600, rel=1e-12)
+    assert a10g.sharding == "none"
+    assert "full activation checkpointing to fit: one more forward pass (×1.5 compute)" in \
+        a10g.reasons
+    full = FinetuneTask(params=7e9, tokens=1e9, method="full", **L2_7B)
+    result = recommend(full, [A10G, A100, H100], assumptions=Assumptions(max_nodes=4))
+    assert keys(result) == ["a/h100-sxmx8", "b/a100-sxm4-80gbx8"]
+    assert result.ranked[0].hours == pytest.approx(6 * 7e9 * 1e9 / H100_RATE / 3600)
+    assert result.excluded[0].kind == "memory"
+
+
+# --- serve -----------------------------------------------------------------------------------
+
+
+SERVE_7B = ServeTask(params=7e9, qps=10, latency_ms=20, context=4096, output_tokens=256,
+                     **L2_7B)
+
+
+def test_serve_ranks_by_replicas_times_price():
+    h100 = offer("a", "h100-sxm", 1, 3.0)
+    h200 = offer("b", "h200-sxm", 1, 4.0)
+    l4 = offer("c", "l4", 1, 0.8)
+    result = recommend(SERVE_7B, [l4, h100, h200])
+    assert keys(result) == ["b/h200-sxmx1", "a/h100-sxmx1"]
+    first, second = result.ranked
+    kv = 2**31  # 2 GiB per 4k-token sequence
+    # H200: batch 29 (the SLO binds: 0.02 s × 3.84 TB/s reads 14 GB + 29 × 2 GiB).
+    step = (14e9 + 29 * kv) / (4800e9 * 0.8)
+    assert first.rate == pytest.approx(2 * 29 / step) and first.rate_unit == "tokens/s"
+    assert (first.nodes, first.cost, first.pricing) == (2, 8.0, PricingModel.ON_DEMAND)
+    assert first.reasons[1].startswith("batch 29 per replica (limited by the latency SLO)")
+    # H100: batch 18 → 3.58 requests/s per replica → 3 replicas for 10 QPS.
+    assert (second.nodes, second.cost) == (3, 9.0)
+    assert first.memory_per_gpu_bytes == pytest.approx(14e9 + 29 * kv)
+    (out,) = result.excluded
+    assert (out.kind, out.reason) == ("latency", "reading the weights takes 58.3 ms per token "
+                                                 "on 1 × NVIDIA L4; SLO 20 ms")
+
+
+def test_serve_memory_exclusion_and_no_spot():
+    task = ServeTask(params=70e9, qps=1, latency_ms=200, context=4096, layers=80, hidden=8192)
+    spot_only = offer("s", "h100-sxm", 8, None, spot=10.0)
+    result = recommend(task, [A10G, spot_only])
+    assert result.ranked == ()
+    reasons = {e.offer_key: e.reason for e in result.excluded}
+    assert reasons["c/a10gx1"] == ("weights 140 GB + one sequence's KV cache 10.7 GB need "
+                                   "151 GB; has 1 × 24 GiB (23.2 GB usable)")
+    assert reasons["s/h100-sxmx8"].startswith("no on-demand or reserved price (spot is not")
+
+
+# --- benchmarked -----------------------------------------------------------------------------
+
+
+def test_benchmarked_uses_measured_rate_on_the_same_gpu_and_scales_others():
+    task = BenchmarkedTask(run_id="r1", gpu_model="h100-sxm", gpus=8, rate_per_gpu=700.0,
+                           unit="TFLOP/s", metric="matmul/bf16", hours=10, scale_by="bf16")
+    h200 = offer("h", "h200-sxm", 8, 30.0)
+    result = recommend(task, [A100, h200, H100])
+    assert keys(result) == ["a/h100-sxmx8", "h/h200-sxmx8", "b/a100-sxm4-80gbx8"]
+    same, h200r, a100 = result.ranked
+    assert same.measured and same.hours == pytest.approx(10) and same.cost == pytest.approx(200)
+    assert not a100.measured
+    assert a100.hours == pytest.approx(10 * 989.5 / 312)
+    assert a100.rate == pytest.approx(8 * 700 * 312 / 989.5 * 0.95)
+    assert "scaled from h100-sxm by the bf16 spec ratio (estimate)" in a100.reasons
+    assert h200r.cost == pytest.approx(300)
+
+
+def _run_with_matmul() -> Run:
+    now = datetime(2025, 6, 1, tzinfo=timezone.utc)
+    gpus = tuple(Gpu(index=i, name="NVIDIA H200", pci_device_id=0x2335) for i in range(2))
+    machine = Machine(captured_at=now, host=Host(hostname="box", python_version="3.11"), gpus=gpus)
+    ms = tuple(Measurement(suite="matmul", name="bf16", unit="TFLOP/s", value=v, gpu_index=i)
+               for i, v in enumerate((700.0, 720.0)))
+    return Run(id="abc123", kind="bench", started_at=now, tool_version="t", machine=machine,
+               measurements=ms)
+
+
+def test_task_from_run_takes_the_median_over_gpus():
+    task = task_from_run(_run_with_matmul(), hours=5)
+    assert (task.gpu_model, task.gpus, task.rate_per_gpu) == ("h200-sxm", 2, 710.0)
+    assert (task.scale_by, task.unit) == ("bf16", "TFLOP/s")
+    with pytest.raises(BadInputError, match="no matmul/fp8 measurement"):
+        task_from_run(_run_with_matmul(), hours=5, metric="matmul/fp8")
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("7B", 7e9), ("1.3B", 1.3e9), ("125M", 125e6), ("1T", 1e12), ("300b", 300e9),
+    ("70k", 70e3), ("2e9", 2e9), ("42", 42.0)])
+def test_parse_quantity(text, value):
+    assert parse_quantity(text) == pytest.approx(value, rel=1e-15)
+
+
+@pytest.mark.parametrize("text", ["0", "0B", "-7B", "7X", "", "B", "inf"])
+def test_parse_quantity_rejects(text):
+    with pytest.raises(BadInputError):
+        parse_quantity(text, "--params")
+
+
+def test_parse_hours():
+    assert parse_hours("14d") == 336 and parse_hours("36h") == 36 and parse_hours("90m") == 1.5
+    assert parse_hours("2w") == 336 and parse_hours("12") == 12
+    for bad in ("0d", "soon", "-1h"):
+        with pytest.raises(BadInputError):
+            parse_hours(bad)
+
+
+# --- CLI -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def catalog(monkeypatch):
+    offers = [A10G, V100, A100, H100]
+    monkeypatch.setattr(cli, "load_offers", lambda path: offers)
+    return offers
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.recommend_app, list(args))
+
+
+def test_cli_train_json(catalog):
+    res = invoke("train", "--params", "1B", "--tokens", "100B", "--layers", "16", "--hidden",
+                 "2048", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert [r["offer"]["provider"] for r in doc["ranked"]] == ["a", "b", "c"]
+    assert doc["currency"] == "USD" and doc["ranked"][0]["currency"] == "USD"
+    assert doc["assumptions"]["mfu"] == 0.4
+    assert doc["excluded_counts"] == {"spec": 1}
+
+
+def test_cli_table_prints_the_currency(catalog):
+    res = invoke("train", "--params", "1B", "--tokens", "100B", "--deadline", "100h")
+    assert res.exit_code == 0, res.output
+    assert "Recommended offers (USD)" in res.stdout and "Prices in USD" in res.stdout
+
+
+def test_cli_finetune_and_serve(catalog):
+    res = invoke("finetune", "--params", "7B", "--method", "lora", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["task"]["method"] == "lora"
+    res = invoke("serve", "--params", "7B", "--qps", "5", "--latency-ms", "50", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["ranked"][0]["rate_unit"] == "tokens/s"
+
+
+@pytest.mark.parametrize("args", [
+    ("train", "--params", "0", "--tokens", "1T"),
+    ("train", "--params", "7B", "--tokens", "1T", "--budget-usd", "-5"),
+    ("train", "--params", "7B", "--tokens", "1T", "--precision", "fp12"),
+    ("train", "--params", "7B", "--tokens", "1T", "--deadline", "soon"),
+    ("finetune", "--params", "7B", "--method", "prefix"),
+    ("serve", "--params", "7B", "--qps", "0", "--latency-ms", "50"),
+    ("--run", "abc"),
+])
+def test_cli_bad_input_exits_2_with_one_line(catalog, args):
+    res = invoke(*args)
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuaudit: error: ")
+
+
+def test_cli_run_reads_the_store(catalog, tmp_path):
+    from gpuaudit.store import Store
+
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    with Store(db) as store:
+        store.save(_run_with_matmul())
+    res = invoke("--run", "abc123", "--hours", "5", "--db", db, "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["task"]["gpu_model"] == "h200-sxm" and doc["task"]["rate_per_gpu"] == 710.0
+    res = invoke("--run", "nope", "--hours", "5", "--db", db)
+    assert res.exit_code == 2
