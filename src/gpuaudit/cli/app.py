@@ -277,9 +277,16 @@ def schema() -> None:
     _print_json(json_schema())
 
 
-from gpuaudit.cli.monitor import monitor_app  # noqa: E402 - beside the commands it joins
+# The command groups, each in its own module (they import only typer at module level).
+from gpuaudit.cli.catalog import catalog_app  # noqa: E402
+from gpuaudit.cli.cost import cost_app  # noqa: E402
+from gpuaudit.cli.monitor import monitor_app  # noqa: E402
+from gpuaudit.cli.recommend import recommend_app  # noqa: E402
 
 app.add_typer(monitor_app, name="monitor")
+app.add_typer(cost_app, name="cost")
+app.add_typer(catalog_app, name="catalog")
+app.add_typer(recommend_app, name="recommend")
 
 
 def main() -> None:
