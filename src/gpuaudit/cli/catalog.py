@@ -62,7 +62,8 @@ def _refuse_bad_numbers(catalog) -> None:
 
 def _warn_problems(catalog, console: Console) -> None:
     for prob in catalog.problems:
-        console.print(f"[yellow]skipped[/] {prob}", markup=True, highlight=False)
+        console.print(f"[yellow]skipped[/] {prob}", markup=True, highlight=False,
+                      soft_wrap=True)
 
 
 @catalog_app.command("list")
@@ -152,8 +153,9 @@ def validate(
                                                         " stale.")] = 365,
     json_: JsonOpt = False,
 ) -> None:
-    """Check a catalog: spot ≥ on-demand, placeholder prices, GPU counts that contradict the
-    instance type, per-GPU outliers, stale dates, unknown currencies and GPUs, bad rows.
+    """Check a catalog: bad rows, spot ≥ on-demand, placeholders, wrong GPU counts, outliers.
+
+    Also stale dates, unknown currencies and GPU models.
 
     Exit code 1 when an error-level finding exists.
     """
@@ -196,7 +198,7 @@ def import_(
     out, err = _consoles(json_)
     result = import_catalog(file, provider=provider)
     for prob in result.skipped:
-        err.print(f"skipped {prob}", markup=False, highlight=False)
+        err.print(f"skipped {prob}", markup=False, highlight=False, soft_wrap=True)
     if json_:
         _print_json({"dest": str(result.dest), "added": list(result.added),
                      "replaced": list(result.replaced), "skipped": [str(p) for p in
@@ -206,4 +208,4 @@ def import_(
     out.print(f"imported {len(result.added) + len(result.replaced)} offers into {result.dest}"
               f" ({len(result.added)} new, {len(result.replaced)} replaced, "
               f"{len(result.skipped)} rows skipped); it now holds {result.total}",
-              markup=False, highlight=False)
+              markup=False, highlight=False, soft_wrap=True)

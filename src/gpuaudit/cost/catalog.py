@@ -507,7 +507,7 @@ def _skypilot_offer(name: str, provider: str, instance: str, region: str, g: _Zo
     if len(set(g.on_demand)) > 1:
         notes.append(f"on-demand differs across zones ({min(g.on_demand):g}-"
                      f"{max(g.on_demand):g}); the highest is kept")
-    if g.zones > 1 and len(g.spot) > 1:
+    if len(g.spot) > 1 and min(g.spot) != max(g.spot):
         notes.append(f"spot: cheapest of {len(g.spot)} zones ({min(g.spot):g}-{max(g.spot):g})")
     od, spot = host_od, host_spot
     part = _gcp_gpu(instance) if not acc else None

@@ -1,0 +1,546 @@
+"""The price catalog: shipped data, loading (ours and SkyPilot's), validation rules, import,
+user override, and the `catalog` commands with their exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuaudit.cli.catalog import catalog_app
+from gpuaudit.cost.catalog import (
+    ISO_CURRENCIES,
+    compose_price,
+    expected_gpu_count,
+    import_catalog,
+    load_catalog,
+    parse_key,
+    read_catalog_file,
+    shipped_catalog_path,
+    validate,
+    write_catalog,
+)
+from gpuaudit.errors import BadInputError
+from gpuaudit.model.finding import Severity
+from gpuaudit.specs import load_catalog as load_specs
+
+ROOT = Path(__file__).parent.parent
+CATS = ROOT / "tests" / "fixtures" / "catalogs"
+SKY = CATS / "skypilot"
+TODAY = date(2026, 11, 30)  # the day the shipped prices were read
+
+
+@pytest.fixture(autouse=True)
+def user_catalog(tmp_path, monkeypatch) -> Path:
+    """Every test gets its own (absent) user catalog: never the real one in the data dir."""
+    path = tmp_path / "user" / "catalog.csv"
+    monkeypatch.setenv("GPUAUDIT_USER_CATALOG", str(path))
+    return path
+
+
+def shipped():
+    return load_catalog(include_user=False)
+
+
+# -- the shipped catalog -------------------------------------------------------------------
+
+
+def test_shipped_catalog_loads_without_problems_and_covers_the_brief():
+    cat = shipped()
+    assert cat.problems == ()
+    assert len(cat) == 40
+    by_provider: dict[str, int] = {}
+    for o in cat.offers:
+        by_provider[o.provider] = by_provider.get(o.provider, 0) + 1
+    assert by_provider == {"aws": 17, "gcp": 3, "azure": 4, "lambda": 7, "nebius": 7,
+                           "runpod": 2}
+    models = {o.gpu_model for o in cat.offers}
+    assert {"v100-sxm2-16gb", "a100-sxm4-40gb", "h100-sxm", "h200-sxm", "b200"} <= models
+
+
+def test_shipped_rows_have_a_source_date_currency_and_known_gpu():
+    specs = load_specs()
+    for o in shipped().offers:
+        assert o.source.startswith("https://"), o.key
+        assert o.price_date == TODAY, o.key
+        assert o.currency in ISO_CURRENCIES, o.key
+        assert specs.get(o.gpu_model) is not None, o.key
+        # No invented prices: every offer has at least one price, none is a placeholder.
+        prices = [o.on_demand_price_per_hour, o.spot_price_per_hour]
+        assert any(p is not None for p in prices), o.key
+        assert all(p is None or p > 0.05 for p in prices), o.key
+
+
+def test_shipped_catalog_passes_validation_on_its_date():
+    assert validate(shipped(), today=TODAY) == []
+
+
+def test_shipped_catalog_goes_stale_after_a_year():
+    findings = validate(shipped(), today=date(2027, 12, 1))
+    assert {f.code for f in findings} == {"catalog.stale"}
+    assert len(findings) == 40
+    assert all(f.severity is Severity.WARN for f in findings)
+
+
+def test_shipped_unpublished_prices_stay_empty():
+    cat = shipped()
+    p5e = cat.get("aws/p5e.48xlarge@us-east-2")
+    assert p5e is not None
+    assert p5e.on_demand_price_per_hour is None  # sold through Capacity Blocks only
+    assert p5e.spot_price_per_hour == 18.7359
+    assert all(o.reserved_1y_price_per_hour is None and o.reserved_3y_price_per_hour is None
+               for o in cat.offers)
+
+
+# -- GCP composition -----------------------------------------------------------------------
+
+
+def test_gcp_instance_price_is_host_plus_n_gpus():
+    cat = shipped()
+    one = cat.get("gcp/a2-highgpu-1g@us-central1")
+    eight = cat.get("gcp/a2-highgpu-8g@us-central1")
+    h100 = cat.get("gcp/a3-highgpu-8g@us-east4")
+    assert one.on_demand_price_per_hour == 3.67339  # 0.73948 + 1 × 2.93391
+    assert one.spot_price_per_hour == 1.80385  # 0.36975 + 1 × 1.4341
+    assert eight.on_demand_price_per_hour == 29.3871  # 5.91582 + 8 × 2.93391
+    assert eight.spot_price_per_hour == 14.4308  # 2.958 + 8 × 1.4341
+    assert h100.on_demand_price_per_hour == 87.83246  # 9.46006 + 8 × 9.79655
+    assert h100.spot_price_per_hour is None  # the H100 part's spot price was not read
+    assert "host 5.91582 + 8 × GPU 2.93391 = 29.3871" in eight.notes
+    assert "spot: only the host part is known" in h100.notes
+
+
+def test_compose_price():
+    assert compose_price(0.73948, 2.93391, 1) == 3.67339
+    assert compose_price(1.0, 2.5, 4) == 11.0
+    assert compose_price(None, 2.5, 4) is None
+    assert compose_price(1.0, None, 4) is None
+
+
+def test_stated_total_that_contradicts_its_parts_is_a_problem(tmp_path):
+    f = tmp_path / "c.csv"
+    f.write_text("provider,instance_type,region,gpu_model,gpu_count,on_demand_price_per_hour,"
+                 "host_on_demand_price_per_hour,gpu_on_demand_price_per_hour,source,price_date\n"
+                 "gcp,a2-highgpu-2g,us-central1,a100-sxm4-40gb,2,7.34,1.0,3.0,t,2026-01-01\n"
+                 "gcp,a2-highgpu-4g,us-central1,a100-sxm4-40gb,4,13.0,1.0,3.0,t,2026-01-01\n")
+    cat = load_catalog(f)
+    assert [o.key for o in cat.offers] == ["gcp/a2-highgpu-4g@us-central1"]
+    assert [(p.line, p.code) for p in cat.problems] == [(2, "composition")]
+    assert "7.34 is not host 1 + 2 × GPU 3 = 7" in cat.problems[0].message
+
+
+# -- malformed rows ------------------------------------------------------------------------
+
+
+def test_malformed_rows_are_reported_with_file_and_line_and_the_rest_loads():
+    cat = load_catalog(CATS / "malformed.csv")
+    assert [o.key for o in cat.offers] == ["x/ok-1@r1", "x/ok-2@r1"]
+    ok2 = cat.get("x/ok-2@r1")
+    assert ok2.on_demand_price_per_hour == 5.0  # 1 + 2 × 2, composed
+    assert ok2.billing.value == "hour"
+    got = [(p.line, p.code, p.message) for p in cat.problems]
+    assert [(line, code) for line, code, _ in got] == [
+        (3, "malformed"), (4, "malformed"), (5, "malformed"), (6, "malformed"),
+        (7, "bad-price"), (8, "duplicate"), (9, "malformed"), (12, "composition"),
+        (13, "malformed")]
+    messages = [m for _, _, m in got]
+    assert messages[0] == "on_demand_price_per_hour 'abc' is not a number"
+    assert messages[1] == "gpu_count is empty"
+    assert "'2026-13-01' is not a date" in messages[2]
+    assert "14 cells but the header has 13 columns" in messages[3]
+    assert messages[4] == "on_demand_price_per_hour -2.50 is negative"
+    assert messages[5] == "x/ok-1@r1 repeats line 2; this row is ignored"
+    assert messages[8] == "gpu_count is zero"
+    assert str(cat.problems[0]).startswith(f"{CATS / 'malformed.csv'}:3: ")
+    # The first copy of a duplicated key is the one kept.
+    assert cat.get("x/ok-1@r1").on_demand_price_per_hour == 2.5
+
+
+def test_load_problems_are_error_findings():
+    findings = validate(load_catalog(CATS / "malformed.csv"), today=TODAY)
+    loads = [f for f in findings if f.code == "catalog.load"]
+    assert [f.evidence["line"] for f in loads] == [3, 4, 5, 6, 7, 8, 9, 12, 13]
+    assert all(f.severity is Severity.FAIL for f in loads)
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("", "empty (no header row)"),
+    ("# only a comment\n", "empty (no header row)"),
+    ("a,b,c\n1,2,3\n", "unknown format"),
+    ("provider,instance_type\nx,y\n", "lacks column(s) gpu_model, gpu_count, source"),
+])
+def test_unusable_files_are_bad_input(tmp_path, content, needle):
+    f = tmp_path / "c.csv"
+    f.write_text(content)
+    with pytest.raises(BadInputError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        load_catalog(f)
+
+
+def test_missing_and_binary_files_are_bad_input(tmp_path):
+    with pytest.raises(BadInputError, match="no such file"):
+        load_catalog(tmp_path / "absent.csv")
+    binary = tmp_path / "b.csv"
+    binary.write_bytes(b"\xff\xfe\x00\x81garbage")
+    with pytest.raises(BadInputError, match="not a text"):
+        load_catalog(binary)
+    with pytest.raises(BadInputError, match="is a directory"):
+        load_catalog(tmp_path)
+
+
+# -- validation rules, each on a planted row ----------------------------------------------
+
+
+def test_each_rule_fires_on_its_planted_row_and_nowhere_else():
+    findings = validate(load_catalog(CATS / "planted.csv"), today=TODAY)
+    got = sorted((f.code.removeprefix("catalog."), f.severity.value, f.evidence["offer"],
+                  f.evidence["line"]) for f in findings)
+    assert got == sorted([
+        ("spot-not-cheaper", "FAIL", "x/spot-above@r1", 6),
+        ("spot-not-cheaper", "WARN", "x/spot-equal@r1", 7),
+        ("placeholder-price", "FAIL", "x/placeholder@r1", 8),
+        ("per-gpu-outlier", "WARN", "x/outlier@r1", 9),
+        ("gpu-count", "FAIL", "aws/p5.48xlarge@us-east-1", 10),
+        ("stale", "WARN", "x/stale@r1", 11),
+        ("future-date", "FAIL", "x/future@r1", 12),
+        ("unknown-currency", "FAIL", "x/currency@r1", 13),
+        ("unknown-gpu", "WARN", "x/mystery@r1", 14),
+        ("repeated-price", "WARN", "y/rep-a@r1", 15),
+        ("repeated-price", "WARN", "y/rep-b@r1", 16),
+    ])
+
+
+def test_outlier_message_states_the_median_and_peer_count():
+    [f] = [f for f in validate(load_catalog(CATS / "planted.csv"), today=TODAY)
+           if f.code == "catalog.per-gpu-outlier"]
+    # Per-GPU on-demand of the 9 priced USD h100-sxm rows (the 0.01 placeholder excluded):
+    # 2.40 2.45 2.48 2.50 2.52 2.55 2.60 5.50 30 → median 2.52; 30 > 3 × 2.52.
+    assert f.evidence["median"] == 2.52
+    assert f.evidence["per_gpu"] == 30.0
+    assert "median 2.52 of 9 h100-sxm offers" in f.message
+
+
+def test_stale_limit_and_date_are_parameters():
+    cat = load_catalog(CATS / "planted.csv")
+    stale = [f for f in validate(cat, today=date(2026, 6, 2), stale_days=365)
+             if f.code == "catalog.stale"]
+    assert [f.evidence["offer"] for f in stale] == ["x/stale@r1"]
+    assert stale[0].evidence["age_days"] == 883
+    stale = [f for f in validate(cat, today=date(2026, 6, 3), stale_days=1)
+             if f.code == "catalog.stale"]
+    assert len(stale) == 13  # the 12 rows of 2026-06-01 and the 2024 one; not the 2027 one
+
+
+@pytest.mark.parametrize("value", ["0", "0.01", "700", "9999"])
+def test_placeholder_values(tmp_path, value):
+    f = tmp_path / "c.csv"
+    f.write_text("provider,instance_type,region,gpu_model,gpu_count,spot_price_per_hour,"
+                 f"source,price_date\nx,i,r,l4,1,{value},t,2026-11-01\n")
+    [finding] = validate(load_catalog(f), today=TODAY)
+    assert finding.code == "catalog.placeholder-price"
+    assert finding.severity is Severity.FAIL
+
+
+def test_outliers_need_peers(tmp_path):
+    f = tmp_path / "c.csv"
+    f.write_text("provider,instance_type,region,gpu_model,gpu_count,on_demand_price_per_hour,"
+                 "source,price_date\nx,a,r,l4,1,0.80,t,2026-11-01\nx,b,r,l4,1,9.00,t,2026-11-01\n")
+    assert validate(load_catalog(f), today=TODAY) == []  # two offers: no median to judge by
+    # With two allowed, the median is 4.9 and 0.80 is more than 3× below it.
+    got = validate(load_catalog(f), today=TODAY, min_peers=2)
+    assert [(x.code, x.evidence["offer"]) for x in got] == [("catalog.per-gpu-outlier", "x/a@r")]
+
+
+@pytest.mark.parametrize("provider, instance, count", [
+    ("aws", "p5.48xlarge", 8), ("aws", "p4d.24xlarge", 8), ("aws", "p4de.24xlarge", 8),
+    ("aws", "p5en.48xlarge", 8), ("aws", "g5.xlarge", 1), ("aws", "g5.12xlarge", 4),
+    ("aws", "g6.48xlarge", 8), ("aws", "p3.8xlarge", 4), ("gcp", "a2-highgpu-4g", 4),
+    ("gcp", "a3-ultragpu-8g", 8), ("gcp", "a2-megagpu-16g", 16), ("gcp", "g2-standard-48", 4),
+    ("azure", "Standard_ND96isr_H100_v5", 8), ("azure", "standard_nc24ads_a100_v4", 1),
+    ("lambda", "gpu_8x_h100_sxm5", 8), ("runpod", "2x_A100-80GB_SECURE", 2),
+    ("nebius", "gpu-h200-sxm_8gpu-128vcpu-1600gb", 8), ("aws", "m5.large", None),
+    ("gcp", "n1-standard-8", None), ("vast", "anything", None),
+])
+def test_expected_gpu_count(provider, instance, count):
+    assert expected_gpu_count(provider, instance) == count
+
+
+def test_azure_h100_with_twelve_gpus_is_caught(tmp_path):
+    # The SkyPilot Azure catalog lists Standard_ND96isr_H100_v5 with 12 GPUs (research §1.2).
+    f = tmp_path / "c.csv"
+    f.write_text("provider,instance_type,region,gpu_model,gpu_count,on_demand_price_per_hour,"
+                 "spot_price_per_hour,source,price_date\n"
+                 "azure,Standard_ND96isr_H100_v5,eastus,h100-sxm,12,98.32,98.32,t,2026-11-01\n")
+    codes = sorted((x.code, x.severity.value) for x in validate(load_catalog(f), today=TODAY))
+    assert codes == [("catalog.gpu-count", "FAIL"), ("catalog.spot-not-cheaper", "WARN")]
+
+
+# -- SkyPilot's format ---------------------------------------------------------------------
+
+
+def test_skypilot_aws_zones_fold_into_one_offer_per_region():
+    cat = load_catalog(SKY / "aws" / "vms.csv")
+    assert [o.key for o in cat.offers] == ["aws/p4d.24xlarge@us-east-1",
+                                           "aws/p5e.48xlarge@us-east-2",
+                                           "aws/p5en.48xlarge@us-east-1"]
+    p4d = cat.get("aws/p4d.24xlarge@us-east-1")
+    assert (p4d.gpu_model, p4d.gpu_count, p4d.gpu_memory_gib) == ("a100-sxm4-40gb", 8, 40.0)
+    assert (p4d.vcpus, p4d.ram_gib, p4d.currency) == (96, 1152.0, "USD")
+    assert p4d.on_demand_price_per_hour == 21.957642
+    assert p4d.spot_price_per_hour == 2.4655  # the cheapest of 4 zones
+    assert "cheapest of 4 zones (2.4655-8.1915)" in p4d.notes
+    p5e = cat.get("aws/p5e.48xlarge@us-east-2")
+    assert (p5e.gpu_model, p5e.on_demand_price_per_hour, p5e.spot_price_per_hour) == (
+        "h200-sxm", None, 18.7359)
+    assert cat.get("aws/p5en.48xlarge@us-east-1").spot_price_per_hour == 16.5551
+    # The CPU-only m5a row is skipped silently; the short last row is a problem.
+    assert [(p.line, p.code) for p in cat.problems] == [(13, "malformed")]
+    assert "9 cells but the header has 11 columns" in cat.problems[0].message
+
+
+def test_skypilot_gcp_hosts_and_accelerators_are_summed():
+    cat = load_catalog(SKY / "gcp" / "vms.csv")
+    assert [o.key for o in cat.offers] == ["gcp/a2-highgpu-1g@us-central1",
+                                           "gcp/a2-highgpu-8g@us-central1"]
+    one, eight = cat.offers
+    assert (one.on_demand_price_per_hour, one.spot_price_per_hour) == (3.67339, 1.80385)
+    assert (eight.on_demand_price_per_hour, eight.spot_price_per_hour) == (29.3871, 14.4308)
+    assert (one.gpu_model, one.gpu_count, eight.gpu_count) == ("a100-sxm4-40gb", 1, 8)
+    # a4-highgpu-8g has a 0.0 host row and no B200 accelerator row: a problem, not a $0 offer;
+    # the n1 host and the TPU are not GPU offers and are skipped silently.
+    assert [(p.line, p.code) for p in cat.problems] == [(5, "composition")]
+    assert "no B200 accelerator row" in cat.problems[0].message
+
+
+def test_skypilot_runpod_pcie_name_and_implausible_memory():
+    cat = load_catalog(SKY / "runpod" / "vms.csv")
+    [o] = cat.offers
+    assert (o.key, o.gpu_model, o.gpu_memory_gib) == ("runpod/1x_A100-80GB_SECURE@CA",
+                                                      "a100-pcie-80gb", None)
+    assert "80 MiB is implausible" in o.notes
+    findings = validate(cat, today=date.today())
+    assert [(f.code, f.severity.value) for f in findings] == [
+        ("catalog.spot-not-cheaper", "WARN")]
+
+
+def test_skypilot_provider_from_option_when_the_path_does_not_say(tmp_path):
+    f = tmp_path / "prices.csv"
+    f.write_text((SKY / "aws" / "vms.csv").read_text())
+    assert {o.provider for o in read_catalog_file(f).offers} == {"skypilot"}
+    assert {o.provider for o in read_catalog_file(f, provider="aws").offers} == {"aws"}
+
+
+# -- user catalog: import and override -----------------------------------------------------
+
+
+def test_user_rows_override_shipped_rows_and_add_new_ones(user_catalog):
+    result = import_catalog(CATS / "user.csv")
+    assert result.dest == user_catalog
+    assert result.added == ("aws/p5.48xlarge@us-east-1", "matpool/a100-80g-1")
+    assert (result.replaced, result.skipped, result.total) == ((), (), 2)
+    cat = load_catalog()
+    assert len(cat) == 41  # 40 shipped, one replaced, one new
+    p5 = cat.get("aws/p5.48xlarge@us-east-1")
+    assert (p5.on_demand_price_per_hour, p5.reserved_1y_price_per_hour) == (41.28, 30.0)
+    assert p5.source == "contract 2026-07"
+    assert cat.location(p5).file == str(user_catalog)
+    assert cat.get("aws/p5.48xlarge@us-east-2").on_demand_price_per_hour == 55.04
+    mp = cat.get("matpool/a100-80g-1")
+    assert (mp.currency, mp.on_demand_price_per_hour, mp.region) == ("CNY", 9.8, None)
+    assert load_catalog(include_user=False).get(
+        "aws/p5.48xlarge@us-east-1").on_demand_price_per_hour == 55.04
+
+
+def test_reimport_replaces_and_the_file_round_trips(user_catalog):
+    import_catalog(CATS / "user.csv")
+    again = import_catalog(CATS / "user.csv")
+    assert again.added == ()
+    assert again.replaced == ("aws/p5.48xlarge@us-east-1", "matpool/a100-80g-1")
+    first = read_catalog_file(CATS / "user.csv").offers
+    assert read_catalog_file(user_catalog).offers == first
+
+
+def test_import_of_skypilot_file_merges_its_good_rows(user_catalog):
+    result = import_catalog(SKY / "aws" / "vms.csv")
+    assert len(result.added) == 3
+    assert [p.line for p in result.skipped] == [13]
+    assert load_catalog().get("aws/p4d.24xlarge@us-east-1").spot_price_per_hour == 2.4655
+
+
+@pytest.mark.parametrize("name, needle", [
+    ("zero-price.csv", "zero-price.csv:3: on_demand_price_per_hour is zero"),
+    ("negative-price.csv", "negative-price.csv:2: on_demand_price_per_hour -2.10 is negative"),
+    ("unknown-currency.csv", "unknown-currency.csv:3: unknown currency 'XYZ'"),
+])
+def test_import_refuses_wrong_numbers_and_writes_nothing(user_catalog, name, needle):
+    with pytest.raises(BadInputError, match="import refused") as info:
+        import_catalog(CATS / name)
+    assert needle in str(info.value)
+    assert "\n" not in str(info.value)
+    assert not user_catalog.exists()
+
+
+def test_write_catalog_round_trip(tmp_path):
+    offers = shipped().offers
+    out = tmp_path / "copy.csv"
+    write_catalog(offers, out)
+    assert read_catalog_file(out).offers == offers
+
+
+def test_parse_key():
+    assert parse_key("aws/p5.48xlarge@us-east-1") == ("aws", "p5.48xlarge", "us-east-1")
+    assert parse_key("lambda/gpu_8x_h100_sxm5") == ("lambda", "gpu_8x_h100_sxm5", None)
+    with pytest.raises(BadInputError, match="PROVIDER/INSTANCE"):
+        parse_key("p5.48xlarge")
+
+
+def test_shipped_path_is_package_data():
+    assert shipped_catalog_path() == ROOT / "src" / "gpuaudit" / "data" / "catalog.csv"
+
+
+# -- the commands (CliRunner on catalog_app; subprocess once it is registered) -----------
+
+runner = CliRunner()
+
+
+def cli(*args: str):
+    return runner.invoke(catalog_app, list(args), env={"COLUMNS": "200"})
+
+
+def assert_bad_input(result, *needles: str):
+    """What `gpuaudit` (cli/app.py main) turns into one stderr line and exit 2."""
+    assert isinstance(result.exception, BadInputError), result.output
+    assert result.exception.exit_code == 2
+    message = str(result.exception)
+    assert "\n" not in message
+    for needle in needles:
+        assert needle in message
+
+
+def test_list_json_filters_and_sorts_per_gpu():
+    res = cli("list", "--gpu", "h200-sxm", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    keys = [o["key"] for o in doc["offers"]]
+    assert keys == ["nebius/gpu-h200-sxm_1gpu-16vcpu-200gb@eu-north1",
+                    "nebius/gpu-h200-sxm_8gpu-128vcpu-1600gb@eu-north1",
+                    "nebius/gpu-h200-sxm_8gpu-128vcpu-1600gb@us-central1",
+                    "aws/p5en.48xlarge@us-east-1", "aws/p5en.48xlarge@us-east-2",
+                    "aws/p5en.48xlarge@us-west-2", "aws/p5e.48xlarge@us-east-2"]
+    assert doc["offers"][3]["on_demand_price_per_gpu_hour"] == 7.912
+    assert all(o["currency"] == "USD" for o in doc["offers"])
+
+
+def test_list_sort_by_instance_price_and_max_price():
+    res = cli("list", "--provider", "lambda", "--max-price", "16", "--sort", "price", "--json")
+    keys = [o["key"] for o in json.loads(res.stdout)["offers"]]
+    assert keys == ["lambda/gpu_1x_a100_sxm4", "lambda/gpu_8x_v100", "lambda/gpu_1x_b200_sxm6",
+                    "lambda/gpu_2x_b200_sxm6", "lambda/gpu_8x_a100"]
+
+
+def test_list_table_states_the_currency():
+    res = cli("list", "--provider", "azure")
+    assert res.exit_code == 0, res.output
+    assert "currency" in res.stdout
+    assert res.stdout.count("USD") == 4
+    assert "azure/Standard_ND96asr_v4@eastus" in res.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("list", "--sort", "cheap"), "--sort 'cheap'"),
+    (("list", "--max-price", "0"), "--max-price 0: must be more than zero"),
+    (("list", "--catalog", str(CATS / "zero-price.csv")), "on_demand_price_per_hour is zero"),
+    (("list", "--catalog", str(CATS / "unknown-currency.csv")), "unknown currency 'XYZ'"),
+    (("list", "--catalog", str(CATS / "negative-price.csv")), "-2.10 is negative"),
+    (("list", "--catalog", str(CATS / "absent.csv")), "no such file"),
+    (("show", "aws/nope.48xlarge"), "not in the catalog"),
+    (("show", "p5.48xlarge"), "expected PROVIDER/INSTANCE"),
+    (("validate", str(CATS / "absent.csv")), "no such file"),
+    (("validate", "--today", "yesterday"), "--today 'yesterday'"),
+    (("import", str(CATS / "zero-price.csv")), "import refused"),
+    (("import", str(CATS / "unknown-currency.csv")), "unknown currency"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle):
+    assert_bad_input(cli(*args), needle)
+
+
+def test_show_one_region_and_all_regions():
+    res = cli("show", "aws/p5.48xlarge@us-east-1", "--json")
+    [offer] = json.loads(res.stdout)["offers"]
+    assert (offer["on_demand_price_per_hour"], offer["spot_price_per_hour"]) == (55.04, 17.63)
+    assert offer["from"].endswith("catalog.csv:12")
+    res = cli("show", "aws/p5.48xlarge", "--json")
+    assert [o["region"] for o in json.loads(res.stdout)["offers"]] == [
+        "us-east-1", "us-east-2", "us-west-2"]
+    text = cli("show", "gcp/a2-highgpu-8g@us-central1").stdout
+    assert "29.3871 USD/h" in text
+    assert "host 5.91582 + 8 × GPU 2.93391 = 29.3871" in " ".join(text.split())
+
+
+def test_validate_exit_codes_and_json():
+    res = cli("validate", str(CATS / "planted.csv"), "--today", "2026-11-30", "--json")
+    assert res.exit_code == 1
+    doc = json.loads(res.stdout)
+    assert (doc["offers_checked"], doc["errors"], doc["warnings"]) == (14, 5, 6)
+    res = cli("validate", "--today", "2026-11-30")
+    assert res.exit_code == 0, res.output
+    assert "40 offers checked: 0 errors, 0 warnings" in res.stdout
+    res = cli("validate", "--today", "2028-01-01")
+    assert res.exit_code == 0  # stale is a warning
+    assert "40 warnings" in res.stdout
+    res = cli("validate", str(CATS / "malformed.csv"), "--today", "2026-11-30")
+    assert res.exit_code == 1
+    assert "malformed.csv:3" in res.stdout
+
+
+def test_import_command_then_list_uses_it(user_catalog):
+    res = cli("import", str(CATS / "user.csv"))
+    assert res.exit_code == 0, res.output
+    assert "imported 2 offers" in res.stdout
+    assert "2 new, 0 replaced, 0 rows skipped" in res.stdout
+    doc = json.loads(cli("list", "--provider", "matpool", "--json").stdout)
+    assert [(o["key"], o["currency"]) for o in doc["offers"]] == [("matpool/a100-80g-1", "CNY")]
+
+
+# The same through `python -m gpuaudit`, once cli/app.py registers catalog_app.
+
+def gpuaudit(*args: str, env: dict | None = None):
+    full = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
+                          text=True, env=full, timeout=120)
+
+
+def _registered() -> bool:
+    from gpuaudit.cli.app import app
+
+    return any(g.name == "catalog" for g in app.registered_groups)
+
+
+needs_registration = pytest.mark.skipif(not _registered(),
+                                        reason="catalog_app not yet added to cli/app.py")
+
+
+@needs_registration
+def test_cli_validate_exit_1_on_errors():
+    proc = gpuaudit("catalog", "validate", str(CATS / "planted.csv"), "--today", "2026-11-30")
+    assert proc.returncode == 1, proc.stderr
+    assert "5 errors, 6 warnings" in proc.stdout
+
+
+@needs_registration
+@pytest.mark.parametrize("args, needle", [
+    (("catalog", "import", str(CATS / "zero-price.csv")), "is zero"),
+    (("catalog", "validate", str(CATS / "absent.csv")), "no such file"),
+    (("catalog", "show", "aws/nope"), "not in the catalog"),
+])
+def test_cli_bad_input_one_line_exit_2(tmp_path, args, needle):
+    proc = gpuaudit(*args, env={"GPUAUDIT_USER_CATALOG": str(tmp_path / "u.csv")})
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("gpuaudit: error: ") and needle in lines[0]
