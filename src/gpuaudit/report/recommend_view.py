@@ -22,8 +22,8 @@ def ranked_table(result: RecommendResult) -> Table:
     table = Table(title=f"Recommended offers ({cur})", title_justify="left")
     for name, justify in (("#", "right"), ("offer", "left"), ("GPUs", "left"),
                           ("pricing", "left"), (f"{cur}/h", "right"), ("time", "right"),
-                          (f"cost {cur}", "right"), ("rate", "right"), ("memory/GPU", "right"),
-                          ("why", "left")):
+                          (f"cost {cur}", "right"), ("rate", "right"),
+                          ("memory/GPU", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in result.ranked:
         gpus = f"{r.nodes} × {r.offer.gpu_count} × {r.offer.gpu_model}" if r.nodes > 1 else \
@@ -33,9 +33,17 @@ def ranked_table(result: RecommendResult) -> Table:
             mem += f" ({r.sharding})"
         rate = f"{r.rate:,.4g} {r.rate_unit}" + ("" if r.measured else " est.")
         table.add_row(str(r.rank), r.offer.key, gpus, r.pricing.value,
-                      f"{r.price_per_hour:,.2f}", _hours(r.hours), f"{r.cost:,.2f}", rate, mem,
-                      "; ".join(r.reasons[1:]))
+                      f"{r.price_per_hour:,.2f}", _hours(r.hours), f"{r.cost:,.2f}", rate, mem)
     return table
+
+
+def reasons_text(result: RecommendResult) -> Text:
+    """Why each ranked offer is where it is (below the table: too long for a column)."""
+    text = Text()
+    for r in result.ranked:
+        text.append(f"#{r.rank} {r.offer.key}: ", style="bold")
+        text.append("; ".join(r.reasons[1:]) + "\n")
+    return text
 
 
 def excluded_table(result: RecommendResult) -> Table:
@@ -52,6 +60,7 @@ def recommend_view(result: RecommendResult) -> RenderableType:
     parts: list[RenderableType] = []
     if result.ranked:
         parts.append(ranked_table(result))
+        parts.append(reasons_text(result))
     else:
         parts.append(Text("No offer meets the task's constraints.", style="yellow"))
     if result.excluded:
