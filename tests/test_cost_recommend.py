@@ -122,6 +122,9 @@ def test_memory_exclusion_names_the_gpus_needed_with_zero3():
     assert (a10g.nodes, a10g.sharding) == (6, "zero-3")
     assert a10g.hours == pytest.approx(6 * 7e9 * 1e9 * 8 / 6 / (6 * A10G_RATE * 0.9) / 3600)
     assert any("full activation checkpointing" in r for r in a10g.reasons)
+    # A deadline beyond 64 nodes: the hours quoted are on the 6 nodes the memory needs.
+    (late,) = recommend(task, [A10G], constraints=Constraints(deadline_hours=1)).excluded
+    assert late.reason.startswith(f"{a10g.hours:,.0f} h on the 6 nodes memory needs; needs ")
 
 
 def test_spot_is_chosen_when_cheaper_and_dropped_when_it_misses_the_deadline():

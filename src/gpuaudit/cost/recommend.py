@@ -539,8 +539,9 @@ def _compute_hw(offer: Offer, ctx: _Ctx) -> _Hw | _Reject:
         wanted = math.ceil(work / (deadline * 3600 * unit_scale * per_gpu * count * eff)
                            - 1e-9)
         if wanted > ass.max_nodes:
-            h1 = hours
-            return "deadline", lambda: (f"{h1:,.0f} h on one node; needs {wanted} nodes to "
+            h1, n1 = hours, nodes  # n1 > 1 when the memory plan already needed more nodes
+            where = "one node" if n1 == 1 else f"the {n1} nodes memory needs"
+            return "deadline", lambda: (f"{h1:,.0f} h on {where}; needs {wanted} nodes to "
                                         f"finish in {deadline:g} h, more than "
                                         f"{ass.max_nodes}")
         nodes = max(nodes, wanted)
