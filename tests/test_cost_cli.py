@@ -18,16 +18,6 @@ from gpuaudit.store import Store
 from .conftest import FIXTURES
 from .test_cli import ROOT, assert_one_line_error
 
-# Runs `gpuaudit` with the cost commands joined, whether or not cli/app.py has joined them yet,
-# through the same main() (its one-line errors and exit codes).
-LAUNCHER = """
-from gpuaudit.cli.app import app, main
-from gpuaudit.cli.cost import cost_app
-if not any(g.name == "cost" for g in app.registered_groups):
-    app.add_typer(cost_app, name="cost")
-main()
-"""
-
 CATALOG = """\
 provider,instance_type,region,gpu_model,gpu_count,currency,on_demand_price_per_hour,\
 spot_price_per_hour,reserved_1y_price_per_hour,reserved_3y_price_per_hour,billing,\
@@ -48,7 +38,7 @@ def cat(tmp_path):
 def cost(*args: str):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200",
            "GPUAUDIT_USER_CATALOG": os.devnull}
-    return subprocess.run([sys.executable, "-c", LAUNCHER, "cost", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "gpuaudit", "cost", *args], capture_output=True,
                           text=True, env=env, timeout=120)
 
 
