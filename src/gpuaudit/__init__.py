@@ -5,9 +5,41 @@ The capabilities are plain functions returning `gpuaudit.model` records:
     >>> from gpuaudit import inspect_machine
     >>> run = inspect_machine()          # snapshot + health findings
     >>> run.verdict, run.machine.gpus
+
+The others (`run_bench`, `Monitor`, `load_catalog`, `compare_job`, `recommend`...) are imported
+when first used, so `import gpuaudit` stays light and needs no torch.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from ._version import __version__
 from .inspect import check_machine, inspect_machine, read_snapshot
 
-__all__ = ["__version__", "check_machine", "inspect_machine", "read_snapshot"]
+# name → (module, attribute): the library API of layer 4, loaded on first use.
+_LAZY = {
+    "audit": ("gpuaudit.audit", "audit"),
+    "run_bench": ("gpuaudit.bench.runner", "run_bench"),
+    "Monitor": ("gpuaudit.telemetry.monitor", "Monitor"),
+    "Sampler": ("gpuaudit.hw.telemetry", "Sampler"),
+    "IdlePolicy": ("gpuaudit.telemetry.idle", "IdlePolicy"),
+    "load_rules": ("gpuaudit.telemetry.rules", "load_rules"),
+    "load_catalog": ("gpuaudit.cost.catalog", "load_catalog"),
+    "validate_catalog": ("gpuaudit.cost.catalog", "validate"),
+    "compare_job": ("gpuaudit.cost.pricing", "compare_job"),
+    "tco": ("gpuaudit.cost.tco", "tco"),
+    "price_performance": ("gpuaudit.cost.work", "price_performance"),
+    "idle_cost": ("gpuaudit.cost.work", "idle_cost"),
+    "recommend": ("gpuaudit.cost.recommend", "recommend"),
+}
+
+__all__ = ["__version__", "check_machine", "inspect_machine", "read_snapshot", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'gpuaudit' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    return getattr(importlib.import_module(module), attr)
