@@ -34,6 +34,7 @@ ROOT = Path(__file__).parent.parent
 CATS = ROOT / "tests" / "fixtures" / "catalogs"
 SKY = CATS / "skypilot"
 TODAY = date(2026, 11, 30)  # the day the shipped prices were read
+ALIBABA_DATE = date(2023, 6, 17)  # "as of 2023.06" in the post the Alibaba rows come from
 
 
 @pytest.fixture(autouse=True)
@@ -54,21 +55,26 @@ def shipped():
 def test_shipped_catalog_loads_without_problems_and_covers_the_brief():
     cat = shipped()
     assert cat.problems == ()
-    assert len(cat) == 40
+    assert len(cat) == 57
     by_provider: dict[str, int] = {}
     for o in cat.offers:
         by_provider[o.provider] = by_provider.get(o.provider, 0) + 1
     assert by_provider == {"aws": 17, "gcp": 3, "azure": 4, "lambda": 7, "nebius": 7,
-                           "runpod": 2}
+                           "runpod": 2, "alibaba": 11, "vast": 6}
     models = {o.gpu_model for o in cat.offers}
     assert {"v100-sxm2-16gb", "a100-sxm4-40gb", "h100-sxm", "h200-sxm", "b200"} <= models
+    # Alibaba Cloud (named in the users' articles) is priced as published, in yuan.
+    assert {o.currency for o in cat.offers if o.provider == "alibaba"} == {"CNY"}
+    assert {o.currency for o in cat.offers if o.provider != "alibaba"} == {"USD"}
+    assert not any(o.provider == "matpool" for o in cat.offers)  # no published price found
 
 
 def test_shipped_rows_have_a_source_date_currency_and_known_gpu():
     specs = load_specs()
     for o in shipped().offers:
         assert o.source.startswith("https://"), o.key
-        assert o.price_date == TODAY, o.key
+        # Read on TODAY; Alibaba's rows carry the date their source says it read them.
+        assert o.price_date == (ALIBABA_DATE if o.provider == "alibaba" else TODAY), o.key
         assert o.currency in ISO_CURRENCIES, o.key
         assert specs.get(o.gpu_model) is not None, o.key
         # No invented prices: every offer has at least one price, none is a placeholder.
@@ -78,13 +84,41 @@ def test_shipped_rows_have_a_source_date_currency_and_known_gpu():
 
 
 def test_shipped_catalog_passes_validation_on_its_date():
-    assert validate(shipped(), today=TODAY) == []
+    # Only the Alibaba rows warn: their source is from 2023, so they are stale, as they say.
+    findings = validate(shipped(), today=TODAY)
+    assert {(f.code, f.severity) for f in findings} == {("catalog.stale", Severity.WARN)}
+    assert sorted(f.evidence["offer"] for f in findings) == sorted(
+        o.key for o in shipped().offers if o.provider == "alibaba")
+    assert len(findings) == 11
+
+
+def test_alibaba_rows_as_published():
+    cat = shipped()
+    gn7e = cat.get("alibaba/ecs.gn7e-c16g1.32xlarge@cn-shanghai")
+    assert (gn7e.gpu_model, gn7e.gpu_count, gn7e.vcpus, gn7e.ram_gib) == (
+        "a100-sxm4-80gb", 8, 128, 1000.0)
+    assert (gn7e.currency, gn7e.on_demand_price_per_hour) == ("CNY", 277.93)
+    assert gn7e.spot_price_per_hour is None and gn7e.reserved_1y_price_per_hour is None
+    assert "subscription 133408 CNY/month" in gn7e.notes
+    a10 = cat.get("alibaba/ecs.gn7i-c8g1.2xlarge@cn-shanghai")
+    assert (a10.gpu_model, a10.on_demand_price_per_hour) == ("a10", 9.53)
+    assert cat.get("alibaba/ecs.gn6v-c8g1.2xlarge@cn-shanghai").on_demand_price_per_hour == 26.46
+
+
+def test_vast_rows_from_skypilot_snapshot():
+    cat = shipped()
+    h100 = cat.get("vast/1x-H100_SXM-32-65536")
+    assert (h100.gpu_model, h100.gpu_count, h100.on_demand_price_per_hour) == (
+        "h100-sxm", 1, 1.93)
+    assert h100.spot_price_per_hour is None  # SkyPilot writes 0.00: no data, not free
+    assert (h100.vcpus, h100.ram_gib) == (None, None)
+    assert cat.get("vast/8x-H200-32-65536").on_demand_price_per_hour == 18.82
 
 
 def test_shipped_catalog_goes_stale_after_a_year():
     findings = validate(shipped(), today=date(2027, 12, 1))
     assert {f.code for f in findings} == {"catalog.stale"}
-    assert len(findings) == 40
+    assert len(findings) == 57
     assert all(f.severity is Severity.WARN for f in findings)
 
 
@@ -264,6 +298,8 @@ def test_outliers_need_peers(tmp_path):
     ("azure", "Standard_ND96isr_H100_v5", 8), ("azure", "standard_nc24ads_a100_v4", 1),
     ("lambda", "gpu_8x_h100_sxm5", 8), ("runpod", "2x_A100-80GB_SECURE", 2),
     ("nebius", "gpu-h200-sxm_8gpu-128vcpu-1600gb", 8), ("aws", "m5.large", None),
+    ("vast", "8x-H200-32-65536", 8), ("alibaba", "ecs.gn7i-c32g1.32xlarge", 4),
+    ("alibaba", "ecs.gn7e-c16g1.4xlarge", 1), ("alibaba", "ecs.unknown", None),
     ("gcp", "n1-standard-8", None), ("vast", "anything", None),
 ])
 def test_expected_gpu_count(provider, instance, count):
@@ -344,7 +380,7 @@ def test_user_rows_override_shipped_rows_and_add_new_ones(user_catalog):
     assert result.added == ("aws/p5.48xlarge@us-east-1", "matpool/a100-80g-1")
     assert (result.replaced, result.skipped, result.total) == ((), (), 2)
     cat = load_catalog()
-    assert len(cat) == 41  # 40 shipped, one replaced, one new
+    assert len(cat) == 58  # 57 shipped, one replaced, one new
     p5 = cat.get("aws/p5.48xlarge@us-east-1")
     assert (p5.on_demand_price_per_hour, p5.reserved_1y_price_per_hour) == (41.28, 30.0)
     assert p5.source == "contract 2026-07"
@@ -427,12 +463,13 @@ def test_list_json_filters_and_sorts_per_gpu():
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     keys = [o["key"] for o in doc["offers"]]
-    assert keys == ["nebius/gpu-h200-sxm_1gpu-16vcpu-200gb@eu-north1",
+    assert keys == ["vast/8x-H200-32-65536", "vast/1x-H200-32-65536",
+                    "nebius/gpu-h200-sxm_1gpu-16vcpu-200gb@eu-north1",
                     "nebius/gpu-h200-sxm_8gpu-128vcpu-1600gb@eu-north1",
                     "nebius/gpu-h200-sxm_8gpu-128vcpu-1600gb@us-central1",
                     "aws/p5en.48xlarge@us-east-1", "aws/p5en.48xlarge@us-east-2",
                     "aws/p5en.48xlarge@us-west-2", "aws/p5e.48xlarge@us-east-2"]
-    assert doc["offers"][3]["on_demand_price_per_gpu_hour"] == 7.912
+    assert doc["offers"][5]["on_demand_price_per_gpu_hour"] == 7.912
     assert all(o["currency"] == "USD" for o in doc["offers"])
 
 
@@ -489,10 +526,10 @@ def test_validate_exit_codes_and_json():
     assert (doc["offers_checked"], doc["errors"], doc["warnings"]) == (14, 5, 6)
     res = cli("validate", "--today", "2026-11-30")
     assert res.exit_code == 0, res.output
-    assert "40 offers checked: 0 errors, 0 warnings" in res.stdout
+    assert "57 offers checked: 0 errors, 11 warnings" in res.stdout  # Alibaba: stale
     res = cli("validate", "--today", "2028-01-01")
     assert res.exit_code == 0  # stale is a warning
-    assert "40 warnings" in res.stdout
+    assert "57 warnings" in res.stdout
     res = cli("validate", str(CATS / "malformed.csv"), "--today", "2026-11-30")
     assert res.exit_code == 1
     assert "malformed.csv:3" in res.stdout

@@ -693,14 +693,24 @@ _FIXED_COUNTS: dict[tuple[str, str], int] = {
         "Standard_NC40ads_H100_v5": 1, "Standard_NC80adis_H100_v5": 2,
         "Standard_ND96isr_H100_v5": 8, "Standard_ND96isr_H200_v5": 8,
     }.items()},
+    # Alibaba Cloud: the counts of the price table cited in docs/cost-catalog.md.
+    **{("alibaba", it): n for it, n in {
+        "ecs.gn6i-c4g1.xlarge": 1, "ecs.gn6v-c8g1.2xlarge": 1, "ecs.gn6v-c8g1.8xlarge": 4,
+        "ecs.gn6v-c8g1.16xlarge": 8, "ecs.gn6e-c12g1.3xlarge": 1, "ecs.gn6e-c12g1.12xlarge": 4,
+        "ecs.gn6e-c12g1.24xlarge": 8, "ecs.gn7-c12g1.3xlarge": 1, "ecs.gn7-c13g1.13xlarge": 4,
+        "ecs.gn7-c13g1.26xlarge": 8, "ecs.gn7e-c16g1.4xlarge": 1, "ecs.gn7e-c16g1.16xlarge": 4,
+        "ecs.gn7e-c16g1.32xlarge": 8, "ecs.gn7i-c8g1.2xlarge": 1, "ecs.gn7i-c16g1.4xlarge": 1,
+        "ecs.gn7i-c32g1.16xlarge": 2, "ecs.gn7i-c32g1.32xlarge": 4,
+    }.items()},
 }
 # Names that state their GPU count: GCP a2/a3/a4 "-8g", Lambda "gpu_8x_", RunPod "8x_",
-# Nebius "_8gpu-".
+# Nebius "_8gpu-", Vast.ai (SkyPilot's names) "8x-".
 _NAME_COUNT = (
     ("gcp", re.compile(r"a\d-[a-z]+gpu-(\d+)g(?:-nolssd)?")),
     ("lambda", re.compile(r"gpu_(\d+)x_.*")),
     ("runpod", re.compile(r"(\d+)x_.*")),
     ("nebius", re.compile(r".*_(\d+)gpu-.*")),
+    ("vast", re.compile(r"(\d+)x-.*")),
 )
 
 
