@@ -1,8 +1,9 @@
 """Time `recommend` over a synthetic 10,000-offer catalog (median of several runs).
 
 The offers are generated from the shapes real catalogs have (GPU model × count per instance ×
-provider × region, prices per GPU-hour near published ones, spot on most), so that every code
-path runs: memory plans, multi-node deadlines, spot, exclusions. Usage:
+provider × region, prices per GPU-hour near published ones, spot on most, billing per second,
+minute or hour), so that every code path runs: memory plans, multi-node deadlines, spot,
+reserved, billing rounding, exclusions. Usage:
 
     python3 scripts/bench_recommend.py [--rows 10000] [--repeat 7]
 """
@@ -23,7 +24,7 @@ from gpuaudit.cost.recommend import (
     TrainTask,
     recommend,
 )
-from gpuaudit.model.cost import Offer
+from gpuaudit.model.cost import Billing, Offer
 from gpuaudit.specs.catalog import load_catalog
 
 # (specs id, $ per GPU-hour on demand, GPU counts sold): shapes of the shipped/peer catalogs.
@@ -34,6 +35,10 @@ SHAPES = [
     ("h100-pcie", 2.49, (1, 2)), ("h200-sxm", 3.99, (8,)), ("b200", 6.25, (8,)),
 ]
 PROVIDERS = ["aws", "gcp", "azure", "lambda", "runpod", "nebius", "coreweave", "vast"]
+# Billing units as these providers bill (per second with AWS's 60 s minimum, per minute, per
+# hour), so that pricing.py's rounding runs for each: one plan per (hardware, billing).
+BILLING = {"aws": (Billing.SECOND, 60.0), "azure": (Billing.MINUTE, 0.0),
+           "coreweave": (Billing.HOUR, 0.0), "vast": (Billing.MINUTE, 0.0)}
 
 
 def synthetic_offers(rows: int, seed: int = 7) -> list[Offer]:
@@ -44,8 +49,11 @@ def synthetic_offers(rows: int, seed: int = 7) -> list[Offer]:
         gpu, per_gpu, counts = SHAPES[i % len(SHAPES)]
         count = rng.choice(counts)
         od = round(per_gpu * count * rng.uniform(0.6, 1.4), 4)
+        provider = PROVIDERS[i % len(PROVIDERS)]
+        billing, minimum = BILLING.get(provider, (Billing.SECOND, 0.0))
         out.append(Offer(
-            provider=PROVIDERS[i % len(PROVIDERS)], instance_type=f"{gpu}-x{count}-{i}",
+            provider=provider, instance_type=f"{gpu}-x{count}-{i}",
+            billing=billing, billing_minimum_s=minimum,
             region=f"region-{i % 37}", gpu_model=gpu, gpu_count=count,
             gpu_memory_gib=None if rng.random() < 0.5 else specs.get(gpu).memory_gb * 0.931,
             on_demand_price_per_hour=od,

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuaudit.cli import recommend as cli
+from gpuaudit.cost.pricing import compare_job, make_job, mtbi_hours_from_rate, spot_cost
 from gpuaudit.cost.recommend import (
     BenchmarkedTask,
     Constraints,
@@ -23,7 +24,7 @@ from gpuaudit.cost.recommend import (
 )
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Gpu, Host, Machine, Measurement, Run
-from gpuaudit.model.cost import Offer
+from gpuaudit.model.cost import Billing, Offer
 from gpuaudit.model.recommendation import Assumptions, PricingModel
 
 L2_7B = dict(layers=32, hidden=4096)
@@ -130,18 +131,47 @@ def test_memory_exclusion_names_the_gpus_needed_with_zero3():
 def test_spot_is_chosen_when_cheaper_and_dropped_when_it_misses_the_deadline():
     spot = offer("a", "h100-sxm", 8, 20.0, spot=6.0)
     (best,) = recommend(TRAIN_1B, [spot]).ranked
-    lam, delta, restart = 0.05, 5 / 60, 10 / 60
-    tau = math.sqrt(2 * delta / lam)  # Young's interval: 1.83 h
-    overhead = delta / tau + lam * (tau / 2 + restart)  # 9.96 %
+    # pricing.py's model, written out: a 5 % chance of an interruption per instance-hour is an
+    # MTBI of −1/ln(0.95) = 19.50 h; Daly's interval (eq. 37) for a 5-min checkpoint is
+    # 104.8 min (Young's 108.2); the job of T_s = 55.4 h is n = ⌈T_s/τ⌉ − 1 intervals each
+    # followed by a checkpoint, then the rest, each segment taking M·e^{R/M}·(e^{s/M} − 1).
+    m, delta, restart = -3600 / math.log(0.95), 300.0, 600.0
+    x = delta / (2 * m)
+    tau = math.sqrt(2 * delta * m) * (1 + math.sqrt(x) / 3 + x / 9) - delta
+    solve = 6e20 / H100_RATE
+    n = math.ceil(solve / tau) - 1
+    wall = m * math.exp(restart / m) * (n * math.expm1((tau + delta) / m)
+                                        + math.expm1((solve - n * tau) / m))
+    assert tau / 60 == pytest.approx(104.847, abs=1e-3)
     assert best.pricing is PricingModel.SPOT
-    assert best.hours == pytest.approx(6e20 / H100_RATE / 3600 * (1 + overhead), rel=1e-12)
-    assert best.cost == pytest.approx(6.0 * math.ceil(best.hours * 3600 - 1e-9) / 3600)
-    # 6 × 60.9 h against 20 × 55.4 h on demand.
-    assert any("67% cheaper than on-demand (+10% time for interruptions)" in r
+    # 61.30 h (+10.6 %); the first-order Young estimate used before said 60.93 h (+9.96 %).
+    assert best.hours == pytest.approx(wall / 3600, rel=1e-12)
+    assert best.hours == pytest.approx(61.3017, abs=1e-4)
+    assert best.cost == pytest.approx(6.0 * math.ceil(wall - 1e-9) / 3600, rel=1e-12)
+    # 6 × 61.3 h against 20 × 55.4 h on demand.
+    assert any("67% cheaper than on-demand (+11% time for interruptions)" in r
                for r in best.reasons)
+    assert ("spot: a 5-min checkpoint every 105 min of work (Daly's interval; Young's 108), "
+            "3.1 interruptions expected (MTBI 19.5 h for the job), each losing the work since "
+            "the last checkpoint and 10 min to restart") in best.reasons
     (late,) = recommend(TRAIN_1B, [spot], constraints=Constraints(deadline_hours=58)).ranked
     assert late.pricing is PricingModel.ON_DEMAND
     assert "on-demand: spot's interruptions would miss the deadline" in late.reasons
+
+
+def test_spot_on_two_nodes_halves_the_mtbi():
+    # A job on n instances stops when any of them is interrupted (pricing.spot_cost: M / n).
+    spot = offer("a", "a100-sxm4-80gb", 8, 10.0, spot=3.0)
+    (r,) = recommend(TRAIN_1B, [spot], constraints=Constraints(deadline_hours=120)).ranked
+    assert (r.nodes, r.pricing) == (2, PricingModel.SPOT)
+    job = make_job(spot, wall_hours=6e20 / (2 * A100_RATE * 0.9) / 3600, instances=2)
+    expected = spot_cost(spot, job, mtbi_hours=mtbi_hours_from_rate(0.05), checkpoint_s=300,
+                         restart_s=600)
+    assert expected.plan.mtbi_hours == pytest.approx(-1 / math.log(0.95) / 2, rel=1e-12)
+    assert r.hours == pytest.approx(expected.expected_wall_hours, rel=1e-12)
+    assert r.hours == pytest.approx(113.501, abs=1e-3)  # 97.6 h + 16 %, 12 interruptions
+    assert r.cost == pytest.approx(expected.expected_cost, rel=1e-12)
+    assert r.price_per_hour == 6.0
 
 
 def test_reserved_only_when_the_job_outlasts_its_break_even():
@@ -150,10 +180,75 @@ def test_reserved_only_when_the_job_outlasts_its_break_even():
     (long_job,) = recommend(TRAIN_1B, [reserved]).ranked
     assert long_job.pricing is PricingModel.RESERVED_1Y
     assert long_job.cost == pytest.approx(4380) and long_job.price_per_hour == 0.5
+    assert ("reserved-1y: paying the term in full (4,380) costs less than on-demand (5,952): "
+            "the job uses 68% of the reserved hours, above the 50% break-even"
+            ) in long_job.reasons
     short = TrainTask(params=1e9, tokens=1e10, layers=16, hidden=2048)  # 595 h
     (short_job,) = recommend(short, [reserved]).ranked
     assert short_job.pricing is PricingModel.ON_DEMAND
     assert short_job.cost == pytest.approx(6e19 / A10G_RATE / 3600, abs=1 / 3600)
+
+
+def test_billing_is_rounded_up_and_an_unlisted_unit_is_per_second():
+    hourly = offer("h", "h100-sxm", 8, 20.0, billing=Billing.HOUR)
+    unlisted = H100.model_copy(update={"billing": None})  # Offer.billing may become optional
+    result = recommend(TRAIN_1B, [hourly, unlisted])
+    by_key = {r.offer.key: r for r in result.ranked}
+    hours = 6e20 / H100_RATE / 3600  # 55.41 h: 56 billed hours
+    assert by_key["h/h100-sxmx8"].cost == pytest.approx(20.0 * 56)
+    assert "billed per hour, rounded up" in by_key["h/h100-sxmx8"].reasons
+    per_second = by_key["a/h100-sxmx8"]
+    assert per_second.cost == pytest.approx(20.0 * math.ceil(hours * 3600) / 3600, rel=1e-12)
+    assert "billing unit not listed: billed per second, no minimum (assumed)" in \
+        per_second.reasons
+    assert keys(result) == ["a/h100-sxmx8", "h/h100-sxmx8"]
+
+
+def test_every_choice_and_figure_agrees_with_pricing_compare_job():
+    # recommend prices each plan once at a unit price and scales it; compare_job on the offer
+    # itself must give the same option, hours and cost.
+    import random
+
+    rng = random.Random(3)
+    offers = []
+    for i in range(60):
+        gpu, count = rng.choice([("h100-sxm", 8), ("a100-sxm4-80gb", 8), ("a10g", 1),
+                                 ("l40s", 4)])
+        od = rng.uniform(0.5, 40)
+        offers.append(offer(f"p{i}", gpu, count, od if rng.random() < 0.9 else None,
+                            spot=od * rng.uniform(0.2, 0.9) if rng.random() < 0.7 else None,
+                            billing=rng.choice(list(Billing)),
+                            billing_minimum_s=rng.choice([0.0, 60.0]),
+                            reserved_1y_price_per_hour=od * rng.uniform(0.3, 0.7)
+                            if rng.random() < 0.4 else None,
+                            reserved_3y_price_per_hour=od * rng.uniform(0.2, 0.5)
+                            if rng.random() < 0.2 else None))
+    offers.append(offer("r3", "a10g", 1, 1.0, mem_gib=24, reserved_3y_price_per_hour=0.15))
+    names = {PricingModel.ON_DEMAND: "on_demand", PricingModel.SPOT: "spot",
+             PricingModel.RESERVED_1Y: "reserved_1y", PricingModel.RESERVED_3Y: "reserved_3y"}
+    seen = set()
+    for task, deadline in ((TRAIN_1B, None), (TRAIN_1B, 150), (TRAIN_1B, 60),
+                           (FinetuneTask(params=7e9, tokens=1e10, **L2_7B), None)):
+        result = recommend(task, offers, constraints=Constraints(deadline_hours=deadline),
+                           top=100)
+        for r in result.ranked:
+            # The hours without interruptions: the same offer with only an on-demand price.
+            plain = r.offer.model_copy(update={"on_demand_price_per_hour": 1.0,
+                                               "spot_price_per_hour": None,
+                                               "reserved_1y_price_per_hour": None,
+                                               "reserved_3y_price_per_hour": None})
+            (solve,) = recommend(task, [plain], constraints=Constraints(
+                deadline_hours=deadline)).ranked
+            assert solve.nodes == r.nodes
+            job = make_job(r.offer, wall_hours=solve.hours, instances=r.nodes)
+            cmp = compare_job(r.offer, job, mtbi_hours=mtbi_hours_from_rate(0.05),
+                              checkpoint_s=300, restart_s=600, deadline_hours=deadline)
+            chosen = next(o for o in cmp.options if o.name == cmp.cheapest)
+            assert cmp.cheapest == names[r.pricing], r.offer.key
+            assert r.cost == pytest.approx(chosen.cost, rel=1e-12)
+            assert r.hours == pytest.approx(chosen.wall_hours, rel=1e-12)
+            seen.add(r.pricing)
+    assert seen == set(PricingModel)
 
 
 def test_currency_and_missing_prices_are_excluded_with_reasons():

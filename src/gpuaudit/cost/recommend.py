@@ -9,15 +9,18 @@ decode step reads the weights plus the batch's KV cache from memory, so the step
 bytes ÷ (bandwidth × efficiency), or the compute time if that is longer; the batch is the
 largest that keeps a step within the latency SLO and the KV cache within memory. A benchmarked
 workload uses the run's measured rate on the same GPU model, scaled by the spec ratio on
-others. Everything here is an estimate and says so.
+others. The pricing model (on-demand, reserved, spot) and its figures come from
+cost/pricing.py: billing rounding, whole reserved terms, spot at Daly's checkpoint interval
+with the expected completion time; the choice is compare_job's (the cheapest that meets the
+deadline). Everything here is an estimate and says so.
 
 Speed matters (10,000 offers in well under 200 ms): each offer is reduced to numbers first;
-reasons and records are built only for the offers shown.
+hardware plans and pricing.py's figures (linear in the price) are computed once per distinct
+plan and billing unit; reasons and records are built only for the offers shown.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import statistics
@@ -33,8 +36,17 @@ from gpuaudit.cost.memory_fit import (
     model_shape,
     training_memory,
 )
+from gpuaudit.cost.pricing import (
+    compare_job,
+    make_job,
+    mtbi_hours_from_rate,
+    on_demand_cost,
+    reserved_cost,
+    spot_cost,
+)
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.cost import Billing, Offer
+from gpuaudit.model.pricing import JobComparison
 from gpuaudit.model.recommendation import (
     Assumptions,
     Exclusion,
@@ -48,7 +60,6 @@ from gpuaudit.model.run import Run
 from gpuaudit.specs import catalog as spec_catalog
 from gpuaudit.specs.catalog import PRECISIONS, GpuSpec, SpecCatalog
 
-HOURS_PER_YEAR = 8760.0
 TRAIN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -288,30 +299,67 @@ def _efficiency(spec: GpuSpec, count: int, nodes: int, ass: Assumptions) -> floa
     return _intra(spec, count, ass) * (ass.inter_node_efficiency if nodes > 1 else 1.0)
 
 
-_BILLING_STEP_H = {Billing.SECOND: 1 / 3600, Billing.MINUTE: 1 / 60, Billing.HOUR: 1.0}
+# --- pricing: cost/pricing.py's models, computed once per (plan, billing) -----------------
+#
+# pricing.py is the one model of billing, reserved terms and spot (Daly's checkpoint interval
+# and expected completion time). Each of its costs is linear in the price: billed hours ×
+# price × instances, whole terms × price × instances, expected billed hours × spot price ×
+# instances. So its functions run once per distinct (hours, nodes, billing, minimum), with
+# every price set to 1, and each offer's cost is that figure × its price: 10,000 offers with
+# a few dozen hardware plans and three billing units need a few hundred calls, not 40,000.
 
 
-def _billed(hours: float, offer: Offer) -> float:
-    """Hours charged for a run of ``hours``: rounded up to the billing unit, minimum applied."""
-    step = _BILLING_STEP_H[offer.billing]
-    billed = math.ceil(hours / step - 1e-9) * step
-    return max(billed, offer.billing_minimum_s / 3600)
+def _for_pricing(offer: Offer) -> tuple[Offer, bool]:
+    """The offer as pricing.py takes it, and whether its billing unit was listed. A catalog
+    row without one is billed per second with no minimum (the finest granularity: the
+    cheapest reading, which the reasons state)."""
+    billing = getattr(offer, "billing", None)
+    minimum = getattr(offer, "billing_minimum_s", None)
+    if billing is None or minimum is None:
+        return offer.model_copy(update={"billing": billing or Billing.SECOND,
+                                        "billing_minimum_s": minimum or 0.0}), billing is not None
+    return offer, True
 
 
-@functools.lru_cache(maxsize=256)
-def _spot_overhead(nodes: int, ass: Assumptions) -> float:
-    """Expected extra time as a share of the work on spot: checkpoint writes every τ (Young's
-    interval τ = √(2δ/λ)), half an interval of lost work and a restart per interruption.
-    λ grows with the nodes: any node's interruption stops the job."""
-    lam = ass.spot_interruptions_per_hour * nodes
-    if lam == 0:
-        return 0.0
-    delta = ass.checkpoint_minutes / 60
-    restart = ass.restart_minutes / 60
-    if delta == 0:
-        return lam * restart
-    tau = math.sqrt(2 * delta / lam)
-    return delta / tau + lam * (tau / 2 + restart)
+def _spot_inputs(ass: Assumptions) -> dict[str, float]:
+    """pricing.spot_cost's arguments: the per-instance MTBI from the probability of an
+    interruption within an hour (pricing.mtbi_hours_from_rate), checkpoint and restart."""
+    return {"mtbi_hours": mtbi_hours_from_rate(ass.spot_interruptions_per_hour, 1.0),
+            "checkpoint_s": ass.checkpoint_minutes * 60,
+            "restart_s": ass.restart_minutes * 60}
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """pricing.py's figures for one plan at a price of 1 per hour (all nodes)."""
+
+    hours: float  # wall-clock hours without interruptions
+    on_demand: float  # cost per unit price: billed hours × nodes
+    reserved_1y: float  # whole terms × nodes
+    reserved_3y: float
+    spot_hours: float | None  # expected wall-clock hours on spot (Daly); None: not offered
+    spot: float | None  # expected cost per unit price
+
+
+_UNIT_PRICES = {"on_demand_price_per_hour": 1.0, "spot_price_per_hour": 1.0,
+                "reserved_1y_price_per_hour": 1.0, "reserved_3y_price_per_hour": 1.0}
+
+
+def _unit(offer: Offer, hours: float, nodes: int, ctx: _Ctx, spot_ok: bool) -> _Unit:
+    billing = getattr(offer, "billing", None) or Billing.SECOND
+    minimum = getattr(offer, "billing_minimum_s", None) or 0.0
+    key = ("unit", hours, nodes, billing, minimum, spot_ok)
+    unit = ctx.memo.get(key)
+    if unit is None:
+        one = offer.model_copy(update={**_UNIT_PRICES, "billing": billing,
+                                       "billing_minimum_s": minimum})
+        job = make_job(one, wall_hours=hours, instances=nodes)
+        spot = spot_cost(one, job, **_spot_inputs(ctx.ass)) if spot_ok else None
+        unit = ctx.memo[key] = _Unit(
+            hours, on_demand_cost(one, job).cost, reserved_cost(one, job, 1).cost,
+            reserved_cost(one, job, 3).cost, spot.expected_wall_hours if spot else None,
+            spot.expected_cost if spot else None)
+    return unit  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -322,32 +370,26 @@ class _Price:
     cost: float
 
 
-def _price_options(offer: Offer, hours: float, nodes: int, ass: Assumptions,
-                   spot_ok: bool) -> list[_Price]:
-    """Each pricing model the offer has, with the expected hours and cost of the task."""
+def _price_options(offer: Offer, unit: _Unit, nodes: int) -> list[_Price]:
+    """Each pricing model the offer has a price for, with the task's (expected) hours and
+    cost: pricing.py's figure at a unit price × the offer's price."""
     out: list[_Price] = []
-    od = offer.on_demand_price_per_hour
-    if od is not None and od > 0:
-        out.append(_Price(PricingModel.ON_DEMAND, od * nodes, hours,
-                          od * nodes * _billed(hours, offer)))
-    for model, price, years in ((PricingModel.RESERVED_1Y, offer.reserved_1y_price_per_hour, 1),
-                                (PricingModel.RESERVED_3Y, offer.reserved_3y_price_per_hour, 3)):
+    for model, price, cost in (
+            (PricingModel.ON_DEMAND, offer.on_demand_price_per_hour, unit.on_demand),
+            (PricingModel.RESERVED_1Y, offer.reserved_1y_price_per_hour, unit.reserved_1y),
+            (PricingModel.RESERVED_3Y, offer.reserved_3y_price_per_hour, unit.reserved_3y)):
         if price is not None and price > 0:
-            # A term is paid in full whether used or not (no resale assumed).
-            term = years * HOURS_PER_YEAR
-            out.append(_Price(model, price * nodes, hours,
-                              price * nodes * max(term, math.ceil(hours / term) * term)))
+            out.append(_Price(model, price * nodes, unit.hours, cost * price))
     spot = offer.spot_price_per_hour
-    if spot_ok and spot is not None and spot > 0:
-        overhead = _spot_overhead(nodes, ass)  # lru-cached: a handful of node counts
-        expected = hours * (1 + overhead)
-        out.append(_Price(PricingModel.SPOT, spot * nodes, expected,
-                          spot * nodes * _billed(expected, offer)))
+    if unit.spot is not None and unit.spot_hours is not None and spot is not None and spot > 0:
+        out.append(_Price(PricingModel.SPOT, spot * nodes, unit.spot_hours, unit.spot * spot))
     return out
 
 
 def _pick_price(options: list[_Price], deadline: float | None) -> tuple[_Price | None, str]:
-    """The cheapest option that meets the deadline; '' or the deadline miss when none does."""
+    """pricing.compare_job's rule: the cheapest option (ties: the shorter) whose expected
+    wall time meets the deadline; '' or the deadline miss when none does. (A test checks
+    that both pick the same on every offer of a catalog.)"""
     if not options:
         return None, ""
     meeting = [p for p in options if deadline is None or p.hours <= deadline]
@@ -355,6 +397,16 @@ def _pick_price(options: list[_Price], deadline: float | None) -> tuple[_Price |
         best = min(options, key=lambda p: p.hours)
         return None, f"{best.hours:,.0f} h at best ({best.model.value})"
     return min(meeting, key=lambda p: (p.cost, p.hours)), ""
+
+
+def _comparison(offer: Offer, hours: float, nodes: int, ctx: _Ctx, spot_ok: bool,
+                deadline: float | None) -> tuple[JobComparison, bool]:
+    """pricing.compare_job on the offer itself: the records the reasons quote (built only
+    for the offers shown)."""
+    priced, billing_known = _for_pricing(offer)
+    job = make_job(priced, wall_hours=hours, instances=nodes)
+    spot = _spot_inputs(ctx.ass) if spot_ok else {}
+    return compare_job(priced, job, deadline_hours=deadline, **spot), billing_known
 
 
 def _exclude(offer: Offer, kind: str, reason: Callable[[], str]) -> _Out:
@@ -565,7 +617,7 @@ def _eval_compute(offer: Offer, ctx: _Ctx) -> _Ok | _Out:
     if isinstance(hw, tuple):
         return _exclude(offer, *hw)
     deadline = cons.deadline_hours
-    options = _price_options(offer, hw.hours, hw.nodes, ctx.ass, spot_ok=True)
+    options = _price_options(offer, _unit(offer, hw.hours, hw.nodes, ctx, True), hw.nodes)
     price, miss = _pick_price(options, deadline)
     if price is None:
         if miss:
@@ -596,7 +648,8 @@ def _eval_compute(offer: Offer, ctx: _Ctx) -> _Ok | _Out:
         if hw.nodes > 1:
             out.append(f"{hw.nodes} nodes: assumes a fast network between them (the catalog "
                        "does not say)")
-        out.extend(_pricing_reasons(price, options, deadline))
+        cmp, billing_known = _comparison(offer, hw.hours, hw.nodes, ctx, True, deadline)
+        out.extend(_pricing_reasons(price, cmp, billing_known, deadline))
         return out
 
     plan = hw.plan
@@ -612,26 +665,48 @@ def _scale_figures(scale_by: str, spec: GpuSpec, base: GpuSpec
     return spec.peak(scale_by), base.peak(scale_by)
 
 
-def _pricing_reasons(price: _Price, options: list[_Price], deadline: float | None
-                     ) -> list[str]:
+def _pricing_reasons(price: _Price, cmp: JobComparison, billing_known: bool,
+                     deadline: float | None, serving: bool = False) -> list[str]:
+    """Why this pricing model, quoting pricing.compare_job's records for the offer."""
     out = []
-    od = next((p for p in options if p.model is PricingModel.ON_DEMAND), None)
-    if price.model is PricingModel.SPOT:
-        extra = f"+{price.hours / od.hours - 1:.0%} time for interruptions" if od else ""
+    od, spot = cmp.on_demand, cmp.spot
+    if price.model is PricingModel.SPOT and spot is not None:
         saves = f", {1 - price.cost / od.cost:.0%} cheaper than on-demand" if od else ""
-        out.append(f"spot: expected cost with checkpoints and restarts{saves}"
-                   + (f" ({extra})" if extra else ""))
+        plan = spot.plan
+        out.append(f"spot: expected cost with checkpoints and restarts{saves} "
+                   f"(+{spot.overhead_pct / 100:.0%} time for interruptions)")
+        out.append(f"spot: a {plan.checkpoint_s / 60:g}-min checkpoint every "
+                   f"{plan.interval_s / 60:.0f} min of work (Daly's interval; Young's "
+                   f"{plan.young_interval_s / 60:.0f}), {spot.expected_interruptions:.2g} "
+                   f"interruptions expected (MTBI {plan.mtbi_hours:.3g} h for the job), each "
+                   f"losing the work since the last checkpoint and {plan.restart_s / 60:g} min "
+                   "to restart")
     elif price.model in (PricingModel.RESERVED_1Y, PricingModel.RESERVED_3Y):
-        out.append(f"{price.model.value}: the job is long enough that the term costs less "
-                   "than on-demand")
+        res = cmp.reserved_1y if price.model is PricingModel.RESERVED_1Y else cmp.reserved_3y
+        assert res is not None
+        terms = f"{res.terms_needed} terms" if res.terms_needed > 1 else "the term"
+        text = (f"{price.model.value}: paying {terms} in full ({res.term_cost:,.0f}) costs "
+                "less than on-demand" + (f" ({od.cost:,.0f})" if od else ""))
+        if res.break_even_utilization is not None:
+            used = res.wall_hours / (res.terms_needed * res.term_hours)
+            text += (f": the job uses {used:.0%} of the reserved hours, above the "
+                     f"{res.break_even_utilization:.0%} break-even")
+        out.append(text)
+    elif serving:
+        pass
+    elif spot is not None and deadline is not None and spot.expected_wall_hours > deadline:
+        out.append("on-demand: spot's interruptions would miss the deadline")
+    elif spot is None:
+        out.append("on-demand: no spot price listed")
     else:
-        spot = next((p for p in options if p.model is PricingModel.SPOT), None)
-        if spot is not None and deadline is not None and spot.hours > deadline:
-            out.append("on-demand: spot's interruptions would miss the deadline")
-        elif spot is None:
-            out.append("on-demand: no spot price listed")
-        else:
-            out.append("on-demand: cheapest option")
+        out.append("on-demand: cheapest option")
+    if serving:
+        out.append(f"{price.model.value}: spot is not used for serving (interruptions break "
+                   "the SLO)")
+    if not billing_known:
+        out.append("billing unit not listed: billed per second, no minimum (assumed)")
+    elif cmp.on_demand is not None and cmp.on_demand.billing is not Billing.SECOND:
+        out.append(f"billed per {cmp.on_demand.billing.value}, rounded up")
     return out
 
 
@@ -700,7 +775,7 @@ def _eval_serve(offer: Offer, ctx: _Ctx) -> _Ok | _Out:
     hw = _hardware(offer, ctx, _serve_hw)
     if isinstance(hw, tuple):
         return _exclude(offer, *hw)
-    options = _price_options(offer, t.hours, hw.nodes, ctx.ass, spot_ok=False)
+    options = _price_options(offer, _unit(offer, t.hours, hw.nodes, ctx, False), hw.nodes)
     price, _ = _pick_price(options, None)
     if price is None:
         return _exclude(offer, "price", lambda: "no on-demand or reserved price (spot is not "
@@ -711,8 +786,9 @@ def _eval_serve(offer: Offer, ctx: _Ctx) -> _Ok | _Out:
                         f"{t.hours:g} h, over the budget of {cons.budget:,.0f}")
 
     def notes() -> list[str]:
-        return [*hw.extra["notes"], f"{price.model.value}: spot is not used for serving "
-                "(interruptions break the SLO)"]
+        cmp, billing_known = _comparison(offer, t.hours, hw.nodes, ctx, False, None)
+        return [*hw.extra["notes"],
+                *_pricing_reasons(price, cmp, billing_known, None, serving=True)]
 
     return _Ok(offer, hw.nodes, price.model, price.per_hour, t.hours, price.cost, hw.rate,
                hw.extra["memory"], "none" if offer.gpu_count == 1 else "tensor-parallel",

@@ -104,9 +104,13 @@ class Assumptions(Record):
     bandwidth_efficiency: float = Field(default=0.80, gt=0, le=1)
     memory_margin: float = Field(default=0.10, ge=0, lt=1)
     max_nodes: int = Field(default=64, ge=1)
-    spot_interruptions_per_hour: float = Field(default=0.05, ge=0, lt=1)
-    checkpoint_minutes: float = Field(default=5.0, ge=0)
-    restart_minutes: float = Field(default=10.0, ge=0)
+    # Spot, priced by gpuaudit.cost.pricing (Daly's checkpoint interval and expected time):
+    # the probability that one instance is interrupted within an hour, read as `gpuaudit cost
+    # job --interruption-rate` reads it (exponential lifetimes: MTBI = −1 h / ln(1 − p), 19.5 h
+    # at 0.05); a job on n instances stops when any of them is, so its MTBI is that ÷ n.
+    spot_interruptions_per_hour: float = Field(default=0.05, gt=0, lt=1)
+    checkpoint_minutes: float = Field(default=5.0, gt=0)  # δ: writing one checkpoint
+    restart_minutes: float = Field(default=10.0, ge=0)  # R: from an interruption back to work
 
 
 class RecommendResult(Record):

@@ -10,6 +10,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from gpuaudit.cost.pricing import mtbi_hours_from_rate
 from gpuaudit.model.recommendation import RecommendResult
 
 
@@ -74,9 +75,11 @@ def recommend_view(result: RecommendResult) -> RenderableType:
         f"Assumptions: MFU {a.mfu:.0%}; scaling efficiency {a.intra_node_efficiency_nvlink:.0%}"
         f" within an NVLink node ({a.intra_node_efficiency_pcie:.0%} PCIe), "
         f"×{a.inter_node_efficiency:.0%} across nodes; {a.bandwidth_efficiency:.0%} of "
-        f"datasheet memory bandwidth; {a.memory_margin:.0%} of GPU memory kept free; spot "
-        f"{a.spot_interruptions_per_hour:g} interruptions/h per node, checkpoint "
-        f"{a.checkpoint_minutes:g} min, restart {a.restart_minutes:g} min.", style="dim"))
+        f"datasheet memory bandwidth; {a.memory_margin:.0%} of GPU memory kept free; spot: "
+        f"{a.spot_interruptions_per_hour:.0%} chance of an interruption per instance-hour "
+        f"(MTBI {mtbi_hours_from_rate(a.spot_interruptions_per_hour):.3g} h), checkpoint "
+        f"{a.checkpoint_minutes:g} min at Daly's interval, restart {a.restart_minutes:g} min.",
+        style="dim"))
     for note in result.notes:
         parts.append(Text(note, style="dim"))
     return Group(*parts)
