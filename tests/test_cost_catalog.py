@@ -27,6 +27,7 @@ from gpuaudit.cost.catalog import (
     write_catalog,
 )
 from gpuaudit.errors import BadInputError
+from gpuaudit.model.cost import BILLING_ASSUMPTION, Billing, Offer
 from gpuaudit.model.finding import Severity
 from gpuaudit.specs import load_catalog as load_specs
 
@@ -148,6 +149,78 @@ def test_gcp_instance_price_is_host_plus_n_gpus():
     assert h100.spot_price_per_hour is None  # the H100 part's spot price was not read
     assert "host 5.91582 + 8 × GPU 2.93391 = 29.3871" in eight.notes
     assert "spot: only the host part is known" in h100.notes
+    # The on-demand parts stay on the offer, and they add up to its total.
+    assert (one.host_price_per_hour, one.gpu_price_per_hour) == (0.73948, 2.93391)
+    assert (eight.host_price_per_hour, eight.gpu_price_per_hour) == (5.91582, 2.93391)
+    assert (h100.host_price_per_hour, h100.gpu_price_per_hour) == (9.46006, 9.79655)
+    for o in (one, eight, h100):
+        assert o.composed
+        assert o.on_demand_price_per_hour == pytest.approx(
+            o.host_price_per_hour + o.gpu_count * o.gpu_price_per_hour, rel=1e-12)
+    # Offers priced as a whole have no parts.
+    p5 = cat.get("aws/p5.48xlarge@us-east-1")
+    assert (p5.host_price_per_hour, p5.gpu_price_per_hour, p5.composed) == (None, None, False)
+    assert sorted(o.key for o in cat.offers if o.composed) == [
+        "gcp/a2-highgpu-1g@us-central1", "gcp/a2-highgpu-8g@us-central1",
+        "gcp/a3-highgpu-8g@us-east4"]
+
+
+def test_composed_offer_round_trips_without_repeating_its_arithmetic(tmp_path):
+    eight = shipped().get("gcp/a2-highgpu-8g@us-central1")
+    out = tmp_path / "copy.csv"
+    write_catalog([eight], out)
+    [again] = read_catalog_file(out).offers
+    assert again == eight
+    assert again.notes.count("composed:") == 1
+    header, row = out.read_text().splitlines()[1:3]
+    cells = dict(zip(header.split(","), row.split(","), strict=False))
+    assert (cells["host_on_demand_price_per_hour"], cells["gpu_on_demand_price_per_hour"]) == (
+        "5.91582", "2.93391")
+
+
+# -- billing granularity -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cell, expected", [
+    ("", Billing.SECOND),  # as before the field could be unknown: old files load unchanged
+    ("second", Billing.SECOND), ("Minute", Billing.MINUTE), ("hour", Billing.HOUR),
+    ("unknown", None), ("UNKNOWN", None), ("none", None), ("?", None),
+])
+def test_billing_cell(tmp_path, cell, expected):
+    f = tmp_path / "c.csv"
+    f.write_text("provider,instance_type,gpu_model,gpu_count,on_demand_price_per_hour,billing,"
+                 f"source,price_date\nx,i,l4,1,1.5,{cell},t,2026-11-01\n")
+    [o] = load_catalog(f).offers
+    assert o.billing is expected
+    assert o.billing_known is (expected is not None)
+    # Rounding code reads effective_billing: per second when the granularity is not known.
+    assert o.effective_billing is (expected or Billing.SECOND)
+
+
+def test_billing_column_absent_loads_as_per_second(tmp_path):
+    f = tmp_path / "c.csv"
+    f.write_text("provider,instance_type,gpu_model,gpu_count,on_demand_price_per_hour,source,"
+                 "price_date\nx,i,l4,1,1.5,t,2026-11-01\n")
+    assert load_catalog(f).offers[0].billing is Billing.SECOND
+
+
+def test_unknown_billing_round_trips_as_unknown(tmp_path):
+    f = tmp_path / "c.csv"
+    f.write_text("provider,instance_type,gpu_model,gpu_count,on_demand_price_per_hour,billing,"
+                 "source,price_date\nx,i,l4,1,1.5,unknown,t,2026-11-01\n")
+    offers = load_catalog(f).offers
+    out = tmp_path / "out.csv"
+    write_catalog(offers, out)
+    assert ",unknown," in out.read_text()
+    assert read_catalog_file(out).offers == offers
+    assert offers[0].billing is None
+
+
+def test_offer_defaults_stay_per_second_without_parts():
+    o = Offer(provider="x", instance_type="i", gpu_model="l4", gpu_count=1,
+              source="t", price_date=date(2026, 11, 1))
+    assert (o.billing, o.host_price_per_hour, o.gpu_price_per_hour) == (Billing.SECOND, None, None)
+    assert "per second" in BILLING_ASSUMPTION
 
 
 def test_compose_price():
@@ -345,6 +418,8 @@ def test_skypilot_gcp_hosts_and_accelerators_are_summed():
                                            "gcp/a2-highgpu-8g@us-central1"]
     one, eight = cat.offers
     assert (one.on_demand_price_per_hour, one.spot_price_per_hour) == (3.67339, 1.80385)
+    assert (one.host_price_per_hour, one.gpu_price_per_hour) == (0.73948, 2.93391)
+    assert eight.host_price_per_hour == 5.91582 and eight.composed
     assert (eight.on_demand_price_per_hour, eight.spot_price_per_hour) == (29.3871, 14.4308)
     assert (one.gpu_model, one.gpu_count, eight.gpu_count) == ("a100-sxm4-40gb", 1, 8)
     # a4-highgpu-8g has a 0.0 host row and no B200 accelerator row: a problem, not a $0 offer;

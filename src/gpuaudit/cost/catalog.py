@@ -356,13 +356,12 @@ def _offer_from_ours(row: dict[str, str]) -> Offer:
                             f"GPU {_g(each)} = {_g(total)}", "composition")
         prices[total_key] = total
         composed.append(f"{label} = host {_g(host)} + {count} × GPU {_g(each)} = {_g(total)}")
+    # Idempotent: a file written by `write_catalog` already carries the arithmetic in its
+    # notes, and reading it back must not repeat it.
+    composed = [c for c in composed if not (notes and c in notes)]
     if composed:
         notes = "; ".join(filter(None, [notes, "composed: " + "; ".join(composed)]))
-    billing_raw = (row.get("billing") or "second").lower()
-    try:
-        billing = Billing(billing_raw)
-    except ValueError:
-        raise _RowError(f"billing {billing_raw!r} is not second, minute or hour") from None
+    billing = _billing(row.get("billing"))
     try:
         price_date = date.fromisoformat(row["price_date"])
     except ValueError:
@@ -377,10 +376,27 @@ def _offer_from_ours(row: dict[str, str]) -> Offer:
             vcpus=None if vcpus is None else int(vcpus), ram_gib=_number(row, "ram_gib"),
             currency=(row.get("currency") or "USD").upper(), billing=billing,
             billing_minimum_s=_number(row, "billing_minimum_s") or 0.0,
+            host_price_per_hour=parts["host_on_demand_price_per_hour"],
+            gpu_price_per_hour=parts["gpu_on_demand_price_per_hour"],
             source=row["source"], price_date=price_date, notes=notes, **prices)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise _RowError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+# Words a billing cell may use for "not known" (None). An empty cell keeps its old meaning,
+# per second, so that catalogs written before `billing` could be unknown load as they did.
+BILLING_UNKNOWN = frozenset({"unknown", "none", "?"})
+
+
+def _billing(raw: str | None) -> Billing | None:
+    text = (raw or "second").strip().lower() or "second"
+    if text in BILLING_UNKNOWN:
+        return None
+    try:
+        return Billing(text)
+    except ValueError:
+        raise _RowError(f"billing {text!r} is not second, minute, hour or unknown") from None
 
 
 # -- SkyPilot's format ---------------------------------------------------------------------
@@ -510,6 +526,7 @@ def _skypilot_offer(name: str, provider: str, instance: str, region: str, g: _Zo
     if len(g.spot) > 1 and min(g.spot) != max(g.spot):
         notes.append(f"spot: cheapest of {len(g.spot)} zones ({min(g.spot):g}-{max(g.spot):g})")
     od, spot = host_od, host_spot
+    host_part = gpu_part = None
     part = _gcp_gpu(instance) if not acc else None
     if part is not None:
         acc, count = part
@@ -522,6 +539,7 @@ def _skypilot_offer(name: str, provider: str, instance: str, region: str, g: _Zo
         gpu_spot = min(parts.spot) if parts.spot else None
         od = compose_price(host_od, gpu_od, count)
         spot = compose_price(host_spot, gpu_spot, count)
+        host_part, gpu_part = host_od, gpu_od
         notes.append(f"composed: host {_g(host_od)} + {count} × {acc} {_g(gpu_od)} = {_g(od)}"
                      f" (spot: host {_g(host_spot)} + {count} × {_g(gpu_spot)} = {_g(spot)})")
     else:
@@ -538,6 +556,7 @@ def _skypilot_offer(name: str, provider: str, instance: str, region: str, g: _Zo
             vcpus=_int_or_none(row.get("vCPUs")), ram_gib=_float_or_none(row.get("MemoryGiB")),
             currency="USD",  # SkyPilot's catalogs are all in US dollars
             on_demand_price_per_hour=od, spot_price_per_hour=spot,
+            host_price_per_hour=host_part, gpu_price_per_hour=gpu_part,
             source=f"skypilot catalog {name}", price_date=today,
             notes="; ".join(["imported from SkyPilot's vms.csv (price_date = import day)",
                              *notes]))
@@ -593,9 +612,15 @@ def _fmt(value: Any) -> str:
     return str(value.value if hasattr(value, "value") else value)
 
 
+# Offer fields written under another column name by `write_catalog`.
+_WRITTEN_AS = {"host_on_demand_price_per_hour": "host_price_per_hour",
+               "gpu_on_demand_price_per_hour": "gpu_price_per_hour"}
+
+
 def write_catalog(offers: Iterable[Offer], path: str | os.PathLike[str]) -> None:
-    """Offers in our format (totals only: composed parts are already summed, their arithmetic
-    kept in notes). Written to a temporary file first so a crash never leaves half a file."""
+    """Offers in our format: totals, the on-demand host/GPU parts of composed offers (their
+    arithmetic is also in notes), an unknown billing as `unknown`. Written to a temporary file
+    first so a crash never leaves half a file."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
@@ -606,6 +631,9 @@ def write_catalog(offers: Iterable[Offer], path: str | os.PathLike[str]) -> None
         w.writerow(COLUMNS)
         for o in offers:
             data = o.model_dump()
+            data.update({col: data[field] for col, field in _WRITTEN_AS.items()})
+            if data["billing"] is None:
+                data["billing"] = "unknown"
             w.writerow([_fmt(data.get(c)) if c in data else "" for c in COLUMNS])
     tmp.replace(p)
 

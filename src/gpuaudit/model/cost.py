@@ -34,8 +34,15 @@ class Offer(Record):
     spot_price_per_hour: float | None = None
     reserved_1y_price_per_hour: float | None = None  # effective hourly rate of a 1-year term
     reserved_3y_price_per_hour: float | None = None
-    billing: Billing = Billing.SECOND
+    # None: the granularity is not known. Code that rounds by it must then round per second
+    # (the most favourable case) and say that it assumed so: see `effective_billing`.
+    billing: Billing | None = Billing.SECOND
     billing_minimum_s: float = 0.0  # e.g. 60: the first minute is billed in full
+    # GCP-style composition: the on-demand price of the host machine type alone and of ONE GPU,
+    # when the provider prices them separately (on_demand = host + gpu_count × gpu). None when
+    # the instance is priced as a whole or the part is not known.
+    host_price_per_hour: float | None = Field(default=None, ge=0)
+    gpu_price_per_hour: float | None = Field(default=None, ge=0)
     source: str  # where the prices were read (a URL, or "user")
     price_date: date  # when they were read
     notes: str | None = None  # e.g. "GCP: a2 host + A100 GPUs priced separately, summed"
@@ -47,3 +54,21 @@ class Offer(Record):
 
     def per_gpu(self, price_per_hour: float | None) -> float | None:
         return None if price_per_hour is None else price_per_hour / self.gpu_count
+
+    @property
+    def billing_known(self) -> bool:
+        return self.billing is not None
+
+    @property
+    def effective_billing(self) -> Billing:
+        """The granularity to round by: `billing`, or per second when it is not known (the
+        caller should then state that assumption, e.g. with `BILLING_ASSUMPTION`)."""
+        return Billing.SECOND if self.billing is None else self.billing
+
+    @property
+    def composed(self) -> bool:
+        """True when the on-demand price is host + gpu_count × GPU (both parts known)."""
+        return self.host_price_per_hour is not None and self.gpu_price_per_hour is not None
+
+
+BILLING_ASSUMPTION = "billing granularity not known: rounded per second (the lowest possible cost)"
