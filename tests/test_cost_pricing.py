@@ -281,3 +281,18 @@ def test_bad_inputs_are_one_line_errors(call, needle):
     with pytest.raises(BadInputError) as exc:
         call(offer())
     assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_billing_not_listed_is_rounded_per_second_and_said():
+    from gpuaudit.cost.pricing import on_demand_cost, spot_cost
+    from gpuaudit.model.cost import BILLING_ASSUMPTION
+
+    o = offer(billing=None, billing_minimum_s=0, spot_price_per_hour=4.0)
+    job = make_job(o, wall_hours=1.0001)
+    od = on_demand_cost(o, job)
+    assert od.billing is Billing.SECOND and od.billing_assumed is True
+    assert od.billed_hours == pytest.approx(3601 / 3600)  # 3600.36 s to the second; not 2 h
+    sp = spot_cost(o, job, mtbi_hours=20, checkpoint_s=300, restart_s=600)
+    assert sp.assumptions[0] == BILLING_ASSUMPTION
+    listed = on_demand_cost(offer(billing=Billing.HOUR), make_job(offer(), wall_hours=1.0001))
+    assert listed.billed_hours == 2 and listed.billing_assumed is False

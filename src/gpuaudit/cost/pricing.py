@@ -14,6 +14,7 @@ import math
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Billing, Offer
+from gpuaudit.model.cost import BILLING_ASSUMPTION
 from gpuaudit.model.pricing import (
     CheckpointPlan,
     Job,
@@ -158,10 +159,11 @@ def make_job(offer: Offer, *, gpu_hours: float | None = None, wall_hours: float 
 
 def on_demand_cost(offer: Offer, job: Job) -> OnDemandCost:
     price = price_ref(offer, PriceKind.ON_DEMAND)
-    billed_h = billed_seconds(job.solve_hours * 3600, offer.billing,
+    billed_h = billed_seconds(job.solve_hours * 3600, offer.effective_billing,
                               offer.billing_minimum_s) / 3600
     return OnDemandCost(price=price, instances=job.instances, wall_hours=job.solve_hours,
-                        billing=offer.billing, billing_minimum_s=offer.billing_minimum_s,
+                        billing=offer.effective_billing, billing_assumed=not offer.billing_known,
+                        billing_minimum_s=offer.billing_minimum_s,
                         billed_hours=billed_h,
                         cost=billed_h * price.price_per_hour * job.instances,
                         currency=offer.currency)
@@ -215,8 +217,8 @@ def spot_cost(offer: Offer, job: Job, *, mtbi_hours: float, checkpoint_s: float,
     wall_s = expected_wall_time_s(job.solve_hours * 3600, plan.interval_s, checkpoint_s,
                                   restart_s, job_mtbi_h * 3600)
     wall_h = wall_s / 3600
-    billed_h = billed_seconds(wall_s, offer.billing, offer.billing_minimum_s) / 3600
-    assumptions = (
+    billed_h = billed_seconds(wall_s, offer.effective_billing, offer.billing_minimum_s) / 3600
+    assumptions = (() if offer.billing_known else (BILLING_ASSUMPTION,)) + (
         "interruptions arrive at random (exponential lifetimes, Poisson process), "
         f"mean {job_mtbi_h:.4g} h between them for the job"
         + (f" ({mtbi_hours:.4g} h per instance ÷ {job.instances})" if job.instances > 1

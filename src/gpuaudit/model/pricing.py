@@ -50,7 +50,8 @@ class OnDemandCost(Record):
     price: PriceRef
     instances: int
     wall_hours: float
-    billing: Billing
+    billing: Billing  # the unit rounded by
+    billing_assumed: bool = False  # the catalog does not list it: per second was assumed
     billing_minimum_s: float
     billed_hours: float  # per instance, after granularity and minimum
     cost: float

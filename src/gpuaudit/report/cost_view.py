@@ -43,7 +43,7 @@ def offers_table(offers: Sequence[Offer], *, title: str | None = None) -> Table:
         t.add_row(escape(o.key), escape(o.gpu_model), str(o.gpu_count),
                   price(o.on_demand_price_per_hour), per_gpu(o, o.on_demand_price_per_hour),
                   price(o.spot_price_per_hour), per_gpu(o, o.spot_price_per_hour), o.currency,
-                  o.billing.value, o.price_date.isoformat())
+                  o.billing.value if o.billing else "unknown", o.price_date.isoformat())
     return t
 
 
@@ -66,7 +66,8 @@ def offer_view(o: Offer, location: str | None = None) -> Table:
                 if value is not None else f"{NA} (not published)")
         t.add_row(label, text)
     minimum = f", first {o.billing_minimum_s:g} s billed in full" if o.billing_minimum_s else ""
-    t.add_row("billing", f"per {o.billing.value}{minimum}")
+    t.add_row("billing", f"per {o.billing.value}{minimum}" if o.billing
+              else "not listed (per second assumed in costs)")
     t.add_row("source", escape(o.source))
     t.add_row("price date", o.price_date.isoformat())
     if o.notes:

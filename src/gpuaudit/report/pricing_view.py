@@ -52,6 +52,7 @@ def job_view(c: JobComparison) -> RenderableType:
         if o.name == "on_demand" and c.on_demand:
             note = (f"billed {hours(c.on_demand.billed_hours)} per instance "
                     f"({c.on_demand.billing.value}"
+                    + (" assumed: not listed" if c.on_demand.billing_assumed else "")
                     + (f", {c.on_demand.billing_minimum_s:g} s minimum"
                        if c.on_demand.billing_minimum_s else "") + ")")
         elif o.name.startswith("reserved") and d is not None:
