@@ -164,3 +164,17 @@ def widen(trace: dict[str, Any], n: int) -> dict[str, Any]:
     for frame in out["frames"]:
         frame["calls"] = spread(frame["calls"])
     return out
+
+
+def replay(trace: dict[str, Any] | str) -> list[Any]:
+    """Every Sample of a trace (or of a committed one, by name) through the real sampler."""
+    from gpuaudit.hw.telemetry import Sampler, TraceReplay
+
+    if isinstance(trace, str):
+        trace = json.loads((OUT / f"{trace}.json").read_text())
+    src = TraceReplay(trace)
+    sampler = Sampler(src, hostname=trace["hostname"], interval_s=trace["interval_s"])
+    samples = []
+    while (t := src.advance()) is not None:
+        samples.append(sampler.sample(t))
+    return samples

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import io
-import json
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from rich.console import Console
 
-from gpuaudit.hw.telemetry import Sampler, TraceReplay
 from gpuaudit.model import Alert, GpuSample, ProcessSample, Sample
 from gpuaudit.report.monitor_view import monitor_view, sparkline
 from gpuaudit.telemetry.idle import IdleConfig, IdlePolicy
 from gpuaudit.telemetry.metrics import IdleState, XidTally
 from gpuaudit.telemetry.state import MonitorState
+from tests import telemetry_traces as tt
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
 GIB = 1 << 30
@@ -163,18 +162,10 @@ def test_before_the_first_sample():
     assert "waiting for the first sample" in render(monitor_view(MonitorState()))
 
 
-def _replay(name: str) -> list[Sample]:
-    trace = json.loads((TRACES / f"{name}.json").read_text())
-    src = TraceReplay(trace)
-    sampler = Sampler(src, hostname=trace["hostname"], interval_s=trace["interval_s"])
-    out = []
-    while (t := src.advance()) is not None:
-        out.append(sampler.sample(t))
-    return out
 
 
 def test_a_replayed_h200_trace_with_a_lost_gpu_and_an_xid():
-    samples = _replay("h200-2gpu-xid-lost")
+    samples = tt.replay("h200-2gpu-xid-lost")
     xids = XidTally()
     for s in samples:
         xids.add(s)
@@ -186,7 +177,7 @@ def test_a_replayed_h200_trace_with_a_lost_gpu_and_an_xid():
 
 
 def test_a_replayed_idle_h200_through_the_idle_policy():
-    samples = _replay("h200-1gpu-idle")
+    samples = tt.replay("h200-1gpu-idle")
     policy = IdlePolicy(IdleConfig(window_s=3.0, grace_s=2.0))
     for s in samples:
         policy.observe(s)

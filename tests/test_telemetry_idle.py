@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.hw.telemetry import Sampler, TraceReplay
 from gpuaudit.model import GpuSample, Sample
 from gpuaudit.telemetry.idle import (
     ActionResult,
@@ -23,6 +22,7 @@ from gpuaudit.telemetry.idle import (
     run_action,
 )
 from gpuaudit.telemetry.metrics import IdleState
+from tests import telemetry_traces as tt
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
 SHUTDOWN = ("sudo", "shutdown", "-h", "now")
@@ -399,19 +399,11 @@ def test_lists_from_a_config_file_are_taken_as_given():
     assert cfg.action == SHUTDOWN and cfg.exclude_gpus == frozenset({2, 3})
 
 
-def _replay(name: str) -> list[Sample]:
-    trace = json.loads((TRACES / f"{name}.json").read_text())
-    src = TraceReplay(trace)
-    sampler = Sampler(src, hostname=trace["hostname"], interval_s=trace["interval_s"])
-    out = []
-    while (t := src.advance()) is not None:
-        out.append(sampler.sample(t))
-    return out
 
 
 def test_replayed_h200_traces_through_the_policy():
     cfg = IdleConfig(window_s=3.0, grace_s=2.0, action=SHUTDOWN)
-    idle = _replay("h200-1gpu-idle")
+    idle = tt.replay("h200-1gpu-idle")
     policy = IdlePolicy(cfg, runner=never_run)
     decisions = [d for s in idle for d in policy.observe(s)]
     start = idle[0].time
@@ -421,6 +413,6 @@ def test_replayed_h200_traces_through_the_policy():
     # rates: PCIe is missing and the decision stands on activity and memory traffic.
     assert decisions[0].evidence[0].missing == ("pcie",)
     # Under load (frames 2-7) the episode restarts; two idle frames after it are not enough.
-    load = _replay("h200-1gpu-load")
+    load = tt.replay("h200-1gpu-load")
     policy = IdlePolicy(cfg, runner=never_run)
     assert [d for s in load for d in policy.observe(s)] == []

@@ -12,20 +12,12 @@ import pytest
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.nvml import GPM_METRICS, XID_EVENTS, Dev, LiveNvml, Unsupported
 from gpuaudit.hw.telemetry import Sampler, TraceRecorder, TraceReplay
-from gpuaudit.model import Sample
 from tests import telemetry_traces as tt
 
 IDLE_1GPU = json.loads((Path(__file__).parent / "fixtures/h200-1gpu/nvml_trace.json")
                        .read_text())["calls"]
 
 
-def replay(trace: dict) -> list[Sample]:
-    src = TraceReplay(trace)
-    sampler = Sampler(src, hostname=trace["hostname"], interval_s=trace["interval_s"])
-    out = []
-    while (t := src.advance()) is not None:
-        out.append(sampler.sample(t))
-    return out
 
 
 def test_committed_traces_are_what_the_builders_make():
@@ -35,7 +27,7 @@ def test_committed_traces_are_what_the_builders_make():
 
 
 def test_idle_h200_reads_as_recorded():
-    samples = replay(tt.TRACES["h200-1gpu-idle"]())
+    samples = tt.replay(tt.TRACES["h200-1gpu-idle"]())
     assert len(samples) == 10
     assert [s.time.second for s in samples[:3]] == [57, 58, 59]  # 1 s apart from recorded_at
     g = samples[0].gpus[0]
@@ -61,7 +53,7 @@ def test_idle_h200_reads_as_recorded():
 
 
 def test_load_reads_gpm_and_processes():
-    samples = replay(tt.TRACES["h200-1gpu-load"]())
+    samples = tt.replay(tt.TRACES["h200-1gpu-load"]())
     busy = [s.gpus[0] for s in samples[2:8]]
     assert all(g.sm_activity_pct == 96.0 and g.tensor_activity_pct == 71.0 for g in busy)
     assert all(g.dram_bandwidth_util_pct == 38.0 and g.activity_pct == 96.0 for g in busy)
@@ -73,7 +65,7 @@ def test_load_reads_gpm_and_processes():
 
 
 def test_xid_is_reported_and_a_lost_gpu_does_not_stop_the_others():
-    samples = replay(tt.TRACES["h200-2gpu-xid-lost"]())
+    samples = tt.replay(tt.TRACES["h200-2gpu-xid-lost"]())
     xids = [(i, g.index, e.code) for i, s in enumerate(samples) for g in s.gpus
             for e in g.xid_events]
     assert xids == [(3, 1, 79)]
@@ -87,7 +79,7 @@ def test_xid_is_reported_and_a_lost_gpu_does_not_stop_the_others():
 
 
 def test_thermal_slowdown_is_read_as_reasons():
-    g = replay(tt.TRACES["h200-1gpu-thermal"]())[3].gpus[0]
+    g = tt.replay(tt.TRACES["h200-1gpu-thermal"]())[3].gpus[0]
     assert g.clock_event_reasons == ("sw_thermal_slowdown", "hw_thermal_slowdown")
     assert g.temperature_gpu_c == 92 and g.sm_clock_mhz == 1410
 
@@ -102,7 +94,7 @@ def test_recording_a_replay_gives_the_same_samples():
         sampler.sample(t)
         rec.end_frame(t)
     again = rec.trace(hostname="vm", interval_s=1.0)
-    assert replay(again) == replay(trace)
+    assert tt.replay(again) == tt.replay(trace)
     assert len(again["frames"]) == 6 and "nvmlDeviceGetCount()" in again["setup"]
 
 
