@@ -285,6 +285,14 @@ class RecordingNvml:
         return {"format": TRACE_FORMAT, "version": TRACE_VERSION, **meta, "calls": self.calls}
 
 
+def read_json(path: Path, what: str) -> Any:
+    """A JSON file the user named; unreadable or garbled is bad input, in one line."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BadInputError(f"cannot read {what} {path}: {exc}") from None
+
+
 class ReplayNvml:
     """Answers queries from a recorded trace; a query that was never recorded is Unsupported."""
 
@@ -295,10 +303,7 @@ class ReplayNvml:
 
     @classmethod
     def from_file(cls, path: Path) -> ReplayNvml:
-        try:
-            return cls(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise BadInputError(f"cannot read NVML trace {path}: {exc}") from None
+        return cls(read_json(path, "NVML trace"))
 
     def query(self, fn: str, *args: Arg) -> Any:
         entry = self.calls.get(call_key(fn, args))

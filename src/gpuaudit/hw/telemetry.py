@@ -8,7 +8,6 @@ the PCIe rates.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +31,7 @@ from .nvml import (
     NvmlSource,
     RecordingNvml,
     ReplayNvml,
+    read_json,
 )
 
 TELEMETRY_FORMAT = "gpuaudit-telemetry-trace"
@@ -310,10 +310,7 @@ class TraceReplay:
 
     @classmethod
     def from_file(cls, path: Path) -> TraceReplay:
-        try:
-            return cls(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise BadInputError(f"cannot read telemetry trace {path}: {exc}") from None
+        return cls(read_json(path, "telemetry trace"))
 
     def __len__(self) -> int:
         return len(self._frames)
