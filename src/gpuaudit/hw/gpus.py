@@ -302,8 +302,10 @@ def _nvlinks(r: Reader, h: Dev) -> tuple[NvLink, ...]:
     return tuple(links)
 
 
-def _processes(r: Reader, h: Dev) -> tuple[GpuProcess, ...] | None:
-    found: dict[int, GpuProcess] = {}
+def running_processes(r: Reader, h: Dev) -> dict[int, tuple[str, int | None]] | None:
+    """pid → (kind, GPU memory in bytes) of the compute and graphics processes; None when
+    NVML answered neither list (the reason stays in `r.unavailable["processes"]`)."""
+    found: dict[int, tuple[str, int | None]] = {}
     answered = False
     for kind, fn in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
                      ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
@@ -312,21 +314,22 @@ def _processes(r: Reader, h: Dev) -> tuple[GpuProcess, ...] | None:
             continue
         answered = True
         for p in procs:
-            pid = p["pid"]
-            if pid in found:
-                continue
-            found[pid] = GpuProcess(
-                pid=pid,
-                kind=kind,
-                name=r.get(f"processes.{pid}.name", "nvmlSystemGetProcessName", pid),
-                # NVML reports "not available" as None or as a huge sentinel.
-                used_memory_bytes=p.get("usedGpuMemory") if (p.get("usedGpuMemory") or 0)
-                < 1 << 62 else None,
-            )
-    if answered:
-        r.unavailable.pop("processes", None)
-        return tuple(found.values())
-    return None
+            used = p.get("usedGpuMemory")
+            # NVML reports "not available" as None or as a huge sentinel.
+            found.setdefault(p["pid"], (kind, used if (used or 0) < 1 << 62 else None))
+    if not answered:
+        return None
+    r.unavailable.pop("processes", None)
+    return found
+
+
+def _processes(r: Reader, h: Dev) -> tuple[GpuProcess, ...] | None:
+    found = running_processes(r, h)
+    if found is None:
+        return None
+    return tuple(GpuProcess(pid=pid, kind=kind, used_memory_bytes=used,
+                            name=r.get(f"processes.{pid}.name", "nvmlSystemGetProcessName", pid))
+                 for pid, (kind, used) in found.items())
 
 
 def _mig_instances(r: Reader, index: int) -> tuple[MigInstance, ...]:

@@ -18,7 +18,7 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model import GpuSample, ProcessSample, Sample, XidEvent
 
 from . import decode as d
-from .gpus import Reader
+from .gpus import Reader, running_processes
 from .nvml import (
     FIELD_VALUES,
     GPM_METRICS,
@@ -99,19 +99,13 @@ def read_static(src: NvmlSource, index: int) -> GpuStatic:
 
 
 def _processes(r: Reader, h: Dev) -> tuple[ProcessSample, ...]:
-    found: dict[int, ProcessSample] = {}
-    for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-        for p in r.get("processes", fn, h) or ():
-            pid = p["pid"]
-            if pid in found:
-                continue
-            used = p.get("usedGpuMemory")
-            info = r.get(f"processes.{pid}", PROCESS_INFO, pid) or {}
-            r.unavailable.pop(f"processes.{pid}", None)
-            found[pid] = ProcessSample(pid=pid, user=info.get("user"),
-                                       command=info.get("command"),
-                                       used_memory_bytes=used if (used or 0) < 1 << 62 else None)
-    return tuple(found.values())
+    out = []
+    for pid, (_kind, used) in (running_processes(r, h) or {}).items():
+        info = r.get(f"processes.{pid}", PROCESS_INFO, pid) or {}
+        r.unavailable.pop(f"processes.{pid}", None)
+        out.append(ProcessSample(pid=pid, user=info.get("user"), command=info.get("command"),
+                                 used_memory_bytes=used))
+    return tuple(out)
 
 
 def _gpm(r: Reader, h: Dev) -> dict[str, float]:
