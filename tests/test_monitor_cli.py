@@ -135,6 +135,14 @@ def test_record_then_replay_gives_the_same_samples(tmp_path):
                                                           ticks(first.stdout)]
 
 
+def test_record_to_a_missing_directory_fails_before_sampling(tmp_path):
+    out = tmp_path / "no" / "such" / "dir" / "t.jsonl"
+    proc = gpuaudit("monitor", "--replay", str(TRACES / "h200-1gpu-thermal.json"), "--json",
+                    "--no-export", "--no-history", "--no-rules", "--record", str(out))
+    assert_one_line_error(proc, "--record", "No such file or directory")
+    assert proc.stdout == ""  # not one tick ran
+
+
 def test_exporter_serves_while_replaying_and_ctrl_c_stops_cleanly(tmp_path):
     import socket
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import types
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.hw.nvml import GPM_METRICS, XID_EVENTS, Dev, LiveNvml, Unsupported
+from gpuaudit.hw.nvml import Unsupported
 from gpuaudit.hw.telemetry import Sampler, TraceRecorder, TraceReplay
 from tests import telemetry_traces as tt
 
@@ -98,6 +97,49 @@ def test_recording_a_replay_gives_the_same_samples():
     assert len(again["frames"]) == 6 and "nvmlDeviceGetCount()" in again["setup"]
 
 
+def _stream(trace: dict, path: Path) -> TraceRecorder:
+    src = TraceReplay(trace)
+    with path.open("w") as stream:
+        rec = TraceRecorder(src, stream, hostname="vm", interval_s=1.0)
+        sampler = Sampler(rec, hostname="vm", interval_s=1.0)
+        rec.end_setup()
+        while (t := src.advance()) is not None:
+            sampler.sample(t)
+            rec.end_frame(t)
+    return rec
+
+
+def test_a_streamed_recording_is_a_line_per_tick_and_replays_the_same(tmp_path):
+    trace = tt.TRACES["h200-2gpu-xid-lost"]()
+    path = tmp_path / "t.jsonl"
+    rec = _stream(trace, path)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1 + 6 and rec.frame_count == 6
+    assert rec.frames == []  # nothing kept in memory while streaming
+    header = json.loads(lines[0])
+    assert header["hostname"] == "vm" and "nvmlDeviceGetCount()" in header["setup"]
+    assert len(TraceReplay.from_file(path)) == 6
+    src = TraceReplay.from_file(path)
+    sampler = Sampler(src, hostname="vm", interval_s=1.0)
+    samples = []
+    while (t := src.advance()) is not None:
+        samples.append(sampler.sample(t))
+    assert samples == tt.replay(trace)
+
+
+def test_a_recording_cut_by_a_crash_loses_only_the_tick_in_progress(tmp_path):
+    path = tmp_path / "t.jsonl"
+    _stream(tt.TRACES["h200-2gpu-xid-lost"](), path)
+    text = path.read_text()
+    path.write_text(text[: len(text) - 40])  # the last line cut short
+    assert len(TraceReplay.from_file(path)) == 5
+    lines = text.splitlines()
+    lines[2] = lines[2][:30]  # a broken line in the middle is damage, not a crash
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(BadInputError, match="line 3"):
+        TraceReplay.from_file(path)
+
+
 def test_only_the_chosen_gpus_are_sampled():
     src = TraceReplay(tt.TRACES["h200-2gpu-xid-lost"]())
     sampler = Sampler(src, hostname="vm", interval_s=1.0, gpus=[1])
@@ -125,87 +167,6 @@ def test_a_garbled_frame_names_its_index(tmp_path):
     bad.write_text("{")
     with pytest.raises(BadInputError, match="cannot read telemetry trace"):
         TraceReplay.from_file(bad)
-
-
-# --- LiveNvml's stateful queries, against a stand-in for nvidia-ml-py -------------------------
-
-class _Error(Exception):
-    def __init__(self, code: int = 3) -> None:
-        super().__init__(code)
-        self.code = code
-
-    def __str__(self) -> str:
-        return {3: "Not Supported", 10: "Timeout"}.get(self.code, f"error {self.code}")
-
-
-class _Timeout(_Error):
-    def __init__(self) -> None:
-        super().__init__(10)
-
-
-def fake_nvml(events: list[tuple[int, int]], gpm_values: dict[int, float]) -> LiveNvml:
-    freed: list[int] = []
-    samples = iter(range(1, 100))
-
-    class Metric:
-        def __init__(self) -> None:
-            self.metricId, self.nvmlReturn, self.value = 0, 0, 0.0
-
-    class Request:
-        def __init__(self) -> None:
-            self.metrics = [Metric() for _ in range(20)]
-
-        def fill(self) -> None:
-            for m in self.metrics[: self.numMetrics]:
-                if m.metricId in gpm_values:
-                    m.value = gpm_values[m.metricId] * (self.sample2 - self.sample1)
-                else:
-                    m.nvmlReturn = 3
-
-    queue = list(events)
-
-    def wait(_set, _timeout):
-        if not queue:
-            raise _Timeout()
-        gpu, code = queue.pop(0)
-        return types.SimpleNamespace(device=f"h{gpu}", eventType=8, eventData=code)
-
-    nvml = types.SimpleNamespace(
-        NVMLError=_Error, NVMLError_Timeout=_Timeout, nvmlEventTypeXidCriticalError=8,
-        NVML_GPM_METRICS_GET_VERSION=1, c_nvmlGpmMetricsGet_t=Request,
-        nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
-        nvmlDeviceGetIndex=lambda h: int(h[1:]),
-        nvmlEventSetCreate=lambda: "set", nvmlEventSetFree=lambda s: None,
-        nvmlDeviceRegisterEvents=lambda h, mask, s: None,
-        nvmlEventSetWait_v2=wait,
-        nvmlGpmSampleAlloc=lambda: next(samples),
-        nvmlGpmSampleGet=lambda h, s: None,
-        nvmlGpmSampleFree=freed.append,
-        nvmlGpmMetricsGet=lambda req: req.fill(),
-        nvmlShutdown=lambda: None,
-    )
-    live = LiveNvml.__new__(LiveNvml)
-    live._nvml, live._handles, live._gpm_last, live._events = nvml, {}, {}, None
-    live.freed = freed
-    return live
-
-
-def test_live_xid_events_drain_the_event_set():
-    live = fake_nvml([(1, 79), (0, 48)], {})
-    assert live.query(XID_EVENTS) == [{"gpu": 1, "code": 79}, {"gpu": 0, "code": 48}]
-    assert live.query(XID_EVENTS) == []
-
-
-def test_live_gpm_needs_two_samples_and_frees_the_old_one():
-    live = fake_nvml([], {2: 40.0})
-    with pytest.raises(Unsupported, match="first GPM sample"):
-        live.query(GPM_METRICS, Dev(0), "2,5")
-    got = live.query(GPM_METRICS, Dev(0), "2,5")
-    assert got == {"2": 40.0, "5": "Not Supported"}
-    assert live.freed == [1]  # the previous sample, once used
-    live.close()
-    assert live.freed == [1, 2]
 
 
 def test_sampler_over_the_stand_in_reports_no_fake_readings():

@@ -139,7 +139,6 @@ def monitor(
         return
     from gpuaudit.cli.app import _parse_gpus, err, out
     from gpuaudit.hw.telemetry import Sampler
-    from gpuaudit.model import utc_now
     from gpuaudit.report.monitor_view import monitor_view, sample_line
     from gpuaudit.store import Store
     from gpuaudit.telemetry.idle import IdleConfig, IdlePolicy
@@ -207,10 +206,7 @@ def monitor(
             elif not once:
                 console.print(sample_line(tick.sample), markup=False, highlight=False)
         if record is not None:
-            record.write_text(json.dumps(source.trace(hostname=hostname, interval_s=interval_s,
-                                                      recorded_at=utc_now().isoformat()),
-                                         indent=1) + "\n")
-            console.print(f"recorded {ticks} samples to {record}", style="dim")
+            console.print(f"recorded {source.frame_count} samples to {record}", style="dim")
 
     state = mon.latest.get()
     if once:
@@ -234,6 +230,7 @@ def _open_source(stack: ExitStack, replay: Path | None, record: Path | None,
                  interval_s: float, speed: float) -> tuple[Any, str, Any]:
     """The NVML source (live or a trace), the hostname, and the tick times it runs on."""
     from gpuaudit.hw.telemetry import TraceRecorder, TraceReplay
+    from gpuaudit.model import utc_now
     from gpuaudit.telemetry.monitor import live_times, replay_times
 
     if replay is not None:
@@ -260,7 +257,14 @@ def _open_source(stack: ExitStack, replay: Path | None, record: Path | None,
         def times(stop: threading.Event, count: int | None) -> Iterator[Any]:
             return live_times(interval_s, stop, count)
     if record is not None:
-        src = TraceRecorder(src)
+        # Opened now, before any sampling: a path that cannot be written fails at once. The
+        # trace is streamed, a line per tick (a crash loses at most the tick in progress).
+        try:
+            stream = stack.enter_context(record.open("w"))
+        except OSError as exc:
+            raise BadInputError(f"--record {record}: {exc.strerror or exc}") from None
+        src = TraceRecorder(src, stream, hostname=hostname, interval_s=interval_s,
+                            recorded_at=utc_now().isoformat())
     return src, hostname, times
 
 

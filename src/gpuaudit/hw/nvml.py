@@ -11,11 +11,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from gpuaudit.errors import BadInputError
+
+log = logging.getLogger("gpuaudit.nvml")
 
 TRACE_FORMAT = "gpuaudit-nvml-trace"
 TRACE_VERSION = 1
@@ -124,8 +128,172 @@ def _read_file(path: str) -> str:
         raise Unsupported(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+# The structs NVML fills in caller memory, by the binding's name, with their size in nvml.h on
+# a 64-bit host. A binding whose struct has another size would let NVML write past the buffer
+# (heap corruption that crashes the process later, somewhere else) or read garbage: such a query
+# is refused with the reason instead of being made.
+CALLER_STRUCTS = {
+    "c_nvmlFieldValue_t": 40,
+    "c_nvmlProcessInfo_v2_t": 24,
+    "c_nvmlEventData_t": 32,
+    "c_nvmlGpmMetric_t": 40,
+    "c_nvmlGpmSupport_t": 8,
+    "c_nvmlMemory_t": 24,
+    "c_nvmlUtilization_t": 8,
+    "nvmlPciInfo_t": 68,
+    "c_nvmlDeviceAttributes": 40,
+}
+# Which queries hand NVML which struct.
+QUERY_STRUCTS = {
+    FIELD_VALUES: "c_nvmlFieldValue_t",
+    "nvmlDeviceGetComputeRunningProcesses": "c_nvmlProcessInfo_v2_t",
+    "nvmlDeviceGetGraphicsRunningProcesses": "c_nvmlProcessInfo_v2_t",
+    XID_EVENTS: "c_nvmlEventData_t",
+    GPM_METRICS: "c_nvmlGpmMetric_t",
+    "nvmlGpmQueryDeviceSupport": "c_nvmlGpmSupport_t",
+    "nvmlDeviceGetMemoryInfo": "c_nvmlMemory_t",
+    "nvmlDeviceGetUtilizationRates": "c_nvmlUtilization_t",
+    "nvmlDeviceGetPciInfo_v3": "nvmlPciInfo_t",
+    "nvmlDeviceGetNvLinkRemotePciInfo_v2": "nvmlPciInfo_t",
+    "nvmlDeviceGetAttributes_v2": "c_nvmlDeviceAttributes",
+}
+
+# nvmlGpmMetricsGet_t ends in an array of NVML_GPM_METRIC_MAX metrics, and its version word
+# (1 since CUDA 12) does not change when that grows: 98 in nvidia-ml-py 12.535-12.570, 210 in
+# 12.575-13.590, 333 in CUDA 13.0's nvml.h (driver 580) and nvidia-ml-py 13.610, 477 in
+# 13.615. A request sized by a binding older than the driver is shorter than what the driver
+# may write into, so ours has room for GPM_METRIC_SLOTS metrics whatever the binding says.
+GPM_METRIC_SLOTS = 1024
+GUARD_BYTES = 4096
+GUARD_PATTERN = 0xA5
+
+
+class Guarded:
+    """`count` structs followed by a guard area of a known pattern, in one allocation. NVML
+    writing past the structs lands in the guard, where `overrun()` sees it, instead of in
+    whatever the heap holds next (on an H200 with driver 580 that crashed the process: see
+    docs/monitor-safety.md)."""
+
+    def __init__(self, struct_type: type, count: int = 1, guard_bytes: int = GUARD_BYTES
+                 ) -> None:
+        self.size = ctypes.sizeof(struct_type) * count
+        self.guard_bytes = guard_bytes
+        self._buf = (ctypes.c_uint8 * (self.size + guard_bytes))()
+        ctypes.memset(ctypes.addressof(self._buf) + self.size, GUARD_PATTERN, guard_bytes)
+        self.items = (struct_type * count).from_buffer(self._buf)
+
+    def overrun(self) -> int:
+        """How many bytes past the structs NVML wrote (0: none)."""
+        return len(bytes(self._buf)[self.size:].rstrip(bytes([GUARD_PATTERN])))
+
+
+def layout_problems(nvml: Any) -> dict[str, str]:
+    """Queries that must not be made with this binding, and why: its struct is not the size
+    nvml.h gives, so NVML would write past it or we would read the wrong bytes."""
+    refused = {}
+    for fn, name in QUERY_STRUCTS.items():
+        struct = getattr(nvml, name, None)
+        expected = CALLER_STRUCTS[name]
+        if struct is None:
+            continue  # a binding without it has no such query either
+        if ctypes.sizeof(struct) != expected:
+            refused[fn] = (f"refused: nvidia-ml-py's {name} is {ctypes.sizeof(struct)} bytes, "
+                           f"nvml.h's is {expected} (NVML would write past it)")
+    return refused
+
+
+def _gpm_request_type(nvml: Any) -> type[ctypes.Structure]:
+    class GpmMetricsGet(ctypes.Structure):
+        _fields_ = (
+            ("version", ctypes.c_uint),
+            ("numMetrics", ctypes.c_uint),
+            ("sample1", nvml.c_nvmlGpmSample_t),
+            ("sample2", nvml.c_nvmlGpmSample_t),
+            ("metrics", nvml.c_nvmlGpmMetric_t * GPM_METRIC_SLOTS),
+        )
+
+    return GpmMetricsGet
+
+
+class _GpmSamples:
+    """The GPM samples NVML allocated for us: per device the newest one, kept for the next
+    interval. Every sample is freed exactly once, here."""
+
+    def __init__(self, nvml: Any) -> None:
+        self._nvml = nvml
+        self._last: dict[Dev, Any] = {}
+
+    def take(self, dev: Dev, handle: Any) -> tuple[Any | None, Any]:
+        """A new sample of `dev`, and the one before it (None the first time), which the
+        caller hands back to `release` once the metrics between them are read."""
+        sample = self._nvml.nvmlGpmSampleAlloc()
+        try:
+            self._nvml.nvmlGpmSampleGet(handle, sample)
+        except BaseException:
+            self.release(sample)
+            raise
+        previous = self._last.get(dev)
+        self._last[dev] = sample
+        return previous, sample
+
+    def release(self, sample: Any) -> None:
+        with contextlib.suppress(self._nvml.NVMLError):
+            self._nvml.nvmlGpmSampleFree(sample)
+
+    def close(self) -> None:
+        for sample in self._last.values():
+            self.release(sample)
+        self._last.clear()
+
+
+class _XidEvents:
+    """The one event set the XID events arrive in. Waits never block (timeout 0), so nothing
+    is left waiting in NVML when the monitor stops; `close` frees the set before shutdown."""
+
+    def __init__(self, nvml: Any, handle: Any) -> None:
+        self._nvml = nvml
+        self._handle = handle
+        self._set: Any = None
+
+    def poll(self) -> list[dict[str, int]]:
+        """XID events since the last call; the first call registers for them (events from
+        before that moment are not kept by NVML: the kernel log has those)."""
+        nvml = self._nvml
+        if self._set is None:
+            events = nvml.nvmlEventSetCreate()
+            registered = 0
+            for i in range(nvml.nvmlDeviceGetCount()):
+                with contextlib.suppress(nvml.NVMLError):
+                    nvml.nvmlDeviceRegisterEvents(self._handle(Dev(i)),
+                                                  nvml.nvmlEventTypeXidCriticalError, events)
+                    registered += 1
+            if not registered:
+                nvml.nvmlEventSetFree(events)
+                raise Unsupported("no GPU here reports XID events to NVML")
+            self._set = events
+        found = []
+        while True:
+            try:
+                data = nvml.nvmlEventSetWait_v2(self._set, 0)
+            except nvml.NVMLError_Timeout:
+                return found
+            if data.eventType & nvml.nvmlEventTypeXidCriticalError:
+                found.append({"gpu": nvml.nvmlDeviceGetIndex(data.device),
+                              "code": int(data.eventData)})
+
+    def close(self) -> None:
+        if self._set is not None:
+            with contextlib.suppress(self._nvml.NVMLError):
+                self._nvml.nvmlEventSetFree(self._set)
+            self._set = None
+
+
 class LiveNvml:
-    """Queries the real NVML through nvidia-ml-py."""
+    """Queries the real NVML through nvidia-ml-py.
+
+    Safe by construction: one lock around every call (NVML is reached by one thread at a
+    time, and never after `close`), caller memory checked against nvml.h's layouts
+    (`layout_problems`), GPM samples owned by one object, XID waits that never block."""
 
     def __init__(self) -> None:
         try:
@@ -137,20 +305,31 @@ class LiveNvml:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
             raise NvmlUnavailable(f"NVML could not start: {exc}") from None
+        self._lock = threading.RLock()
+        self._closed = False
         self._handles: dict[Dev, Any] = {}
-        self._gpm_last: dict[Dev, Any] = {}
-        self._events: Any = None
+        self.refused = layout_problems(pynvml)
+        self._gpm = _GpmSamples(pynvml)
+        self._gpm_request = _gpm_request_type(pynvml) if GPM_METRICS not in self.refused \
+            and hasattr(pynvml, "c_nvmlGpmSample_t") else None
+        self.overruns: dict[str, int] = {}  # query → calls in which NVML wrote past its buffer
+        self._events = _XidEvents(pynvml, self._handle)
 
     def close(self) -> None:
-        for sample in self._gpm_last.values():
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._gpm.close()
+            self._events.close()
             with contextlib.suppress(self._nvml.NVMLError):
-                self._nvml.nvmlGpmSampleFree(sample)
-        self._gpm_last.clear()
-        if self._events is not None:
-            with contextlib.suppress(self._nvml.NVMLError):
-                self._nvml.nvmlEventSetFree(self._events)
-        with contextlib.suppress(self._nvml.NVMLError):
-            self._nvml.nvmlShutdown()
+                self._nvml.nvmlShutdown()
+
+    def __enter__(self) -> LiveNvml:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _handle(self, dev: Dev) -> Any:
         if dev not in self._handles:
@@ -172,63 +351,51 @@ class LiveNvml:
     def _gpm_metrics(self, dev: Dev, ids: str) -> dict[str, float | str]:
         """GPM metrics over the interval since the previous call for `dev`: NVML computes them
         from two samples, so the first call only takes a sample and has nothing to say."""
-        nvml = self._nvml
-        sample = nvml.nvmlGpmSampleAlloc()
-        try:
-            nvml.nvmlGpmSampleGet(self._handle(dev), sample)
-        except BaseException:
-            nvml.nvmlGpmSampleFree(sample)
-            raise
-        previous = self._gpm_last.get(dev)
-        self._gpm_last[dev] = sample
+        if self._gpm_request is None:
+            raise Unsupported("this nvidia-ml-py has no GPM")
+        wanted = [int(i) for i in ids.split(",")]
+        if len(wanted) > GPM_METRIC_SLOTS:
+            raise Unsupported(f"at most {GPM_METRIC_SLOTS} GPM metrics at once")
+        previous, sample = self._gpm.take(dev, self._handle(dev))
         if previous is None:
             raise Unsupported("first GPM sample: the metrics need a second one")
         try:
-            request = nvml.c_nvmlGpmMetricsGet_t()
-            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-            wanted = [int(i) for i in ids.split(",")]
-            request.numMetrics = len(wanted)
-            request.sample1, request.sample2 = previous, sample
-            for slot, metric_id in zip(request.metrics, wanted, strict=False):
-                slot.metricId = metric_id
-            nvml.nvmlGpmMetricsGet(request)
-            return {str(m.metricId): m.value if m.nvmlReturn == 0 else
-                    str(nvml.NVMLError(m.nvmlReturn))
-                    for m in request.metrics[: len(wanted)]}
+            return self._gpm_between(previous, sample, wanted)
         finally:
-            nvml.nvmlGpmSampleFree(previous)
+            self._gpm.release(previous)
 
-    def _xid_events(self) -> list[dict[str, int]]:
-        """XID events since the last call; the first call registers for them (events from
-        before that moment are not kept by NVML: the kernel log has those)."""
+    def _gpm_between(self, sample1: Any, sample2: Any, wanted: list[int]
+                     ) -> dict[str, float | str]:
         nvml = self._nvml
-        if self._events is None:
-            events = nvml.nvmlEventSetCreate()
-            registered = 0
-            for i in range(nvml.nvmlDeviceGetCount()):
-                with contextlib.suppress(nvml.NVMLError):
-                    nvml.nvmlDeviceRegisterEvents(self._handle(Dev(i)),
-                                                  nvml.nvmlEventTypeXidCriticalError, events)
-                    registered += 1
-            if not registered:
-                nvml.nvmlEventSetFree(events)
-                raise Unsupported("no GPU here reports XID events to NVML")
-            self._events = events
-        found = []
-        while True:
-            try:
-                data = nvml.nvmlEventSetWait_v2(self._events, 0)
-            except nvml.NVMLError_Timeout:
-                return found
-            if data.eventType & nvml.nvmlEventTypeXidCriticalError:
-                found.append({"gpu": nvml.nvmlDeviceGetIndex(data.device),
-                              "code": int(data.eventData)})
+        guarded = Guarded(self._gpm_request)
+        request = guarded.items[0]
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(wanted)
+        request.sample1, request.sample2 = sample1, sample2
+        for slot, metric_id in zip(request.metrics, wanted, strict=False):
+            slot.metricId = metric_id
+        ret = nvml._nvmlGetFunctionPointer("nvmlGpmMetricsGet")(ctypes.byref(request))
+        self._check_guard(GPM_METRICS, guarded)
+        nvml._nvmlCheckReturn(ret)
+        return {str(m.metricId): m.value if m.nvmlReturn == 0 else
+                str(nvml.NVMLError(m.nvmlReturn))
+                for m in request.metrics[: len(wanted)]}
 
     def _field_values(self, dev: Dev, spec: str) -> list[dict[str, Any]]:
         nvml = self._nvml
         ids = [tuple(int(x) for x in item.split(":")) for item in spec.split(",")]
+        # Room for the whole request again behind it: on an H200 (driver 580) NVML wrote past
+        # an array of exactly the request's size and the process died (issue 19).
+        struct = nvml.c_nvmlFieldValue_t
+        guarded = Guarded(struct, len(ids), max(GUARD_BYTES, ctypes.sizeof(struct) * len(ids)))
+        for slot, (field_id, scope) in zip(guarded.items, ids, strict=True):
+            slot.fieldId, slot.scopeId = field_id, scope
+        ret = nvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")(
+            self._handle(dev), ctypes.c_int32(len(ids)), guarded.items)
+        self._check_guard(FIELD_VALUES, guarded)
+        nvml._nvmlCheckReturn(ret)
         out = []
-        for v in nvml.nvmlDeviceGetFieldValues(self._handle(dev), ids):
+        for v in guarded.items:
             entry: dict[str, Any] = {"field": v.fieldId, "scope": v.scopeId}
             if v.nvmlReturn != 0:
                 entry["error"] = str(nvml.NVMLError(v.nvmlReturn))
@@ -237,12 +404,34 @@ class LiveNvml:
             out.append(entry)
         return out
 
+    def _check_guard(self, fn: str, guarded: Guarded) -> None:
+        """NVML wrote into the guard: count it (the evidence), and refuse the query from now
+        on if it wrote past the guard's end too."""
+        past = guarded.overrun()
+        if not past:
+            return
+        self.overruns[fn] = self.overruns.get(fn, 0) + 1
+        if self.overruns[fn] == 1:
+            log.warning("NVML wrote %d bytes past the %d it was given in %s (absorbed by a "
+                        "guard area)", past, guarded.size, fn)
+        if past >= guarded.guard_bytes:
+            self.refused[fn] = f"refused: NVML wrote past the guard area in {fn}"
+            raise Unsupported(self.refused[fn])
+
     def query(self, fn: str, *args: Arg) -> Any:
         if fn == READ_FILE:
             return _read_file(str(args[0]))
         if fn == PROCESS_INFO:
             return _process_info(int(args[0]))
-        special = {GPM_METRICS: self._gpm_metrics, XID_EVENTS: self._xid_events,
+        with self._lock:
+            if self._closed:
+                raise Unsupported("NVML is shut down")
+            if fn in self.refused:
+                raise Unsupported(self.refused[fn])
+            return self._query(fn, args)
+
+    def _query(self, fn: str, args: tuple[Arg, ...]) -> Any:
+        special = {GPM_METRICS: self._gpm_metrics, XID_EVENTS: self._events.poll,
                    FIELD_VALUES: self._field_values}.get(fn)
         if special is not None:
             try:

@@ -8,11 +8,12 @@ the PCIe rates.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import GpuSample, ProcessSample, Sample, XidEvent
@@ -263,26 +264,77 @@ class Sampler:
 
 class TraceRecorder:
     """Wraps a source so that every tick's answers are kept as one frame of a telemetry trace:
-    `setup` holds what the Sampler read once, each frame what one `sample` call read."""
+    `setup` holds what the Sampler read once, each frame what one `sample` call read.
 
-    def __init__(self, inner: NvmlSource) -> None:
+    With `stream` (an open text file) the trace is written as it is read, in the JSON-lines
+    form: a header line with the metadata and the setup, then a line per frame, flushed each
+    tick. Memory stays flat however long the recording, and a crash loses at most the tick in
+    progress. Without it the frames are kept for `trace()`."""
+
+    def __init__(self, inner: NvmlSource, stream: IO[str] | None = None, **meta: Any) -> None:
         self._rec = RecordingNvml(inner)
+        self._stream = stream
+        self._meta = meta
         self.setup: dict[str, dict[str, Any]] | None = None
         self.frames: list[dict[str, Any]] = []
+        self.frame_count = 0
 
     def query(self, fn: str, *args: Arg) -> Any:
         return self._rec.query(fn, *args)
 
     def end_setup(self) -> None:
         self.setup, self._rec.calls = self._rec.calls, {}
+        if self._stream is not None:
+            header = {"format": TELEMETRY_FORMAT, "version": TELEMETRY_VERSION, **self._meta,
+                      "setup": self.setup}
+            self._write(header)
 
     def end_frame(self, time: datetime) -> None:
-        self.frames.append({"time": time.isoformat(), "calls": self._rec.calls})
+        frame = {"time": time.isoformat(), "calls": self._rec.calls}
         self._rec.calls = {}
+        self.frame_count += 1
+        if self._stream is not None:
+            self._write(frame)
+        else:
+            self.frames.append(frame)
+
+    def _write(self, doc: dict[str, Any]) -> None:
+        assert self._stream is not None
+        self._stream.write(json.dumps(doc, separators=(",", ":")) + "\n")
+        self._stream.flush()
 
     def trace(self, **meta: Any) -> dict[str, Any]:
-        return {"format": TELEMETRY_FORMAT, "version": TELEMETRY_VERSION, **meta,
+        return {"format": TELEMETRY_FORMAT, "version": TELEMETRY_VERSION, **self._meta, **meta,
                 "setup": self.setup or {}, "frames": self.frames}
+
+
+def _read_trace(path: Path) -> dict[str, Any]:
+    """A telemetry trace file: one JSON document, or the JSON-lines form `TraceRecorder`
+    streams (header line, then a line per frame). A last line cut short by a crash is left
+    out; any other broken line is bad input."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"cannot read telemetry trace {path}: {exc}") from None
+    first, _, rest = text.partition("\n")
+    try:
+        header = json.loads(first)
+    except json.JSONDecodeError:
+        return read_json(path, "telemetry trace")  # a document over several lines
+    if not isinstance(header, dict) or "frames" in header:
+        return header  # a whole document on one line (TraceReplay judges it)
+    if not rest.strip():
+        return {**header, "frames": []}
+    lines = rest.splitlines()
+    frames = []
+    for n, line in enumerate(lines, start=2):
+        try:
+            frames.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if n == len(lines) + 1:
+                break  # the tick in progress when the recorder stopped
+            raise BadInputError(f"telemetry trace {path} line {n}: {exc}") from None
+    return {**header, "frames": frames}
 
 
 class TraceReplay:
@@ -304,7 +356,7 @@ class TraceReplay:
 
     @classmethod
     def from_file(cls, path: Path) -> TraceReplay:
-        return cls(read_json(path, "telemetry trace"))
+        return cls(_read_trace(path))
 
     def __len__(self) -> int:
         return len(self._frames)
