@@ -325,11 +325,12 @@ def test_each_rule_fires_on_its_planted_row_and_nowhere_else():
 def test_outlier_message_states_the_median_and_peer_count():
     [f] = [f for f in validate(load_catalog(CATS / "planted.csv"), today=TODAY)
            if f.code == "catalog.per-gpu-outlier"]
-    # Per-GPU on-demand of the 9 priced USD h100-sxm rows (the 0.01 placeholder excluded):
-    # 2.40 2.45 2.48 2.50 2.52 2.55 2.60 5.50 30 → median 2.52; 30 > 3 × 2.52.
-    assert f.evidence["median"] == 2.52
+    # Per-GPU on-demand of the 9 priced USD h100-sxm rows (the 0.01 placeholder excluded),
+    # one vote per provider: x's 2.40 2.45 2.48 2.50 2.52 2.55 2.60 30 → its median 2.51;
+    # aws's 5.50 → the median of the two providers 4.005; 30 > 3 × 4.005.
+    assert f.evidence["median"] == 4.005
     assert f.evidence["per_gpu"] == 30.0
-    assert "median 2.52 of 9 h100-sxm offers" in f.message
+    assert "median 4.005 of 9 h100-sxm offers (2 providers, one vote each)" in f.message
 
 
 def test_stale_limit_and_date_are_parameters():
