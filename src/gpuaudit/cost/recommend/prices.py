@@ -118,7 +118,7 @@ def pick_price(options: list[PriceOption], deadline: float | None
     meeting = [p for p in options if deadline is None or p.hours <= deadline]
     if not meeting:
         best = min(options, key=lambda p: p.hours)
-        return None, f"{best.hours:,.0f} h at best ({best.model.value})"
+        return None, f"{best.hours:,.0f} h at best ({best.model.label})"
     return min(meeting, key=lambda p: (p.cost, p.hours)), ""
 
 
@@ -152,7 +152,7 @@ def pricing_reasons(price: PriceOption, cmp: JobComparison, billing_known: bool,
         res = cmp.reserved_1y if price.model is PricingModel.RESERVED_1Y else cmp.reserved_3y
         assert res is not None
         terms = f"{res.terms_needed} terms" if res.terms_needed > 1 else "the term"
-        text = (f"{price.model.value}: paying {terms} in full ({res.term_cost:,.0f}) costs "
+        text = (f"{price.model.label}: paying {terms} in full ({res.term_cost:,.0f}) costs "
                 "less than on-demand" + (f" ({od.cost:,.0f})" if od else ""))
         if res.break_even_utilization is not None:
             used = res.wall_hours / (res.terms_needed * res.term_hours)
@@ -168,7 +168,7 @@ def pricing_reasons(price: PriceOption, cmp: JobComparison, billing_known: bool,
     else:
         out.append("on-demand: cheapest option")
     if serving:
-        out.append(f"{price.model.value}: spot is not used for serving (interruptions break "
+        out.append(f"{price.model.label}: spot is not used for serving (interruptions break "
                    "the SLO)")
     if not billing_known:
         out.append("billing unit not listed: billed per second, no minimum (assumed)")

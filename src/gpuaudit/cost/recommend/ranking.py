@@ -92,7 +92,7 @@ def _eval_compute(offer: Offer, ctx: Context) -> Feasible | Excluded:
     if cons.budget is not None and price.cost > cons.budget:
         cost = price.cost
         return _exclude(offer, "budget", lambda: f"costs {cost:,.0f} {offer.currency} "
-                        f"({price.model.value}), over the budget of {cons.budget:,.0f}")
+                        f"({price.model.label}), over the budget of {cons.budget:,.0f}")
 
     def notes() -> list[str]:
         out = []
@@ -257,7 +257,7 @@ def _task_doc(task: Task) -> dict[str, str | int | float | bool | None]:
 
 def _record(rank: int, r: Feasible, rate_unit: str, basis: str, cons: Constraints, ctx: Context
             ) -> Recommendation:
-    reasons = [f"{r.hours:,.1f} h, {r.cost:,.2f} {r.offer.currency} ({r.pricing.value})"]
+    reasons = [f"{r.hours:,.1f} h, {r.cost:,.2f} {r.offer.currency} ({r.pricing.label})"]
     reasons += r.notes()
     if cons.deadline_hours is not None:
         reasons.append(f"meets the {cons.deadline_hours:g} h deadline")
