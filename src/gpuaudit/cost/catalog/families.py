@@ -99,6 +99,9 @@ def stated_form_factor(name: str) -> str | None:
     return "pcie" if pcie else "sxm"
 
 
+FORM_FACTOR_LABEL = {"pcie": "PCIe", "sxm": "SXM"}
+
+
 def with_form_factor(gpu_model: str, form: str | None) -> str:
     """The spec id of `gpu_model`'s part in that form factor (unchanged when it has none)."""
     if form == "pcie":

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gpuaudit.model.cost import Billing, Offer
 
-from .families import gcp_gpu, stated_form_factor, with_form_factor
+from .families import FORM_FACTOR_LABEL, gcp_gpu, stated_form_factor, with_form_factor
 from .ours import compose_price
 from .records import Catalog, LeftOut, Location, Problem
 from .table import (
@@ -263,6 +263,6 @@ def _gpu(acc: str, instance: str, gpu_info: str, notes: list[str]) -> tuple[str,
     by_name = stated_form_factor(instance)
     model = with_form_factor(base, by_name or stated_form_factor(gpu_name))
     if by_name and model != base:
-        notes.append(f"GPU {model}: the instance name says {by_name.upper()}, SkyPilot's "
-                     f"accelerator name {acc!r} does not")
+        notes.append(f"GPU {model}: the instance name says {FORM_FACTOR_LABEL[by_name]}, "
+                     f"SkyPilot's accelerator name {acc!r} does not")
     return model, memory

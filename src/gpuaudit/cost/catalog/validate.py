@@ -13,7 +13,12 @@ from gpuaudit.model.cost import Offer
 from gpuaudit.model.finding import Finding, Severity
 from gpuaudit.specs.catalog import SpecCatalog
 
-from .families import expected_gpu_count, stated_form_factor, with_form_factor
+from .families import (
+    FORM_FACTOR_LABEL,
+    expected_gpu_count,
+    stated_form_factor,
+    with_form_factor,
+)
 from .records import ISO_CURRENCIES, PLACEHOLDER_PRICES, PRICE_FIELDS, Catalog
 
 
@@ -55,7 +60,7 @@ def validate(catalog: Catalog, *, today: date | None = None, stale_days: int = 3
     for left in catalog.left_out:
         out.append(Finding(code="catalog.left-out", severity=Severity.INFO, message=str(left),
                            evidence={"file": left.file, "kind": left.kind, "rows": left.rows,
-                                     "zones": list(left.zones)}))
+                                     "zones": ", ".join(left.zones)}))
     return out
 
 
@@ -113,12 +118,13 @@ def _offer_rules(o: Offer, catalog: Catalog, specs: SpecCatalog, today: date,
             # The PCIe and SXM parts differ in peaks, bandwidth and power (H100: 756 vs 989
             # dense BF16 TFLOP/s): the wrong one skews every figure computed from the row.
             want = with_form_factor(o.gpu_model, form)
+            label = FORM_FACTOR_LABEL[form]
             out.append(_finding(
                 "gpu-form-factor", Severity.FAIL,
-                f"{o.key}: the instance name says {form.upper()}, but {o.gpu_model} is the "
+                f"{o.key}: the instance name says {label}, but {o.gpu_model} is the "
                 f"{spec.form_factor} part", catalog, o,
-                f"use {want}" if want != o.gpu_model else
-                f"use the specs id of the {form.upper()} part", expected_form=form))
+                f"use {want}" if want != o.gpu_model else f"use the specs id of the {label} part",
+                expected_form=form))
     return out
 
 
