@@ -73,9 +73,8 @@ def _warn_problems(catalog, console: Console) -> None:
 
 def _note_left_out(left_out, console: Console) -> None:
     for left in left_out:
-        console.print(str(left).replace("include_local_zones=True (CLI: --local-zones)",
-                                        "--local-zones"),
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print(left.message("--local-zones"), markup=False, highlight=False,
+                      soft_wrap=True)
 
 
 @catalog_app.command("list")

@@ -42,20 +42,23 @@ class Problem:
 @dataclass(frozen=True)
 class LeftOut:
     """Rows that were read and are fine, but left out on purpose (not a problem): e.g. prices
-    of AWS Local Zones, which are not the region's prices. `option` names what keeps them."""
+    of AWS Local Zones, which are not the region's prices."""
 
     file: str
     kind: str  # "local-zone" | "wavelength-zone"
     rows: int
     zones: tuple[str, ...]
-    option: str = "include_local_zones=True (CLI: --local-zones)"
 
-    def __str__(self) -> str:
+    def message(self, keep: str = "include_local_zones=True") -> str:
+        """One line; `keep` names what keeps the rows (the CLI says --local-zones)."""
         what = {"local-zone": "AWS Local Zones",
                 "wavelength-zone": "AWS Wavelength Zones"}.get(self.kind, self.kind)
         shown = ", ".join(self.zones[:4]) + (", ..." if len(self.zones) > 4 else "")
         return (f"{self.file}: left out {self.rows} row{'s' * (self.rows != 1)} priced in "
-                f"{what} ({shown}); {self.option} keeps them as their own locations")
+                f"{what} ({shown}); {keep} keeps them as their own locations")
+
+    def __str__(self) -> str:
+        return self.message()
 
 
 @dataclass(frozen=True)
