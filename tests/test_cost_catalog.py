@@ -325,11 +325,12 @@ def test_each_rule_fires_on_its_planted_row_and_nowhere_else():
 def test_outlier_message_states_the_median_and_peer_count():
     [f] = [f for f in validate(load_catalog(CATS / "planted.csv"), today=TODAY)
            if f.code == "catalog.per-gpu-outlier"]
-    # Per-GPU on-demand of the 9 priced USD h100-sxm rows (the 0.01 placeholder excluded):
-    # 2.40 2.45 2.48 2.50 2.52 2.55 2.60 5.50 30 → median 2.52; 30 > 3 × 2.52.
-    assert f.evidence["median"] == 2.52
+    # Per-GPU on-demand of the 9 priced USD h100-sxm rows (the 0.01 placeholder excluded),
+    # one vote per provider: x's 2.40 2.45 2.48 2.50 2.52 2.55 2.60 30 → its median 2.51;
+    # aws's 5.50 → the median of the two providers 4.005; 30 > 3 × 4.005.
+    assert f.evidence["median"] == 4.005
     assert f.evidence["per_gpu"] == 30.0
-    assert "median 2.52 of 9 h100-sxm offers" in f.message
+    assert "median 4.005 of 9 h100-sxm offers (2 providers, one vote each)" in f.message
 
 
 def test_stale_limit_and_date_are_parameters():
@@ -656,3 +657,197 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, args, needle):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith("gpuaudit: error: ") and needle in lines[0]
+
+
+# -- SkyPilot imports: zones, billing, form factors (real rows, tests/fixtures/catalogs) -------
+
+ZONES = SKY / "zones" / "aws" / "vms.csv"  # every p5.48xlarge row of SkyPilot's AWS file
+LAMBDA = SKY / "lambda" / "vms.csv"
+
+
+def test_aws_local_zone_prices_are_left_out_and_counted():
+    cat = load_catalog(ZONES)
+    p5 = cat.get("aws/p5.48xlarge@us-east-1")
+    # us-east-1's cheapest zone is use1-az6 (17.6289); the Atlanta Local Zone's 10.2397 is not
+    # a price of the region and must not become its spot price.
+    assert p5.spot_price_per_hour == 17.6289
+    assert "spot: cheapest of 6 zones (17.6289-55.04)" in p5.notes
+    assert cat.get("aws/p5en.48xlarge@us-east-1").spot_price_per_hour == 16.5551
+    assert not any("atl" in o.key for o in cat.offers)
+    # Two GPU rows left out (p5 and p5en in use1-atl2-az1); the CPU-only row of the Los
+    # Angeles Local Zone is skipped like every CPU row and not counted.
+    [left] = cat.left_out
+    assert (left.kind, left.rows, left.zones) == ("local-zone", 2, ("use1-atl2-az1",))
+    assert "left out 2 rows priced in AWS Local Zones (use1-atl2-az1)" in str(left)
+    assert cat.problems == ()
+
+
+def test_local_zones_on_request_are_offers_of_their_own_location():
+    cat = load_catalog(ZONES, include_local_zones=True)
+    assert cat.left_out == ()
+    atl = cat.get("aws/p5.48xlarge@us-east-1-atl-2")
+    assert atl.spot_price_per_hour == 10.2397 and atl.on_demand_price_per_hour == 55.04
+    assert "AWS Local Zone use1-atl2-az1 of us-east-1, priced on its own" in atl.notes
+    # The region keeps its own zones' price either way.
+    assert cat.get("aws/p5.48xlarge@us-east-1").spot_price_per_hour == 17.6289
+    assert cat.get("aws/p5en.48xlarge@us-east-1-atl-2").spot_price_per_hour == 17.2074
+
+
+def test_recommends_first_pick_is_no_longer_a_local_zone_price():
+    from gpuaudit.cost.recommend import TrainTask, recommend
+
+    task = TrainTask(params=1e9, tokens=20e9, layers=16, hidden=2048)
+    first = recommend(task, load_catalog(ZONES).offers, top=1).ranked[0]
+    # With the Atlanta zone folded into us-east-1 (before), us-east-1 at 10.2397 came first.
+    assert (first.offer.key, first.pricing.value, first.price_per_hour) == (
+        "aws/p5.48xlarge@us-east-2", "spot", 11.2543)
+    asked = recommend(task, load_catalog(ZONES, include_local_zones=True).offers, top=1)
+    assert asked.ranked[0].offer.key == "aws/p5.48xlarge@us-east-1-atl-2"
+
+
+@pytest.mark.parametrize("zone, kind, location", [
+    ("use1-az6", "az", None), ("us-east-1a", "az", None), ("us-gov-west-1a", "az", None),
+    ("apse4-az1", "az", None), ("", "az", None),
+    ("use1-atl2-az1", "local-zone", "us-east-1-atl-2"),
+    ("usw2-lax1-az1", "local-zone", "us-west-2-lax-1"),
+    ("us-west-2-lax-1a", "local-zone", "us-west-2-lax-1"),
+    # Wavelength Zone ids and names as AWS's "Available Wavelength Zones" page lists them.
+    ("use1-wl1-bos-wlz1", "wavelength-zone", "us-east-1-wl1-bos-wlz-1"),
+    ("us-east-1-wl1-bos-wlz-1", "wavelength-zone", "us-east-1-wl1-bos-wlz-1"),
+])
+def test_aws_zone_kinds_and_locations(zone, kind, location):
+    from gpuaudit.cost.catalog.skypilot import zone_kind, zone_location
+
+    region = "us-west-2" if "usw2" in zone or "west-2" in zone else "us-east-1"
+    assert zone_kind(zone) == kind
+    if location is not None:
+        assert zone_location(region, zone) == location
+
+
+def test_wavelength_zone_rows_are_left_out_under_their_own_kind(tmp_path):
+    # A real row of the zones fixture, moved to a Wavelength Zone id: the count and the words
+    # follow the zone's kind.
+    lines = [ln for ln in ZONES.read_text().splitlines() if not ln.startswith("#")]
+    header = lines[0]
+    [row] = [ln for ln in lines if ln.startswith("p5.48xlarge") and "use1-az6" in ln]
+    f = tmp_path / "aws" / "vms.csv"
+    f.parent.mkdir()
+    f.write_text(header + "\n" + row + "\n" + row.replace("use1-az6", "use1-wl1-bos-wlz1")
+                 + "\n")
+    cat = load_catalog(f)
+    [left] = cat.left_out
+    assert (left.kind, left.rows) == ("wavelength-zone", 1)
+    assert "AWS Wavelength Zones (use1-wl1-bos-wlz1)" in str(left)
+    assert [o.key for o in cat.offers] == ["aws/p5.48xlarge@us-east-1"]
+
+
+def test_imported_aws_and_gcp_rows_bill_per_second_after_a_minute():
+    for path in (ZONES, SKY / "aws" / "vms.csv", SKY / "gcp" / "vms.csv"):
+        offers = load_catalog(path).offers
+        assert offers and {(o.billing, o.billing_minimum_s) for o in offers} == {
+            (Billing.SECOND, 60.0)}, path
+        assert all("60 s minimum" in o.notes or "1 min minimum" in o.notes for o in offers)
+    # Providers whose billing is not in SkyPilot's file nor published here keep the default.
+    [runpod] = load_catalog(SKY / "runpod" / "vms.csv").offers
+    assert (runpod.billing, runpod.billing_minimum_s) == (Billing.SECOND, 0.0)
+
+
+def test_lambda_pcie_h100_is_the_pcie_part():
+    cat = load_catalog(LAMBDA)
+    models = {o.instance_type: o.gpu_model for o in cat.offers}
+    # SkyPilot calls both H100 (AcceleratorName and GpuInfo); only the name tells them apart.
+    assert models == {"gpu_1x_h100_pcie": "h100-pcie", "gpu_1x_h100_sxm5": "h100-sxm",
+                      "gpu_8x_a100_80gb_sxm4": "a100-sxm4-80gb"}
+    pcie = cat.get("lambda/gpu_1x_h100_pcie@us-east-1")
+    assert "the instance name says PCIe" in pcie.notes
+    assert not any(f.code == "catalog.gpu-form-factor" for f in validate(cat, today=TODAY))
+
+
+@pytest.mark.parametrize("name, form", [
+    ("gpu_1x_h100_pcie", "pcie"), ("gpu_8x_h100_sxm5", "sxm"), ("gpu_1x_b200_sxm6", "sxm"),
+    ("1x-A100_PCIE-32-65536", "pcie"), ("1x-H100_SXM-32-65536", "sxm"),
+    ("gpu-h100-sxm_8gpu-128vcpu-1600gb", "sxm"), ("A100 PCIe", "pcie"),
+    ("p5.48xlarge", None), ("Standard_ND96isr_H100_v5", None), ("1x_A100-80GB_SECURE", None),
+    ("gpu_8x_a100", None),
+])
+def test_form_factor_a_name_states(name, form):
+    from gpuaudit.cost.catalog.families import stated_form_factor
+
+    assert stated_form_factor(name) == form
+
+
+def test_a_name_that_contradicts_the_gpu_part_is_an_error(tmp_path):
+    f = tmp_path / "c.csv"
+    f.write_text("provider,instance_type,region,gpu_model,gpu_count,on_demand_price_per_hour,"
+                 "source,price_date\n"
+                 "lambda,gpu_1x_h100_pcie,,h100-sxm,1,2.49,t,2026-11-01\n"
+                 "vast,1x-H100_SXM-32-65536,,h100-pcie,1,1.93,t,2026-11-01\n"
+                 "lambda,gpu_1x_h100_sxm5,,h100-sxm,1,3.29,t,2026-11-01\n"
+                 "azure,Standard_NC40ads_H100_v5,eastus,h100-nvl,1,6.98,t,2026-11-01\n")
+    got = [(x.evidence["offer"], x.severity.value, x.advice) for x in
+           validate(load_catalog(f), today=TODAY) if x.code == "catalog.gpu-form-factor"]
+    assert got == [("lambda/gpu_1x_h100_pcie", "FAIL", "use h100-pcie"),
+                   ("vast/1x-H100_SXM-32-65536", "FAIL", "use h100-sxm")]
+
+
+def test_regional_prices_that_coincide_are_not_repeated_prices():
+    cat = load_catalog(ZONES)
+    # Real, and equal: AWS prices ca-central-1 at 1.15 × us-east-1 (63.296 = 1.15 × 55.04).
+    h100 = cat.get("aws/p5.48xlarge@ca-central-1")
+    h200 = cat.get("aws/p5en.48xlarge@us-east-1")
+    assert h100.on_demand_price_per_hour == h200.on_demand_price_per_hour == 63.296
+    assert h100.gpu_model != h200.gpu_model
+    assert not [f for f in validate(cat) if f.code == "catalog.repeated-price"]
+
+
+def test_repeated_price_for_other_gpu_counts_in_one_region(tmp_path):
+    f = tmp_path / "c.csv"
+    f.write_text("provider,instance_type,region,gpu_model,gpu_count,on_demand_price_per_hour,"
+                 "source,price_date\n"
+                 "y,one,r1,l4,1,0.80,t,2026-11-01\ny,eight,r1,l4,8,0.80,t,2026-11-01\n"
+                 "y,one,r2,l4,1,0.80,t,2026-11-01\ny,other,r2,l4,1,0.80,t,2026-11-01\n")
+    got = [f for f in validate(load_catalog(f), today=TODAY) if f.code == "catalog.repeated-price"]
+    # r1: one price for 1 and 8 GPUs (a copied cell); r2: two 1-GPU instances at one price
+    # (the same hardware sold twice): not suspicious.
+    assert sorted(x.evidence["offer"] for x in got) == ["y/eight@r1", "y/one@r1"]
+    assert "other GPU counts (1 × l4, 8 × l4) in r1" in got[0].message
+
+
+def test_one_providers_many_regions_do_not_set_the_outlier_median(user_catalog):
+    import statistics
+
+    import_catalog(ZONES)  # AWS's p5.48xlarge in 12 regions beside the shipped rows
+    cat = load_catalog()
+    h100 = [o.on_demand_price_per_hour / o.gpu_count for o in cat.offers
+            if o.gpu_model == "h100-sxm" and o.currency == "USD" and o.on_demand_price_per_hour]
+    vast = cat.get("vast/1x-H100_SXM-32-65536").on_demand_price_per_hour
+    # Counting rows, AWS's regions set the median so high that Vast's 1.93 would be "3× below".
+    assert vast < statistics.median(h100) / 3
+    findings = validate(cat, today=TODAY)
+    assert not [f for f in findings if f.code == "catalog.per-gpu-outlier"]
+    # One vote per provider: AWS, GCP, Lambda, Nebius, Vast → Lambda's 3.99 is the median.
+    assert not [f for f in findings if f.severity is Severity.FAIL]
+
+
+def test_import_says_how_many_rows_were_left_out(user_catalog):
+    res = cli("import", str(ZONES))
+    assert res.exit_code == 0, res.output
+    assert ("left out 2 rows priced in AWS Local Zones (use1-atl2-az1); --local-zones keeps "
+            "them as their own locations") in res.stderr
+    assert "imported 13 offers" in res.stdout
+    res = cli("import", str(ZONES), "--json")
+    doc = json.loads(res.stdout)
+    assert doc["left_out"] == [{"file": str(ZONES), "kind": "local-zone", "rows": 2,
+                                "zones": ["use1-atl2-az1"]}]
+    res = cli("import", str(ZONES), "--local-zones", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["left_out"] == [] and "aws/p5.48xlarge@us-east-1-atl-2" in doc["added"]
+
+
+def test_validate_reports_left_out_rows_as_information():
+    res = cli("validate", str(ZONES), "--json")
+    assert res.exit_code == 0, res.output  # INFO and WARN only
+    infos = [f for f in json.loads(res.stdout)["findings"] if f["code"] == "catalog.left-out"]
+    assert [(f["severity"], f["evidence"]["rows"]) for f in infos] == [("INFO", 2)]
+    res = cli("validate", str(ZONES), "--local-zones", "--json")
+    assert not [f for f in json.loads(res.stdout)["findings"] if f["code"] == "catalog.left-out"]

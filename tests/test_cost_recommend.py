@@ -456,3 +456,53 @@ def test_cli_run_reads_the_store(catalog, tmp_path):
     assert doc["task"]["gpu_model"] == "h200-sxm" and doc["task"]["rate_per_gpu"] == 710.0
     res = invoke("--run", "nope", "--hours", "5", "--db", db)
     assert res.exit_code == 2
+
+
+# --- one pricing enum, recommend's document version ------------------------------------------
+
+
+def test_price_kinds_and_pricing_models_are_one_enum():
+    from gpuaudit.model import pricing as pricing_model
+    from gpuaudit.model import recommendation
+
+    assert pricing_model.PriceKind is PricingModel is recommendation.PricingModel
+    assert [m.value for m in PricingModel] == ["on_demand", "spot", "reserved_1y",
+                                               "reserved_3y"]
+    assert [m.label for m in PricingModel] == ["on-demand", "spot", "reserved-1y",
+                                               "reserved-3y"]
+    # Each value names the Offer field it prices from.
+    assert {m.price_field for m in PricingModel} <= set(Offer.model_fields)
+    # compare_job's options and recommend's pick are the same type: no mapping between them.
+    spot_offer = offer("s", "h100-sxm", 8, 20.0, spot=6.0)
+    cmp = compare_job(spot_offer, make_job(spot_offer, wall_hours=10, instances=1),
+                      mtbi_hours=mtbi_hours_from_rate(0.05, 1.0))
+    assert cmp.cheapest is PricingModel.SPOT
+    assert {o.name for o in cmp.options} == {PricingModel.ON_DEMAND, PricingModel.SPOT}
+
+
+def test_recommend_document_is_version_2_with_the_enum_values(catalog):
+    import jsonschema
+
+    from gpuaudit.model import recommend_json_schema
+
+    res = invoke("train", "--params", "1B", "--tokens", "100B", "--layers", "16", "--hidden",
+                 "2048", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema_version"] == 2
+    assert {r["pricing"] for r in doc["ranked"]} <= {m.value for m in PricingModel}
+    assert doc["ranked"][0]["pricing"] == "on_demand"  # version 1 wrote "on-demand"
+    jsonschema.validate(doc, recommend_json_schema())
+
+
+def test_published_recommend_schema_is_current():
+    from pathlib import Path
+
+    from gpuaudit.model import recommend_json_schema
+
+    path = Path(__file__).parent.parent / "docs" / "schema" / "recommend.schema.json"
+    assert json.loads(path.read_text()) == recommend_json_schema(), (
+        "regenerate: python3 -c 'import json; from gpuaudit.model import "
+        "recommend_json_schema as s; print(json.dumps(s(), indent=2))' "
+        "> docs/schema/recommend.schema.json")
+    assert recommend_json_schema()["$id"].endswith("/recommend-v2.json")

@@ -20,6 +20,10 @@ catalog_app = typer.Typer(
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (human text on "
                                                       "stderr).")]
+LocalZonesOpt = Annotated[bool, typer.Option(
+    "--local-zones", help="Keep the AWS Local and Wavelength Zone rows of a SkyPilot vms.csv, "
+                          "each as an offer of its own location (us-east-1-atl-2); by default "
+                          "they are left out, because they are not the region's prices.")]
 FileOpt = Annotated[Path | None, typer.Option(
     "--catalog", help="Use this catalog file (ours or SkyPilot's vms.csv) instead of the "
                       "shipped one plus your imported rows.", dir_okay=False)]
@@ -63,6 +67,13 @@ def _refuse_bad_numbers(catalog) -> None:
 def _warn_problems(catalog, console: Console) -> None:
     for prob in catalog.problems:
         console.print(f"[yellow]skipped[/] {prob}", markup=True, highlight=False,
+                      soft_wrap=True)
+    _note_left_out(catalog.left_out, console)
+
+
+def _note_left_out(left_out, console: Console) -> None:
+    for left in left_out:
+        console.print(left.message("--local-zones"), markup=False, highlight=False,
                       soft_wrap=True)
 
 
@@ -151,6 +162,7 @@ def validate(
         help="Judge staleness as of this date (YYYY-MM-DD) [default: today].")] = None,
     stale_days: Annotated[int, typer.Option(min=1, help="Prices older than this many days are"
                                                         " stale.")] = 365,
+    local_zones: LocalZonesOpt = False,
     json_: JsonOpt = False,
 ) -> None:
     """Check a catalog: bad rows, spot ≥ on-demand, placeholders, wrong GPU counts, outliers.
@@ -159,6 +171,7 @@ def validate(
 
     Exit code 1 when an error-level finding exists.
     """
+    from gpuaudit.cost.catalog import load_catalog
     from gpuaudit.cost.catalog import validate as run_validate
     from gpuaudit.model.finding import Severity
     from gpuaudit.report.cost_view import findings_doc, findings_summary, findings_table
@@ -170,7 +183,7 @@ def validate(
         except ValueError:
             raise BadInputError(f"--today {today!r}: expected a date like 2026-01-31") from None
     out, _err = _consoles(json_)
-    catalog = _load(file)
+    catalog = load_catalog(file, include_local_zones=local_zones)
     findings = run_validate(catalog, today=as_of, stale_days=stale_days)
     if json_:
         _print_json(findings_doc(findings, len(catalog)))
@@ -188,6 +201,7 @@ def import_(
                                          dir_okay=False)],
     provider: Annotated[str | None, typer.Option(
         help="The provider of a SkyPilot vms.csv whose folder name does not say it.")] = None,
+    local_zones: LocalZonesOpt = False,
     json_: JsonOpt = False,
 ) -> None:
     """Merge a catalog into your user catalog; its rows override shipped rows with the same
@@ -196,13 +210,16 @@ def import_(
     from gpuaudit.cost.catalog import import_catalog
 
     out, err = _consoles(json_)
-    result = import_catalog(file, provider=provider)
+    result = import_catalog(file, provider=provider, include_local_zones=local_zones)
     for prob in result.skipped:
         err.print(f"skipped {prob}", markup=False, highlight=False, soft_wrap=True)
+    _note_left_out(result.left_out, err)
     if json_:
         _print_json({"dest": str(result.dest), "added": list(result.added),
                      "replaced": list(result.replaced), "skipped": [str(p) for p in
                                                                     result.skipped],
+                     "left_out": [{"file": x.file, "kind": x.kind, "rows": x.rows,
+                                   "zones": list(x.zones)} for x in result.left_out],
                      "total": result.total})
         return
     out.print(f"imported {len(result.added) + len(result.replaced)} offers into {result.dest}"

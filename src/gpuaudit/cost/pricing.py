@@ -20,8 +20,8 @@ from gpuaudit.model.pricing import (
     Job,
     JobComparison,
     OnDemandCost,
-    PriceKind,
     PriceRef,
+    PricingModel,
     PricingOption,
     ReservedCost,
     SpotCost,
@@ -55,9 +55,9 @@ def _fraction(name: str, value: float) -> float:
     return float(value)
 
 
-def price_ref(offer: Offer, kind: PriceKind) -> PriceRef:
+def price_ref(offer: Offer, kind: PricingModel) -> PriceRef:
     """The offer's price of that kind; BadInputError when the offer has none or it is ≤ 0."""
-    value = getattr(offer, f"{kind.value}_price_per_hour")
+    value = getattr(offer, kind.price_field)
     if value is None:
         raise BadInputError(f"{offer.key} has no {kind.value.replace('_', ' ')} price")
     _positive(f"{offer.key} {kind.value} price per hour", value)
@@ -158,7 +158,7 @@ def make_job(offer: Offer, *, gpu_hours: float | None = None, wall_hours: float 
 
 
 def on_demand_cost(offer: Offer, job: Job) -> OnDemandCost:
-    price = price_ref(offer, PriceKind.ON_DEMAND)
+    price = price_ref(offer, PricingModel.ON_DEMAND)
     billed_h = billed_seconds(job.solve_hours * 3600, offer.effective_billing,
                               offer.billing_minimum_s) / 3600
     return OnDemandCost(price=price, instances=job.instances, wall_hours=job.solve_hours,
@@ -177,7 +177,7 @@ def reserved_cost(offer: Offer, job: Job, term_years: int = 1,
     hours at the effective rate price / utilization."""
     if term_years not in (1, 3):
         raise BadInputError(f"reserved terms are 1 or 3 years, not {term_years!r}")
-    kind = PriceKind.RESERVED_1Y if term_years == 1 else PriceKind.RESERVED_3Y
+    kind = PricingModel.RESERVED_1Y if term_years == 1 else PricingModel.RESERVED_3Y
     price = price_ref(offer, kind)
     if utilization is not None:
         utilization = _fraction("utilization", utilization)
@@ -211,7 +211,7 @@ def spot_cost(offer: Offer, job: Job, *, mtbi_hours: float, checkpoint_s: float,
               restart_s: float, interval_s: float | None = None) -> SpotCost:
     """Expected wall time and cost on spot capacity. `mtbi_hours` is per instance: a job on
     n instances stops when any of them is interrupted, so its own MTBI is M/n."""
-    price = price_ref(offer, PriceKind.SPOT)
+    price = price_ref(offer, PricingModel.SPOT)
     job_mtbi_h = _positive("mean time between interruptions", mtbi_hours) / job.instances
     plan = checkpoint_plan(job_mtbi_h, checkpoint_s, restart_s, interval_s)
     wall_s = expected_wall_time_s(job.solve_hours * 3600, plan.interval_s, checkpoint_s,

@@ -21,8 +21,8 @@ from gpuaudit.model.history import HistoryPoint, Resolution
 from gpuaudit.model.pricing import (
     IdleCost,
     IdleGpu,
-    PriceKind,
     PricePerformance,
+    PricingModel,
     WorkCost,
 )
 
@@ -69,7 +69,7 @@ def measured_tokens_per_s(run: Run) -> float | None:
 def price_performance(
     offer: Offer,
     *,
-    kind: PriceKind = PriceKind.ON_DEMAND,
+    kind: PricingModel = PricingModel.ON_DEMAND,
     run: Run | None = None,
     precision: str = "bf16",
     model_params: float | None = None,
@@ -218,7 +218,7 @@ def idle_cost(
     until: datetime,
     price_per_gpu_hour: float | None = None,
     offer: Offer | None = None,
-    kind: PriceKind = PriceKind.ON_DEMAND,
+    kind: PricingModel = PricingModel.ON_DEMAND,
     currency: str = "USD",
     threshold_pct: float = IDLE_THRESHOLD_PCT,
     max_gap_s: float = MAX_GAP_S,

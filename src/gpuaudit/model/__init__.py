@@ -22,7 +22,7 @@ from .machine import (
 )
 from .measurement import Measurement, Params
 from .run import Run, RunStatus, new_run_id, utc_now
-from .schema import json_schema, load_run
+from .schema import json_schema, load_run, recommend_json_schema
 from .telemetry import Alert, GpuSample, ProcessSample, Sample, XidEvent
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "json_schema",
     "load_run",
     "new_run_id",
+    "recommend_json_schema",
     "utc_now",
     "worst",
 ]

@@ -15,18 +15,37 @@ from .base import Record
 from .cost import Billing
 
 
-class PriceKind(str, Enum):
+class PricingModel(str, Enum):
+    """How an instance is paid for: which of an offer's prices applies. One enum for the
+    price a figure was computed from (`PriceRef.kind`), the options `compare_job` weighs and
+    the model `recommend` picks. Values are the `Offer` price fields' stems
+    (`on_demand_price_per_hour`); `label` is how text names them."""
+
     ON_DEMAND = "on_demand"
     SPOT = "spot"
     RESERVED_1Y = "reserved_1y"
     RESERVED_3Y = "reserved_3y"
+
+    @property
+    def label(self) -> str:
+        """on-demand, spot, reserved-1y, reserved-3y."""
+        return self.value.replace("_", "-")
+
+    @property
+    def price_field(self) -> str:
+        """The `Offer` field holding this price, e.g. on_demand_price_per_hour."""
+        return f"{self.value}_price_per_hour"
+
+
+# The name the price kinds had before they were merged with recommend's pricing models.
+PriceKind = PricingModel
 
 
 class PriceRef(Record):
     """The price a figure was computed from, and where that price came from."""
 
     offer: str  # Offer.key, e.g. "aws/p5.48xlarge@us-east-1"
-    kind: PriceKind
+    kind: PricingModel
     price_per_hour: float  # of the whole instance
     gpu_count: int
     currency: str
@@ -100,11 +119,8 @@ class SpotCost(Record):
     assumptions: tuple[str, ...]
 
 
-OptionName = Literal["on_demand", "reserved_1y", "reserved_3y", "spot"]
-
-
 class PricingOption(Record):
-    name: OptionName
+    name: PricingModel
     wall_hours: float  # expected, for spot
     cost: float
     currency: str
@@ -112,7 +128,7 @@ class PricingOption(Record):
 
 
 class Unpriced(Record):
-    name: OptionName
+    name: PricingModel
     reason: str
 
 
@@ -127,7 +143,7 @@ class JobComparison(Record):
     options: tuple[PricingOption, ...]  # cheapest first
     unpriced: tuple[Unpriced, ...]
     # The cheapest option that meets the deadline (None: none does, or nothing is priced).
-    cheapest: OptionName | None
+    cheapest: PricingModel | None
     verdict: str  # one sentence a person reads
     currency: str
     price_source: str

@@ -11,8 +11,14 @@ from enum import Enum
 
 from pydantic import Field
 
-from .base import SCHEMA_VERSION, Record
+from .base import Record
 from .cost import Offer
+from .pricing import PricingModel
+
+# The version of recommend's document (`RecommendResult`). 2: `pricing` takes the values of
+# the one PricingModel enum (on_demand, spot, reserved_1y, reserved_3y; 1 had on-demand,
+# reserved-1y, reserved-3y), the same as `PriceRef.kind` and `PricingOption.name`.
+RECOMMEND_SCHEMA_VERSION = 2
 
 
 class TaskKind(str, Enum):
@@ -21,13 +27,6 @@ class TaskKind(str, Enum):
     SERVE = "serve"
     INFER = "infer"  # memory only: weights + KV cache, no throughput target
     BENCHMARKED = "benchmarked"  # a workload measured in a stored run
-
-
-class PricingModel(str, Enum):
-    ON_DEMAND = "on-demand"
-    SPOT = "spot"
-    RESERVED_1Y = "reserved-1y"
-    RESERVED_3Y = "reserved-3y"
 
 
 class MemoryEstimate(Record):
@@ -114,7 +113,7 @@ class Assumptions(Record):
 
 
 class RecommendResult(Record):
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = RECOMMEND_SCHEMA_VERSION
     task: dict[str, str | int | float | bool | None]
     currency: str
     assumptions: Assumptions

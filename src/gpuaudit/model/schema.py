@@ -21,6 +21,17 @@ def json_schema() -> dict[str, Any]:
     return schema
 
 
+def recommend_json_schema() -> dict[str, Any]:
+    """The JSON Schema of recommend's document (`gpuaudit recommend --json`), which carries
+    its own version (`RECOMMEND_SCHEMA_VERSION`)."""
+    from .recommendation import RECOMMEND_SCHEMA_VERSION, RecommendResult
+
+    schema = RecommendResult.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://gpuaudit.dev/schema/recommend-v{RECOMMEND_SCHEMA_VERSION}.json"
+    return schema
+
+
 def describe_validation_error(err: ValidationError) -> str:
     """The first problem of a validation error, on one line: 'gpus.0.pcie.gen_current: ...'."""
     first = err.errors()[0]

@@ -33,7 +33,7 @@ def ranked_table(result: RecommendResult) -> Table:
         if r.sharding and r.sharding != "none":
             mem += f" ({r.sharding})"
         rate = f"{r.rate:,.4g} {r.rate_unit}" + ("" if r.measured else " est.")
-        table.add_row(str(r.rank), r.offer.key, gpus, r.pricing.value,
+        table.add_row(str(r.rank), r.offer.key, gpus, r.pricing.label,
                       f"{r.price_per_hour:,.2f}", _hours(r.hours), f"{r.cost:,.2f}", rate, mem)
     return table
 

@@ -1,0 +1,101 @@
+"""Loading: the shipped catalog, the user's imported rows, or one file in any known format.
+
+Loading never stops at a bad row: the row is reported with its file and line (a `Problem`) and
+the rest loads, because one typo in a 10,000-row file must not hide the other 9,999 offers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import platformdirs
+
+from gpuaudit.errors import BadInputError
+from gpuaudit.model.cost import Offer
+
+from .ours import OursFormat
+from .records import Catalog, Location
+from .skypilot import SkyPilotFormat
+from .table import CatalogFormat, ReadOptions, Table, csv_rows
+
+USER_CATALOG_ENV = "GPUAUDIT_USER_CATALOG"
+
+# The formats a file may be in, asked in order: the first whose columns match reads it.
+FORMATS: tuple[CatalogFormat, ...] = (SkyPilotFormat(), OursFormat())
+
+
+def shipped_catalog_path() -> Path:
+    return Path(str(resources.files("gpuaudit") / "data" / "catalog.csv"))
+
+
+def user_catalog_path() -> Path:
+    """GPUAUDIT_USER_CATALOG when set, else catalog.csv in the user data directory (the
+    directory the store uses for its SQLite file)."""
+    env = os.environ.get(USER_CATALOG_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir("gpuaudit")) / "catalog.csv"
+
+
+def load_catalog(path: str | os.PathLike[str] | None = None, *, include_user: bool = True,
+                 provider: str | None = None, include_local_zones: bool = False) -> Catalog:
+    """The shipped catalog plus the user's imported rows (a user row replaces a shipped row
+    with the same provider/instance/region) when `path` is None; else just that file, in our
+    format or SkyPilot's. `provider` names the cloud of a SkyPilot file whose path does not;
+    `include_local_zones` keeps a SkyPilot AWS file's Local/Wavelength Zone rows.
+
+    An unreadable file raises BadInputError; bad rows become `Catalog.problems`."""
+    if path is not None:
+        return merge([read_catalog_file(path, provider=provider,
+                                        include_local_zones=include_local_zones)])
+    parts = [read_catalog_file(shipped_catalog_path())]
+    user = user_catalog_path()
+    if include_user and user.is_file():
+        parts.append(read_catalog_file(user))
+    return merge(parts)
+
+
+def merge(parts: Sequence[Catalog]) -> Catalog:
+    """One catalog from several, in order: a later offer replaces an earlier one with the
+    same key (the user's rows override the shipped ones)."""
+    by_key: dict[str, tuple[Offer, Location]] = {}
+    for part in parts:
+        for offer, loc in zip(part.offers, part.locations, strict=True):
+            by_key[offer.key] = (offer, loc)
+    return Catalog(offers=tuple(o for o, _ in by_key.values()),
+                   locations=tuple(loc for _, loc in by_key.values()),
+                   problems=tuple(p for part in parts for p in part.problems),
+                   files=tuple(f for part in parts for f in part.files),
+                   left_out=tuple(x for part in parts for x in part.left_out))
+
+
+def read_catalog_file(path: str | os.PathLike[str], *, provider: str | None = None,
+                      include_local_zones: bool = False) -> Catalog:
+    """One catalog file, its format told from the header."""
+    p = Path(path)
+    name = str(p)
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise BadInputError(f"catalog {name}: no such file") from None
+    except IsADirectoryError:
+        raise BadInputError(f"catalog {name}: is a directory, not a CSV file") from None
+    except UnicodeDecodeError:
+        raise BadInputError(f"catalog {name}: not a text (UTF-8) CSV file") from None
+    except OSError as exc:
+        raise BadInputError(f"catalog {name}: cannot read: {exc.strerror or exc}") from None
+    rows = csv_rows(text)
+    header_line, header = next(rows, (0, []))
+    if not header:
+        raise BadInputError(f"catalog {name}: empty (no header row)")
+    fields = [h.strip() for h in header]
+    options = ReadOptions(provider=provider, include_local_zones=include_local_zones)
+    for fmt in FORMATS:
+        if fmt.matches(set(fields)):
+            return fmt.read(Table(name, p, header_line, fields, rows), options)
+    raise BadInputError(
+        f"catalog {name}:{header_line}: unknown format: the header has neither our columns "
+        "(provider, instance_type, ...) nor SkyPilot's (InstanceType, AcceleratorName, Price)")

@@ -1,0 +1,130 @@
+"""The catalog's records: a loaded `Catalog`, the `Problem`s met reading it, the rows `LeftOut`
+on purpose, and where each offer came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuaudit.errors import BadInputError
+from gpuaudit.model.cost import Offer
+
+# The four prices an offer may have, as `Offer` fields.
+PRICE_FIELDS = ("on_demand_price_per_hour", "spot_price_per_hour",
+                "reserved_1y_price_per_hour", "reserved_3y_price_per_hour")
+
+# ISO 4217 codes a GPU price list is plausibly quoted in. A code outside this set is far more
+# often a typo ("UDS") or a symbol ("$") than a real currency, so validation calls it an error.
+ISO_CURRENCIES: frozenset[str] = frozenset({
+    "USD", "EUR", "GBP", "CNY", "JPY", "KRW", "INR", "SGD", "HKD", "TWD", "AUD", "CAD", "CHF",
+    "SEK", "NOK", "DKK", "PLN", "CZK", "BRL", "MXN", "ZAR", "AED", "SAR", "ILS", "NZD", "RUB",
+    "TRY", "IDR", "THB", "MYR", "VND", "PHP",
+})
+
+# Values catalogs use when a price is unknown: SkyPilot writes 0.0 (GCP a4 hosts) and 700.0
+# (unavailable TPU regions), a Mithril fetcher produced 0.01, hand-made sheets use 9999.
+PLACEHOLDER_PRICES: frozenset[float] = frozenset({0.0, 0.01, 700.0, 999.0, 9999.0, 99999.0})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A row (or file) that could not be used as written. `line` is 1-based; None = file."""
+
+    file: str
+    line: int | None
+    message: str
+    code: str = "malformed"  # malformed | bad-price | duplicate | composition | unreadable
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """Rows that were read and are fine, but left out on purpose (not a problem): e.g. prices
+    of AWS Local Zones, which are not the region's prices."""
+
+    file: str
+    kind: str  # "local-zone" | "wavelength-zone"
+    rows: int
+    zones: tuple[str, ...]
+
+    def message(self, keep: str = "include_local_zones=True") -> str:
+        """One line; `keep` names what keeps the rows (the CLI says --local-zones)."""
+        what = {"local-zone": "AWS Local Zones",
+                "wavelength-zone": "AWS Wavelength Zones"}.get(self.kind, self.kind)
+        shown = ", ".join(self.zones[:4]) + (", ..." if len(self.zones) > 4 else "")
+        return (f"{self.file}: left out {self.rows} row{'s' * (self.rows != 1)} priced in "
+                f"{what} ({shown}); {keep} keeps them as their own locations")
+
+    def __str__(self) -> str:
+        return self.message()
+
+
+@dataclass(frozen=True)
+class Location:
+    file: str
+    line: int | None
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Offers with where each came from, the problems met while reading them, and the rows
+    left out on purpose."""
+
+    offers: tuple[Offer, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    locations: tuple[Location, ...] = ()  # parallel to `offers`
+    files: tuple[str, ...] = ()  # what was read, in order (later files override earlier)
+    left_out: tuple[LeftOut, ...] = ()
+    _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for i, offer in enumerate(self.offers):
+            self._index.setdefault(offer.key, i)
+
+    def __len__(self) -> int:
+        return len(self.offers)
+
+    def get(self, key: str) -> Offer | None:
+        i = self._index.get(key)
+        return None if i is None else self.offers[i]
+
+    def location(self, offer: Offer) -> Location | None:
+        i = self._index.get(offer.key)
+        return self.locations[i] if i is not None and i < len(self.locations) else None
+
+    def find(self, provider: str, instance_type: str, region: str | None = None
+             ) -> list[Offer]:
+        """Offers of one instance type; all its regions when `region` is None."""
+        p, it = provider.casefold(), instance_type.casefold()
+        return [o for o in self.offers
+                if o.provider.casefold() == p and o.instance_type.casefold() == it
+                and (region is None or (o.region or "").casefold() == region.casefold())]
+
+    def select(self, *, gpu: str | None = None, provider: str | None = None,
+               max_price_per_hour: float | None = None) -> list[Offer]:
+        """Offers matching every filter given; `max_price_per_hour` is the instance's
+        on-demand price (offers without one are left out when it is set)."""
+        out = []
+        for o in self.offers:
+            if gpu is not None and o.gpu_model.casefold() != gpu.casefold():
+                continue
+            if provider is not None and o.provider.casefold() != provider.casefold():
+                continue
+            if max_price_per_hour is not None and (
+                    o.on_demand_price_per_hour is None
+                    or o.on_demand_price_per_hour > max_price_per_hour):
+                continue
+            out.append(o)
+        return out
+
+
+def parse_key(text: str) -> tuple[str, str, str | None]:
+    """PROVIDER/INSTANCE[@REGION] → its parts (BadInputError when it has no '/')."""
+    head, _, region = text.partition("@")
+    provider, sep, instance = head.partition("/")
+    if not sep or not provider or not instance:
+        raise BadInputError(f"{text!r}: expected PROVIDER/INSTANCE[@REGION], e.g. "
+                            "aws/p5.48xlarge@us-east-1")
+    return provider.strip(), instance.strip(), region.strip() or None

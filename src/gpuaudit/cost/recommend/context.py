@@ -1,0 +1,24 @@
+"""What every step of one `recommend` call shares: the task, constraints, assumptions, specs,
+the task's work and model shape, and a memo of everything computed once per distinct plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaudit.model.recommendation import Assumptions, ModelShape
+from gpuaudit.specs.catalog import SpecCatalog
+
+from .tasks import Constraints, Task
+
+
+@dataclass
+class Context:
+    task: Task
+    cons: Constraints
+    ass: Assumptions
+    specs: SpecCatalog
+    flops: float = 0.0  # train/fine-tune/benchmarked work, in the rate's unit × seconds
+    shape: ModelShape | None = None
+    memo: dict[Any, Any] = field(default_factory=dict)
+

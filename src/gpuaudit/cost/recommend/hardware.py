@@ -1,0 +1,288 @@
+"""The hardware plan: what an offer's GPUs give a task, whatever its price. Training and
+fine-tuning: the least ZeRO sharding (and recomputation) whose memory fits, the nodes the
+memory or a deadline needs, the hours at peak × MFU × scaling efficiency; a benchmarked
+workload: the measured rate, scaled by the spec ratio on other GPUs; serving: the batch a
+decode step allows within the latency SLO and memory, and the replicas for the QPS. Plans are
+built once per (GPU model, count, memory) and shared by every offer with that hardware.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaudit.cost.memory_fit import Checkpointing, finetune_memory, gb, training_memory
+from gpuaudit.model.cost import Offer
+from gpuaudit.model.recommendation import Assumptions, MemoryEstimate
+from gpuaudit.specs.catalog import GpuSpec
+
+from .context import Context
+from .tasks import BenchmarkedTask, FinetuneTask, ServeTask, TrainTask
+
+
+def gpu_memory(offer: Offer, spec: GpuSpec) -> tuple[float, str]:
+    # The catalog's figure wins (it describes the instance sold); label it as it was given.
+    if offer.gpu_memory_gib:
+        return offer.gpu_memory_gib * 2**30, f"{offer.gpu_memory_gib:g} GiB"
+    return spec.memory_gb * 1e9, f"{spec.memory_gb:g} GB"
+
+
+def intra_efficiency(spec: GpuSpec, count: int, ass: Assumptions) -> float:
+    if count <= 1:
+        return 1.0
+    return (ass.intra_node_efficiency_nvlink if spec.nvlink_bandwidth_gbps
+            else ass.intra_node_efficiency_pcie)
+
+
+def efficiency(spec: GpuSpec, count: int, nodes: int, ass: Assumptions) -> float:
+    return intra_efficiency(spec, count, ass) * (ass.inter_node_efficiency if nodes > 1 else 1.0)
+
+
+# --- train and fine-tune ---------------------------------------------------------------------
+
+
+def checkpoint_modes(ctx: Context) -> tuple[Checkpointing, ...]:
+    t = ctx.task
+    assert isinstance(t, TrainTask | FinetuneTask)
+    # "auto": selective recomputation first (almost free), full checkpointing only when the
+    # activations would not fit otherwise (it costs one more forward pass).
+    return ("selective", "full") if t.checkpointing == "auto" else (t.checkpointing,)
+
+
+def memory_plan(ctx: Context, gpus: int, usable: float) -> MemoryEstimate | None:
+    """The least ZeRO sharding that fits (less sharding, less communication), with the
+    least recomputation, or None."""
+    key = ("plan", gpus, usable)
+    if key in ctx.memo:
+        return ctx.memo[key]  # type: ignore[no-any-return]
+    plan = None
+    for mode in checkpoint_modes(ctx):
+        for stage in (0, 1, 2, 3) if gpus > 1 else (0,):
+            est = train_memory(ctx, stage, gpus, mode)
+            if est.per_gpu_bytes <= usable:
+                plan = est
+                break
+        if plan is not None:
+            break
+    ctx.memo[key] = plan
+    return plan
+
+
+def recompute_factor(ctx: Context, plan: MemoryEstimate | None) -> float:
+    """Full checkpointing runs the forward pass twice: (k + 2)/k of the k·N·T model FLOPs."""
+    if plan is None or plan.checkpointing != "full":
+        return 1.0
+    k = ctx.memo["flops_factor"]
+    return float((k + 2) / k)
+
+
+def train_memory(ctx: Context, stage: int, gpus: int, mode: Checkpointing) -> MemoryEstimate:
+    key = ("mem", stage, gpus, mode)
+    if key not in ctx.memo:
+        t = ctx.task
+        assert ctx.shape is not None and isinstance(t, TrainTask | FinetuneTask)
+        common: dict[str, Any] = dict(precision=t.precision, optimizer=t.optimizer,
+                                      zero_stage=stage, gpus=gpus, micro_batch=t.micro_batch,
+                                      seq_len=t.seq_len, checkpointing=mode)
+        if isinstance(t, FinetuneTask):
+            ctx.memo[key] = finetune_memory(ctx.shape, method=t.method, lora_rank=t.lora_rank,
+                                            **common)
+        else:
+            ctx.memo[key] = training_memory(ctx.shape, **common)
+    return ctx.memo[key]  # type: ignore[no-any-return]
+
+
+def min_gpus_zero3(ctx: Context, usable: float) -> int | None:
+    """GPUs of this size needed with ZeRO-3; None when the activations alone do not fit."""
+    one = train_memory(ctx, 3, 1, checkpoint_modes(ctx)[-1])
+    room = usable - one.activations_bytes
+    if room <= 0:
+        return None
+    return max(1, math.ceil(one.states_total_bytes / room))
+
+
+@dataclass
+class Hardware:
+    """What an offer's hardware gives the task, whatever its price: shared by every offer with
+    the same GPU model, count and memory (a 10,000-row catalog has a few dozen of these)."""
+
+    spec: GpuSpec
+    mem_label: str
+    usable: float  # per GPU
+    nodes: int
+    hours: float  # on-demand wall-clock hours
+    rate: float
+    plan: MemoryEstimate | None = None
+    measured: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# Why an offer's hardware cannot do the task: (exclusion kind, the reason, built on demand).
+Reject = tuple[str, Callable[[], str]]
+
+
+def cached_hardware(offer: Offer, ctx: Context,
+                    build: Callable[[Offer, Context], Hardware | Reject]) -> Hardware | Reject:
+    key = ("hw", offer.gpu_model, offer.gpu_count, offer.gpu_memory_gib)
+    hw = ctx.memo.get(key)
+    if hw is None:
+        hw = ctx.memo[key] = build(offer, ctx)
+    return hw  # type: ignore[no-any-return]
+
+
+def spec_of(offer: Offer, ctx: Context, precision: str | None) -> GpuSpec | Reject:
+    spec = ctx.specs.get(offer.gpu_model)
+    if spec is None:
+        return "spec", lambda: (f"GPU {offer.gpu_model!r} is not in the spec catalog: no "
+                                "peak to estimate from")
+    if precision is not None and spec.peak(precision) is None:
+        return "spec", lambda: (f"{spec.name} publishes no {precision} peak (not supported "
+                                "by its tensor cores)")
+    return spec
+
+
+def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
+    """Train, fine-tune, benchmarked: work ÷ rate on the fewest nodes that fit (and meet the
+    deadline at on-demand speed)."""
+    t = ctx.task
+    ass = ctx.ass
+    precision = t.precision if isinstance(t, TrainTask | FinetuneTask) else None
+    spec = spec_of(offer, ctx, precision)
+    if isinstance(spec, tuple):
+        return spec
+    mem_bytes, mem_label = gpu_memory(offer, spec)
+    usable = mem_bytes * (1 - ass.memory_margin)
+    count = offer.gpu_count
+
+    measured = False
+    if isinstance(t, BenchmarkedTask):
+        base = ctx.specs.get(t.gpu_model)
+        if offer.gpu_model == t.gpu_model:
+            per_gpu, measured = t.rate_per_gpu, True
+        else:
+            assert base is not None
+            mine, theirs = scale_figures(t.scale_by, spec, base)
+            if mine is None or theirs is None:
+                return "spec", lambda: (f"{spec.name} publishes no {t.scale_by} figure to "
+                                        "scale the measurement by")
+            per_gpu = t.rate_per_gpu * mine / theirs
+        unit_scale = 1.0  # rates stay in the measurement's unit
+    else:
+        assert precision is not None
+        peak = spec.peak(precision)
+        assert peak is not None
+        per_gpu = peak * ass.mfu  # TFLOP/s
+        unit_scale = 1e12
+
+    # Nodes: the fewest that hold the memory plan, more only if the deadline needs them.
+    nodes = 1
+    plan: MemoryEstimate | None = None
+    if ctx.shape is not None:
+        plan = memory_plan(ctx, count, usable)
+        if plan is None:
+            need = min_gpus_zero3(ctx, usable)
+            if need is None:
+                act = train_memory(ctx, 3, 1, checkpoint_modes(ctx)[-1]).activations_bytes
+                return "memory", lambda: (f"activations alone need {gb(act)} per GPU; has "
+                                          f"{count} × {mem_label}")
+            nodes = math.ceil(need / count)
+            if nodes > ass.max_nodes:
+                return "memory", lambda: (f"needs {need} × {mem_label} with ZeRO-3, more than "
+                                          f"{ass.max_nodes} nodes; has {count} × {mem_label}")
+            plan = memory_plan(ctx, nodes * count, usable)
+            if plan is None:  # the ceiling above makes this unreachable; kept as a guard
+                return "memory", lambda: (f"needs {need} × {mem_label} with ZeRO-3; has "
+                                          f"{count} × {mem_label}")
+
+    def rate(n: int) -> float:
+        return per_gpu * n * count * efficiency(spec, count, n, ass)
+
+    work = ctx.flops * recompute_factor(ctx, plan)
+    hours = work / (rate(nodes) * unit_scale) / 3600
+    deadline = ctx.cons.deadline_hours
+    if deadline is not None and hours > deadline:
+        # Solve n·count·per_gpu·eff ≥ work/deadline with the multi-node efficiency.
+        eff = efficiency(spec, count, 2, ass)
+        wanted = math.ceil(work / (deadline * 3600 * unit_scale * per_gpu * count * eff)
+                           - 1e-9)
+        if wanted > ass.max_nodes:
+            h1, n1 = hours, nodes  # n1 > 1 when the memory plan already needed more nodes
+            where = "one node" if n1 == 1 else f"the {n1} nodes memory needs"
+            return "deadline", lambda: (f"{h1:,.0f} h on {where}; needs {wanted} nodes to "
+                                        f"finish in {deadline:g} h, more than "
+                                        f"{ass.max_nodes}")
+        nodes = max(nodes, wanted)
+        if plan is not None and plan.gpus != nodes * count:
+            # More GPUs never need more memory per GPU: the plan (and its recomputation)
+            # can only get lighter, so the node count still meets the deadline.
+            plan = memory_plan(ctx, nodes * count, usable) or plan
+            work = ctx.flops * recompute_factor(ctx, plan)
+        hours = work / (rate(nodes) * unit_scale) / 3600
+    return Hardware(spec, mem_label, usable, nodes, hours, rate(nodes), plan, measured,
+                    {"mem_bytes": mem_bytes})
+
+
+def scale_figures(scale_by: str, spec: GpuSpec, base: GpuSpec
+                   ) -> tuple[float | None, float | None]:
+    if scale_by == "bandwidth":
+        return spec.memory_bandwidth_gbps, base.memory_bandwidth_gbps
+    return spec.peak(scale_by), base.peak(scale_by)
+
+
+# --- serve -----------------------------------------------------------------------------------
+
+
+def serve_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
+    """One replica = one instance, tensor parallel over its GPUs; the largest batch that keeps
+    a decode step within the SLO and the KV cache within memory; replicas for the QPS."""
+    t = ctx.task
+    assert isinstance(t, ServeTask) and ctx.shape is not None
+    ass = ctx.ass
+    spec = spec_of(offer, ctx, t.dtype)
+    if isinstance(spec, tuple):
+        return spec
+    mem_bytes, mem_label = gpu_memory(offer, spec)
+    count = offer.gpu_count
+    usable = count * mem_bytes * (1 - ass.memory_margin)
+    weights, kv_seq = ctx.memo["serve"]
+    if weights + kv_seq > usable:
+        return "memory", lambda: (f"weights {gb(weights)} + one sequence's KV cache "
+                                  f"{gb(kv_seq)} need {gb(weights + kv_seq)}; has {count} × "
+                                  f"{mem_label} ({gb(usable)} usable)")
+    eff = intra_efficiency(spec, count, ass)
+    bandwidth = count * spec.memory_bandwidth_gbps * 1e9 * ass.bandwidth_efficiency * eff
+    peak = spec.peak(t.dtype)
+    assert peak is not None
+    compute = count * peak * 1e12 * ass.mfu * eff
+    slo = t.latency_ms / 1000
+    floor_s = weights / bandwidth
+    if floor_s > slo:
+        return "latency", lambda: (f"reading the weights takes {floor_s * 1e3:.3g} ms per "
+                                   f"token on {count} × {spec.name}; SLO {t.latency_ms:g} ms")
+    b_mem = math.floor((usable - weights) / kv_seq)
+    b_bw = math.floor((slo * bandwidth - weights) / kv_seq)
+    b_fl = math.floor(slo * compute / (2 * t.params))
+    batch = max(1, min(b_mem, b_bw, b_fl))
+    mem_time = (weights + batch * kv_seq) / bandwidth
+    flop_time = 2 * t.params * batch / compute
+    step = max(mem_time, flop_time)
+    tokens_s = batch / step
+    per_replica = tokens_s / t.output_tokens
+    replicas = math.ceil(t.qps / per_replica - 1e-9)
+    if replicas > ass.max_nodes:
+        return "capacity", lambda: (f"needs {replicas} replicas for {t.qps:g} QPS, more than "
+                                    f"{ass.max_nodes}")
+    limit = "memory" if batch == b_mem else "the latency SLO"
+    bound = "memory-bandwidth" if mem_time >= flop_time else "compute"
+    notes = [
+        f"batch {batch} per replica (limited by {limit}): {step * 1e3:.3g} ms per token, "
+        f"{bound}-bound",
+        f"{tokens_s:,.0f} tokens/s = {per_replica:.3g} requests/s per replica of "
+        f"{t.output_tokens} tokens; {replicas} replica(s) for {t.qps:g} QPS",
+    ]
+    return Hardware(spec, mem_label, usable / count, replicas, t.hours, tokens_s * replicas,
+                    extra={"memory": (weights + batch * kv_seq) / count, "notes": notes})
+
+

@@ -1,0 +1,277 @@
+"""Ranking: each offer evaluated (hardware plan, then price, then the constraints), the feasible
+ones ordered by cost (or time), the rest kept with their reasons; the records built only for
+the offers shown."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+
+from gpuaudit.cost.memory_fit import dtype_bytes, gb, model_shape
+from gpuaudit.errors import BadInputError
+from gpuaudit.model.cost import Offer
+from gpuaudit.model.recommendation import (
+    Assumptions,
+    Exclusion,
+    PricingModel,
+    Recommendation,
+    RecommendResult,
+)
+from gpuaudit.specs import catalog as spec_catalog
+from gpuaudit.specs.catalog import SpecCatalog
+
+from .context import Context
+from .hardware import cached_hardware, compute_hw, efficiency, recompute_factor, serve_hw
+from .prices import compare, pick_price, price_options, pricing_reasons, unit_costs
+from .tasks import BenchmarkedTask, Constraints, FinetuneTask, ServeTask, Task, TrainTask
+
+# --- per-offer evaluation --------------------------------------------------------------------
+
+
+@dataclass
+class Feasible:
+    """An offer that can do the task within the constraints, priced by its best model."""
+
+    offer: Offer
+    nodes: int
+    pricing: PricingModel
+    price_per_hour: float  # all nodes
+    hours: float
+    cost: float
+    rate: float
+    memory_bytes: float | None  # per GPU
+    sharding: str | None
+    memory_basis: tuple[str, ...]
+    measured: bool
+    notes: Callable[[], list[str]]  # built only for the offers shown
+
+
+@dataclass
+class Excluded:
+    """An offer left out: the kind of reason, and the reason (built only when shown)."""
+
+    offer: Offer
+    kind: str
+    sort_price: float
+    reason: Callable[[], str]
+
+
+def _exclude(offer: Offer, kind: str, reason: Callable[[], str]) -> Excluded:
+    price = offer.on_demand_price_per_hour or offer.spot_price_per_hour or math.inf
+    return Excluded(offer, kind, price, reason)
+
+
+def _priced(offer: Offer, ctx: Context) -> Excluded | None:
+    if offer.currency != ctx.cons.currency:
+        return _exclude(offer, "currency", lambda: f"priced in {offer.currency}; ranking in "
+                        f"{ctx.cons.currency} (no exchange rates)")
+    if not (offer.on_demand_price_per_hour or offer.spot_price_per_hour
+            or offer.reserved_1y_price_per_hour or offer.reserved_3y_price_per_hour):
+        return _exclude(offer, "price", lambda: "no price")
+    return None
+
+
+def _eval_compute(offer: Offer, ctx: Context) -> Feasible | Excluded:
+    t = ctx.task
+    cons = ctx.cons
+    bad = _priced(offer, ctx)
+    if bad is not None:
+        return bad
+    hw = cached_hardware(offer, ctx, compute_hw)
+    if isinstance(hw, tuple):
+        return _exclude(offer, *hw)
+    deadline = cons.deadline_hours
+    options = price_options(offer, unit_costs(offer, hw.hours, hw.nodes, ctx, True), hw.nodes)
+    price, miss = pick_price(options, deadline)
+    if price is None:
+        if miss:
+            return _exclude(offer, "deadline", lambda: f"misses the {deadline:g} h deadline: "
+                            f"{miss}")
+        return _exclude(offer, "price", lambda: "no usable price")
+    if cons.budget is not None and price.cost > cons.budget:
+        cost = price.cost
+        return _exclude(offer, "budget", lambda: f"costs {cost:,.0f} {offer.currency} "
+                        f"({price.model.label}), over the budget of {cons.budget:,.0f}")
+
+    def notes() -> list[str]:
+        out = []
+        plan = hw.plan
+        if isinstance(t, BenchmarkedTask):
+            out.append(f"measured {t.metric} on {t.gpu_model}" if hw.measured else
+                       f"scaled from {t.gpu_model} by the {t.scale_by} spec ratio (estimate)")
+            base = ctx.specs.get(t.gpu_model)
+            if base is not None and hw.extra["mem_bytes"] < base.memory_gb * 1e9 * 0.98:
+                out.append(f"memory not checked: {hw.mem_label} per GPU, less than the "
+                           f"benchmarked {base.name}'s {base.memory_gb:g} GB")
+        if plan is not None:
+            out.append(f"memory {gb(plan.per_gpu_bytes)} of {gb(hw.usable)} usable per GPU"
+                       + (f" with {plan.sharding}" if plan.sharding != "none" else ""))
+            if plan.checkpointing == "full":
+                out.append("full activation checkpointing to fit: one more forward pass "
+                           f"(×{recompute_factor(ctx, plan):.3g} compute)")
+        if hw.nodes > 1:
+            out.append(f"{hw.nodes} nodes: assumes a fast network between them (the catalog "
+                       "does not say)")
+        cmp, billing_known = compare(offer, hw.hours, hw.nodes, ctx, True, deadline)
+        out.extend(pricing_reasons(price, cmp, billing_known, deadline))
+        return out
+
+    plan = hw.plan
+    return Feasible(offer, hw.nodes, price.model, price.per_hour, price.hours, price.cost,
+                    hw.rate, plan.per_gpu_bytes if plan else None,
+                    plan.sharding if plan else None, plan.basis if plan else (), hw.measured,
+                    notes)
+
+
+def _eval_serve(offer: Offer, ctx: Context) -> Feasible | Excluded:
+    t = ctx.task
+    assert isinstance(t, ServeTask)
+    cons = ctx.cons
+    bad = _priced(offer, ctx)
+    if bad is not None:
+        return bad
+    hw = cached_hardware(offer, ctx, serve_hw)
+    if isinstance(hw, tuple):
+        return _exclude(offer, *hw)
+    options = price_options(offer, unit_costs(offer, t.hours, hw.nodes, ctx, False), hw.nodes)
+    price, _ = pick_price(options, None)
+    if price is None:
+        return _exclude(offer, "price", lambda: "no on-demand or reserved price (spot is not "
+                        "used for serving: an interruption breaks the SLO)")
+    if cons.budget is not None and price.cost > cons.budget:
+        cost = price.cost
+        return _exclude(offer, "budget", lambda: f"costs {cost:,.0f} {offer.currency} for "
+                        f"{t.hours:g} h, over the budget of {cons.budget:,.0f}")
+
+    def notes() -> list[str]:
+        cmp, billing_known = compare(offer, t.hours, hw.nodes, ctx, False, None)
+        return [*hw.extra["notes"],
+                *pricing_reasons(price, cmp, billing_known, None, serving=True)]
+
+    return Feasible(offer, hw.nodes, price.model, price.per_hour, t.hours, price.cost,
+                    hw.rate, hw.extra["memory"],
+                    "none" if offer.gpu_count == 1 else "tensor-parallel",
+                    ctx.memo["serve_est"].basis, False, notes)
+
+
+# --- the entry point -------------------------------------------------------------------------
+
+
+Evaluator = Callable[[Offer, Context], "Feasible | Excluded"]
+
+
+def _prepare(task: Task, ctx: Context) -> tuple[Evaluator, str, str]:
+    """Per-task set-up shared by every offer: work, shape, and the evaluator."""
+    if isinstance(task, TrainTask):
+        ctx.shape = model_shape(task.params, layers=task.layers, hidden=task.hidden)
+        ctx.flops = 6 * task.params * task.tokens
+        ctx.memo["flops_factor"] = 6
+        return _eval_compute, "TFLOP/s", (
+            f"6·N·T = {ctx.flops:.3g} FLOPs; peak {task.precision} dense × MFU "
+            f"{ctx.ass.mfu:.0%} × GPUs × scaling efficiency")
+    if isinstance(task, FinetuneTask):
+        ctx.shape = model_shape(task.params, layers=task.layers, hidden=task.hidden)
+        factor = 6 if task.method == "full" else 4
+        ctx.flops = factor * task.params * task.tokens
+        ctx.memo["flops_factor"] = factor
+        return _eval_compute, "TFLOP/s", (
+            f"{factor}·N·T = {ctx.flops:.3g} FLOPs ({task.method}"
+            + ("" if factor == 6 else ": no weight gradients for the frozen base")
+            + f"); peak {task.precision} dense × MFU {ctx.ass.mfu:.0%} × GPUs × scaling "
+            "efficiency")
+    if isinstance(task, ServeTask):
+        from gpuaudit.cost.memory_fit import inference_memory, kv_cache_bytes
+
+        ctx.shape = model_shape(task.params, layers=task.layers, hidden=task.hidden,
+                                kv_heads=task.kv_heads)
+        est = inference_memory(ctx.shape, dtype=task.dtype, batch=1, context=task.context)
+        kv_dtype = "fp16" if dtype_bytes(task.dtype) < 2 else task.dtype
+        ctx.memo["serve"] = (est.weights_bytes,
+                             kv_cache_bytes(ctx.shape, batch=1, context=task.context,
+                                            dtype=kv_dtype))
+        ctx.memo["serve_est"] = est
+        return _eval_serve, "tokens/s", (
+            f"decode-bound: a step reads {gb(est.weights_bytes)} of weights + the batch's KV "
+            f"cache at {ctx.ass.bandwidth_efficiency:.0%} of datasheet bandwidth (estimate)")
+    if task.gpu_model not in {g.id for g in ctx.specs.gpus}:
+        raise BadInputError(f"GPU {task.gpu_model!r} of run {task.run_id} is not in the specs")
+    base = ctx.specs.get(task.gpu_model)
+    assert base is not None
+    eff = efficiency(base, task.gpus, 1, ctx.ass)
+    # The work the job does, in the measurement's unit × seconds: H hours on the benchmarked
+    # machine at its measured rate.
+    ctx.flops = task.hours * 3600 * task.rate_per_gpu * task.gpus * eff
+    return _eval_compute, task.unit, (
+        f"{task.hours:g} h on {task.gpus} × {base.name} at the measured {task.metric} "
+        f"{task.rate_per_gpu:.4g} {task.unit} per GPU (run {task.run_id})")
+
+
+def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints | None = None,
+              assumptions: Assumptions | None = None, top: int = 10, max_excluded: int = 20,
+              specs: SpecCatalog | None = None) -> RecommendResult:
+    """Rank ``offers`` for ``task``: feasible ones by cost (or time), the rest with reasons."""
+    if top < 1:
+        raise BadInputError(f"top must be at least 1, not {top}")
+    cons = constraints or Constraints()
+    ass = assumptions or Assumptions()
+    ctx = Context(task, cons, ass, specs or spec_catalog.load_catalog())
+    evaluate, rate_unit, basis = _prepare(task, ctx)
+
+    ok: list[Feasible] = []
+    out: list[Excluded] = []
+    for offer in offers:
+        result = evaluate(offer, ctx)
+        (ok if isinstance(result, Feasible) else out).append(result)  # type: ignore[arg-type]
+
+    if cons.sort == "time":
+        ok.sort(key=lambda r: (r.hours, r.cost, r.offer.key))
+    else:
+        ok.sort(key=lambda r: (r.cost, r.hours, r.offer.key))
+    counts: dict[str, int] = {}
+    for o in out:
+        counts[o.kind] = counts.get(o.kind, 0) + 1
+    shown_out = sorted(out, key=lambda o: (o.sort_price, o.offer.key))[:max_excluded]
+
+    ranked = tuple(_record(i, r, rate_unit, basis, cons, ctx) for i, r in
+                   enumerate(ok[:top], start=1))
+    excluded = tuple(Exclusion(offer_key=o.offer.key, gpu_model=o.offer.gpu_model,
+                               gpu_count=o.offer.gpu_count, kind=o.kind, reason=o.reason())
+                     for o in shown_out)
+    notes = [basis, "all times and costs are estimates from datasheet figures and the stated "
+                    "assumptions" if not isinstance(task, BenchmarkedTask) else
+             "same-GPU figures are measured; other GPUs are scaled by spec ratio (estimates)"]
+    if ctx.shape is not None and ctx.shape.derived:
+        s = ctx.shape
+        notes.append(f"model shape derived from the parameter count: {s.layers} layers, hidden "
+                     f"{s.hidden}, {s.heads} heads (give --layers/--hidden to override)")
+    return RecommendResult(task=_task_doc(task), currency=cons.currency, assumptions=ass,
+                           ranked=ranked, excluded=excluded, considered=len(ok) + len(out),
+                           feasible=len(ok), excluded_counts=counts, notes=tuple(notes))
+
+
+def _task_doc(task: Task) -> dict[str, str | int | float | bool | None]:
+    return {k: v for k, v in asdict(task).items() if isinstance(v, str | int | float | bool)
+            or v is None}
+
+
+def _record(rank: int, r: Feasible, rate_unit: str, basis: str, cons: Constraints, ctx: Context
+            ) -> Recommendation:
+    reasons = [f"{r.hours:,.1f} h, {r.cost:,.2f} {r.offer.currency} ({r.pricing.label})"]
+    reasons += r.notes()
+    if cons.deadline_hours is not None:
+        reasons.append(f"meets the {cons.deadline_hours:g} h deadline")
+    if cons.budget is not None:
+        reasons.append(f"within the budget ({r.cost / cons.budget:.0%} of it)")
+    spec = ctx.specs.get(r.offer.gpu_model)
+    gpus = r.nodes * r.offer.gpu_count
+    rest = []
+    if not isinstance(ctx.task, ServeTask | BenchmarkedTask) and spec is not None:
+        eff = efficiency(spec, r.offer.gpu_count, r.nodes, ctx.ass)
+        rest.append(f"scaling efficiency {eff:.0%} for {gpus} GPUs")
+    return Recommendation(
+        rank=rank, offer=r.offer, nodes=r.nodes, gpus=gpus, pricing=r.pricing,
+        price_per_hour=r.price_per_hour, currency=r.offer.currency, hours=r.hours,
+        cost=r.cost, rate=r.rate, rate_unit=rate_unit,
+        memory_per_gpu_bytes=r.memory_bytes, sharding=r.sharding, measured=r.measured,
+        reasons=tuple(reasons), basis=(basis, *rest, *r.memory_basis))

@@ -1,0 +1,201 @@
+"""What `recommend` is asked: the tasks (train, fine-tune, serve, a benchmarked workload), the
+constraints (deadline, budget, currency, order), and the parsing of the quantities they take."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from gpuaudit.cost.memory_fit import Checkpointing
+from gpuaudit.errors import BadInputError
+from gpuaudit.model.run import Run
+from gpuaudit.specs import catalog as spec_catalog
+from gpuaudit.specs.catalog import PRECISIONS, SpecCatalog
+
+TRAIN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+# --- parsing ---------------------------------------------------------------------------------
+
+_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+_QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*$",
+                       re.IGNORECASE)
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h|d|w)?\s*$", re.IGNORECASE)
+_DURATION_HOURS = {"s": 1 / 3600, "m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0, "w": 168.0}
+
+
+def parse_quantity(text: str, what: str = "value") -> float:
+    """'7B' → 7e9, '1.3B', '125M', '1T', '300B', '70k', '2e9'; more than zero."""
+    m = _QUANTITY.match(str(text))
+    if not m:
+        raise BadInputError(f"{what} {text!r}: expected a number with an optional K, M, B or T "
+                            "suffix, e.g. 7B, 125M, 1T")
+    value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
+    if not value > 0 or math.isinf(value):
+        raise BadInputError(f"{what} {text!r}: must be more than zero")
+    return value
+
+
+def parse_hours(text: str, what: str = "duration") -> float:
+    """'14d' → 336, '36h', '90m', '2w'; a bare number is hours. More than zero."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise BadInputError(f"{what} {text!r}: expected a duration like 36h, 14d, 2w")
+    value = float(m.group(1)) * _DURATION_HOURS[(m.group(2) or "h").lower()]
+    if value <= 0:
+        raise BadInputError(f"{what} {text!r}: must be more than zero")
+    return value
+
+
+def check_precision(precision: str, allowed: Sequence[str] = TRAIN_PRECISIONS) -> str:
+    key = precision.strip().lower()
+    if key not in allowed:
+        raise BadInputError(f"unknown precision {precision!r}; expected one of "
+                            f"{', '.join(allowed)}")
+    return key
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainTask:
+    """Pre-train a model of ``params`` parameters on ``tokens`` tokens."""
+
+    params: float
+    tokens: float
+    precision: str = "bf16"
+    optimizer: str = "adam"
+    seq_len: int = 2048
+    micro_batch: int = 1
+    checkpointing: Checkpointing | Literal["auto"] = "auto"
+    layers: int | None = None
+    hidden: int | None = None
+    kind: Literal["train"] = "train"
+
+    def __post_init__(self) -> None:
+        positive(params=self.params, tokens=self.tokens)
+        check_precision(self.precision)
+
+
+@dataclass(frozen=True)
+class FinetuneTask:
+    """Fine-tune on ``tokens`` tokens: LoRA/QLoRA adapters or all the weights."""
+
+    params: float
+    tokens: float = 1e8
+    method: str = "lora"
+    lora_rank: int = 16
+    precision: str = "bf16"
+    optimizer: str = "adam"
+    seq_len: int = 2048
+    micro_batch: int = 1
+    checkpointing: Checkpointing | Literal["auto"] = "auto"
+    layers: int | None = None
+    hidden: int | None = None
+    kind: Literal["finetune"] = "finetune"
+
+    def __post_init__(self) -> None:
+        positive(params=self.params, tokens=self.tokens)
+        check_precision(self.precision)
+        if self.method not in ("lora", "qlora", "full"):
+            raise BadInputError(f"unknown fine-tuning method {self.method!r}; "
+                                "expected lora, qlora or full")
+
+
+@dataclass(frozen=True)
+class ServeTask:
+    """Serve ``qps`` requests/s, each decoding ``output_tokens`` tokens at most
+    ``latency_ms`` per output token, with ``context`` tokens of KV cache per sequence."""
+
+    params: float
+    qps: float
+    latency_ms: float
+    context: int = 4096
+    output_tokens: int = 256
+    dtype: str = "bf16"
+    hours: float = 1.0
+    layers: int | None = None
+    hidden: int | None = None
+    kv_heads: int | None = None
+    kind: Literal["serve"] = "serve"
+
+    def __post_init__(self) -> None:
+        positive(params=self.params, qps=self.qps, latency_ms=self.latency_ms,
+                  context=self.context, output_tokens=self.output_tokens, hours=self.hours)
+        check_precision(self.dtype, ("fp32", "bf16", "fp16", "fp8", "int8"))
+
+
+@dataclass(frozen=True)
+class BenchmarkedTask:
+    """A workload that runs ``hours`` on the benchmarked machine (``gpus`` × ``gpu_model``),
+    whose speed is the measured ``rate_per_gpu`` (``unit``) of ``metric``."""
+
+    run_id: str
+    gpu_model: str
+    gpus: int
+    rate_per_gpu: float
+    unit: str
+    metric: str
+    hours: float
+    scale_by: str  # a precision (peak TFLOP/s ratio) or "bandwidth"
+    kind: Literal["benchmarked"] = "benchmarked"
+
+    def __post_init__(self) -> None:
+        positive(rate_per_gpu=self.rate_per_gpu, hours=self.hours, gpus=self.gpus)
+
+
+Task = TrainTask | FinetuneTask | ServeTask | BenchmarkedTask
+
+
+@dataclass(frozen=True)
+class Constraints:
+    deadline_hours: float | None = None
+    budget: float | None = None
+    currency: str = "USD"
+    sort: Literal["cost", "time"] = "cost"
+
+    def __post_init__(self) -> None:
+        if self.deadline_hours is not None and not self.deadline_hours > 0:
+            raise BadInputError(f"deadline must be more than zero, not {self.deadline_hours:g}")
+        if self.budget is not None and not self.budget > 0:
+            raise BadInputError(f"budget must be more than zero, not {self.budget:g}")
+        if self.sort not in ("cost", "time"):
+            raise BadInputError(f"sort must be cost or time, not {self.sort!r}")
+
+
+def positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0 or math.isinf(value):
+            raise BadInputError(f"{name.replace('_', ' ')} must be more than zero, not {value:g}")
+
+
+def task_from_run(run: Run, hours: float, metric: str = "matmul/bf16",
+                  specs: SpecCatalog | None = None) -> BenchmarkedTask:
+    """The benchmarked workload: the median of ``metric`` (suite/name) over the run's GPUs."""
+    specs = specs or spec_catalog.load_catalog()
+    suite, _, name = metric.partition("/")
+    values = [m.value for m in run.measurements
+              if m.suite == suite and m.name == name and m.value is not None and m.value > 0]
+    if not values:
+        raise BadInputError(f"run {run.id}: no {metric} measurement to base the estimate on")
+    unit = next(m.unit for m in run.measurements if m.suite == suite and m.name == name)
+    gpus = run.machine.gpus if run.machine else ()
+    if not gpus:
+        raise BadInputError(f"run {run.id}: the run has no GPU to compare offers against")
+    spec = specs.lookup(nvml_name=gpus[0].name, pci_device_id=gpus[0].pci_device_id)
+    if spec is None:
+        raise BadInputError(f"run {run.id}: GPU {gpus[0].name!r} is not in the spec catalog")
+    measured = {m.gpu_index for m in run.measurements if m.suite == suite and m.name == name
+                and m.value is not None}
+    scale_by = name if name in PRECISIONS else ("bandwidth" if unit.endswith("B/s") else "")
+    if not scale_by:
+        raise BadInputError(f"run {run.id}: cannot scale {metric} ({unit}) between GPU models")
+    return BenchmarkedTask(run_id=run.id, gpu_model=spec.id, gpus=max(1, len(measured)),
+                           rate_per_gpu=statistics.median(values), unit=unit, metric=metric,
+                           hours=hours, scale_by=scale_by)
+
+
