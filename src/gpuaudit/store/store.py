@@ -226,6 +226,13 @@ class Store:
         why = read_only_why(path)
         if why:
             raise self._fail(f"cannot write database {self.url}: {why}")
+        if path.exists() and path.stat().st_size:
+            # Before the first connection, which switches the file to WAL: that is a write.
+            try:
+                theirs = _sqlite_tables(sqlite_uri(path))
+            except sqlite3.Error:
+                return  # not a database, locked...: the connection says so in its words
+            self._refuse_foreign_tables(theirs)
 
     def _sqlite_reader(self, path: Path) -> Engine:
         """A read-only engine on an existing SQLite file: nothing created, nothing written."""
@@ -236,7 +243,7 @@ class Store:
             raise self._fail(f"cannot open database {self.url}: {path} is not a file")
         uri = sqlite_uri(path)
         try:
-            _probe(uri)
+            _sqlite_tables(uri)
         except sqlite3.Error as exc:
             # A WAL file whose directory cannot take the -shm index (a read-only file
             # system) only opens as immutable; nobody can be writing it there.
@@ -289,7 +296,10 @@ class Store:
     def _refuse_foreign(self, conn: Connection) -> None:
         """A database with tables but no gpuaudit_meta belongs to something else: adding ours
         (named runs, findings...) could mix into its tables, or clutter it."""
-        theirs = sorted(inspect(conn).get_table_names())
+        self._refuse_foreign_tables(inspect(conn).get_table_names())
+
+    def _refuse_foreign_tables(self, tables: list[str]) -> None:
+        theirs = sorted(tables)
         if theirs and meta.name not in theirs:
             shown = ", ".join(theirs[:4]) + (", ..." if len(theirs) > 4 else "")
             raise BadInputError(f"database {self.url} is not a gpuaudit store (it holds other"
@@ -510,11 +520,13 @@ class Store:
         return f"Store({self.url!r})"
 
 
-def _probe(uri: str) -> None:
-    """Open a read-only URI and read the schema, to see whether SQLite can read it this way."""
+def _sqlite_tables(uri: str) -> list[str]:
+    """The tables of the database at a read-only URI; fails as SQLite cannot read it so."""
     db = sqlite3.connect(uri, uri=True, timeout=SQLITE_READ_TIMEOUT_S)
     try:
-        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return [name for (name,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+            " AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")]
     finally:
         db.close()
 
