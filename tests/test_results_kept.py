@@ -199,3 +199,15 @@ def test_keep_run_falls_back_and_says_when_nothing_took_it(tmp_path: Path) -> No
     assert "could not be written to a file either" in str(caught.value)
     assert str(blocker / "x") in str(caught.value)
     assert sorted(p.name for p in (tmp_path / "second").iterdir()) == [f"run-{run.id}.json"]
+
+
+@pytest.mark.parametrize(
+    "store_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+def test_a_server_that_only_reads_is_refused_before_the_work(store_url: str) -> None:
+    check_store(store_url)  # the store exists: opening it creates nothing that could fail
+    # As a standby server or a read-only role answers: every transaction is read-only.
+    read_only = sa.make_url(store_url).update_query_dict(
+        {"options": "-c default_transaction_read_only=on"})
+    with pytest.raises(BadInputError, match="read-only transaction") as caught:
+        check_store(read_only.render_as_string(hide_password=False))
+    assert "\n" not in str(caught.value) and ":gpuaudit@" not in str(caught.value)
