@@ -138,8 +138,12 @@ def test_bad_db_url_is_one_line_and_exit_2(tmp_path):
 def test_unwritable_data_directory_is_one_line_and_exit_2(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    proc = gpuaudit("runs", env={"GPUAUDIT_DB": "", "XDG_DATA_HOME": str(blocker)})
-    assert_one_line_error(proc)
+    env = {"GPUAUDIT_DB": "", "XDG_DATA_HOME": str(blocker)}
+    # Refused before the work starts (--no-bench: it would only inspect, but it never does).
+    assert_one_line_error(gpuaudit("run", "--no-bench", env=env), "data directory", str(blocker))
+    # Reading the default store where nothing was ever saved is an empty list, creating nothing.
+    proc = gpuaudit("runs", env=env)
+    assert proc.returncode == 0 and "no runs stored yet" in proc.stdout, proc.stderr
 
 
 def test_save_list_show_round_trip(db):

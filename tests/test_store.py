@@ -377,7 +377,7 @@ def test_bare_path_creates_a_wal_sqlite_file(tmp_path: Path) -> None:
     with Store(path) as store:
         store.save(run)
         with store._engine.connect() as conn:  # the settings every connection gets
-            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10_000
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)

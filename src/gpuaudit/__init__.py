@@ -33,6 +33,9 @@ _LAZY = {
     "price_performance": ("gpuaudit.cost.work", "price_performance"),
     "idle_cost": ("gpuaudit.cost.work", "idle_cost"),
     "recommend": ("gpuaudit.cost.recommend", "recommend"),
+    "Store": ("gpuaudit.store", "Store"),
+    "check_store": ("gpuaudit.store", "check_store"),
+    "save_or_keep": ("gpuaudit.store", "save_or_keep"),
 }
 
 __all__ = ["__version__", "check_machine", "inspect_machine", "read_snapshot", *_LAZY]

@@ -71,11 +71,12 @@ def _print_json(doc: object) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
-def _save(run: Run, db: str | None) -> str:
-    from gpuaudit.store import Store
+def _check_store(save: bool, db: str | None) -> None:
+    """Before the work: a store that cannot take its results is an error now, not after."""
+    if save:
+        from gpuaudit.store import check_store
 
-    with Store(db) as store:
-        return store.save(run)
+        check_store(db)
 
 
 @app.command()
@@ -94,6 +95,7 @@ def inspect(
     """
     from gpuaudit.inspect import inspect_machine, read_snapshot
 
+    _check_store(save, db)
     if from_ is not None:
         run = inspect_machine(read_snapshot(from_), source=str(from_))
     else:
@@ -117,6 +119,7 @@ def run(
     """
     from gpuaudit.audit import audit
 
+    _check_store(save, db)
     with _progress(err if json_ else out) as bar:
         result = audit(profile=profile, bench=not no_bench, step=bar.step, on_suite=bar.suite)
     _finish(result, json_=json_, save=save, db=db)
@@ -163,6 +166,7 @@ def bench(
             raise BadInputError(f"--sizes {sizes!r}: expected MIN:MAX like 1M:8G") from None
         if size_range[0] > size_range[1]:
             raise BadInputError(f"--sizes {sizes!r}: MIN is larger than MAX")
+    _check_store(save, db)
     with _progress(err if json_ else out) as bar:
         result = run_bench(names, gpus=gpu_list, profile=profile, size_range=size_range,
                            timeout_s=timeout, with_native=with_native, step=bar.step,
@@ -207,10 +211,17 @@ def _progress(console: Console) -> Iterator[_Bar]:
 
 def _finish(result: Run, *, json_: bool, save: bool, db: str | None,
             show_all: bool = False) -> None:
-    """Save the run, print it (JSON on stdout, or the terminal view), exit with its code."""
+    """Save the run, print it (JSON on stdout, or the terminal view), exit with its code.
+    A store that fails now still gets the run printed, and kept in the file its error names."""
     from gpuaudit.report.terminal import run_view
+    from gpuaudit.store import UnsavedRunError, save_or_keep
 
-    saved = _save(result, db) if save else None
+    saved = unsaved = None
+    if save:
+        try:
+            saved = save_or_keep(result, db)
+        except UnsavedRunError as exc:
+            unsaved = exc
     if json_:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
@@ -218,6 +229,8 @@ def _finish(result: Run, *, json_: bool, save: bool, db: str | None,
     console = err if json_ else out
     if saved:
         console.print(f"saved as run {saved}: `gpuaudit show {saved}` prints it again")
+    if unsaved is not None:
+        raise unsaved
     if result.status is RunStatus.PARTIAL:
         console.print("interrupted: the figures above were measured before Ctrl-C "
                       "(run marked partial)")
@@ -237,7 +250,7 @@ def runs(
     from gpuaudit.report.terminal import runs_table
     from gpuaudit.store import Store
 
-    with Store(db) as store:
+    with Store(db, read_only=True) as store:
         summaries = store.list_runs(limit=limit, kind=kind)
     if json_:
         _print_json([s.model_dump(mode="json") for s in summaries])
@@ -259,7 +272,7 @@ def show(
     from gpuaudit.report.terminal import run_view
     from gpuaudit.store import Store
 
-    with Store(db) as store:
+    with Store(db, read_only=True) as store:
         stored = store.get(run_id)
     if json_:
         sys.stdout.write(stored.model_dump_json(indent=2) + "\n")

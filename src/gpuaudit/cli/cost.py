@@ -309,7 +309,7 @@ def work(
     if run is not None:
         from gpuaudit.store import Store
 
-        with Store(db) as store:
+        with Store(db, read_only=True) as store:
             stored = store.get(run)
     try:
         result = price_performance(
@@ -360,7 +360,7 @@ def idle(
     offer = find_offer(instance, catalog) if instance is not None else None
     price = price_usd_per_gpu_hour if price_usd_per_gpu_hour is not None else price_per_gpu_hour
     cur = "USD" if price_usd_per_gpu_hour is not None else _currency(currency)
-    with Store(db) as store:
+    with Store(db, read_only=True) as store:
         points = store.history(since=start, until=end, hostname=host)
     result = idle_cost(points, since=start, until=end, price_per_gpu_hour=price, offer=offer,
                        kind=price_kind, currency=cur, threshold_pct=threshold_pct)

@@ -105,8 +105,9 @@ def monitor(
         help="POST alerts as JSON (Alertmanager's webhook format) here; repeatable.")] = None,
     notify_command: Annotated[list[str] | None, typer.Option(
         help="Run this command per alert (alert JSON on stdin); repeatable.")] = None,
-    history: Annotated[bool, typer.Option("--history/--no-history",
-                                          help="Keep the samples in the store.")] = True,
+    history: Annotated[bool, typer.Option(
+        "--history/--no-history", help="Keep the samples in the store (with --replay only "
+                                       "in an explicit --db, as host replay:NAME).")] = True,
     keep_raw: Annotated[str, typer.Option(help="Keep raw samples this long.")] = "1d",
     keep_rollups: Annotated[str, typer.Option(help="Keep 1-minute means this long.")] = "30d",
     idle_window: Annotated[str, typer.Option(help="Idle this long before the warning.")
@@ -140,7 +141,6 @@ def monitor(
     from gpuaudit.cli.app import _parse_gpus, err, out
     from gpuaudit.hw.telemetry import Sampler
     from gpuaudit.report.monitor_view import monitor_view, sample_line
-    from gpuaudit.store import Store
     from gpuaudit.telemetry.idle import IdleConfig, IdlePolicy
     from gpuaudit.telemetry.monitor import Monitor, Retention
 
@@ -170,7 +170,9 @@ def monitor(
         if not sampler.static:
             raise BadInputError("no GPU to watch" + (f" among {gpus}" if gpus else ""))
         evaluator, notifier = _alerting(stack, rules, no_rules, webhook, notify_command)
-        store = stack.enter_context(Store(db)) if history and not once else None
+        store = _history(stack, db, keep=history and not once, replay=replay is not None,
+                         db_given=_given(ctx, "db"), asked=_given(ctx, "history"),
+                         console=console)
         decisions_log = stack.enter_context(idle_log.open("a")) if idle_log else None
 
         def on_decision(d: Any) -> None:  # the notifiers log it (as alert GpuIdlePolicy)
@@ -224,6 +226,31 @@ def monitor(
         if usage.idle_cost is not None:
             summary += f" (≈ {usage.idle_cost:.3g} {usage.currency})"
     console.print(summary, style="dim")
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option was typed (not a default, not an environment variable). By name:
+    recent typer carries its own copy of click, whose enum is not click's."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _history(stack: ExitStack, db: str | None, *, keep: bool, replay: bool, db_given: bool,
+             asked: bool, console: Any) -> Any:
+    """The store the samples go to, if any. A replay is not this machine's present: it goes
+    only to a store named on the command line (not the default, not GPUAUDIT_DB), under the
+    host name replay:NAME, which idle cost and other history sums leave out."""
+    from gpuaudit.store import ReplayHistory, Store
+
+    if not keep:
+        return None
+    if replay and not db_given:
+        if asked:
+            console.print("replay: samples not kept in the history (give --db to keep them)",
+                          style="dim")
+        return None
+    store = stack.enter_context(Store(db))
+    return ReplayHistory(store) if replay else store
 
 
 def _open_source(stack: ExitStack, replay: Path | None, record: Path | None,
@@ -340,9 +367,9 @@ def history_cmd(
         raise BadInputError(f"--resolution {resolution!r}: choose auto, raw or 1m")
     start = parse_time(since)
     end = parse_time(until) if until else None
-    with Store(db) as store:
+    with Store(db, read_only=True) as store:  # replays too: shown as host replay:NAME
         points = store.history(gpu=gpu, since=start, until=end, hostname=hostname,
-                               resolution=resolution)  # type: ignore[arg-type]
+                               resolution=resolution, replays=True)  # type: ignore[arg-type]
     if json_:
         from gpuaudit.model import SCHEMA_VERSION
 

@@ -148,7 +148,7 @@ def recommend(
             raise BadInputError("--run needs --hours, more than zero: how long the workload "
                                 "runs on the benchmarked machine")
         cons = _constraints(deadline, budget, currency, sort)
-        with Store(db) as store:
+        with Store(db, read_only=True) as store:
             stored = store.get(run)
         task = task_from_run(stored, hours, metric)
         _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_)

@@ -3,40 +3,52 @@
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import unquote
 
-import platformdirs
 from sqlalchemy import Engine, create_engine, event, func, insert, inspect, select, text, update
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import (
     ArgumentError,
-    DBAPIError,
     IntegrityError,
     NoSuchModuleError,
     SQLAlchemyError,
 )
+from sqlalchemy.pool import NullPool
 
 from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.model import Machine, Record, Run, RunStatus, Sample, Severity, load_run, utc_now
 from gpuaudit.model.history import Compaction, HistoryPoint
 
 from . import schema, telemetry
+from .opening import (
+    configured_db_url,
+    default_db_path,
+    default_db_url,
+    holders,
+    is_locked,
+    mask_url,
+    read_only_why,
+    reason,
+    sqlite_uri,
+)
 from .schema import STORE_SCHEMA_VERSION, findings, measurements, meta, runs
 from .telemetry import RAW_RETENTION, ROLLUP_RETENTION, HistoryResolution
 
-# Long enough for another process's save (milliseconds) or a slow disk; short enough that a
-# stuck writer shows up as an error instead of a hang.
-SQLITE_BUSY_TIMEOUT_MS = 30_000
+# How long SQLite waits for another process's lock before giving up with an error that names
+# the file. A writer waits its turn behind other saves (milliseconds) and the monitor's
+# compaction steps (well under a second); a reader of a WAL database waits for nobody, so it
+# only meets a lock taken outside gpuaudit (a `sqlite3` shell in a transaction, say).
+SQLITE_WRITE_TIMEOUT_S = 10.0
+SQLITE_READ_TIMEOUT_S = 3.0
 PG_CONNECT_TIMEOUT_S = 10
 MIN_PREFIX = 4
 # Any constant works; it only has to be the same in every gpuaudit process.
@@ -48,6 +60,10 @@ _SUMMARY_COLUMNS = [c for c in runs.c if c.name != "document"]
 
 class RunNotFoundError(BadInputError):
     """No stored run has that id (or id prefix)."""
+
+
+class StoreNotFoundError(BadInputError):
+    """Reading a store that is not there: a missing file, or a database without our tables."""
 
 
 class RunSummary(Record):
@@ -67,27 +83,6 @@ class RunSummary(Record):
     findings_warn: int
 
 
-def default_db_url() -> str:
-    """GPUAUDIT_DB when set, else gpuaudit.db in the user's data directory (created here)."""
-    env = os.environ.get("GPUAUDIT_DB", "").strip()
-    if env:
-        return env
-    directory = Path(platformdirs.user_data_dir("gpuaudit"))
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInputError(
-            f"cannot create the data directory {directory}: {exc.strerror or exc}"
-        ) from None
-    return f"sqlite:///{directory / 'gpuaudit.db'}"
-
-
-def mask_url(raw: str) -> str:
-    """`raw` with any password replaced by ***, fit to show in a message."""
-    masked = re.sub(r"^([\w+]+://[^:/]*:)[^@]*@", r"\1***@", raw)
-    return re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", masked)
-
-
 def gpu_summary(machine: Machine | None) -> str | None:
     if machine is None:
         return None
@@ -99,16 +94,38 @@ def gpu_summary(machine: Machine | None) -> str | None:
 
 class Store:
     """A database of runs. Open with a SQLAlchemy URL or a SQLite file path; use as a context
-    manager or call `close()`. Every problem opening it is a one-line BadInputError."""
+    manager or call `close()`. Every problem opening it is a one-line BadInputError.
 
-    def __init__(self, url: str | os.PathLike[str] | None = None) -> None:
-        raw = default_db_url() if url is None else os.fspath(url)
+    Opened for writing (the default), it creates a missing SQLite file and the tables, and
+    proves it can write before anything is measured. `read_only=True` changes nothing on disk
+    or on the server: a missing file or a database without gpuaudit's tables is a
+    StoreNotFoundError (except the default location before anything was saved there, which
+    reads as empty), and a file on a read-only file system can still be read. Either way, a
+    database holding someone else's tables is refused, never added to.
+    """
+
+    def __init__(self, url: str | os.PathLike[str] | None = None, *,
+                 read_only: bool = False) -> None:
+        self.read_only = read_only
+        self._path: Path | None = None  # the SQLite file, when it is one
+        self._tables: set[str] = set()
+        raw = self._locate(url)
         self.url = mask_url(raw)  # what messages show: never the password
-        self._secrets = _passwords(raw)
+        if self._path is not None and read_only and not self._path.exists():
+            self._engine: Engine | None = None  # the default location, nothing saved yet
+            return
         self._engine = self._connect(self._parse(raw))
         self._writer = self._engine.execution_options(**{_WRITE: True})
 
     # -- opening -------------------------------------------------------------------------
+
+    def _locate(self, url: str | os.PathLike[str] | None) -> str:
+        if url is not None:
+            return os.fspath(url)
+        if self.read_only and configured_db_url() is None:
+            self._path = default_db_path()  # read where it would be, creating nothing
+            return f"sqlite:///{self._path}"
+        return default_db_url()
 
     def _parse(self, raw: str) -> URL:
         if not raw.strip():
@@ -133,21 +150,33 @@ class Store:
         return BadInputError(f"{what}: {self._reason(exc)}" if exc else what)
 
     def _reason(self, exc: BaseException) -> str:
-        """The driver's one-line account of `exc`. Drivers do not echo passwords today; the
-        scrub makes sure a future one cannot leak it into a log."""
-        reason = _reason(exc)
-        for secret in self._secrets:
-            reason = reason.replace(str(secret), "***")
-        return reason
+        """The driver's one-line account of `exc`; for a locked SQLite file, who holds it and
+        how long we waited."""
+        if self._path is not None and is_locked(exc):
+            held = holders(self._path)
+            waited = SQLITE_READ_TIMEOUT_S if self.read_only else SQLITE_WRITE_TIMEOUT_S
+            return (f"{self._path} is locked by another process"
+                    + (f" ({', '.join(held)})" if held else "")
+                    + f"; gave up after {waited:g} s")
+        return reason(exc)
 
     def _connect(self, url: URL) -> Engine:
         backend = url.get_backend_name()
         connect_args: dict[str, Any] = {}
         if backend == "sqlite":
-            self._prepare_sqlite_file(url)
-        elif backend == "postgresql" and "connect_timeout" not in url.query:
-            # An unreachable host would otherwise hang for the OS's TCP timeout (minutes).
-            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+            database = url.database
+            if database and database != ":memory:" and not database.startswith("file:"):
+                self._path = Path(database)
+                if self.read_only:
+                    return self._sqlite_reader(self._path)
+                self._prepare_sqlite_file(self._path)
+        elif backend == "postgresql":
+            if "connect_timeout" not in url.query:
+                # An unreachable host would otherwise hang for the OS's TCP timeout (minutes).
+                connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+            if self.read_only and "options" not in url.query:
+                # The server then refuses any write, whatever this code does.
+                connect_args["options"] = "-c default_transaction_read_only=on"
         try:
             engine = create_engine(url, pool_pre_ping=backend != "sqlite",
                                    connect_args=connect_args)
@@ -163,10 +192,16 @@ class Store:
         if engine.dialect.is_async:
             raise self._fail(f"{url.drivername} in {self.url} is an async driver; use a plain one")
         if backend == "sqlite":
-            event.listen(engine, "connect", _sqlite_on_connect)
+            event.listen(engine, "connect", partial(_sqlite_on_connect, wal=not self.read_only))
             event.listen(engine, "begin", _sqlite_on_begin)
+        return self._ready(engine)
+
+    def _ready(self, engine: Engine) -> Engine:
         try:
-            self._init_schema(engine)
+            if self.read_only:
+                self._check_schema(engine)
+            else:
+                self._init_schema(engine)
         except GpuauditError:
             engine.dispose()
             raise
@@ -175,12 +210,9 @@ class Store:
             raise self._fail(f"cannot open database {self.url}", exc) from None
         return engine
 
-    def _prepare_sqlite_file(self, url: URL) -> None:
-        """Create the file's directory, so that a fresh path just works."""
-        database = url.database
-        if not database or database == ":memory:" or database.startswith("file:"):
-            return
-        path = Path(database)
+    def _prepare_sqlite_file(self, path: Path) -> None:
+        """Create the file's directory, so that a fresh path just works; refuse one that
+        cannot be written now rather than after the work whose results it is to keep."""
         if path.exists() and not path.is_file():
             raise self._fail(f"cannot open database {self.url}: {path} is not a file")
         try:
@@ -191,6 +223,41 @@ class Store:
             why = f"{blocker} is not a directory" if blocker else exc.strerror or str(exc)
             raise self._fail(f"cannot create the directory {path.parent} for database"
                              f" {self.url}: {why}") from None
+        why = read_only_why(path)
+        if why:
+            raise self._fail(f"cannot write database {self.url}: {why}")
+        if path.exists() and path.stat().st_size:
+            # Before the first connection, which switches the file to WAL: that is a write.
+            try:
+                theirs = _sqlite_tables(sqlite_uri(path))
+            except sqlite3.Error:
+                return  # not a database, locked...: the connection says so in its words
+            self._refuse_foreign_tables(theirs)
+
+    def _sqlite_reader(self, path: Path) -> Engine:
+        """A read-only engine on an existing SQLite file: nothing created, nothing written."""
+        if not path.exists():
+            raise StoreNotFoundError(f"no store at {path}: nothing was ever saved there"
+                                     " (a mistyped path?)")
+        if not path.is_file():
+            raise self._fail(f"cannot open database {self.url}: {path} is not a file")
+        uri = sqlite_uri(path)
+        try:
+            _sqlite_tables(uri)
+        except sqlite3.Error as exc:
+            # A WAL file whose directory cannot take the -shm index (a read-only file
+            # system) only opens as immutable; nobody can be writing it there.
+            if "unable to open" not in str(exc) or not read_only_why(path) \
+                    or not os.access(path, os.R_OK):
+                raise self._fail(f"cannot open database {self.url}", exc) from None
+            uri = sqlite_uri(path, immutable=True)
+        engine = create_engine(
+            "sqlite://", poolclass=NullPool,
+            creator=lambda: sqlite3.connect(uri, uri=True, timeout=SQLITE_READ_TIMEOUT_S,
+                                            check_same_thread=False))
+        event.listen(engine, "connect", partial(_sqlite_on_connect, wal=False))
+        event.listen(engine, "begin", _sqlite_on_begin)
+        return self._ready(engine)
 
     def _init_schema(self, engine: Engine) -> None:
         # One locked transaction, so that several processes opening a fresh database at once
@@ -199,10 +266,8 @@ class Store:
             if engine.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_INIT_LOCK})
             stored = self._stored_version(conn)
-            if stored is not None and stored > STORE_SCHEMA_VERSION:
-                raise BadInputError(
-                    f"database {self.url} has store schema {stored}; this gpuaudit reads up to"
-                    f" {STORE_SCHEMA_VERSION} (upgrade gpuaudit)")
+            self._refuse_foreign(conn)
+            self._refuse_newer(stored)
             # Creates only missing tables: every table of a fresh database, and the tables
             # added since an older database's version, which is all upgrading from 1 takes.
             # A version that changes an existing table will need its own step here.
@@ -210,9 +275,42 @@ class Store:
             if stored is None:
                 conn.execute(insert(meta).values(key="store_schema_version",
                                                  value=str(STORE_SCHEMA_VERSION)))
-            elif stored < STORE_SCHEMA_VERSION:
+            else:
+                # Also for a current store: a write that changes nothing proves this user
+                # may write (a read-only role, a standby server) before any work is done.
                 conn.execute(update(meta).where(meta.c.key == "store_schema_version")
                              .values(value=str(STORE_SCHEMA_VERSION)))
+            self._tables = set(inspect(conn).get_table_names())
+
+    def _check_schema(self, engine: Engine) -> None:
+        with engine.connect() as conn:
+            stored = self._stored_version(conn)
+            self._refuse_foreign(conn)
+            if stored is None:
+                raise StoreNotFoundError(f"database {self.url} holds no gpuaudit store:"
+                                         " nothing was ever saved there")
+            self._refuse_newer(stored)
+            # An older store, which reading cannot upgrade, may lack the newer tables.
+            self._tables = set(inspect(conn).get_table_names())
+
+    def _refuse_foreign(self, conn: Connection) -> None:
+        """A database with tables but no gpuaudit_meta belongs to something else: adding ours
+        (named runs, findings...) could mix into its tables, or clutter it."""
+        self._refuse_foreign_tables(inspect(conn).get_table_names())
+
+    def _refuse_foreign_tables(self, tables: list[str]) -> None:
+        theirs = sorted(tables)
+        if theirs and meta.name not in theirs:
+            shown = ", ".join(theirs[:4]) + (", ..." if len(theirs) > 4 else "")
+            raise BadInputError(f"database {self.url} is not a gpuaudit store (it holds other"
+                                f" tables: {shown}); give gpuaudit a file or database of its"
+                                " own")
+
+    def _refuse_newer(self, stored: int | None) -> None:
+        if stored is not None and stored > STORE_SCHEMA_VERSION:
+            raise BadInputError(
+                f"database {self.url} has store schema {stored}; this gpuaudit reads up to"
+                f" {STORE_SCHEMA_VERSION} (upgrade gpuaudit)")
 
     def _stored_version(self, conn: Connection) -> int | None:
         if not inspect(conn).has_table(meta.name):
@@ -237,6 +335,11 @@ class Store:
             raise GpuauditError(
                 f"database error {action} in {self.url}: {self._reason(exc)}"
             ) from None
+
+    def _writing(self) -> Engine:
+        if self.read_only:
+            raise GpuauditError(f"store {self.url} was opened read-only")
+        return self._writer
 
     def save(self, run: Run) -> str:
         """Store `run` with its findings and measurements, all or nothing; returns its id."""
@@ -263,7 +366,7 @@ class Store:
              "value": m.value, "gpu_index": m.gpu_index}
             for m in run.measurements
         ]
-        with self._errors(f"saving run {run.id}"), self._writer.begin() as conn:
+        with self._errors(f"saving run {run.id}"), self._writing().begin() as conn:
             try:
                 conn.execute(insert(runs).values(row))
             except IntegrityError:
@@ -279,6 +382,8 @@ class Store:
     def get(self, run_id: str) -> Run:
         """The run with this id, or the only one whose id starts with it (≥4 characters)."""
         key = run_id.strip()
+        if self._engine is None:
+            raise RunNotFoundError(f"no run {key!r}: nothing is stored yet in {self.url}")
         with self._errors(f"reading run {key}"), self._engine.connect() as conn:
             document = conn.scalar(select(runs.c.document).where(runs.c.id == key))
             if document is None:
@@ -318,6 +423,8 @@ class Store:
             query = query.where(runs.c.kind == kind)
         if limit is not None:
             query = query.limit(max(limit, 0))
+        if self._engine is None:
+            return []
         with self._errors("listing runs"), self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return [RunSummary.model_validate(dict(r)) for r in rows]
@@ -330,7 +437,7 @@ class Store:
         rows = telemetry.raw_rows(sample)
         if not rows:
             return
-        with self._errors("saving telemetry"), self._writer.begin() as conn:
+        with self._errors("saving telemetry"), self._writing().begin() as conn:
             conn.execute(telemetry.insert_ignoring_duplicates(conn), rows)
 
     def compact(
@@ -355,11 +462,12 @@ class Store:
         raw_cutoff = telemetry.floor_minute(now - raw_retention)
         rollup_cutoff = telemetry.floor_minute(now - rollup_retention)
         rolled = written = late = 0
+        writer = self._writing()
         with self._errors("compacting telemetry"):
-            with self._writer.begin() as conn:
+            with writer.begin() as conn:
                 raw_expired, rollups_expired = telemetry.expire(conn, raw_cutoff, rollup_cutoff)
             while True:
-                with self._writer.begin() as conn:
+                with writer.begin() as conn:
                     telemetry.lock_for_rollup(conn)
                     step = telemetry.roll_up_next(conn, raw_cutoff, rollup_cutoff)
                 if step is None:
@@ -377,6 +485,7 @@ class Store:
         until: datetime | None = None,
         hostname: str | None = None,
         resolution: HistoryResolution = "auto",
+        replays: bool = False,
     ) -> list[HistoryPoint]:
         """Telemetry between `since` and `until` (inclusive; None: unbounded), of one GPU index
         and/or host (None: all), ordered by hostname, GPU, time.
@@ -386,13 +495,19 @@ class Store:
         included whole). "auto": the rollups where there are rollups (the older part of the
         range), every raw sample elsewhere. Raw samples that came late, for a minute already rolled
         up, are merged into that minute under "auto" and "1m", as compaction will do.
+
+        Replayed samples (host `replay:NAME`, see store.replay) are left out unless `replays`
+        is True or `hostname` names one.
         """
+        if self._engine is None or telemetry.raw.name not in self._tables:
+            return []  # nothing saved yet, or a schema-1 store read without upgrading it
         with self._errors("reading telemetry"), self._engine.connect() as conn:
             return telemetry.history(conn, gpu=gpu, hostname=hostname, since=since,
-                                     until=until, resolution=resolution)
+                                     until=until, resolution=resolution, replays=replays)
 
     def close(self) -> None:
-        self._engine.dispose()
+        if self._engine is not None:
+            self._engine.dispose()
 
     def __enter__(self) -> Store:
         return self
@@ -405,32 +520,28 @@ class Store:
         return f"Store({self.url!r})"
 
 
-def _passwords(raw: str) -> list[str]:
-    """The passwords in `raw` as written and as decoded, to scrub from driver messages."""
-    found = re.findall(r"^[\w+]+://[^:/]*:([^@]*)@", raw)
-    found += re.findall(r"(?i)[?&]password=([^&]*)", raw)
-    return [s for p in found for s in {p, unquote(p)} if s]
+def _sqlite_tables(uri: str) -> list[str]:
+    """The tables of the database at a read-only URI; fails as SQLite cannot read it so."""
+    db = sqlite3.connect(uri, uri=True, timeout=SQLITE_READ_TIMEOUT_S)
+    try:
+        return [name for (name,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+            " AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")]
+    finally:
+        db.close()
 
 
-def _reason(exc: BaseException | None) -> str:
-    if isinstance(exc, DBAPIError) and exc.orig is not None:
-        exc = exc.orig  # the driver's words, without SQLAlchemy's SQL echo and help link
-    if exc is None:
-        return "unknown error"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any, *, wal: bool) -> None:
     # sqlite3 would emit its own deferred BEGIN; _sqlite_on_begin takes over.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
+    timeout_s = SQLITE_WRITE_TIMEOUT_S if wal else SQLITE_READ_TIMEOUT_S
     try:
         # busy_timeout first: switching to WAL itself needs a lock other processes may hold.
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        # WAL: readers do not block the writer, and writers from several processes queue.
-        _switch_to_wal(cursor)
+        cursor.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+        if wal:
+            # WAL: readers do not block the writer, and writers from several processes queue.
+            _switch_to_wal(cursor)
         cursor.execute("PRAGMA foreign_keys = ON")
     finally:
         cursor.close()
@@ -439,7 +550,7 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
 def _switch_to_wal(cursor: Any) -> None:
     """Switching a fresh file to WAL while other processes open it can answer "database is
     locked" without waiting on busy_timeout; retry for as long as busy_timeout would wait."""
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + SQLITE_WRITE_TIMEOUT_S
     while True:
         try:
             cursor.execute("PRAGMA journal_mode = WAL")

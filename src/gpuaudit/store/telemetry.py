@@ -41,6 +41,9 @@ RAW_RETENTION = timedelta(days=1)
 ROLLUP_RETENTION = timedelta(days=30)
 HistoryResolution = Literal["auto", "raw", "1m"]
 HISTORY_RESOLUTIONS: tuple[str, ...] = ("auto", "raw", "1m")
+# Host-name prefix of replayed samples (see store.replay); kept here, below Store, for the
+# history query that leaves them out.
+REPLAY_HOST_PREFIX = "replay:"
 
 # Compaction works through the backlog an hour of raw rows per transaction, so that a
 # long-stopped compactor catching up never holds the write lock for long.
@@ -278,7 +281,8 @@ def roll_up_next(conn: Connection, raw_cutoff: datetime,
 
 
 def history(conn: Connection, *, gpu: int | None, hostname: str | None, since: datetime | None,
-            until: datetime | None, resolution: str) -> list[HistoryPoint]:
+            until: datetime | None, resolution: str,
+            replays: bool = False) -> list[HistoryPoint]:
     """See Store.history."""
     if resolution not in HISTORY_RESOLUTIONS:
         raise BadInputError(f"unknown resolution {resolution!r}: expected one of"
@@ -293,6 +297,8 @@ def history(conn: Connection, *, gpu: int | None, hostname: str | None, since: d
         clauses = []
         if hostname is not None:
             clauses.append(table.c.hostname == hostname)
+        elif not replays:
+            clauses.append(~table.c.hostname.startswith(REPLAY_HOST_PREFIX, autoescape=True))
         if gpu is not None:
             clauses.append(table.c.gpu == gpu)
         if start is not None:

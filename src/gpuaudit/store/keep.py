@@ -1,0 +1,76 @@
+"""Results are never lost to the store: check it can take them before the work, and if saving
+still fails after the work, keep the run in a file the error names."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import platformdirs
+
+from gpuaudit.errors import GpuauditError
+from gpuaudit.model import Run
+
+from .store import Store
+
+
+class UnsavedRunError(GpuauditError):
+    """The work was done but the store refused the run; `kept_at` is the file that holds it
+    instead (None when even that could not be written). Exit code 1."""
+
+    def __init__(self, message: str, run_id: str, kept_at: Path | None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.kept_at = kept_at
+
+
+def check_store(url: str | os.PathLike[str] | None = None) -> str:
+    """Open the store for writing and close it: a missing driver, an unreachable server, a
+    read-only file system or a database that is not ours is a one-line BadInputError now,
+    before any work whose results would have nowhere to go. Returns the store's URL as
+    messages show it (password masked)."""
+    with Store(url) as store:
+        return store.url
+
+
+def unsaved_dirs() -> list[Path]:
+    """Where a run the store refused is written, in order of preference: beside the default
+    store in the user's data directory, else the temporary directory."""
+    return [Path(platformdirs.user_data_dir("gpuaudit")) / "unsaved",
+            Path(tempfile.gettempdir()) / "gpuaudit-unsaved"]
+
+
+def keep_run(run: Run, directories: list[Path] | None = None) -> Path | None:
+    """Write `run` as its JSON document (what --json prints; `load_run` reads it back) to the
+    first of `directories` that takes it; None when none does."""
+    document = run.model_dump_json(indent=2) + "\n"
+    for directory in directories if directories is not None else unsaved_dirs():
+        path = directory / f"run-{run.id}.json"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(".json.partial")
+            partial.write_text(document, encoding="utf-8")
+            partial.replace(path)  # never a half-written file under the name we give
+        except OSError:
+            continue
+        return path
+    return None
+
+
+def save_or_keep(run: Run, url: str | os.PathLike[str] | None = None, *,
+                 directories: list[Path] | None = None) -> str:
+    """Save `run` in the store and return its id. When the store fails (it went away, the
+    disk filled, the run is already there), write the run to a file instead and raise
+    UnsavedRunError naming that file: the caller still has `run` to print."""
+    try:
+        with Store(url) as store:
+            return store.save(run)
+    except GpuauditError as exc:
+        problem = str(exc)
+    tried = directories if directories is not None else unsaved_dirs()
+    kept = keep_run(run, tried)
+    where = (f"the run is kept in {kept}" if kept is not None
+             else "it could not be written to a file either ("
+                  + ", ".join(str(d) for d in tried) + " refused it)")
+    raise UnsavedRunError(f"run {run.id} was not saved ({problem}); {where}", run.id, kept)
