@@ -20,7 +20,6 @@ from gpuaudit.model import GpuSample, ProcessSample, Sample, XidEvent
 
 from . import decode as d
 from .gpus import Reader, running_processes
-from .xids import xid_bus
 from .nvml import (
     FIELD_VALUES,
     GPM_METRICS,
@@ -36,6 +35,7 @@ from .nvml import (
     ReplayNvml,
     read_json,
 )
+from .xids import xid_bus
 
 TELEMETRY_FORMAT = "gpuaudit-telemetry-trace"
 TELEMETRY_VERSION = 1
