@@ -159,6 +159,16 @@ def test_a_reading_that_is_not_a_number_is_named_and_never_passes(name):
                         and value < 0), f
 
 
+def test_a_damaged_xid_tally_is_named_and_its_counts_not_judged():
+    doc = base_doc("h200-2gpu")
+    doc["machine"]["xid_counts_by_bus"] = {"0000:00:06": {"79": -3}}
+    doc["machine"]["xid_counts"] = {"79": -3}
+    found = findings_of(doc)
+    assert found[("reading.untrusted", None)] == "WARN"
+    assert ("xid", 0) not in found and found[("xid", 1)] == "PASS"
+    assert not [k for k in found if k[0].startswith("xid.")]
+
+
 def test_nan_in_a_check_input_takes_away_its_pass():
     doc = base_doc("h200-2gpu")
     doc["machine"]["gpus"][0]["power"]["default_limit_w"] = float("nan")

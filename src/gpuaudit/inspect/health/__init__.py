@@ -39,7 +39,7 @@ from .state import (
     check_power_readout,
     check_recovery_action,
 )
-from .xids import attribute, check_gpu_xids, check_unattributed_xids
+from .xids import attribute, check_gpu_xids, check_unattributed_xids, untrusted_counts
 
 GPU_CHECKS: tuple[GpuCheck, ...] = (
     check_spec_known, check_memory_size, check_pcie, check_clocks, check_max_clock,
@@ -83,6 +83,8 @@ def check_machine(m: Machine, *, expect_gpus: int | None = None) -> tuple[Findin
                      machine=m, xids=by_gpu.get(gpu.index, {}) if known else None)
         for check in GPU_CHECKS:
             findings.extend(check(ctx))
+    if (damaged := untrusted_counts(m)) is not None:
+        findings.append(damaged)
     mctx = MachineCtx(machine=m, expect_gpus=expect_gpus,
                       unattributed_xids={} if claims else rest)
     for machine_check in MACHINE_CHECKS:

@@ -47,14 +47,27 @@ def attribute(m: Machine) -> tuple[dict[int, dict[int, int]], dict[int, int]]:
     """Kernel-log XIDs per GPU index where the log's bus id names a listed GPU, and the rest
     (code → count). Snapshots without the per-bus tally leave everything in the rest."""
     if m.xid_counts_by_bus is None:
-        return {}, dict(m.xid_counts or {})
+        return {}, {c: n for c, n in (m.xid_counts or {}).items() if n > 0}
     index = {xid_bus(g.pci_bus_id): g.index for g in m.gpus if g.pci_bus_id}
     by_gpu: dict[int, Counter[int]] = {}
     rest: Counter[int] = Counter()
     for bus, codes in m.xid_counts_by_bus.items():
         gpu = index.get(xid_bus(bus))
         (rest if gpu is None else by_gpu.setdefault(gpu, Counter())).update(codes)
-    return {g: dict(c) for g, c in by_gpu.items()}, dict(rest)
+    return {g: dict(c) for g, c in by_gpu.items()}, {c: n for c, n in rest.items() if n > 0}
+
+
+def untrusted_counts(m: Machine) -> Finding | None:
+    """A tally with a count below one is damaged: name it (the counts are not judged)."""
+    bad = [f"{bus} XID {code}={n}" for bus, codes in (m.xid_counts_by_bus or {}).items()
+           for code, n in codes.items() if n < 1]
+    bad += [f"XID {code}={n}" for code, n in (m.xid_counts or {}).items() if n < 1]
+    if not bad:
+        return None
+    return problem("reading.untrusted", Severity.WARN, None,
+                   f"the kernel-log XID tally has counts below one: {', '.join(bad)}",
+                   "A damaged snapshot: take it again (gpuaudit inspect).",
+                   readings=", ".join(bad))
 
 
 def _finding(counts: dict[int, int], gpu: Gpu | None, where: str) -> Finding:
@@ -77,9 +90,10 @@ def check_gpu_xids(c: GpuCtx) -> Iterator[Finding]:
     """XIDs the kernel log attributes to this GPU by its PCI bus id."""
     if c.xids is None:
         return
-    if c.xids:
-        yield _finding(c.xids, c.gpu, "")
-    else:
+    sound = {code: n for code, n in c.xids.items() if n > 0}
+    if sound:
+        yield _finding(sound, c.gpu, "")
+    elif not c.xids:
         yield Finding(code="xid", severity=Severity.PASS, gpu_index=c.gpu.index,
                       message="no XID for this GPU in the kernel log", evidence={"xid_events": 0})
 
