@@ -197,6 +197,17 @@ def test_a_snapshot_field_of_the_wrong_type_is_a_one_line_error(tmp_path, where,
     assert "\n" not in message and ".".join(where) in message and repr(value) in message
 
 
+def test_inspect_exits_2_on_a_snapshot_field_of_the_wrong_type(tmp_path):
+    from .test_cli import assert_one_line_error, gpuaudit
+
+    doc = base_doc("h200-2gpu")
+    doc["machine"]["gpus"][1]["power"]["limit_w"] = "700 W"
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(doc))
+    assert_one_line_error(gpuaudit("inspect", "--from", str(path)),
+                          "machine.gpus.1.power.limit_w", "'700 W'")
+
+
 def test_a_gpu_that_answers_nothing_is_recognised_from_old_snapshots():
     from gpuaudit.inspect.health.readings import answered_nothing
 
