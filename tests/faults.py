@@ -1,4 +1,9 @@
-"""Planted faults: copies of the real H200 snapshots with one fault each.
+"""Planted faults: copies of the real two-H200 snapshot with one fault each.
+
+A GPU fault is planted on one GPU only (GPU 0; GPU 1 for ECC, since GPU 0 of the real machine
+warns of a historic ECC error); the other stays as recorded and must be judged exactly as
+before. Machine-wide faults change the host or the box. Each fault names its
+control: the PASS its check gives on the real snapshot, which the fault must take away.
 
 `python -m tests.faults` rewrites tests/fixtures/faults/*.json from the real fixtures;
 tests check the committed copies are exactly what these functions produce.
@@ -15,6 +20,8 @@ from pathlib import Path
 FIXTURES = Path(__file__).parent / "fixtures"
 FAULTS_DIR = FIXTURES / "faults"
 GIB = 1 << 30
+TWO = "h200-2gpu"
+BUS0 = "0000:00:06"  # GPU 0's bus as the kernel log writes it (nvml: 0000:00:06.0)
 
 Doc = dict
 
@@ -22,9 +29,13 @@ Doc = dict
 @dataclass(frozen=True)
 class Fault:
     name: str
-    base: str  # the real fixture it is planted in
     plant: Callable[[Doc], None]  # edits the machine of the document in place
     expect: dict[str, str]  # finding code → severity it must produce
+    gpu: int | None = 0  # the GPU the findings are on (machine-wide ones too: None)
+    control: str | None = None  # the check's PASS code on the real snapshot, this fault ends
+    replaces: frozenset[str] = frozenset()  # other PASS codes the fault may take away
+    base: str = TWO  # the real fixture it is planted in
+    expect_gpus: int | None = None  # passed to check_machine
 
 
 def _gpu(doc: Doc, i: int = 0) -> dict:
@@ -32,9 +43,11 @@ def _gpu(doc: Doc, i: int = 0) -> dict:
 
 
 def _busy(gpu: dict) -> None:
+    """Working flat out, as a healthy GPU does: full clocks, no clock-event reason."""
     gpu["utilization_gpu_pct"] = 100
-    gpu["clocks"]["event_reasons"] = []
-    gpu["clocks"]["event_reasons_mask"] = 0
+    clk = gpu["clocks"]
+    clk.update(event_reasons=[], event_reasons_mask=0, sm_mhz=clk["sm_max_mhz"],
+               graphics_mhz=clk["sm_max_mhz"])
 
 
 def _reasons(gpu: dict, *names: str, mask: int) -> None:
@@ -42,8 +55,18 @@ def _reasons(gpu: dict, *names: str, mask: int) -> None:
     gpu["clocks"]["event_reasons_mask"] = mask
 
 
-def pcie_width(doc: Doc) -> None:
-    _gpu(doc)["pcie"]["width_current"] = 8
+def _set(path: str, value, gpu: int = 0) -> Callable[[Doc], None]:
+    """A planter that sets one dotted field of a GPU ("power.limit_w") and forgets why it was
+    unavailable, as a real reading would."""
+    def plant(doc: Doc) -> None:
+        g = _gpu(doc, gpu)
+        *parents, leaf = path.split(".")
+        target = g
+        for key in parents:
+            target = target[key]
+        target[leaf] = value
+        g["unavailable"].pop(path, None)
+    return plant
 
 
 def pcie_gen_busy(doc: Doc) -> None:
@@ -52,18 +75,16 @@ def pcie_gen_busy(doc: Doc) -> None:
     g["pcie"]["gen_current"] = 3
 
 
-def pcie_gen_idle(doc: Doc) -> None:
-    _gpu(doc)["pcie"]["gen_current"] = 1  # the recorded GPU is idle (gpu_idle reason)
-
-
 def pcie_slot(doc: Doc) -> None:
-    g = _gpu(doc)
-    g["pcie"]["gen_max"] = 4
-    g["pcie"]["gen_current"] = 4
+    _gpu(doc)["pcie"].update(gen_max=4, gen_current=4)
 
 
-def hw_slowdown(doc: Doc) -> None:
-    _reasons(_gpu(doc), "hw_slowdown", mask=0x8)
+def pcie_gpu_below_spec(doc: Doc) -> None:
+    _gpu(doc)["pcie"].update(gen_gpu_max=4, gen_max=4, gen_current=4)
+
+
+def pcie_width_max(doc: Doc) -> None:
+    _gpu(doc)["pcie"].update(width_max=8, width_current=8)
 
 
 def hw_thermal(doc: Doc) -> None:
@@ -72,16 +93,8 @@ def hw_thermal(doc: Doc) -> None:
     g["thermal"]["gpu_c"] = 80
 
 
-def power_brake(doc: Doc) -> None:
-    _reasons(_gpu(doc), "hw_slowdown", "hw_power_brake_slowdown", mask=0x88)
-
-
-def power_cap_idle(doc: Doc) -> None:
-    _reasons(_gpu(doc), "gpu_idle", "sw_power_cap", mask=0x5)
-
-
-def power_limit_lowered(doc: Doc) -> None:
-    _gpu(doc)["power"]["limit_w"] = 450.0
+def power_below_spec(doc: Doc) -> None:
+    _gpu(doc)["power"].update(limit_w=500.0, default_limit_w=500.0, max_limit_w=500.0)
 
 
 def temp_near(doc: Doc) -> None:
@@ -89,56 +102,84 @@ def temp_near(doc: Doc) -> None:
     g["thermal"]["gpu_c"] = g["thermal"]["slowdown_c"] - 3
 
 
-def ecc_off(doc: Doc) -> None:
+def clocks_held(doc: Doc) -> None:
     g = _gpu(doc)
-    g["ecc"]["enabled"] = False
-    g["ecc"]["pending_enabled"] = False
+    _busy(g)
+    g["clocks"]["sm_mhz"] = g["clocks"]["graphics_mhz"] = 1200
+
+
+def app_clocks(doc: Doc) -> None:
+    clk = _gpu(doc)["clocks"]
+    clk.update(applications_graphics_mhz=1500, default_applications_graphics_mhz=1980,
+               applications_memory_mhz=3201, default_applications_memory_mhz=3201)
+    for key in ("applications_graphics_mhz", "default_applications_graphics_mhz",
+                "applications_memory_mhz", "default_applications_memory_mhz"):
+        _gpu(doc)["unavailable"].pop(f"clocks.{key}", None)
+
+
+# ECC faults go on GPU 1: GPU 0 of the real machine already warns of a historic error.
+def ecc_off(doc: Doc) -> None:
+    _gpu(doc, 1)["ecc"].update(enabled=False, pending_enabled=False)
 
 
 def ecc_uncorrectable(doc: Doc) -> None:
-    g = _gpu(doc)
-    g["ecc"]["volatile_uncorrected"] = 2
-    g["ecc"]["aggregate_uncorrected"] = 2
+    _gpu(doc, 1)["ecc"].update(volatile_uncorrected=2, aggregate_uncorrected=3)
+
+
+def power_unreadable(doc: Doc) -> None:
+    _gpu(doc)["power"]["draw_w"] = None
+    _gpu(doc)["unavailable"]["power.draw_w"] = "Unknown Error"
 
 
 def remap_pending(doc: Doc) -> None:
-    rr = _gpu(doc)["remapped_rows"]
-    rr["uncorrectable"] = 1
-    rr["pending"] = True
+    _gpu(doc)["remapped_rows"].update(uncorrectable=1, pending=True)
 
 
 def remap_failed(doc: Doc) -> None:
-    rr = _gpu(doc)["remapped_rows"]
-    rr["uncorrectable"] = 512
-    rr["failed"] = True
+    _gpu(doc)["remapped_rows"].update(uncorrectable=511, failed=True)
 
 
-def retired_pending(doc: Doc) -> None:
-    _gpu(doc)["retired_pages"] = {"single_bit": 3, "double_bit": 1, "pending": True}
+def remap_limit(doc: Doc) -> None:
+    _gpu(doc)["remapped_rows"].update(uncorrectable=512)
+
+
+def _retired(doc: Doc, single: int, double: int, pending: bool) -> None:
+    _gpu(doc)["retired_pages"] = {"single_bit": single, "double_bit": double,
+                                  "pending": pending}
     for key in ("retired_pages.single_bit", "retired_pages.double_bit", "retired_pages.pending"):
         _gpu(doc)["unavailable"].pop(key, None)
 
 
+def _links_between(doc: Doc, count: int) -> None:
+    link = doc["machine"]["links"][0]
+    link["nvlink_count"] = count
+    if count == 0:
+        link["kind"] = "SYS"
+
+
 def nvlink_down(doc: Doc) -> None:
-    for link in _gpu(doc, 1)["nvlinks"][:2]:
+    for link in _gpu(doc)["nvlinks"][:2]:
         link.update(active=False, version=None, remote_is_switch=None)
-    doc["machine"]["links"][0]["nvlink_count"] = 16
+    _links_between(doc, 16)
 
 
-def fabric_not_started(doc: Doc) -> None:
-    for gpu in doc["machine"]["gpus"]:
-        gpu["fabric_state"] = "not_started"
+def nvlink_none_up(doc: Doc) -> None:
+    for link in _gpu(doc)["nvlinks"]:
+        link.update(active=False, version=None, remote_is_switch=None, remote_pci_bus_id=None)
+    _links_between(doc, 0)
+
+
+def nvlink_hidden(doc: Doc) -> None:
+    _gpu(doc)["nvlinks"] = []
+    _gpu(doc)["unavailable"]["nvlinks"] = "Not Supported"
+    _links_between(doc, 0)
 
 
 def mig_on(doc: Doc) -> None:
-    g = _gpu(doc)
-    g["mig_enabled"] = True
-    g["mig_pending"] = True
-    g["mig_instances"] = [
+    _gpu(doc).update(mig_enabled=True, mig_pending=True, mig_instances=[
         {"uuid": f"MIG-0000000{k}-aaaa-bbbb-cccc-dddddddddddd", "gpu_instance_id": k,
          "compute_instance_id": 0, "memory_total_bytes": 35 * GIB, "multiprocessor_count": 32}
-        for k in range(3)
-    ]
+        for k in range(3)])
 
 
 def processes(doc: Doc) -> None:
@@ -148,13 +189,54 @@ def processes(doc: Doc) -> None:
     g["memory_used_bytes"] += 40 * GIB
 
 
-def memory_unseen(doc: Doc) -> None:
-    _gpu(doc)["memory_used_bytes"] = 70 * GIB
+def vgpu_slice(doc: Doc) -> None:
+    _gpu(doc).update(virtualization_mode="vgpu", memory_total_bytes=20 * GIB,
+                     memory_used_bytes=GIB // 2)
+
+
+def lost(reason: str) -> Callable[[Doc], None]:
+    """GPU 0 as hw reads a GPU that answers no query; the kernel log has XID 79 on its bus."""
+    def plant(doc: Doc) -> None:
+        from gpuaudit.model import Gpu
+
+        unavailable = {"name": reason, "uuid": reason, "memory_total_bytes": reason}
+        doc["machine"]["gpus"][0] = Gpu(index=0, name="unknown", error=reason,
+                                        unavailable=unavailable).model_dump(mode="json")
+        doc["machine"]["links"] = []
+        doc["machine"]["xid_counts"] = {"79": 1}
+        doc["machine"]["xid_counts_by_bus"] = {BUS0: {"79": 1}}
+    return plant
+
+
+def lost_old_snapshot(doc: Doc) -> None:
+    """A snapshot from before `error` was kept: every reading of GPU 0 missing."""
+    lost("Unknown Error")(doc)
+    g = _gpu(doc)
+    g["error"] = None
+    g["unavailable"] = {k: "Unknown Error" for k in ("name", "uuid", "pci_bus_id",
+                                                       "memory_total_bytes", "clocks.sm_mhz")}
+    doc["machine"]["xid_counts_by_bus"] = {}
+    doc["machine"]["xid_counts"] = {}
+
+
+def xids(by_bus: dict[str, dict[str, int]]) -> Callable[[Doc], None]:
+    def plant(doc: Doc) -> None:
+        totals: dict[str, int] = {}
+        for codes in by_bus.values():
+            for code, n in codes.items():
+                totals[code] = totals.get(code, 0) + n
+        doc["machine"]["xid_counts"] = totals
+        doc["machine"]["xid_counts_by_bus"] = by_bus
+    return plant
+
+
+def xid_old_snapshot(doc: Doc) -> None:
+    doc["machine"]["xid_counts"] = {"79": 1, "13": 4}
+    doc["machine"]["xid_counts_by_bus"] = None
 
 
 def torch_newer(doc: Doc) -> None:
-    doc["machine"]["host"]["torch_version"] = "2.11.0+cu140"
-    doc["machine"]["host"]["torch_cuda_version"] = "14.0"
+    doc["machine"]["host"].update(torch_version="2.11.0+cu140", torch_cuda_version="14.0")
 
 
 def torch_minor_newer(doc: Doc) -> None:
@@ -162,62 +244,143 @@ def torch_minor_newer(doc: Doc) -> None:
 
 
 def mixed_models(doc: Doc) -> None:
-    g = _gpu(doc, 1)
-    g["name"] = "NVIDIA H100 80GB HBM3"
-    g["pci_device_id"] = 0x2330
+    # An H100 as NVML reports one: 81559 MiB.
+    _gpu(doc, 1).update(name="NVIDIA H100 80GB HBM3", pci_device_id=0x2330,
+                        memory_total_bytes=81559 << 20)
 
 
-def xid_critical(doc: Doc) -> None:
-    doc["machine"]["xid_counts"] = {"79": 1, "13": 4}
+def mixed_vbios(doc: Doc) -> None:
+    _gpu(doc, 1)["vbios_version"] = "96.00.99.00.01"
 
 
-def compute_prohibited(doc: Doc) -> None:
-    _gpu(doc)["compute_mode"] = "prohibited"
+def cuda_env(doc: Doc) -> None:
+    doc["machine"]["host"]["cuda_env_set"] = ["CUDA_LAUNCH_BLOCKING", "CUDA_INJECTION64_PATH"]
 
 
 def unknown_model(doc: Doc) -> None:
-    g = _gpu(doc)
-    g["name"] = "NVIDIA Imaginary X1"
-    g["pci_device_id"] = 0x9999
+    _gpu(doc).update(name="NVIDIA Imaginary X1", pci_device_id=0x9999)
 
+
+DATASHEET = frozenset({"memory-size", "clocks-max", "power", "nvlink", "pcie"})
 
 FAULTS = [
-    Fault("pcie-width-degraded", "h200-1gpu", pcie_width, {"pcie.width-degraded": "FAIL"}),
-    Fault("pcie-gen-below-max-busy", "h200-1gpu", pcie_gen_busy, {"pcie.gen-below-max": "WARN"}),
-    Fault("pcie-gen-below-max-idle", "h200-1gpu", pcie_gen_idle,
-          {"pcie.gen-below-max-idle": "INFO"}),
-    Fault("pcie-slot-below-gpu", "h200-1gpu", pcie_slot, {"pcie.slot-below-gpu": "WARN"}),
-    Fault("hw-slowdown", "h200-1gpu", hw_slowdown, {"clocks.hw-slowdown": "FAIL"}),
-    Fault("hw-thermal-slowdown", "h200-1gpu", hw_thermal,
-          {"clocks.hw-slowdown": "FAIL", "clocks.hw-thermal-slowdown": "FAIL"}),
-    Fault("hw-power-brake", "h200-1gpu", power_brake,
-          {"clocks.hw-slowdown": "FAIL", "clocks.hw-power-brake": "FAIL"}),
-    Fault("power-cap-while-idle", "h200-1gpu", power_cap_idle,
-          {"clocks.power-cap-while-idle": "WARN"}),
-    Fault("power-limit-lowered", "h200-1gpu", power_limit_lowered,
-          {"power.limit-below-default": "WARN"}),
-    Fault("temperature-near-slowdown", "h200-1gpu", temp_near, {"thermal.near-slowdown": "WARN"}),
-    Fault("ecc-off", "h200-1gpu", ecc_off, {"ecc.disabled": "WARN"}),
-    Fault("ecc-uncorrectable", "h200-1gpu", ecc_uncorrectable,
-          {"ecc.uncorrectable-volatile": "FAIL"}),
-    Fault("remapped-rows-pending", "h200-1gpu", remap_pending, {"remapped-rows.pending": "WARN"}),
-    Fault("remapped-rows-failed", "h200-1gpu", remap_failed, {"remapped-rows.failed": "FAIL"}),
-    Fault("retired-pages-pending", "h200-1gpu", retired_pending,
+    # PCIe: link now, slot, datasheet
+    Fault("pcie-width-degraded", _set("pcie.width_current", 8), {"pcie.width-degraded": "FAIL"},
+          control="pcie"),
+    Fault("pcie-gen-below-max-busy", pcie_gen_busy, {"pcie.gen-below-max": "WARN"},
+          control="pcie"),
+    Fault("pcie-gen-below-max-idle", _set("pcie.gen_current", 1),
+          {"pcie.gen-below-max-idle": "INFO"}, control="pcie"),
+    Fault("pcie-slot-below-gpu", pcie_slot, {"pcie.slot-below-gpu": "WARN"}, control="pcie"),
+    Fault("pcie-gpu-below-spec", pcie_gpu_below_spec, {"pcie.gpu-below-spec": "WARN"},
+          control="pcie"),
+    Fault("pcie-width-max-below-spec", pcie_width_max, {"pcie.width-max-below-spec": "WARN"},
+          control="pcie"),
+    # datasheet figures
+    Fault("memory-size-below-spec", _set("memory_total_bytes", 80 * GIB),
+          {"memory-size.below-spec": "FAIL"}, control="memory-size"),
+    Fault("memory-size-above-spec", _set("memory_total_bytes", 192 * GIB),
+          {"memory-size.above-spec": "WARN"}, control="memory-size"),
+    Fault("memory-size-vgpu-slice", vgpu_slice, {"memory-size.vgpu-share": "INFO",
+                                                 "virtualization.vgpu": "WARN"},
+          control="memory-size"),
+    Fault("power-limit-lowered", _set("power.limit_w", 450.0),
+          {"power.limit-below-default": "WARN"}, control="power"),
+    Fault("power-limit-below-spec", power_below_spec, {"power.limit-below-spec": "WARN"},
+          control="power"),
+    Fault("max-clock-below-spec", _set("clocks.sm_max_mhz", 1600),
+          {"clocks-max.below-spec": "WARN"}, control="clocks-max"),
+    # clocks and heat
+    Fault("hw-slowdown", lambda d: _reasons(_gpu(d), "hw_slowdown", mask=0x8),
+          {"clocks.hw-slowdown": "FAIL"}, control="clocks"),
+    Fault("hw-thermal-slowdown", hw_thermal,
+          {"clocks.hw-slowdown": "FAIL", "clocks.hw-thermal-slowdown": "FAIL"},
+          control="clocks"),
+    Fault("hw-power-brake",
+          lambda d: _reasons(_gpu(d), "hw_slowdown", "hw_power_brake_slowdown", mask=0x88),
+          {"clocks.hw-slowdown": "FAIL", "clocks.hw-power-brake": "FAIL"}, control="clocks"),
+    Fault("power-cap-while-idle",
+          lambda d: _reasons(_gpu(d), "gpu_idle", "sw_power_cap", mask=0x5),
+          {"clocks.power-cap-while-idle": "WARN"}, control="clocks"),
+    Fault("clocks-held-below-max", clocks_held, {"clocks.held-below-max": "WARN"},
+          control="clocks"),
+    Fault("clocks-applications-lowered", app_clocks, {"clocks.applications-lowered": "WARN"},
+          control="clocks"),
+    Fault("temperature-near-slowdown", temp_near, {"thermal.near-slowdown": "WARN"},
+          control="thermal"),
+    Fault("power-unreadable", power_unreadable, {"power.unreadable": "WARN"}),
+    # memory errors and use
+    Fault("ecc-off", ecc_off, {"ecc.disabled": "WARN"}, gpu=1, control="ecc"),
+    Fault("ecc-uncorrectable", ecc_uncorrectable, {"ecc.uncorrectable-volatile": "FAIL"},
+          gpu=1, control="ecc"),
+    Fault("remapped-rows-pending", remap_pending, {"remapped-rows.pending": "WARN"},
+          control="remapped-rows"),
+    Fault("remapped-rows-failed", remap_failed, {"remapped-rows.failed": "FAIL"},
+          control="remapped-rows"),
+    Fault("remapped-rows-limit", remap_limit, {"remapped-rows.limit": "FAIL"},
+          control="remapped-rows"),
+    Fault("retired-pages-pending", lambda d: _retired(d, 3, 1, True),
           {"retired-pages.pending": "WARN"}),
-    Fault("nvlink-down", "h200-2gpu", nvlink_down, {"nvlink.down": "FAIL"}),
-    Fault("fabric-not-started", "h200-2gpu", fabric_not_started, {"fabric.not-ready": "FAIL"}),
-    Fault("mig-enabled", "h200-1gpu", mig_on, {"mig.enabled": "INFO"}),
-    Fault("processes-holding-memory", "h200-1gpu", processes, {"memory.in-use": "WARN"}),
-    Fault("memory-held-unseen", "h200-1gpu", memory_unseen, {"memory.in-use-unseen": "WARN"}),
-    Fault("torch-cuda-newer-than-driver", "h200-1gpu", torch_newer,
-          {"torch.cuda-newer-than-driver": "FAIL"}),
-    Fault("torch-cuda-minor-newer", "h200-1gpu", torch_minor_newer,
-          {"torch.cuda-minor-newer-than-driver": "WARN"}),
-    Fault("mixed-gpu-models", "h200-2gpu", mixed_models, {"box.mixed-models": "WARN"}),
-    Fault("xid-critical", "h200-1gpu", xid_critical, {"xid.critical": "FAIL"}),
-    Fault("compute-prohibited", "h200-1gpu", compute_prohibited,
+    Fault("retired-pages-limit", lambda d: _retired(d, 60, 3, False),
+          {"retired-pages.limit": "FAIL"}),
+    Fault("processes-holding-memory", processes, {"memory.in-use": "WARN"}, control="memory"),
+    Fault("memory-held-unseen", _set("memory_used_bytes", 70 * GIB),
+          {"memory.in-use-unseen": "WARN"}, control="memory"),
+    # links
+    Fault("nvlink-down", nvlink_down, {"nvlink.down": "FAIL"}, control="nvlink"),
+    Fault("nvlink-none-up", nvlink_none_up, {"nvlink.none-up": "FAIL"}, control="nvlink"),
+    Fault("nvlink-hidden-by-vm", nvlink_hidden, {"nvlink.none-up": "FAIL"}, control="nvlink"),
+    Fault("fabric-not-started", _set("fabric_state", "not_started"),
+          {"fabric.not-ready": "FAIL"}, control="fabric"),
+    # modes and driver state
+    Fault("mig-enabled", mig_on, {"mig.enabled": "INFO"}),
+    Fault("compute-prohibited", _set("compute_mode", "prohibited"),
           {"mode.compute-prohibited": "FAIL"}),
-    Fault("unknown-model", "h200-1gpu", unknown_model, {"spec.unknown-model": "INFO"}),
+    Fault("persistence-off", _set("persistence_mode", False), {"mode.persistence-off": "INFO"}),
+    Fault("inforom-corrupt", _set("inforom_valid", False), {"inforom.corrupt": "FAIL"}),
+    Fault("recovery-action-reset", _set("recovery_action", "gpu_reset"),
+          {"recovery.action-needed": "FAIL"}),
+    # readings that cannot be trusted
+    Fault("reading-nan", _set("power.limit_w", float("nan")), {"reading.untrusted": "WARN"},
+          control="power", replaces=frozenset({"power"})),
+    Fault("reading-negative", _set("thermal.gpu_c", -5), {"reading.untrusted": "WARN"},
+          control="thermal", replaces=frozenset({"thermal"})),
+    Fault("reading-infinite", _set("power.default_limit_w", float("inf")),
+          {"reading.untrusted": "WARN"}),
+    Fault("reading-percent-over-100", _set("utilization_gpu_pct", 250),
+          {"reading.untrusted": "WARN"}),
+    # lost GPUs and XIDs
+    Fault("gpu-lost", lost("GPU is lost"), {"gpu.lost": "FAIL"}, control="memory-size",
+          replaces=frozenset({"pcie", "clocks", "clocks-max", "power", "thermal", "ecc",
+                              "remapped-rows", "nvlink", "fabric", "memory", "xid"})),
+    Fault("gpu-lost-old-snapshot", lost_old_snapshot, {"gpu.lost": "FAIL"},
+          control="memory-size",
+          replaces=frozenset({"pcie", "clocks", "clocks-max", "power", "thermal", "ecc",
+                              "remapped-rows", "nvlink", "fabric", "memory", "xid"})),
+    Fault("gpu-no-access", lost("Insufficient Permissions"), {"gpu.no-access": "FAIL"},
+          control="memory-size",
+          replaces=frozenset({"pcie", "clocks", "clocks-max", "power", "thermal", "ecc",
+                              "remapped-rows", "nvlink", "fabric", "memory", "xid"})),
+    Fault("xid-critical-on-gpu", xids({BUS0: {"79": 1, "13": 4}}), {"xid.critical": "FAIL"},
+          control="xid"),
+    Fault("xid-seen-on-gpu", xids({BUS0: {"13": 2}}), {"xid.seen": "WARN"}, control="xid"),
+    Fault("xid-on-unknown-bus", xids({"0000:9a:00": {"79": 1}}), {"xid.critical": "FAIL"},
+          gpu=None),
+    Fault("xid-old-snapshot", xid_old_snapshot, {"xid.critical": "FAIL"}, gpu=None,
+          replaces=frozenset({"xid"})),
+    # the machine
+    Fault("gpu-count-short", lambda d: None, {"gpu-count.missing": "FAIL"}, gpu=None,
+          expect_gpus=8),
+    Fault("torch-cuda-newer-than-driver", torch_newer, {"torch.cuda-newer-than-driver": "FAIL"},
+          gpu=None, control="torch"),
+    Fault("torch-cuda-minor-newer", torch_minor_newer,
+          {"torch.cuda-minor-newer-than-driver": "WARN"}, gpu=None, control="torch"),
+    Fault("mixed-gpu-models", mixed_models, {"box.mixed-models": "WARN"}, gpu=None,
+          replaces=DATASHEET),
+    Fault("mixed-vbios", mixed_vbios, {"box.mixed-vbios": "WARN"}, gpu=None),
+    Fault("cuda-env-altered", cuda_env, {"env.cuda-altered": "WARN"}, gpu=None),
+    Fault("unknown-model", unknown_model, {"spec.unknown-model": "INFO",
+                                           "box.mixed-models": "WARN"}, replaces=DATASHEET),
 ]
 
 
@@ -233,7 +396,8 @@ def planted(fault: Fault) -> Doc:
     doc = copy.deepcopy(base_doc(fault.base))
     fault.plant(doc)
     machine = Machine.model_validate(doc["machine"])
-    doc["findings"] = [f.model_dump(mode="json") for f in check_machine(machine)]
+    findings = check_machine(machine, expect_gpus=fault.expect_gpus)
+    doc["findings"] = [f.model_dump(mode="json") for f in findings]
     doc["source"] = f"planted fault {fault.name} in {fault.base}"
     return doc
 
@@ -243,11 +407,13 @@ def fault_path(fault: Fault) -> Path:
 
 
 def render(doc: Doc) -> str:
-    return json.dumps(doc, indent=2) + "\n"
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 if __name__ == "__main__":
     FAULTS_DIR.mkdir(exist_ok=True)
+    for old in FAULTS_DIR.glob("*.json"):
+        old.unlink()
     for fault in FAULTS:
         fault_path(fault).write_text(render(planted(fault)))
     print(f"wrote {len(FAULTS)} planted-fault snapshots to {FAULTS_DIR}")

@@ -60,7 +60,8 @@ def test_inspect_from_a_real_two_gpu_snapshot_exits_0_and_shows_the_machine():
 
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.name)
 def test_inspect_from_fault_exit_code_and_json(fault):
-    proc = gpuaudit("inspect", "--json", "--from", str(fault_path(fault)))
+    expect = ("--expect-gpus", str(fault.expect_gpus)) if fault.expect_gpus is not None else ()
+    proc = gpuaudit("inspect", "--json", "--from", str(fault_path(fault)), *expect)
     doc = json.loads(proc.stdout)
     jsonschema.validate(doc, json_schema())
     codes = {f["code"]: f["severity"] for f in doc["findings"]}

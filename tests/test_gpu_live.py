@@ -12,7 +12,14 @@ from gpuaudit.hw import LiveNvml, RecordingNvml, ReplayNvml, read_nvml, take_sna
 pytestmark = pytest.mark.gpu
 
 QUERY = ("index,name,uuid,pci.bus_id,memory.total,pcie.link.gen.max,pcie.link.width.max,"
-         "clocks.max.sm,power.default_limit,ecc.mode.current,vbios_version,driver_version")
+         "clocks.max.sm,power.default_limit,ecc.mode.current,vbios_version,driver_version,"
+         "persistence_mode,clocks.max.graphics,clocks.applications.graphics,"
+         "clocks.default_applications.graphics,clocks.applications.memory")
+
+
+def _mhz(value: str) -> int | None:
+    """nvidia-smi's number, or None where it prints [N/A] / [Not Supported]."""
+    return None if value.startswith("[") else int(value)
 
 
 def nvidia_smi_rows() -> list[dict[str, str]]:
@@ -40,7 +47,26 @@ def test_snapshot_matches_nvidia_smi():
         assert gpu.power.default_limit_w == pytest.approx(float(row["power.default_limit"]))
         assert gpu.ecc.enabled == (row["ecc.mode.current"] == "Enabled")
         assert gpu.vbios_version == row["vbios_version"]
+        assert gpu.persistence_mode == (row["persistence_mode"] == "Enabled")
+        assert gpu.clocks.graphics_max_mhz == _mhz(row["clocks.max.graphics"])
+        assert gpu.clocks.applications_graphics_mhz == _mhz(row["clocks.applications.graphics"])
+        assert gpu.clocks.default_applications_graphics_mhz == _mhz(
+            row["clocks.default_applications.graphics"])
+        assert gpu.clocks.applications_memory_mhz == _mhz(row["clocks.applications.memory"])
     assert machine.driver_version == rows[0]["driver_version"]
+
+
+def test_every_gpu_here_is_judged_on_sound_readings():
+    from gpuaudit.inspect import check_machine
+
+    machine = take_snapshot()
+    findings = check_machine(machine, expect_gpus=len(nvidia_smi_rows()))
+    codes = {f.code for f in findings}
+    assert not codes & {"gpu.lost", "gpu.no-access", "reading.untrusted", "gpu-count.missing"}
+    for gpu in machine.gpus:
+        assert gpu.error is None and gpu.inforom_valid is not None
+        judged = {f.code for f in findings if f.gpu_index == gpu.index}
+        assert {"memory-size", "pcie", "clocks", "power"} & judged, judged
 
 
 def test_record_then_replay_gives_the_same_facts():

@@ -6,9 +6,9 @@ from gpuaudit.hw.host import (
     cpu_sockets,
     detect_container,
     detect_hypervisor,
-    parse_xids,
     read_host,
 )
+from gpuaudit.hw.xids import parse_xids
 
 CPUINFO = """processor\t: 0
 model name\t: AMD EPYC 9654 96-Core Processor

@@ -87,6 +87,9 @@ def inspect(
                        "this machine.", dir_okay=False)] = None,
     save: Annotated[bool, typer.Option("--save", help="Keep the run in the store.")] = False,
     show_pass: Annotated[bool, typer.Option("--all", help="Show passed checks too.")] = False,
+    expect_gpus: Annotated[int | None, typer.Option(
+        "--expect-gpus", min=0, help="The number of GPUs the machine should have (what you "
+        "rented): fewer answering is a FAIL.")] = None,
     db: DbOpt = None,
 ) -> None:
     """What is this GPU server, and is it healthy? Inventory, topology, health findings.
@@ -97,9 +100,9 @@ def inspect(
 
     _check_store(save, db)
     if from_ is not None:
-        run = inspect_machine(read_snapshot(from_), source=str(from_))
+        run = inspect_machine(read_snapshot(from_), source=str(from_), expect_gpus=expect_gpus)
     else:
-        run = inspect_machine()
+        run = inspect_machine(expect_gpus=expect_gpus)
     _finish(run, json_=json_, save=save, db=db, show_all=show_pass)
 
 

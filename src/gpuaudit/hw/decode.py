@@ -52,6 +52,12 @@ TOPOLOGY_LEVELS = {
 # nvmlGpuFabricState_t: the NVSwitch fabric's training state, as the fabric manager sets it.
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R550+): what the driver says the GPU needs now.
+FI_GPU_RECOVERY_ACTION = 230
+RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p",
+                    4: "drain_and_reset", 5: "recover_imex_domain", 6: "bus_reset",
+                    7: "system_reboot"}
+
 # nvmlDeviceGetNvLinkRemoteDeviceType.
 NVLINK_REMOTE_GPU = 0
 NVLINK_REMOTE_SWITCH = 2

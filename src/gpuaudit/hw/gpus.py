@@ -27,7 +27,7 @@ from gpuaudit.model import (
 )
 
 from . import decode as d
-from .nvml import NOT_RECORDED, READ_FILE, Dev, NvmlSource, Unsupported
+from .nvml import FIELD_VALUES, NOT_RECORDED, READ_FILE, Dev, NvmlSource, Unsupported
 
 T = TypeVar("T")
 
@@ -96,9 +96,26 @@ def read_nvml(src: NvmlSource) -> NvmlFacts:
     )
 
 
+def _not_answering(r: Reader, h: Dev) -> Gpu | None:
+    """The GPU as a lost one when it answers none of the queries every GPU answers (its name
+    has already failed); None when it answers some. A trace that simply lacks the queries
+    says nothing about the GPU."""
+    for fld, fn in (("uuid", "nvmlDeviceGetUUID"), ("memory_total_bytes",
+                                                    "nvmlDeviceGetMemoryInfo")):
+        if r.get(fld, fn, h) is not None or r.unavailable[fld] == NOT_RECORDED:
+            return None
+    reason = r.unavailable["name"]
+    return Gpu(index=h.index, name="unknown", error=reason, unavailable=r.unavailable)
+
+
 def read_gpu(src: NvmlSource, index: int) -> Gpu:
     r = Reader(src)
     h = Dev(index)
+    name = r.get("name", "nvmlDeviceGetName", h)
+    if name is None and r.unavailable["name"] != NOT_RECORDED:
+        lost = _not_answering(r, h)
+        if lost is not None:
+            return lost  # every further query would fail the same way, slowly
     pci = r.get("pci_bus_id", "nvmlDeviceGetPciInfo_v3", h) or {}
     cc = r.get("compute_capability", "nvmlDeviceGetCudaComputeCapability", h)
     mem = r.get("memory_total_bytes", "nvmlDeviceGetMemoryInfo", h)
@@ -118,7 +135,7 @@ def read_gpu(src: NvmlSource, index: int) -> Gpu:
     device_id = pci.get("pciDeviceId")
     return Gpu(
         index=index,
-        name=r.get("name", "nvmlDeviceGetName", h) or "unknown",
+        name=name or "unknown",
         uuid=r.get("uuid", "nvmlDeviceGetUUID", h),
         serial=r.get("serial", "nvmlDeviceGetSerial", h),
         board_part_number=r.get("board_part_number", "nvmlDeviceGetBoardPartNumber", h),
@@ -159,8 +176,32 @@ def read_gpu(src: NvmlSource, index: int) -> Gpu:
         fabric_state=d.FABRIC_STATES.get(fabric["state"], f"state_{fabric['state']}")
         if fabric else None,
         fabric_ok=fabric["status"] == 0 if fabric else None,
+        inforom_valid=_inforom_valid(r, h),
+        recovery_action=_recovery_action(r, h),
         unavailable=r.unavailable,
     )
+
+
+def _inforom_valid(r: Reader, h: Dev) -> bool | None:
+    """True when NVML validates the InfoROM (the board's store of ECC counts, retired pages,
+    power settings), False when it reports it corrupted."""
+    valid = r.get("inforom_valid", "nvmlDeviceValidateInforom", h, convert=lambda _: True)
+    if valid is None and "corrupt" in r.unavailable["inforom_valid"].lower():
+        r.unavailable.pop("inforom_valid")
+        return False
+    return valid
+
+
+def _recovery_action(r: Reader, h: Dev) -> str | None:
+    got = r.get("recovery_action", FIELD_VALUES, h, f"{d.FI_GPU_RECOVERY_ACTION}:0")
+    entry = got[0] if got else None
+    if entry is None:
+        return None
+    if "value" not in entry:
+        r.unavailable["recovery_action"] = entry.get("error") or "no value"
+        return None
+    value = int(entry["value"])
+    return d.RECOVERY_ACTIONS.get(value, f"action_{value}")
 
 
 def _numa_node(r: Reader, h: Dev, bus_id: str | None) -> int | None:
@@ -201,6 +242,18 @@ def _clocks(r: Reader, h: Dev) -> Clocks:
         sm_max_mhz=r.get("clocks.sm_max_mhz", "nvmlDeviceGetMaxClockInfo", h, d.CLOCK_SM),
         memory_max_mhz=r.get("clocks.memory_max_mhz", "nvmlDeviceGetMaxClockInfo", h,
                              d.CLOCK_MEM),
+        graphics_max_mhz=r.get("clocks.graphics_max_mhz", "nvmlDeviceGetMaxClockInfo", h,
+                               d.CLOCK_GRAPHICS),
+        applications_graphics_mhz=r.get("clocks.applications_graphics_mhz",
+                                        "nvmlDeviceGetApplicationsClock", h, d.CLOCK_GRAPHICS),
+        applications_memory_mhz=r.get("clocks.applications_memory_mhz",
+                                      "nvmlDeviceGetApplicationsClock", h, d.CLOCK_MEM),
+        default_applications_graphics_mhz=r.get(
+            "clocks.default_applications_graphics_mhz", "nvmlDeviceGetDefaultApplicationsClock",
+            h, d.CLOCK_GRAPHICS),
+        default_applications_memory_mhz=r.get(
+            "clocks.default_applications_memory_mhz", "nvmlDeviceGetDefaultApplicationsClock", h,
+            d.CLOCK_MEM),
         event_reasons=d.clock_event_names(mask) if mask is not None else None,
         event_reasons_mask=mask,
     )

@@ -13,8 +13,6 @@ import os
 import platform
 import re
 import socket
-import subprocess
-from collections import Counter
 from pathlib import Path
 
 import psutil
@@ -104,6 +102,20 @@ def numa_node_count(root: str = "/") -> int | None:
     return len(nodes) or None
 
 
+# Variables that change how every CUDA call runs: a debugger or profiler injected into the
+# process (DCGM's deployment check warns on the same list), or launches made synchronous.
+CUDA_ENV_VARS = ("CUDA_LAUNCH_BLOCKING", "CUDA_INJECTION32_PATH", "CUDA_INJECTION64_PATH",
+                 "NSIGHT_CUDA_DEBUGGER", "CUDA_AUTO_BOOST", "CUDA_ENABLE_COREDUMP_ON_EXCEPTION",
+                 "CUDA_COREDUMP_FILE", "CUDA_DEVICE_WAITS_ON_EXCEPTION", "CUDA_PROFILE",
+                 "COMPUTE_PROFILE", "OPENCL_PROFILE")
+
+
+def cuda_env_set(environ: dict[str, str]) -> tuple[str, ...]:
+    """The CUDA_ENV_VARS set in `environ` (CUDA_LAUNCH_BLOCKING only when it is on)."""
+    return tuple(name for name in CUDA_ENV_VARS if name in environ and not (
+        name == "CUDA_LAUNCH_BLOCKING" and environ[name].strip() in ("", "0")))
+
+
 def read_host() -> Host:
     cpuinfo = _read("/proc/cpuinfo")
     torch_version, torch_cuda = torch_versions()
@@ -130,24 +142,6 @@ def read_host() -> Host:
         python_version=platform.python_version(),
         torch_version=torch_version,
         torch_cuda_version=torch_cuda,
+        cuda_env_set=cuda_env_set(dict(os.environ)),
         unavailable=unavailable,
     )
-
-
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
-
-
-def parse_xids(kernel_log: str) -> dict[int, int]:
-    """XID codes (→ count) from kernel log lines like 'NVRM: Xid (PCI:0000:18:00): 79, ...'."""
-    return dict(Counter(int(m.group(2)) for m in _XID.finditer(kernel_log)))
-
-
-def read_xid_counts() -> tuple[dict[int, int] | None, str | None]:
-    """XIDs in the kernel log, or (None, why not). Containers usually may not read it."""
-    try:
-        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"dmesg could not run: {exc}"
-    if out.returncode != 0:
-        return None, f"kernel log not readable: {out.stderr.strip() or 'dmesg failed'}"
-    return parse_xids(out.stdout), None

@@ -32,6 +32,7 @@ READ_FILE = "read_file"
 # state: a GPM sample, an event set); recorded and replayed like any other answer.
 GPM_METRICS = "gpm_metrics"  # (Dev, "id,id,..."): {id: value} between this call and the last
 XID_EVENTS = "xid_events"  # (): [{"gpu": index, "code": xid}] since the last call
+KERNEL_XIDS = "kernel_xids"  # (): [[bus id, xid], ...] the kernel log got since the last call
 PROCESS_INFO = "process_info"  # (pid): {"user", "command"} from the host (psutil)
 FIELD_VALUES = "nvmlDeviceGetFieldValues"  # (Dev, "field:scope,..."): [{field, scope, value}]
 
@@ -254,6 +255,7 @@ class _XidEvents:
         self._nvml = nvml
         self._handle = handle
         self._set: Any = None
+        self._registered: dict[int, Any] = {}  # index → the handle registered for events
 
     def poll(self) -> list[dict[str, int]]:
         """XID events since the last call; the first call registers for them (events from
@@ -264,8 +266,10 @@ class _XidEvents:
             registered = 0
             for i in range(nvml.nvmlDeviceGetCount()):
                 with contextlib.suppress(nvml.NVMLError):
-                    nvml.nvmlDeviceRegisterEvents(self._handle(Dev(i)),
-                                                  nvml.nvmlEventTypeXidCriticalError, events)
+                    handle = self._handle(Dev(i))
+                    nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError,
+                                                  events)
+                    self._registered[i] = handle
                     registered += 1
             if not registered:
                 nvml.nvmlEventSetFree(events)
@@ -278,8 +282,21 @@ class _XidEvents:
             except nvml.NVMLError_Timeout:
                 return found
             if data.eventType & nvml.nvmlEventTypeXidCriticalError:
-                found.append({"gpu": nvml.nvmlDeviceGetIndex(data.device),
-                              "code": int(data.eventData)})
+                gpu = self._index_of(data.device)
+                if gpu is not None:
+                    found.append({"gpu": gpu, "code": int(data.eventData)})
+
+    def _index_of(self, device: Any) -> int | None:
+        """The index of an event's device; a GPU that has just fallen off the bus no longer
+        tells its index, so it is found among the handles registered for events."""
+        try:
+            return self._nvml.nvmlDeviceGetIndex(device)
+        except self._nvml.NVMLError:
+            def address(h: Any) -> Any:  # two pointer objects to one device compare unequal
+                return ctypes.cast(h, ctypes.c_void_p).value if isinstance(h, ctypes._Pointer) \
+                    else h
+            return next((i for i, h in self._registered.items() if address(h) == address(device)),
+                        None)
 
     def close(self) -> None:
         if self._set is not None:
@@ -314,6 +331,7 @@ class LiveNvml:
             and hasattr(pynvml, "c_nvmlGpmSample_t") else None
         self.overruns: dict[str, int] = {}  # query → calls in which NVML wrote past its buffer
         self._events = _XidEvents(pynvml, self._handle)
+        self._kmsg: Any = None  # the kernel log, followed once KERNEL_XIDS is first asked
 
     def close(self) -> None:
         with self._lock:
@@ -322,6 +340,8 @@ class LiveNvml:
             self._closed = True
             self._gpm.close()
             self._events.close()
+            if self._kmsg is not None:
+                self._kmsg.close()
             with contextlib.suppress(self._nvml.NVMLError):
                 self._nvml.nvmlShutdown()
 
@@ -381,6 +401,18 @@ class LiveNvml:
                 str(nvml.NVMLError(m.nvmlReturn))
                 for m in request.metrics[: len(wanted)]}
 
+    def _kernel_xids(self) -> list[list[Any]]:
+        """XIDs the kernel log got since the last call (the first call: none, it starts
+        following the log), each with the PCI bus id the log names."""
+        if self._kmsg is None:
+            from .xids import KmsgFollower
+
+            self._kmsg = KmsgFollower()
+        found = self._kmsg.new_xids()
+        if self._kmsg.reason:
+            raise Unsupported(self._kmsg.reason)
+        return [[bus, code] for bus, code in found]
+
     def _field_values(self, dev: Dev, spec: str) -> list[dict[str, Any]]:
         nvml = self._nvml
         ids = [tuple(int(x) for x in item.split(":")) for item in spec.split(",")]
@@ -432,7 +464,7 @@ class LiveNvml:
 
     def _query(self, fn: str, args: tuple[Arg, ...]) -> Any:
         special = {GPM_METRICS: self._gpm_metrics, XID_EVENTS: self._events.poll,
-                   FIELD_VALUES: self._field_values}.get(fn)
+                   KERNEL_XIDS: self._kernel_xids, FIELD_VALUES: self._field_values}.get(fn)
         if special is not None:
             try:
                 return special(*args)

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from gpuaudit.model import Machine, utc_now
 
 from .gpus import read_nvml
-from .host import read_host, read_xid_counts
+from .host import read_host
 from .nvml import LiveNvml, NvmlSource, NvmlUnavailable
+from .xids import read_kernel_xids
 
 
 def snapshot_from(src: NvmlSource | None, nvml_error: str | None = None) -> Machine:
     """The Machine as read through `src` (None: NVML unavailable, `nvml_error` says why)."""
-    xids, xid_reason = read_xid_counts()
-    unavailable = {"xid_counts": xid_reason} if xid_reason else {}
-    common = dict(captured_at=utc_now(), host=read_host(), xid_counts=xids)
+    by_bus, xid_reason = read_kernel_xids()
+    unavailable = {"xid_counts": xid_reason, "xid_counts_by_bus": xid_reason} if xid_reason \
+        else {}
+    totals = None if by_bus is None else dict(sum(map(Counter, by_bus.values()), Counter()))
+    common = dict(captured_at=utc_now(), host=read_host(), xid_counts=totals,
+                  xid_counts_by_bus=by_bus)
     if src is None:
         return Machine(**common, nvml_error=nvml_error, unavailable=unavailable)
     facts = read_nvml(src)

@@ -23,6 +23,7 @@ from .gpus import Reader, running_processes
 from .nvml import (
     FIELD_VALUES,
     GPM_METRICS,
+    KERNEL_XIDS,
     NOT_RECORDED,
     PROCESS_INFO,
     TRACE_FORMAT,
@@ -34,6 +35,7 @@ from .nvml import (
     ReplayNvml,
     read_json,
 )
+from .xids import xid_bus
 
 TELEMETRY_FORMAT = "gpuaudit-telemetry-trace"
 TELEMETRY_VERSION = 1
@@ -79,6 +81,7 @@ class GpuStatic:
     nvlinks: tuple[int, ...]  # links whose state is up
     pcie_gen_max: int | None = None
     pcie_width_max: int | None = None
+    pci_bus_id: str | None = None  # how the kernel log names the GPU in an XID line
 
 
 def read_static(src: NvmlSource, index: int) -> GpuStatic:
@@ -92,11 +95,13 @@ def read_static(src: NvmlSource, index: int) -> GpuStatic:
             break
         if state:
             links.append(link)
+    pci = r.get("pci", "nvmlDeviceGetPciInfo_v3", h)
     return GpuStatic(index=index, name=r.get("name", "nvmlDeviceGetName", h),
                      uuid=r.get("uuid", "nvmlDeviceGetUUID", h),
                      gpm=bool(gpm and gpm.get("isSupportedDevice")), nvlinks=tuple(links),
                      pcie_gen_max=r.get("pcie", "nvmlDeviceGetMaxPcieLinkGeneration", h),
-                     pcie_width_max=r.get("pcie", "nvmlDeviceGetMaxPcieLinkWidth", h))
+                     pcie_width_max=r.get("pcie", "nvmlDeviceGetMaxPcieLinkWidth", h),
+                     pci_bus_id=xid_bus(pci["busId"]) if pci and pci.get("busId") else None)
 
 
 def _processes(r: Reader, h: Dev) -> tuple[ProcessSample, ...]:
@@ -241,7 +246,14 @@ class Sampler:
     def _xids(self, now: datetime) -> dict[int, list[XidEvent]]:
         r = Reader(self.src)
         events = r.get("xid", XID_EVENTS) or []
-        self.xid_reason = r.unavailable.get("xid")
+        # Read every tick, so that its place in the log stays current; used where NVML
+        # gives no XID events (the kernel log names the GPU by its bus).
+        kernel = r.get("kernel_xid", KERNEL_XIDS) or []
+        if "xid" in r.unavailable:
+            bus_index = {s.pci_bus_id: s.index for s in self.static if s.pci_bus_id}
+            events = [{"gpu": bus_index[xid_bus(bus)], "code": code} for bus, code in kernel
+                      if xid_bus(bus) in bus_index]
+        self.xid_reason = r.unavailable.get("xid") if "kernel_xid" in r.unavailable else None
         by_gpu: dict[int, list[XidEvent]] = {}
         for e in events:
             by_gpu.setdefault(e["gpu"], []).append(XidEvent(gpu=e["gpu"], code=e["code"],

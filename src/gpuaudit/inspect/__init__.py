@@ -12,8 +12,10 @@ from gpuaudit.model import Machine, Run, load_run, utc_now
 from .health import check_machine
 
 
-def inspect_machine(machine: Machine | None = None, *, source: str = "live") -> Run:
-    """Snapshot this machine (or take `machine`, e.g. read from a file) and judge its health."""
+def inspect_machine(machine: Machine | None = None, *, source: str = "live",
+                    expect_gpus: int | None = None) -> Run:
+    """Snapshot this machine (or take `machine`, e.g. read from a file) and judge its health;
+    `expect_gpus`: how many GPUs it should have, when you know (what you rented)."""
     started = utc_now()
     if machine is None:
         from gpuaudit.hw import take_snapshot
@@ -21,7 +23,7 @@ def inspect_machine(machine: Machine | None = None, *, source: str = "live") -> 
         machine = take_snapshot()
     return Run(kind="inspect", started_at=started, finished_at=utc_now(),
                tool_version=__version__, command=tuple(sys.argv), source=source,
-               machine=machine, findings=check_machine(machine))
+               machine=machine, findings=check_machine(machine, expect_gpus=expect_gpus))
 
 
 def read_snapshot(path: Path) -> Machine:
@@ -30,7 +32,9 @@ def read_snapshot(path: Path) -> Machine:
         text = path.read_bytes()
     except OSError as exc:
         raise BadInputError(f"cannot read snapshot {path}: {exc.strerror or exc}") from None
-    run = load_run(text, origin=f"snapshot {path}")
+    # Strict: a field of the wrong type ("16" for a number, 1 for true) is a damaged snapshot,
+    # not something to coerce and judge.
+    run = load_run(text, origin=f"snapshot {path}", strict=True)
     if run.machine is None:
         raise BadInputError(f"snapshot {path} holds no machine facts (a {run.kind} run)")
     return run.machine

@@ -33,6 +33,9 @@ class Host(Record):
     python_version: str
     torch_version: str | None = None
     torch_cuda_version: str | None = None
+    # Names of the set environment variables that change how CUDA runs (a debugger or profiler
+    # hooked in, launches made synchronous); None when not read.
+    cuda_env_set: tuple[str, ...] | None = None
     unavailable: Unavailable = Field(default_factory=dict)
 
 
@@ -50,6 +53,12 @@ class Clocks(Record):
     graphics_mhz: int | None = None
     sm_max_mhz: int | None = None
     memory_max_mhz: int | None = None
+    graphics_max_mhz: int | None = None
+    # Application clocks: the target an admin can lower (nvidia-smi -ac) and its default.
+    applications_graphics_mhz: int | None = None
+    applications_memory_mhz: int | None = None
+    default_applications_graphics_mhz: int | None = None
+    default_applications_memory_mhz: int | None = None
     # Decoded names of the active clock-event (throttle) reasons, e.g. ["gpu_idle"].
     event_reasons: tuple[str, ...] | None = None
     event_reasons_mask: int | None = None
@@ -155,6 +164,13 @@ class Gpu(Record):
     # there is no fabric to report.
     fabric_state: str | None = None
     fabric_ok: bool | None = None  # the fabric manager's status for this GPU is success
+    inforom_valid: bool | None = None  # False: NVML found the InfoROM corrupted
+    # What the driver says the GPU needs before it can be trusted again ("none", "gpu_reset",
+    # "node_reboot", "drain_p2p", "drain_and_reset", ...); None where the driver cannot say.
+    recovery_action: str | None = None
+    # Why the GPU could not be read at all (lost, fallen off the bus, every query failing);
+    # its other readings are then None. None when it answered.
+    error: str | None = None
     unavailable: Unavailable = Field(default_factory=dict)
 
     @property
@@ -206,6 +222,8 @@ class Machine(Record):
     nvml_error: str | None = None
     # Kernel-log XID events (code → count) when the kernel log was readable.
     xid_counts: dict[int, int] | None = None
+    # The same per PCI bus id as the kernel log names the GPU ("0000:18:00"): bus → code → count.
+    xid_counts_by_bus: dict[str, dict[int, int]] | None = None
     unavailable: Unavailable = Field(default_factory=dict)
 
     def link(self, a: int, b: int) -> Link | None:

@@ -37,11 +37,14 @@ def describe_validation_error(err: ValidationError) -> str:
     first = err.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "document"
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{where}: {first['msg']}{more}"
+    given = first.get("input")
+    got = f", got {given!r}" if isinstance(given, str | int | float | bool) else ""
+    return f"{where}: {first['msg']}{got}{more}"
 
 
-def load_run(text: str | bytes, origin: str = "document") -> Run:
-    """Parse a Run document, raising BadInputError with one line when it is not one."""
+def load_run(text: str | bytes, origin: str = "document", *, strict: bool = False) -> Run:
+    """Parse a Run document, raising BadInputError with one line when it is not one. `strict`:
+    a value of the wrong JSON type is an error instead of being converted ("5" for 5)."""
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -57,7 +60,7 @@ def load_run(text: str | bytes, origin: str = "document") -> Run:
             " (upgrade gpuaudit)"
         )
     try:
-        return Run.model_validate(data)
+        return Run.model_validate_json(text, strict=True) if strict else Run.model_validate(data)
     except ValidationError as exc:
         raise BadInputError(f"{origin} does not match the schema: "
                             f"{describe_validation_error(exc)}") from None

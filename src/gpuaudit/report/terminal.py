@@ -65,6 +65,8 @@ def gpu_table(m: Machine) -> Table:
         spec = lookup(nvml_name=g.name, pci_device_id=g.pci_device_id)
         model = escape(g.name) + (f"\n[dim]{spec.id}, CC {g.compute_capability}[/]" if spec
                           else "\n[dim]not in spec catalog[/]")
+        if g.error:
+            model = f"[red]not answering[/]\n[dim]{escape(g.error)}[/]"
         used = gib(g.memory_used_bytes).split()[0] if g.memory_used_bytes is not None else NA
         ecc = NA if g.ecc.enabled is None else ("on" if g.ecc.enabled else "[yellow]off[/]")
         if g.ecc.enabled and g.ecc.volatile_uncorrected:

@@ -43,6 +43,7 @@ _SCALAR_FIGURES: tuple[str, ...] = (
     "pcie_generation",
     "pcie_width",
     "tdp_w",
+    "max_sm_clock_mhz",
 )
 FIGURE_FIELDS: tuple[str, ...] = _SCALAR_FIGURES + tuple(f"peak_tflops.{p}" for p in PRECISIONS)
 
@@ -104,6 +105,9 @@ class GpuSpec(BaseModel):
     pcie_generation: int = Field(ge=1, le=7)
     pcie_width: int = Field(ge=1, le=32)
     tdp_w: float = Field(gt=0)
+    # The highest SM clock the datasheet gives (its boost clock); NVML's max SM clock should
+    # reach it. None where no source we hold prints it.
+    max_sm_clock_mhz: float | None = Field(gt=0)
     sources: dict[str, Source]
     notes: str | None = None
 
