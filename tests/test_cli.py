@@ -210,7 +210,10 @@ def test_ctrl_c_during_bench_saves_a_partial_run_and_exits_130(db, tmp_path):
     import signal
     import time
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160"}
+    # The tag tells this run's workers from those of other runs on the same machine.
+    tag = f"ctrl-c-{os.getpid()}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160",
+           "GPUAUDIT_TEST_TAG": tag}
     # Large gloo collectives keep the run busy for a while after matmul and memory are done.
     proc = subprocess.Popen([sys.executable, "-m", "gpuaudit", "bench", "matmul", "memory",
                              "collectives", "--sizes", "64M:1G", "--db", db],
@@ -228,6 +231,14 @@ def test_ctrl_c_during_bench_saves_a_partial_run_and_exits_130(db, tmp_path):
     import psutil
 
     time.sleep(1)
+
+    def ours(p: psutil.Process) -> bool:
+        try:
+            return p.environ().get("GPUAUDIT_TEST_TAG") == tag
+        except psutil.Error:
+            return False
+
     workers = [p for p in psutil.process_iter(["cmdline"])
-               if "gpuaudit.bench.collectives_worker" in " ".join(p.info["cmdline"] or [])]
+               if "gpuaudit.bench.collectives_worker" in " ".join(p.info["cmdline"] or [])
+               and ours(p)]
     assert workers == []
