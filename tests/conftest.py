@@ -28,6 +28,20 @@ def gpu_count() -> int:
         nvml.close()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_user_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No test reads or writes the real user's store, catalog or kept runs: the user data and
+    config directories (platformdirs follows XDG_*) point into the test's temporary tree, for
+    this process and every gpuaudit it starts."""
+    root = tmp_path_factory.mktemp("user")
+    mp = pytest.MonkeyPatch()
+    for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
+        mp.setenv(var, str(root / var.lower()))
+    mp.delenv("GPUAUDIT_DB", raising=False)
+    yield
+    mp.undo()
+
+
 def pytest_collection_modifyitems(config, items):
     if gpu_count() > 0:
         return
