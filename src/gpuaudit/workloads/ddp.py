@@ -106,7 +106,7 @@ def _figures(model: str, mode: str, n: int, event: dict[str, Any], one_rate: flo
     samples_per_step = batch * n * accum
     per_step = rates(samples_per_step, times)
     p50 = percentile(times, 50)
-    rate = samples_per_step / p50
+    rate = percentile(per_step, 50)  # the throughput figure's value
     params: Params = {**base, "gpus": n, "accum": accum, "batch_per_gpu": batch,
                       "backend": str(event.get("backend")),
                       "warmup_s": round(float(event["warmup_s"]), 2),

@@ -9,7 +9,7 @@ from typing import Any
 from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.model import Measurement, Params
 from gpuaudit.workloads.flops import FlopCount
-from gpuaudit.workloads.stats import p50_p90_p99, rates
+from gpuaudit.workloads.stats import p50_p90_p99, percentile, rates
 from gpuaudit.workloads.train import TrainResult
 
 TRAIN, INFER = "train", "infer"
@@ -49,7 +49,7 @@ def train_measurements(r: TrainResult, *, peak_tflops: float | None, fp32_rate: 
     notes = tuple(r.notes)
     per_sample = rates(r.batch_size, r.step_times_s)
     p50, p90, p99 = p50_p90_p99(r.step_times_s)
-    samples_s = r.batch_size / p50
+    samples_s = percentile(per_sample, 50)  # the throughput figure's value
     speed = {"speedup_vs_fp32": round(samples_s / fp32_rate, 3)} if fp32_rate else {}
     yield measure(TRAIN, f"{prefix}/throughput", "samples/s", per_sample, warmup=warm,
                   gpu_index=gpu_index, notes=notes,
@@ -66,8 +66,7 @@ def train_measurements(r: TrainResult, *, peak_tflops: float | None, fp32_rate: 
                           "p99_ms": round(p99 * 1e3, 3)})
     if r.model_flops_per_step:
         tflops = rates(r.model_flops_per_step / 1e12, r.step_times_s)
-        mfu = (100 * r.model_flops_per_step / p50 / (peak_tflops * 1e12)
-               if peak_tflops else None)
+        mfu = 100 * percentile(tflops, 50) / peak_tflops if peak_tflops else None
         yield measure(TRAIN, f"{prefix}/model_flops", "TFLOP/s", tflops, warmup=warm,
                       gpu_index=gpu_index, spec_value=peak_tflops,
                       notes=() if peak_tflops else ("no datasheet peak here: no MFU",),

@@ -156,9 +156,9 @@ def _model(ctx: BenchContext, tgt: Target, name: str, precisions: list[str],
                 extra: Params = {}
                 if w.forward_flops_per_sample:
                     tflops = rate * w.forward_flops_per_sample / 1e12
-                    extra["model_tflops"] = round(tflops, 2)
+                    extra["model_tflops"] = float(f"{tflops:.4g}")
                     if peak:
-                        extra["mfu_pct"] = round(100 * tflops / peak, 2)
+                        extra["mfu_pct"] = float(f"{100 * tflops / peak:.4g}")
                 yield measure(SUITE, f"{prefix}/throughput", "samples/s", res.throughput,
                               warmup=3, gpu_index=tgt.gpu_index, params={**params, **extra})
                 modes_at[batch] = modes_at.get(batch, 0) + 1

@@ -23,7 +23,7 @@ from gpuaudit.workloads.plan import (
     train_plan,
 )
 from gpuaudit.workloads.precision import TRAIN_PRECISIONS, TrainMode, unsupported
-from gpuaudit.workloads.stats import percentile
+from gpuaudit.workloads.stats import percentile, rates
 
 SUITE = records.TRAIN
 PARTS = {Profile.QUICK: ("modes",), Profile.STANDARD: ("modes", "data"),
@@ -108,7 +108,7 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
                                      gpu_index=tgt.gpu_index, device=tgt.label)
         if result.model_flops_per_step is None and counted_per_sample:
             result.model_flops_per_step = round(counted_per_sample * result.batch_size)
-        rate = result.batch_size / percentile(result.step_times_s, 50)
+        rate = percentile(rates(result.batch_size, result.step_times_s), 50)
         if mode.precision == "fp32" and not mode.compile and fp32_rate is None:
             fp32_rate = rate
         yield from records.train_measurements(
