@@ -122,13 +122,25 @@ def run_one(p: Prepared, mode: str, batch: int, *, budget_s: float, backend: str
         else:
             compiled = torch.compile(p.model, backend=backend, mode=COMPILE_MODE[mode],
                                      dynamic=False)
-            patch = (torch._inductor.config.patch(freezing=True) if backend == "inductor"
-                     else contextlib.nullcontext())
+            graphs = mode != "compile" and backend == "inductor"
+            # A new step for inductor's CUDA graphs: the previous outputs may be overwritten.
+            mark = (getattr(torch.compiler, "cudagraph_mark_step_begin", None) if graphs
+                    else None)
+
+            def call() -> Any:
+                if mark is not None:
+                    mark()
+                return compiled(*inputs)
+
+            if backend == "inductor":
+                import torch._inductor.config as inductor_config
+
+                patch: Any = inductor_config.patch(freezing=True)
+            else:
+                patch = contextlib.nullcontext()
             with patch:
                 for _ in range(3):  # compile, then the CUDA-graph recording runs
-                    compiled(*inputs)
-            def call() -> Any:
-                return compiled(*inputs)
+                    call()
         sync(torch, p.device)
         warm_s = time.perf_counter() - t0
         one = min(latencies_s(torch, p.device, call, 3))

@@ -41,6 +41,10 @@ def target(ctx: BenchContext) -> Target:
 
     if ctx.on_gpu:
         dev, idx = ctx.devices[0]
+        # CUDA events, streams and graphs follow the current device: make it this one.
+        torch.cuda.set_device(dev.cuda_index)
+        # cuDNN picks the fastest convolution per shape during the warm-up steps.
+        torch.backends.cudnn.benchmark = True
         return Target(torch.device("cuda", dev.cuda_index), idx, dev.capability, "cuda")
     return Target(torch.device("cpu"), None, None, "cpu")
 
