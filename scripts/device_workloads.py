@@ -72,7 +72,8 @@ def phase_options(ngpu: int, out: Path) -> dict[str, tuple[list[str], str, dict[
                {"models": ["resnet50"], "parts": ["modes"], "profile_to": prof,
                 "then_infer": ["resnet50"]}),
         "B": (["train"], "full", {"models": ["gpt-124m"], "parts": ["scaling"],
-                                  "scaling_mode": "bf16+compile", "accum": 4}),
+                                  "scaling_mode": "bf16+compile", "accum": 4, "steps": 20,
+                                  "min_warmup_s": 1.0}),
         "C": (["infer", "train"], "standard", {"parts": ["serving", "data"]}),
     }
 

@@ -118,7 +118,8 @@ def run_one(p: Prepared, mode: str, batch: int, *, budget_s: float, backend: str
             def fn() -> Any:
                 return p.model(*inputs)
             call = _capture(torch, fn) if mode == "cudagraph" else fn
-            call()
+            for _ in range(3):  # cuDNN's algorithm search, lazy initialisation, graph upload
+                call()
         else:
             compiled = torch.compile(p.model, backend=backend, mode=COMPILE_MODE[mode],
                                      dynamic=False)
