@@ -167,8 +167,15 @@ def workers_needed(best_rate: float, best_workers: int, train_rate: float) -> in
 
 def run_data(ctx: BenchContext, tgt: Target, *, train_rate: float | None
              ) -> Iterator[Measurement]:
+    import importlib.util
+
     import torch
 
+    if importlib.util.find_spec("PIL") is None or importlib.util.find_spec("numpy") is None:
+        yield skipped(SUITE, "data/jpeg/best", "samples/s",
+                      "Pillow and numpy are needed (pip install 'gpuaudit[torch]')",
+                      gpu_index=tgt.gpu_index)
+        return
     on_gpu = tgt.capability is not None
     size = (500, 375) if on_gpu else (64, 48)  # ImageNet's typical photo; tiny on CPU
     crop = 224 if on_gpu else 32
