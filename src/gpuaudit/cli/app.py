@@ -144,17 +144,19 @@ def bench(
                               "nvbandwidth, dcgmi diag) and show their figures beside ours.")
     ] = False,
     model: Annotated[list[str] | None, typer.Option(
-        "--model", help="train/infer: a reference model (gpt-124m, gpt-1.3b, bert-base, "
-                        "resnet50, …) or your own, pkg.module:build; repeatable")] = None,
+        "--model", metavar="MODEL",
+        help="train/infer: a reference model (gpt-124m, gpt-1.3b, bert-base, resnet50, …) or "
+             "your own, pkg.module:build; repeatable")] = None,
     precision: Annotated[list[str] | None, typer.Option(
-        "--precision", help="train/infer: only these precisions (fp32 tf32 bf16 fp16 fp8 "
-                            "int8); repeatable")] = None,
+        "--precision", metavar="PRECISION",
+        help="train/infer: only these precisions (fp32 tf32 bf16 fp16 fp8 int8); repeatable")
+    ] = None,
     batch_size: Annotated[int | None, typer.Option(
         min=1, help="train/infer: batch size instead of the model's default")] = None,
     slo_ms: Annotated[float | None, typer.Option(
-        min=0.01, help="infer: p99 latency bound for the max-QPS search [default: 15]")] = None,
+        min=0.01, help="infer: p99 latency bound for the max-QPS search (default 15 ms)")] = None,
     target_qps: Annotated[float | None, typer.Option(
-        min=1, help="infer: the load to size a fleet for [default: 100000]")] = None,
+        min=1, help="infer: the load to size a fleet for (default 100,000 QPS)")] = None,
     json_: JsonOpt = False,
     show_all: Annotated[bool, typer.Option("--all", help="Every figure, each collective size "
                                                          "too.")] = False,
