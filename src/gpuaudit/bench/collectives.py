@@ -159,8 +159,11 @@ class Workers:
     a crash."""
 
     def __init__(self, config: dict[str, Any], n: int, *, timeout_s: float,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None,
+                 module: str = "gpuaudit.bench.collectives_worker",
+                 marker: str = MARKER) -> None:
         self.timeout_s = timeout_s
+        self.marker = marker
         self.failure: str | None = None
         self._dir = tempfile.TemporaryDirectory(prefix="gpuaudit-collectives-")
         self._procs: list[subprocess.Popen[str]] = []
@@ -174,7 +177,7 @@ class Workers:
         env.update(extra_env or {})
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                    WORLD_SIZE=str(n))
-        cmd = [sys.executable, "-m", "gpuaudit.bench.collectives_worker", json.dumps(config)]
+        cmd = [sys.executable, "-m", module, json.dumps(config)]
         try:
             for rank in range(n):
                 err_path = Path(self._dir.name) / f"rank{rank}.err"
@@ -231,9 +234,9 @@ class Workers:
                     self._procs[0].wait(timeout=10)
                 self.failure = self._crashed() or "worker rank 0 stopped without reporting"
                 return
-            if line.startswith(MARKER + " "):
+            if line.startswith(self.marker + " "):
                 deadline = time.monotonic() + self.timeout_s
-                yield json.loads(line[len(MARKER) + 1:])
+                yield json.loads(line[len(self.marker) + 1:])
 
     def close(self, grace_s: float = 0.0) -> None:
         """Kill the workers still running after `grace_s` (they exit by themselves after a

@@ -74,6 +74,7 @@ def run_bench(
     step: Callable[[str], None] | None = None,
     on_measurement: Callable[[Measurement], None] | None = None,
     on_suite: Callable[[int, int], None] | None = None,
+    options: dict[str, object] | None = None,
 ) -> Run:
     """Run the suites and return a Run with every figure (or why it was skipped) and the
     straggler findings. Ctrl-C stops early: what was measured is kept, the Run is PARTIAL."""
@@ -85,7 +86,7 @@ def run_bench(
         machine = take_snapshot()
     ctx = BenchContext(machine=machine, devices=select_devices(machine, gpus), profile=profile,
                        step=step or (lambda _: None), size_range=size_range,
-                       timeout_s=timeout_s)
+                       timeout_s=timeout_s, options=dict(options or {}))
     measured: list[Measurement] = []
     status = RunStatus.COMPLETE
     try:
@@ -110,7 +111,9 @@ def run_bench(
 
 
 def bench_findings(measured: Sequence[Measurement]) -> list[Finding]:
-    findings = find_stragglers(measured)
+    from gpuaudit.workloads.findings import workload_findings
+
+    findings = find_stragglers(measured) + workload_findings(measured)
     for m in measured:
         if m.verified is False and m.suite == "dcgm":
             findings.append(Finding(

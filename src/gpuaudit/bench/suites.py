@@ -19,6 +19,8 @@ SUITES: dict[str, str] = {
     "transfer": "gpuaudit.bench.transfer",
     "p2p": "gpuaudit.bench.p2p",
     "collectives": "gpuaudit.bench.collectives",
+    "train": "gpuaudit.workloads.suite_train",
+    "infer": "gpuaudit.workloads.suite_infer",
 }
 
 DESCRIPTIONS = {
@@ -28,6 +30,10 @@ DESCRIPTIONS = {
     "transfer": "host↔device, pinned and pageable, per GPU and all at once",
     "p2p": "GPU↔GPU bandwidth matrix and latency, against the topology",
     "collectives": "all-reduce, all-gather, reduce-scatter, all-to-all, broadcast (algbw, busbw)",
+    "train": "reference models trained per precision and mode: samples/s, step-time "
+             "percentiles, MFU, memory; data loading; DDP scaling (full)",
+    "infer": "latency percentiles and throughput vs batch per precision, eager vs compiled vs "
+             "CUDA graphs; max QPS under a p99 SLO with dynamic batching",
 }
 
 

@@ -143,6 +143,20 @@ def bench(
         "--with-native", help="Also run NVIDIA's tools where installed (nccl-tests, "
                               "nvbandwidth, dcgmi diag) and show their figures beside ours.")
     ] = False,
+    model: Annotated[list[str] | None, typer.Option(
+        "--model", metavar="MODEL",
+        help="train/infer: a reference model (gpt-124m, gpt-1.3b, bert-base, resnet50, …) or "
+             "your own, pkg.module:build; repeatable")] = None,
+    precision: Annotated[list[str] | None, typer.Option(
+        "--precision", metavar="PRECISION",
+        help="train/infer: only these precisions (fp32 tf32 bf16 fp16 fp8 int8); repeatable")
+    ] = None,
+    batch_size: Annotated[int | None, typer.Option(
+        min=1, help="train/infer: batch size instead of the model's default")] = None,
+    slo_ms: Annotated[float | None, typer.Option(
+        min=0.01, help="infer: p99 latency bound for the max-QPS search (default 15 ms)")] = None,
+    target_qps: Annotated[float | None, typer.Option(
+        min=1, help="infer: the load to size a fleet for (default 100,000 QPS)")] = None,
     json_: JsonOpt = False,
     show_all: Annotated[bool, typer.Option("--all", help="Every figure, each collective size "
                                                          "too.")] = False,
@@ -160,6 +174,7 @@ def bench(
 
     names = check_suites(suites or [])
     gpu_list = _parse_gpus(gpus)
+    options = _workload_options(model, precision, batch_size, slo_ms, target_qps)
     size_range = None
     if sizes is not None:
         lo, _sep, hi = sizes.partition(":")
@@ -173,8 +188,30 @@ def bench(
     with _progress(err if json_ else out) as bar:
         result = run_bench(names, gpus=gpu_list, profile=profile, size_range=size_range,
                            timeout_s=timeout, with_native=with_native, step=bar.step,
-                           on_suite=bar.suite)
+                           on_suite=bar.suite, options=options)
     _finish(result, json_=json_, save=save, db=db, show_all=show_all)
+
+
+def _workload_options(models: list[str] | None, precisions: list[str] | None,
+                      batch_size: int | None, slo_ms: float | None,
+                      target_qps: float | None) -> dict[str, object]:
+    """The train/infer options, checked now: a model that cannot be imported is bad input
+    before anything runs."""
+    from gpuaudit.workloads.models import check_model
+    from gpuaudit.workloads.precision import check_precisions
+
+    options: dict[str, object] = {}
+    if models:
+        for name in models:
+            check_model(name)
+        options["models"] = list(models)
+    if precisions:
+        options["precisions"] = check_precisions(precisions)
+    for key, value in (("batch_size", batch_size), ("slo_ms", slo_ms),
+                       ("target_qps", target_qps)):
+        if value is not None:
+            options[key] = value
+    return options
 
 
 def _parse_gpus(text: str | None) -> list[int] | None:

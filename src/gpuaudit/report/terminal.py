@@ -270,7 +270,13 @@ def measurements_table(measurements: Sequence[Measurement], *, show_all: bool = 
 
 
 def bench_view(run: Run, *, show_all: bool = False) -> RenderableType:
-    parts: list[RenderableType] = [measurements_table(run.measurements, show_all=show_all)]
+    from gpuaudit.report.workloads_view import WORKLOAD_SUITES, workloads_view
+
+    micro = [m for m in run.measurements if m.suite not in WORKLOAD_SUITES]
+    work = [m for m in run.measurements if m.suite in WORKLOAD_SUITES]
+    parts: list[RenderableType] = [measurements_table(micro, show_all=show_all)] if micro else []
+    if work:
+        parts.append(workloads_view(work))
     problems = [f for f in run.findings if f.severity is not Severity.PASS]
     if problems:
         parts.append(findings_table(problems))

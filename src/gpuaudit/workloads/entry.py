@@ -1,0 +1,155 @@
+"""The user's model as an entry point: `pkg.module:build`, shared by `bench train|infer`,
+`tune` and `doctor`.
+
+`build()` takes no arguments and returns one of:
+
+- `(model, make_batch)` or `(model, make_batch, loss)`;
+- a dict with keys `model`, `make_batch` and optionally `loss`, `batch_size`,
+  `tokens_per_sample`, `name`;
+- a `Workload`.
+
+`model` is a `torch.nn.Module`. `make_batch(batch_size)` makes synthetic data (anywhere:
+gpuaudit moves it to the device) as `(inputs, target)`, where `inputs` is a tuple of
+arguments for `model(*inputs)` and `target` may be None; a bare tensor or a tuple that is
+not such a pair is taken as the inputs. `loss(output, target)` gives the scalar to
+back-propagate; without it: the output itself when it is a scalar, cross-entropy when the
+target holds class indices, mean squared error against a floating target, else the mean of
+the output.
+
+Anything that goes wrong before the model exists (the module cannot be imported, the function
+is missing, build() fails or returns something else) is bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpuaudit.errors import BadInputError
+
+_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+@dataclass
+class Workload:
+    name: str
+    model: Any  # torch.nn.Module
+    make_batch: Callable[[int], Any]
+    loss: Callable[[Any, Any], Any] | None = None
+    batch_size: int = 32
+    tokens_per_sample: int | None = None  # tokens/s = samples/s × this (language models)
+    # Model FLOPs of one sample (training, forward): from a formula for the reference models;
+    # None: counted with FlopCounterMode.
+    train_flops_per_sample: int | None = None
+    forward_flops_per_sample: int | None = None
+    flops_source: str = "FlopCounterMode"
+    # What FlopCounterMode should count for one training sample (the cross-check's reference).
+    expected_count_per_sample: int | None = None
+    image_model: bool = False  # convolutional, takes NCHW images (channels_last applies)
+    uses_linear: bool = True  # fp8/int8 inference replace nn.Linear layers
+    params: dict[str, str | int | float | bool | None] | None = None  # shown in the record
+
+
+def is_entry_point(text: str) -> bool:
+    return ":" in text
+
+
+def resolve(spec: str) -> Callable[[], Any]:
+    """The build function named by `pkg.module:function` (imported, not called)."""
+    if not _SPEC.match(spec):
+        raise BadInputError(f"--model {spec!r}: expected pkg.module:function")
+    module_name, _, attr = spec.partition(":")
+    # As `python -m` does: modules in the current directory can be named.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:  # a module may raise anything, SystemExit included
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise BadInputError(f"--model {spec}: cannot import {module_name}: "
+                            f"{type(exc).__name__}: {_first_line(exc)}") from None
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise BadInputError(f"--model {spec}: {module_name} has no attribute {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise BadInputError(f"--model {spec}: {attr} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def load(spec: str) -> Workload:
+    """Import `pkg.module:build`, call it, and return the Workload it describes."""
+    build = resolve(spec)
+    try:
+        made = build()
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise BadInputError(f"--model {spec}: build() failed: {type(exc).__name__}: "
+                            f"{_first_line(exc)}") from None
+    return as_workload(made, spec)
+
+
+def as_workload(made: Any, name: str) -> Workload:
+    if isinstance(made, Workload):
+        return made
+    if isinstance(made, dict):
+        unknown = set(made) - {"model", "make_batch", "loss", "batch_size", "tokens_per_sample",
+                               "name"}
+        if unknown or "model" not in made or "make_batch" not in made:
+            raise BadInputError(f"--model {name}: build() returned a dict without model and "
+                                f"make_batch" + (f" (unknown keys {sorted(unknown)})"
+                                                 if unknown else ""))
+        w = Workload(name=str(made.get("name", name)), model=made["model"],
+                     make_batch=made["make_batch"], loss=made.get("loss"),
+                     batch_size=int(made.get("batch_size", 32)),
+                     tokens_per_sample=made.get("tokens_per_sample"))
+    elif isinstance(made, tuple | list) and len(made) in (2, 3):
+        w = Workload(name=name, model=made[0], make_batch=made[1],
+                     loss=made[2] if len(made) == 3 else None)
+    else:
+        raise BadInputError(f"--model {name}: build() must return (model, make_batch[, loss]), "
+                            f"a dict or a Workload, not {type(made).__name__}")
+    if not callable(getattr(w.model, "parameters", None)) or not callable(w.model):
+        raise BadInputError(f"--model {name}: the model is not a torch.nn.Module")
+    if not callable(w.make_batch) or (w.loss is not None and not callable(w.loss)):
+        raise BadInputError(f"--model {name}: make_batch and loss must be callables")
+    if w.batch_size < 1:
+        raise BadInputError(f"--model {name}: batch_size must be at least 1")
+    return w
+
+
+def split_batch(batch: Any) -> tuple[tuple[Any, ...], Any]:
+    """(inputs, target) from what make_batch returned (see the module doc)."""
+    if isinstance(batch, tuple | list) and len(batch) == 2 and isinstance(batch[0], tuple | list):
+        return tuple(batch[0]), batch[1]
+    if isinstance(batch, tuple | list):
+        return tuple(batch), None
+    return (batch,), None
+
+
+def default_loss(output: Any, target: Any) -> Any:
+    import torch
+    import torch.nn.functional as F
+
+    if isinstance(output, tuple | list):
+        output = output[0]
+    if output.dim() == 0:
+        return output
+    if target is None:
+        return output.float().mean()
+    if not torch.is_floating_point(target) and output.dim() >= 2:
+        return F.cross_entropy(output.flatten(0, -2).float(), target.flatten())
+    return F.mse_loss(output.float(), target.float())
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else "no message"

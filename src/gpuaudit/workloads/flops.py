@@ -1,0 +1,144 @@
+"""Model FLOPs: PaLM's formula for transformers, an exact count for ResNets, MFU, and the
+cross-check against `torch.utils.flop_counter.FlopCounterMode`.
+
+PaLM (Chowdhery et al. 2022, appendix B): a decoder with N parameters, L layers, H heads of
+size Q and a context of T tokens does 6N + 12·L·H·Q·T FLOPs per token in training (forward
+2N + 4·L·H·Q·T, backward twice that). The attention term counts QKᵀ and AV over the whole
+T×T matrix, causal or not, as FlopCounterMode does. N here is the weights that take part in
+matrix multiplies (the tied token embedding once, as the output layer; no position embedding,
+biases or norms): with it the formula equals what FlopCounterMode counts, exactly.
+
+MFU = model FLOPs per second / the GPU's dense datasheet peak for the precision the matmuls
+ran in. Recomputation (activation checkpointing, flash attention's backward) is not model
+FLOPs: FlopCounterMode counts flash attention's recomputed QKᵀ, so `FlopCount.model` removes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# The datasheet peak an MFU is judged against, per training/inference precision.
+PEAK_KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8",
+            "int8": "int8"}
+
+
+def palm_train_flops_per_token(n_matmul_params: int, layers: int, heads: int, head_dim: int,
+                               seq_len: int) -> int:
+    """6N + 12·L·H·Q·T."""
+    return 6 * n_matmul_params + 12 * layers * heads * head_dim * seq_len
+
+
+def palm_forward_flops_per_token(n_matmul_params: int, layers: int, heads: int, head_dim: int,
+                                 seq_len: int) -> int:
+    """2N + 4·L·H·Q·T: one forward pass (inference, prefill)."""
+    return 2 * n_matmul_params + 4 * layers * heads * head_dim * seq_len
+
+
+def mfu(model_flops_per_s: float, peak_tflops: float | None) -> float | None:
+    """Model FLOPs utilisation as a fraction of the dense peak; None without a peak."""
+    if not peak_tflops:
+        return None
+    return model_flops_per_s / (peak_tflops * 1e12)
+
+
+@dataclass(frozen=True)
+class ResnetFlops:
+    forward: int  # FLOPs of one image's forward pass (convolutions and the classifier)
+    stem: int  # of which the first convolution (its input needs no gradient)
+
+    @property
+    def train(self) -> int:
+        """Model FLOPs of one training image: 3 × forward (the convention behind 6N)."""
+        return 3 * self.forward
+
+    @property
+    def train_executed(self) -> int:
+        """What a training step really multiplies: the first convolution computes no input
+        gradient, so FlopCounterMode sees 3 × forward − stem."""
+        return 3 * self.forward - self.stem
+
+
+def _conv_out(size: int, kernel: int, stride: int, pad: int) -> int:
+    return (size + 2 * pad - kernel) // stride + 1
+
+
+def resnet_flops(layers: Sequence[int] = (3, 4, 6, 3), *, width: int = 64,
+                 image_size: int = 224, num_classes: int = 1000) -> ResnetFlops:
+    """Per-image FLOPs of a bottleneck ResNet (v1.5: stride on the 3×3 convolution, as
+    torchvision's), counting 2 FLOPs per multiply-add of convolutions and the classifier."""
+    h = _conv_out(image_size, 7, 2, 3)
+    stem = 2 * 7 * 7 * 3 * width * h * h
+    total = stem
+    h = _conv_out(h, 3, 2, 1)  # max pool
+    inp = width
+    for i, blocks in enumerate(layers):
+        planes = width * 2**i
+        out = planes * 4
+        for b in range(blocks):
+            stride = 2 if (i > 0 and b == 0) else 1
+            h_out = _conv_out(h, 3, stride, 1)
+            total += 2 * inp * planes * h * h  # 1×1 reduce
+            total += 2 * 9 * planes * planes * h_out * h_out  # 3×3
+            total += 2 * planes * out * h_out * h_out  # 1×1 expand
+            if b == 0:
+                total += 2 * inp * out * h_out * h_out  # 1×1 projection shortcut
+            inp, h = out, h_out
+    total += 2 * inp * num_classes
+    return ResnetFlops(forward=total, stem=stem)
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """What FlopCounterMode counted, split so that attention can be judged by PaLM's rule."""
+
+    total: int
+    attention_forward: int = 0
+    attention_backward: int = 0
+
+    @property
+    def dense(self) -> int:
+        return self.total - self.attention_forward - self.attention_backward
+
+    @property
+    def model(self) -> int:
+        """Model FLOPs: torch counts a flash-attention backward as five T×T matmuls, one of
+        them the recomputed QKᵀ; model FLOPs leave that one out (backward = 2 × forward)."""
+        return self.dense + self.attention_forward + self.attention_backward * 4 // 5
+
+
+def _cpu_attention_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
+    """FlopCounterMode has no formula for the CPU flash-attention kernels (it counts 0):
+    give them torch's own formulas for the CUDA kernels, so CPU and GPU count alike."""
+    from torch.utils import flop_counter as fc
+
+    aten = torch.ops.aten
+    found: dict[Any, Callable[..., int]] = {}
+    fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    if fwd is not None:
+        found[fwd] = lambda q, k, v, *_a, out_shape=None, **_k: fc.sdpa_flop_count(q, k, v)
+    if bwd is not None:
+        found[bwd] = lambda g, q, k, v, *_a, out_shape=None, **_k: \
+            fc.sdpa_backward_flop_count(g, q, k, v)
+    return found
+
+
+def count_flops(fn: Callable[[], Any]) -> FlopCount:
+    """Run `fn` (eager: compiled kernels bypass the counter) under FlopCounterMode."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas(torch)) as mode:
+        fn()
+    fwd = bwd = 0
+    for op, n in mode.get_flop_counts().get("Global", {}).items():
+        name = str(op)
+        if "scaled_dot_product" in name:
+            if "backward" in name:
+                bwd += int(n)
+            else:
+                fwd += int(n)
+    return FlopCount(total=int(mode.get_total_flops()), attention_forward=fwd,
+                     attention_backward=bwd)

@@ -1,0 +1,233 @@
+"""One training mode of one model: build it, warm it up (compile, autotune), time its steps,
+count its FLOPs; and the same step for one rank of a DDP run."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaudit.workloads.entry import default_loss, split_batch
+from gpuaudit.workloads.flops import FlopCount, count_flops
+from gpuaudit.workloads.memory import in_use, is_oom, oom_reason, release
+from gpuaudit.workloads.models import build, call_make_batch
+from gpuaudit.workloads.precision import TrainMode, autocast_dtype, float32_matmuls
+from gpuaudit.workloads.timing import is_cuda, step_times_s, sync
+
+
+@dataclass
+class TrainResult:
+    model: str
+    mode: TrainMode
+    batch_size: int
+    tokens_per_sample: int | None
+    step_times_s: list[float]
+    warmup_s: float  # wall time of the warm-up steps: compilation and autotuning included
+    warmup_steps: int
+    peak_memory_bytes: int | None
+    final_loss: float
+    model_flops_per_step: int | None  # None: not known (user model and no count)
+    flops_source: str
+    flop_count: FlopCount | None = None  # FlopCounterMode's, per step, when asked
+    expected_count_per_sample: int | None = None
+    notes: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def to_device(torch: Any, x: Any, device: Any, channels_last: bool) -> Any:
+    if isinstance(x, tuple | list):
+        return type(x)(to_device(torch, v, device, channels_last) for v in x)
+    if isinstance(x, dict):
+        return {k: to_device(torch, v, device, channels_last) for k, v in x.items()}
+    if isinstance(x, torch.Tensor):
+        x = x.to(device, non_blocking=True)
+        if channels_last and x.dim() == 4 and x.is_floating_point():
+            x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def make_optimizer(torch: Any, params: list[Any], *, sgd: bool, fused: bool
+                   ) -> tuple[Any, str | None]:
+    """AdamW (transformers) or SGD with momentum (CNNs), fused where this torch has it;
+    falls back to foreach with a note."""
+    cls = torch.optim.SGD if sgd else torch.optim.AdamW
+    kwargs: dict[str, Any] = {"lr": 0.01, "momentum": 0.9} if sgd else {"lr": 1e-4}
+    kwargs["weight_decay"] = 1e-4 if sgd else 0.01
+    if fused:
+        try:
+            return cls(params, fused=True, **kwargs), None
+        except (RuntimeError, TypeError, ValueError) as exc:
+            note = f"fused {cls.__name__} unavailable ({str(exc).splitlines()[0][:80]}): foreach"
+            return cls(params, foreach=True, **kwargs), note
+    return cls(params, foreach=True, **kwargs), None
+
+
+class Trainer:
+    """A model ready to train in one mode: `step()` is one optimizer step of `accum`
+    micro-batches. `wrap` turns the eager module into what runs (DDP for a rank)."""
+
+    def __init__(self, model: str, mode: TrainMode, device: Any, *, batch_size: int | None,
+                 seq_len: int | None = None, compile_backend: str = "inductor",
+                 compile_mode: str | None = None,
+                 wrap: Callable[[Any], Any] | None = None) -> None:
+        import torch
+
+        from gpuaudit.workloads.nets import WithLoss
+
+        self.torch, self.mode, self.device = torch, mode, device
+        torch.manual_seed(0)
+        self.workload = w = build(model, device, seq_len=seq_len, batch_size=batch_size)
+        self.notes: list[str] = []
+        if mode.channels_last and w.image_model:
+            w.model = w.model.to(memory_format=torch.channels_last)
+        elif mode.channels_last:
+            self.notes.append("channels_last applies to image models only: ignored")
+        self.net = WithLoss(w.model, w.loss or default_loss)
+        inputs, target = split_batch(call_make_batch(w.make_batch, w.batch_size, device))
+        self.inputs = to_device(torch, inputs, device, mode.channels_last)
+        self.target = to_device(torch, target, device, False)
+        self.ddp = wrap(self.net) if wrap else None
+        front = self.ddp if self.ddp is not None else self.net
+        self.runner = (torch.compile(front, backend=compile_backend, mode=compile_mode)
+                       if mode.compile else front)
+        self.opt, note = make_optimizer(torch, list(self.net.parameters()),
+                                        sgd=w.image_model, fused=mode.fused)
+        if note:
+            self.notes.append(note)
+        self.amp = autocast_dtype(torch, mode.precision)
+        self.scaler = (torch.amp.GradScaler(device.type) if mode.precision == "fp16" else None)
+        self.last_loss: Any = None
+
+    def _autocast(self) -> Any:
+        if self.amp is None:
+            return contextlib.nullcontext()
+        return self.torch.autocast(self.device.type, dtype=self.amp)
+
+    def step(self, accum: int = 1) -> None:
+        for i in range(accum):
+            quiet = self.ddp is not None and i < accum - 1  # all-reduce on the last only
+            with self.ddp.no_sync() if quiet else contextlib.nullcontext():
+                with self._autocast():
+                    loss = self.runner(*self.inputs, self.target)
+                    if accum > 1:
+                        loss = loss / accum
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+        if self.scaler:
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        else:
+            self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.last_loss = loss
+
+    def count_flops(self) -> FlopCount:
+        """FlopCounterMode over one eager forward + backward (no optimizer step)."""
+        def once() -> None:
+            with self._autocast():
+                loss = self.net(*self.inputs, self.target)
+            loss.backward()
+
+        counted = count_flops(once)
+        self.opt.zero_grad(set_to_none=True)
+        return counted
+
+    def warm_up(self, steps: int, min_s: float, accum: int = 1) -> tuple[float, int]:
+        """Run `steps` steps, more until `min_s` has passed (clocks settle, autotuning ends);
+        returns (seconds, steps run)."""
+        t0 = time.perf_counter()
+        done = 0
+        while done < steps or time.perf_counter() - t0 < min_s:
+            self.step(accum)
+            sync(self.torch, self.device)
+            done += 1
+            if done >= 10 * max(steps, 1):
+                break
+        return time.perf_counter() - t0, done
+
+
+def run_mode(model: str, mode: TrainMode, device: Any, *, batch_size: int | None, steps: int,
+             warmup_steps: int, min_warmup_s: float, count: bool, seq_len: int | None = None,
+             compile_backend: str = "inductor", compile_mode: str | None = None,
+             profile_to: str | None = None) -> TrainResult:
+    import torch
+
+    with float32_matmuls(torch, tf32=mode.precision != "fp32"):
+        if is_cuda(device):
+            torch.cuda.reset_peak_memory_stats(device)
+        t = Trainer(model, mode, device, batch_size=batch_size, seq_len=seq_len,
+                    compile_backend=compile_backend, compile_mode=compile_mode)
+        warm_s, warm_n = t.warm_up(warmup_steps, min_warmup_s)
+        counted = t.count_flops() if count else None
+        times = step_times_s(torch, device, t.step, steps)
+        loss = float(t.last_loss.detach().float().item())
+        peak = int(torch.cuda.max_memory_allocated(device)) if is_cuda(device) else None
+        if profile_to:
+            kernel_table(torch, device, t.step, f"{model} {mode.id}", profile_to)
+    w = t.workload
+    per_step = (w.train_flops_per_sample * w.batch_size if w.train_flops_per_sample
+                else (counted.model if counted else None))
+    source = w.flops_source if w.train_flops_per_sample else "FlopCounterMode"
+    notes = list(t.notes)
+    if not math.isfinite(loss):
+        notes.append(f"loss is {loss} (fp16 overflow or a diverging model)")
+    return TrainResult(model=w.name, mode=mode, batch_size=w.batch_size,
+                       tokens_per_sample=w.tokens_per_sample, step_times_s=times,
+                       warmup_s=warm_s, warmup_steps=warm_n, peak_memory_bytes=peak,
+                       final_loss=loss, model_flops_per_step=per_step, flops_source=source,
+                       flop_count=counted, notes=notes, params=dict(w.params or {}),
+                       expected_count_per_sample=w.expected_count_per_sample)
+
+
+def measure_mode(model: str, mode: TrainMode, device: Any, **kwargs: Any) -> TrainResult | str:
+    """run_mode, or why it could not run (out of memory with what it needed, or the error);
+    either way the memory is given back before the next mode."""
+    import torch
+
+    from gpuaudit.errors import BadInputError
+
+    reason: str | None = None
+    try:
+        return run_mode(model, mode, device, **kwargs)
+    except (KeyboardInterrupt, BadInputError):
+        raise
+    except Exception as exc:
+        if is_oom(exc):
+            total = (torch.cuda.get_device_properties(device).total_memory
+                     if is_cuda(device) else None)
+            reason = oom_reason(str(exc), in_use_bytes=in_use(torch, device),
+                                total_bytes=total)
+        else:
+            from gpuaudit.bench.stats import reason_of
+
+            reason = reason_of(exc)
+    finally:
+        release(torch, device)
+    return reason
+
+
+def kernel_table(torch: Any, device: Any, fn: Callable[[], Any], title: str, path: str,
+                 steps: int = 3, rows: int = 18) -> None:
+    """Append the `rows` kernels that took the most device time over `steps` calls of `fn`
+    (torch.profiler) to `path`: where a figure falls short, this says why."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if is_cuda(device) else [])
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            fn()
+        sync(torch, device)
+    keys = (["self_device_time_total", "self_cuda_time_total"] if is_cuda(device)
+            else ["self_cpu_time_total"])
+    table, key = "", keys[0]
+    for key in keys:  # torch renamed cuda → device time in 2.4
+        try:
+            table = prof.key_averages().table(sort_by=key, row_limit=rows,
+                                              max_name_column_width=70)
+            break
+        except (AttributeError, KeyError):
+            continue
+    with open(path, "a") as f:
+        f.write(f"== {title}: {steps} steps, sorted by {key}\n{table}\n")
