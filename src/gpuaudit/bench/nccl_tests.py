@@ -208,7 +208,7 @@ def run_native(ctx: BenchContext) -> Iterator[Measurement]:
     n = len(ctx.devices)
     lo, hi, factor = sweep_range(ctx)
     warmup = int_option(ctx, "warmup", 5)
-    iters = int_option(ctx, "iters", ctx.pick(20, 20, 50))
+    iters = int_option(ctx, "iters", 20)  # -n: ops per timed batch, as ours
     spec = line_rate_gbps(ctx)
     env = apply_safe_env(dict(os.environ))
     env["CUDA_VISIBLE_DEVICES"] = _visible_devices(ctx)
