@@ -235,6 +235,26 @@ def test_run_native_runs_parses_and_passes_safe_env(monkeypatch, tmp_path):
     assert lib is None or call["env"]["LD_LIBRARY_PATH"].split(os.pathsep)[-1] == lib
 
 
+def test_run_native_repeated_gives_each_run_its_number(monkeypatch, tmp_path):
+    calls = tmp_path / "calls"
+    fake = tmp_path / "all_reduce_perf"
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        f"open({str(calls)!r}, 'a').write('x')\n"
+        f"print(open({str(NCCL_FIXTURES / 'h100-16rank-all_reduce.txt')!r}).read())\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv(nt.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(nt.RUNS_ENV, "3")
+    monkeypatch.setattr(nt.shutil, "which", lambda name: None)
+    ctx = BenchContext(machine=machine("h200-2gpu"), devices=fake_devices(2),
+                       size_range=(8, 8 << 30), options={"ops": ["all_reduce"]})
+    out = [m for m in nt.run_native(ctx) if m.params.get("op") == "all_reduce"]
+    assert calls.read_text() == "xxx"
+    rows = [m for m in out if m.name == "all_reduce_busbw"]
+    assert [sum(m.params["run"] == r for m in rows) for r in (1, 2, 3)] == [31, 31, 31]
+    assert len([m for m in out if m.name == "all_reduce_busbw_peak"]) == 3
+
+
 def test_run_native_wrong_elements_mark_the_row_unverified(monkeypatch, tmp_path):
     text = (NCCL_FIXTURES / "h100-16rank-all_reduce.txt").read_text().replace(
         "12646  169.81  318.40      0", "12646  169.81  318.40      7")

@@ -57,6 +57,7 @@ PRECISIONS = {
     "int8": Precision("int8", "int8", "TOP/s", 0.0, (7, 5)),
 }
 
+
 class _Operands:
     """Random operands of one precision on one device, and the product to time."""
 

@@ -40,6 +40,7 @@ BINARIES = {
     "broadcast": "broadcast_perf",
 }
 ENV_DIR = "GPUAUDIT_NCCL_TESTS"
+RUNS_ENV = "GPUAUDIT_NCCL_TESTS_RUNS"
 NOT_FOUND = "nccl-tests not found (set GPUAUDIT_NCCL_TESTS or put all_reduce_perf on PATH)"
 NCCL_TYPES = {"float32": "float", "bfloat16": "bfloat16"}  # our dtype → nccl-tests' -d
 
@@ -218,7 +219,8 @@ def run_native(ctx: BenchContext) -> Iterator[Measurement]:
     if lib := _pip_nccl_lib():  # last: a system NCCL the binary was linked with comes first
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in (env.get("LD_LIBRARY_PATH"), lib) if p)
-    runs = max(1, int_option(ctx, "native_runs", 1))  # repeated: its run-to-run spread
+    # repeated (option native_runs, or GPUAUDIT_NCCL_TESTS_RUNS): its run-to-run spread
+    runs = max(1, int_option(ctx, "native_runs", os.environ.get(RUNS_ENV, "1")))
     for op, binary in BINARIES.items():
         exe = find_binary(binary)
         base: Params = {"tool": "nccl-tests", "op": op}
