@@ -245,6 +245,7 @@ def test_run_native_repeated_gives_each_run_its_number(monkeypatch, tmp_path):
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv(nt.ENV_DIR, str(tmp_path))
     monkeypatch.setenv(nt.RUNS_ENV, "3")
+    monkeypatch.setenv(nt.ITERS_ENV, "100")
     monkeypatch.setattr(nt.shutil, "which", lambda name: None)
     ctx = BenchContext(machine=machine("h200-2gpu"), devices=fake_devices(2),
                        size_range=(8, 8 << 30), options={"ops": ["all_reduce"]})
@@ -252,6 +253,7 @@ def test_run_native_repeated_gives_each_run_its_number(monkeypatch, tmp_path):
     assert calls.read_text() == "xxx"
     rows = [m for m in out if m.name == "all_reduce_busbw"]
     assert [sum(m.params["run"] == r for m in rows) for r in (1, 2, 3)] == [31, 31, 31]
+    assert {m.params["iters"] for m in rows} == {100}  # -n 100
     assert len([m for m in out if m.name == "all_reduce_busbw_peak"]) == 3
 
 

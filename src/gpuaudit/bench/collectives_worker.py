@@ -264,20 +264,23 @@ class Rank:
             self._clock = 1_000_000 / max(a.elapsed_time(b) * 1e3, 1.0)
         return self._clock
 
-    def _batch(self, once: Any, iters: int, hold: float) -> tuple[float, bool]:
+    def _batch(self, once: Any, iters: int, hold: float) -> tuple[float, bool, float]:
         """One batch: hold the GPU, queue an untimed op and `iters` timed ones between two
-        events; (milliseconds, whether the batch was all queued before the GPU reached it)."""
+        events. (milliseconds, whether the batch was all queued before the GPU reached it,
+        the host's µs per op to queue it)."""
         torch = self.torch
         start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
         torch.cuda._sleep(int(hold * self._cycles_per_us()))
+        t0 = time.perf_counter()
         once()  # all ranks leave this op together: the timed ops start aligned
         start.record()
         for _ in range(iters):
             once()
         end.record()
+        host_us = (time.perf_counter() - t0) * 1e6 / (iters + 1)
         queued = not start.query()
         end.synchronize()
-        return start.elapsed_time(end), queued
+        return start.elapsed_time(end), queued, host_us
 
     def _timed(self, once: Any, iters: int, reps: int, host_us: float
                ) -> tuple[list[float], int]:
@@ -292,10 +295,11 @@ class Rank:
                 out.append((time.perf_counter() - t0) * 1e3)
             return per_op_seconds(out, iters), reps
         batches, queued = [], 0
-        hold = hold_us(host_us, iters + 1)
+        # the warm-up's first op may have set something up: never hold longer than 50 ms
+        hold = min(hold_us(host_us, iters + 1), 50_000.0)
         for _ in range(reps):
             for attempt in range(HOLD_TRIES):
-                ms, ok = self._batch(once, iters, hold)
+                ms, ok, host_us = self._batch(once, iters, hold)
                 # every rank must agree to run a batch again, or they would not pair up
                 ok = self.agree(ok) if self.n > 1 else ok
                 if ok or attempt == HOLD_TRIES - 1:
@@ -303,6 +307,8 @@ class Rank:
                 hold *= 4
             batches.append(ms)
             queued += ok
+            if ok:  # the next batch holds for what this one took to queue
+                hold = hold_us(host_us, iters + 1)
         return per_op_seconds(batches, iters), queued
 
 

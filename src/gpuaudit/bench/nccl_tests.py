@@ -41,6 +41,7 @@ BINARIES = {
 }
 ENV_DIR = "GPUAUDIT_NCCL_TESTS"
 RUNS_ENV = "GPUAUDIT_NCCL_TESTS_RUNS"
+ITERS_ENV = "GPUAUDIT_NCCL_TESTS_ITERS"
 NOT_FOUND = "nccl-tests not found (set GPUAUDIT_NCCL_TESTS or put all_reduce_perf on PATH)"
 NCCL_TYPES = {"float32": "float", "bfloat16": "bfloat16"}  # our dtype → nccl-tests' -d
 
@@ -212,7 +213,11 @@ def run_native(ctx: BenchContext) -> Iterator[Measurement]:
     n = len(ctx.devices)
     lo, hi, factor = sweep_range(ctx)
     warmup = int_option(ctx, "warmup", 5)
-    iters = int_option(ctx, "iters", 20)  # -n: ops per timed batch, as ours
+    # -n: ops per timed batch (ours: 20). nccl-tests' host clock adds its launch and sync
+    # latency over -n to each op: ~4 % of a 1 MiB all-reduce at -n 20, ~1 % at -n 100
+    # (option native_iters or GPUAUDIT_NCCL_TESTS_ITERS).
+    iters = int_option(ctx, "native_iters",
+                       os.environ.get(ITERS_ENV) or int_option(ctx, "iters", 20))
     spec = line_rate_gbps(ctx)
     env = apply_safe_env(dict(os.environ))
     env["CUDA_VISIBLE_DEVICES"] = _visible_devices(ctx)
