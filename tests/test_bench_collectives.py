@@ -235,6 +235,28 @@ def test_run_native_runs_parses_and_passes_safe_env(monkeypatch, tmp_path):
     assert lib is None or call["env"]["LD_LIBRARY_PATH"].split(os.pathsep)[-1] == lib
 
 
+def test_run_native_repeated_gives_each_run_its_number(monkeypatch, tmp_path):
+    calls = tmp_path / "calls"
+    fake = tmp_path / "all_reduce_perf"
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        f"open({str(calls)!r}, 'a').write('x')\n"
+        f"print(open({str(NCCL_FIXTURES / 'h100-16rank-all_reduce.txt')!r}).read())\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv(nt.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(nt.RUNS_ENV, "3")
+    monkeypatch.setenv(nt.ITERS_ENV, "100")
+    monkeypatch.setattr(nt.shutil, "which", lambda name: None)
+    ctx = BenchContext(machine=machine("h200-2gpu"), devices=fake_devices(2),
+                       size_range=(8, 8 << 30), options={"ops": ["all_reduce"]})
+    out = [m for m in nt.run_native(ctx) if m.params.get("op") == "all_reduce"]
+    assert calls.read_text() == "xxx"
+    rows = [m for m in out if m.name == "all_reduce_busbw"]
+    assert [sum(m.params["run"] == r for m in rows) for r in (1, 2, 3)] == [31, 31, 31]
+    assert {m.params["iters"] for m in rows} == {100}  # -n 100
+    assert len([m for m in out if m.name == "all_reduce_busbw_peak"]) == 3
+
+
 def test_run_native_wrong_elements_mark_the_row_unverified(monkeypatch, tmp_path):
     text = (NCCL_FIXTURES / "h100-16rank-all_reduce.txt").read_text().replace(
         "12646  169.81  318.40      0", "12646  169.81  318.40      7")
@@ -252,6 +274,26 @@ def test_run_native_wrong_elements_mark_the_row_unverified(monkeypatch, tmp_path
     assert not any(m.skipped for m in ar)  # the exit status is explained by the wrong row
 
 
+# --- timing: batches of back-to-back ops, as nccl-tests times them -----------------------------
+
+def test_time_per_op_is_the_batch_over_its_ops():
+    from gpuaudit.bench.collectives_worker import per_op_seconds
+
+    # nccl-tests all_reduce 1 MiB on the H200s: 20 ops in 0.3056 ms → 15.28 µs per op
+    assert per_op_seconds([0.3056, 0.4], 20) == pytest.approx([15.28e-6, 20e-6])
+    with pytest.raises(ValueError):
+        per_op_seconds([1.0], 0)
+
+
+def test_the_hold_covers_the_hosts_queueing_of_the_whole_batch():
+    from gpuaudit.bench.collectives_worker import HOLD_MARGIN_US, hold_us
+
+    # 21 ops (the aligning op + 20 timed) at 30 µs of Python each: 630 µs to queue
+    assert hold_us(30.0, 21) == pytest.approx(2 * 630 + HOLD_MARGIN_US)
+    assert hold_us(0.0, 21) > 21  # a host too fast to measure still gets a hold
+    assert hold_us(30.0, 101) > hold_us(30.0, 21)
+
+
 # --- the suite end to end on CPU (gloo, real processes) -----------------------------------------
 
 def test_cpu_gloo_end_to_end():
@@ -265,7 +307,8 @@ def test_cpu_gloo_end_to_end():
         assert [m.params["size_bytes"] for m in rows] == [1024, 2048, 4096]
         for m in rows:
             assert m.verified is True and m.value > 0 and m.unit == "GB/s"
-            assert m.gpu_index is None and len(m.samples) == 10 and m.warmup == 2
+            assert m.gpu_index is None and len(m.samples) == 5 and m.warmup == 2
+            assert (m.params["ops_per_batch"], m.params["batches"]) == (5, 5)
             assert {k: m.params[k] for k in ("op", "dtype", "ranks", "backend", "wrong")} == {
                 "op": op, "dtype": "float32", "ranks": 2, "backend": "gloo", "wrong": 0}
             # busbw = algbw × the nccl-tests factor, algbw = bytes / time (medians of samples)

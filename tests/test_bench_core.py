@@ -8,7 +8,7 @@ import pytest
 
 from gpuaudit.bench import runner
 from gpuaudit.bench.context import BenchContext, Profile
-from gpuaudit.bench.matmul import align, neighbours, search, stretched
+from gpuaudit.bench.matmul_search import align, neighbours, search, stretched
 from gpuaudit.bench.stats import measure, quartiles, skipped
 from gpuaudit.bench.stragglers import find_stragglers
 from gpuaudit.errors import BadInputError
@@ -205,18 +205,6 @@ def test_cpu_matmul_and_memory_measure_and_verify():
         assert m.params["device"] == "cpu"
     assert by[("matmul", "bf16")].skipped_reason
     assert by[("matmul", "fp64")].params["relative_error"] < 1e-12
-
-
-def test_confirm_retimes_the_leaders_and_trusts_the_second_timing():
-    from gpuaudit.bench.matmul import confirm
-
-    brief = {(1, 1, 1): 100.0, (2, 2, 2): 99.0, (3, 3, 3): 98.0, (4, 4, 4): 10.0}
-    again = {(1, 1, 1): 90.0, (2, 2, 2): 97.0, (3, 3, 3): None, (4, 4, 4): 500.0}
-    calls = []
-    best = confirm(lambda s: calls.append(s) or again[s], brief, 3)
-    assert best == (2, 2, 2)  # the brief leader lost on a fair re-run
-    assert sorted(calls) == [(1, 1, 1), (2, 2, 2), (3, 3, 3)]  # only the leaders re-timed
-    assert confirm(lambda s: None, brief, 2) == (1, 1, 1)  # nothing re-ran: keep the leader
 
 
 def test_stragglers_survive_figures_that_read_zero():

@@ -53,3 +53,15 @@ def test_collectives_verify_or_say_why_not(quick_run):
     assert all(m.verified is True for m in measured)
     peaks = [m for m in measured if m.name.endswith("_peak")]
     assert len(peaks) == 5
+
+
+def test_collective_batches_ran_without_the_host_in_them(quick_run):
+    sized = [m for m in _by(quick_run, "collectives")
+             if m.value is not None and not m.name.endswith("_peak")]
+    for m in sized:  # every batch was queued whole before the GPU reached it
+        assert m.params["batches_prequeued"] == m.params["batches"], (m.name, m.params)
+
+
+def test_nothing_else_on_the_gpus_means_no_contended_figure(quick_run):
+    assert not [m.name for m in quick_run.measurements if m.contended]
+    assert "bench.contended" not in {f.code for f in quick_run.findings}

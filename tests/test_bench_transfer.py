@@ -155,6 +155,40 @@ def test_profiles_size_the_host_buffers():
     assert sizes == [256 << 20, 1 << 30, 4 << 30]
 
 
+def test_pageable_copies_at_the_sizes_people_copy():
+    plans = [transfer.pageable_plan(ctx_for(machine(), profile=p))
+             for p in ("quick", "standard", "full")]
+    assert [pl.headline for pl in plans] == [256 << 20, 1 << 30, 4 << 30]
+    assert plans[0].sizes == (4 << 20, 64 << 20, 256 << 20)
+    assert plans[1].sizes == (4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30)
+    assert all(pl.headline in pl.sizes for pl in plans)
+    assert [pl.sweep_all_gpus for pl in plans] == [False, True, True]
+
+
+def test_pageable_iterations_fill_the_time_within_bounds():
+    from gpuaudit.bench.pageable import iterations
+
+    assert iterations(64 << 20, 0.1) == 12  # 0.8 GB at 8 GB/s in 0.1 s: 12 copies of 64 MiB
+    assert iterations(1 << 30, 0.1) == 3 and iterations(4 << 20, 0.3) == 40
+
+
+def test_each_copy_reads_the_next_slice_of_the_ring():
+    from gpuaudit.bench.pageable import ring_offsets
+
+    mib = 1 << 20
+    assert ring_offsets(4 * mib, 16 * mib, 6) == [0, 4 * mib, 8 * mib, 12 * mib, 0, 4 * mib]
+    # a size larger than the ring is read from its start each time (it does not fit a cache)
+    assert ring_offsets(1 << 30, 512 * mib, 3) == [0, 0, 0]
+    offsets = ring_offsets(64 * mib, 512 * mib, 8)
+    assert len(set(offsets)) == 8  # 8 copies, 8 different 64 MiB slices: none cache-hot
+
+
+def test_the_headline_note_gives_the_rate_by_size():
+    from gpuaudit.bench.pageable import size_note
+
+    assert size_note([(4 << 20, 12.14), (1 << 30, 7.0)]) == "by size: 4 MiB 12.1, 1 GiB 7 GB/s"
+
+
 # ---- p2p expected rates ----
 
 def test_nv18_pair_expects_450_per_direction():
@@ -191,7 +225,7 @@ def test_unknown_topology_has_no_expected_rate():
 
 @pytest.mark.parametrize(("module", "names"), [
     (transfer, {"h2d_pinned", "d2h_pinned", "h2d_pageable", "d2h_pageable",
-                "h2d_pinned_all_total", "d2h_pinned_all_total"}),
+                "d2h_pageable_reused", "h2d_pinned_all_total", "d2h_pinned_all_total"}),
     (p2p, {"p2p_unidir", "p2p_bidir", "p2p_latency"}),
     (latency, {"launch", "launch_graph", "roundtrip"}),
 ])

@@ -13,7 +13,7 @@ from gpuaudit.model import Measurement, Run
 def audit(*, profile: Profile = Profile.QUICK, bench: bool = True,
           step: Callable[[str], None] | None = None,
           on_measurement: Callable[[Measurement], None] | None = None,
-          on_suite: Callable[[int, int], None] | None = None) -> Run:
+          on_suite: Callable[[int, int], None] | None = None, exclusive: bool = False) -> Run:
     """`gpuaudit run`: the inspect findings and the benchmark figures of this machine."""
     if step:
         step("inspect")
@@ -21,7 +21,7 @@ def audit(*, profile: Profile = Profile.QUICK, bench: bool = True,
     if not bench:
         return inspected.model_copy(update={"kind": "run"})
     benched = run_bench(machine=inspected.machine, profile=profile, step=step,
-                        on_measurement=on_measurement, on_suite=on_suite)
+                        on_measurement=on_measurement, on_suite=on_suite, exclusive=exclusive)
     return benched.model_copy(update={
         "kind": "run",
         "started_at": inspected.started_at,

@@ -45,6 +45,7 @@ _PER_RANK_BLOCKS = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 CPU_SIZES = (KIB, 4 * MIB, 4)  # gloo on the host: small, so CI runs it in seconds
 NEEDS_TWO = "needs 2 or more GPUs"
+STARTUP_S = 60.0  # the least time the workers get to start before their first report
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -218,7 +219,9 @@ class Workers:
         return f"worker rank {rank} failed: {why}"
 
     def events(self) -> Iterator[dict[str, Any]]:
-        deadline = time.monotonic() + self.timeout_s  # renewed by every report (progress)
+        # Renewed by every report (progress). Before the first one the workers import torch
+        # and set NCCL up, which on a loaded host takes longer than a short --timeout.
+        deadline = time.monotonic() + max(self.timeout_s, STARTUP_S)
         while True:
             try:
                 line = self._lines.get(timeout=0.2)
@@ -296,12 +299,14 @@ def run(ctx: BenchContext) -> Iterator[Measurement]:
     backend = "nccl" if ctx.on_gpu else "gloo"
     n = len(ctx.devices) if ctx.on_gpu else int_option(ctx, "cpu_ranks", 2)
     warmup = int_option(ctx, "warmup", 5 if ctx.on_gpu else 2)
-    iters = int_option(ctx, "iters", ctx.pick(20, 20, 50) if ctx.on_gpu else 10)
+    # ops per timed batch: nccl-tests' default -n; batches: for the spread
+    iters = int_option(ctx, "iters", 20 if ctx.on_gpu else 5)
+    reps = int_option(ctx, "reps", ctx.pick(5, 10, 20) if ctx.on_gpu else 5)
     lo, hi, factor = sweep_range(ctx)
     items = plan(ops, size_sweep(lo, hi, factor), DTYPES[dtype], n)
     spec = line_rate_gbps(ctx) if ctx.on_gpu else None
     config = {
-        "backend": backend, "dtype": dtype, "warmup": warmup, "iters": iters,
+        "backend": backend, "dtype": dtype, "warmup": warmup, "iters": iters, "reps": reps,
         "items": [[it.op, it.count] for it in items],
         "cuda_indices": [d.cuda_index for d, _ in ctx.devices] or None,
         **{k: ctx.options[k] for k in ("corrupt_rank", "hang_rank", "crash_rank", "hang_at", "seed")
@@ -367,15 +372,20 @@ def _measurement(it: Item, event: dict[str, Any], n: int, warmup: int, spec: flo
     algbw = [it.size_bytes / t / 1e9 for t in times]
     factor = bus_factor(it.op, n)
     wrong, checked = int(event["wrong"]), int(event["checked"])
+    queued, ops = int(event.get("queued", len(times))), int(event.get("iters", 1))
     notes = []
     if wrong:
         notes.append(f"{wrong} of {checked} elements wrong in the result check")
+    if queued < len(times):
+        notes.append(f"{len(times) - queued} of {len(times)} batches started before the host "
+                     "had queued them: the host may be in those figures")
     return measure(
         SUITE, f"{it.op}_busbw", UNIT, [a * factor for a in algbw], warmup=warmup,
         spec_value=spec, gpu_index=None, verified=wrong == 0, notes=notes,
         params={**params, "algbw_gbps": float(f"{median(algbw):.6g}"),
                 "time_us": float(f"{median(times) * 1e6:.6g}"), "busbw_factor": factor,
-                "wrong": wrong,
+                "wrong": wrong, "ops_per_batch": ops, "batches": len(times),
+                "batches_prequeued": queued,
                 # torch.distributed has no out-of-place all_reduce or broadcast; NCCL's speed
                 # is the same in place (nccl-tests prints both columns and they agree)
                 "in_place": it.op in ("all_reduce", "broadcast")})

@@ -4,16 +4,25 @@ Started by `gpuaudit.bench.collectives.run`, one process per GPU (NCCL) or per C
 with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in the environment. Rank 0 reports on stdout,
 one `MARKER {json}` line per event; everything else a library prints there is ignored.
 
-Timing follows nccl-tests: per size, warm-up ops, a barrier, then `iters` ops back to back with
-one CUDA event between consecutive ops (no host sync inside the loop), each rank's per-op times
-averaged over the ranks (nccl-tests' default `-a 1`). The result is checked once afterwards,
-in a separate op, as `-c 1` does: inputs are small integers held in floats, generated from the
-rank and the element index, so every rank can compute the exact expected output.
+Timing follows nccl-tests (src/common.cu, BenchTime): per size, warm-up ops, a barrier, then
+`iters` ops launched back to back and timed as one batch (nccl-tests: a host clock around the
+launches and a stream sync; here: two CUDA events around the batch), the time per op being the
+batch's time over `iters`, averaged over the ranks (nccl-tests' default `-a 1`). We repeat the
+batch `reps` times for a spread; the figure is the median batch. No CUDA graphs: NCCL ops
+captured in a graph ran 4–17 % slower than the same ops launched eagerly on the H200s (every
+size up to 64 MiB, where graphs were used, and no size above), while nccl-tests launches
+eagerly. Python launches an op more slowly than a small NCCL op runs, so before each batch the
+GPU is held by a short spin kernel while the host queues the whole batch, then released through
+one untimed op that all ranks leave together: the batch then runs back to back on the GPU as
+nccl-tests' C loop does, without our host in it (checked: the start event must not have fired
+before the last op was queued, else the batch is run again with a longer hold).
+The result is checked once afterwards, in a separate op, as `-c 1` does: inputs are small
+integers held in floats, generated from the rank and the element index, so every rank can
+compute the exact expected output.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -27,10 +36,22 @@ PERIOD = 4099  # the input pattern repeats with this (prime) period, so it is ch
 TILE_ELEMENTS = PERIOD * 4096  # ≈16.8 M elements: the pattern block filled/compared at a time
 DTYPES = {"float32": 4, "bfloat16": 2}
 
+# The hold before a batch: the host's measured time to queue it, times this, plus a margin.
+HOLD_FACTOR = 2.0
+HOLD_MARGIN_US = 200.0
+HOLD_TRIES = 3  # a batch that started before it was queued is run again, holding 4x longer
 
-# Sizes up to this are timed as graphs of GRAPH_REPS back-to-back ops (see Rank._graph).
-GRAPH_MAX_BYTES = 64 << 20
-GRAPH_REPS = 20
+
+def hold_us(host_us_per_op: float, ops: int) -> float:
+    """How long to hold the GPU while the host queues `ops` ops (µs)."""
+    return HOLD_FACTOR * max(host_us_per_op, 1.0) * ops + HOLD_MARGIN_US
+
+
+def per_op_seconds(batch_ms: list[float], iters: int) -> list[float]:
+    """Seconds per op of each batch of `iters` back-to-back ops (nccl-tests' time / iters)."""
+    if iters < 1:
+        raise ValueError("a batch needs at least one op")
+    return [ms / 1e3 / iters for ms in batch_ms]
 
 
 def emit(event: dict[str, Any]) -> None:
@@ -150,6 +171,7 @@ class Rank:
         except TypeError:
             dist.init_process_group(cfg["backend"], rank=self.rank, world_size=self.n)
         self.pattern = Pattern(torch, self.dtype, self.device, self.n, int(cfg.get("seed", 0)))
+        self._clock: float | None = None
 
     def sync(self) -> None:
         if self.cuda:
@@ -190,12 +212,16 @@ class Rank:
         def once() -> None:
             collective(dist, op, inp, out)
 
-        for _ in range(int(self.cfg["warmup"])):
+        warmup = int(self.cfg["warmup"])
+        t0 = time.perf_counter()
+        for _ in range(warmup):
             once()
+        host_us = (time.perf_counter() - t0) * 1e6 / max(warmup, 1)
         self.sync()
         dist.barrier()
         self.sync()
-        times = self._timed(once, int(self.cfg["iters"]), inp.numel() * inp.element_size())
+        times, queued = self._timed(once, int(self.cfg["iters"]), int(self.cfg.get("reps", 5)),
+                                    host_us)
         t = torch.tensor(times, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)  # nccl-tests reports the mean over ranks
         mean_times = (t / n).tolist()
@@ -212,7 +238,8 @@ class Rank:
         wrong = wrong.reshape(1).to(torch.int64)
         dist.all_reduce(wrong)
         return {"event": "result", "i": index, "times_s": mean_times,
-                "wrong": int(wrong.item()), "checked": out.numel() * n}
+                "wrong": int(wrong.item()), "checked": out.numel() * n,
+                "queued": queued, "iters": int(self.cfg["iters"])}
 
     def _alloc(self, op: str, count: int) -> tuple[Any, Any] | None:
         """(input, output) buffers, the output being the input for in-place ops; None when
@@ -225,46 +252,64 @@ class Rank:
             return None
         return inp, out
 
-    def _graph(self, once: Any, reps: int) -> Any | None:
-        """`reps` ops captured in one CUDA graph, or None where capture fails.
+    def _cycles_per_us(self) -> float:
+        """The spin kernel's clock, measured once (the hold is given in GPU cycles)."""
+        if self._clock is None:
+            torch = self.torch
+            a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            a.record()
+            torch.cuda._sleep(1_000_000)
+            b.record()
+            b.synchronize()
+            self._clock = 1_000_000 / max(a.elapsed_time(b) * 1e3, 1.0)
+        return self._clock
 
-        Small collectives take a few µs on NVLink; launching each from Python costs more than
-        that, so nccl-tests' back-to-back C loop would look several times faster than the
-        hardware allows us. Replaying a graph takes the host out of the loop, as its -G does."""
+    def _batch(self, once: Any, iters: int, hold: float) -> tuple[float, bool, float]:
+        """One batch: hold the GPU, queue an untimed op and `iters` timed ones between two
+        events. (milliseconds, whether the batch was all queued before the GPU reached it,
+        the host's µs per op to queue it)."""
         torch = self.torch
-        side = torch.cuda.Stream(device=self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        try:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=side):
-                for _ in range(reps):
-                    once()
-        except RuntimeError:
-            torch.cuda.synchronize()
-            return None
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        return graph
-
-    def _timed(self, once: Any, iters: int, nbytes: int = 0) -> list[float]:
-        if self.cuda:
-            reps = GRAPH_REPS if 0 < nbytes <= GRAPH_MAX_BYTES else 1
-            graph = self._graph(once, reps) if reps > 1 else None
-            step = graph.replay if graph is not None else once
-            per = reps if graph is not None else 1
-            if graph is not None:
-                step()  # the first replay uploads the graph
-            events = [self.torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
-            events[0].record()
-            for e in events[1:]:
-                step()
-                e.record()
-            self.torch.cuda.synchronize()
-            return [a.elapsed_time(b) / 1e3 / per for a, b in itertools.pairwise(events)]
-        stamps = [time.perf_counter()]
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        torch.cuda._sleep(int(hold * self._cycles_per_us()))
+        t0 = time.perf_counter()
+        once()  # all ranks leave this op together: the timed ops start aligned
+        start.record()
         for _ in range(iters):
-            once()  # gloo ops return when complete
-            stamps.append(time.perf_counter())
-        return [b - a for a, b in itertools.pairwise(stamps)]
+            once()
+        end.record()
+        host_us = (time.perf_counter() - t0) * 1e6 / (iters + 1)
+        queued = not start.query()
+        end.synchronize()
+        return start.elapsed_time(end), queued, host_us
+
+    def _timed(self, once: Any, iters: int, reps: int, host_us: float
+               ) -> tuple[list[float], int]:
+        """Seconds per op of `reps` batches of `iters` ops, and how many batches were wholly
+        queued before they ran (on gloo, ops return when complete: a host clock times them)."""
+        if not self.cuda:
+            out = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    once()
+                out.append((time.perf_counter() - t0) * 1e3)
+            return per_op_seconds(out, iters), reps
+        batches, queued = [], 0
+        # the warm-up's first op may have set something up: never hold longer than 50 ms
+        hold = min(hold_us(host_us, iters + 1), 50_000.0)
+        for _ in range(reps):
+            for attempt in range(HOLD_TRIES):
+                ms, ok, host_us = self._batch(once, iters, hold)
+                # every rank must agree to run a batch again, or they would not pair up
+                ok = self.agree(ok) if self.n > 1 else ok
+                if ok or attempt == HOLD_TRIES - 1:
+                    break
+                hold *= 4
+            batches.append(ms)
+            queued += ok
+            if ok:  # the next batch holds for what this one took to queue
+                hold = hold_us(host_us, iters + 1)
+        return per_op_seconds(batches, iters), queued
 
 
 def main(argv: list[str] | None = None) -> int:

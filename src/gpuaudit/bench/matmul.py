@@ -1,11 +1,11 @@
 """The maximum achievable matmul rate per precision (MAMF), found by a shape search that
-converges in seconds, L2 flushed between iterations, random data, result checked.
+converges in seconds (`matmul_search`), L2 flushed between iterations, random data, result
+checked.
 
-Search: a few squares, then shapes stretched along each axis around the best square and the
-long-K family, then a hill-climb of ±1/8 per dimension, each candidate timed briefly; the
-leaders are timed again alike (after an idle pause) to choose, and the winner measured at
-length on every GPU at once, as a burst and sustained. mamf-finder sweeps thousands of shapes
-for hours to find the same ridge.
+The winner is measured on every GPU at once in two regimes. Burst: after an idle pause,
+mamf-finder's protocol (50 warm-up + 100 timed iterations, 256 MiB written between them as its
+cache flush); its median is the figure, its mean (mamf-finder's headline statistic) and max are
+kept beside it. Sustained: past the power limiter's settling, as a job runs.
 """
 
 from __future__ import annotations
@@ -13,18 +13,27 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from gpuaudit.bench.context import BenchContext
+from gpuaudit.bench.matmul_search import (
+    Shape,
+    confirm,
+    family,
+    flops,
+    leaders,
+    search,
+    wave_shapes,
+)
 from gpuaudit.bench.stats import measure, reason_of, skipped
 from gpuaudit.bench.timing import L2Flush, cpu_times_ms, cuda_times_ms, on_each, rate
 from gpuaudit.hw.torch_env import CudaDevice, import_torch, why_no_cuda
 from gpuaudit.model import Measurement, Params
 
 SUITE = "matmul"
-ALIGN = 256  # tensor-core friendly; every searched dimension is a multiple of it
+FLUSH_BYTES = 256 << 20  # mamf-finder's cache flush between timed iterations
 
 
 @dataclass(frozen=True)
@@ -35,86 +44,18 @@ class Precision:
     tolerance: float  # largest acceptable ‖C − ref‖ / ‖ref‖ on checked rows
     min_capability: tuple[int, int] = (0, 0)
     max_side: int = 16384  # cap per dimension (fp64 is slow: keep its search short)
+    slow: bool = False  # no tensor cores (fp32) or few (fp64): a shorter re-timing
 
 
 PRECISIONS = {
-    "fp64": Precision("fp64", "fp64_tensor", "TFLOP/s", 1e-12, max_side=8192),
-    "fp32": Precision("fp32", "fp32", "TFLOP/s", 1e-5, max_side=8192),
+    "fp64": Precision("fp64", "fp64_tensor", "TFLOP/s", 1e-12, max_side=8192, slow=True),
+    "fp32": Precision("fp32", "fp32", "TFLOP/s", 1e-5, max_side=8192, slow=True),
     "tf32": Precision("tf32", "tf32", "TFLOP/s", 5e-3, (8, 0)),
     "bf16": Precision("bf16", "bf16", "TFLOP/s", 2e-2, (8, 0)),
     "fp16": Precision("fp16", "fp16", "TFLOP/s", 1e-2, (7, 0)),
     "fp8": Precision("fp8", "fp8", "TFLOP/s", 5e-2, (8, 9)),
     "int8": Precision("int8", "int8", "TOP/s", 0.0, (7, 5)),
 }
-
-Shape = tuple[int, int, int]
-
-
-def align(x: float) -> int:
-    return max(ALIGN, round(x / ALIGN) * ALIGN)
-
-
-def neighbours(shape: Shape, step: float, max_side: int) -> list[Shape]:
-    """The shapes one step (a factor of 1 ± step) away along each axis, aligned, in bounds."""
-    out = []
-    for axis in range(3):
-        for f in (1 + step, 1 - step):
-            s = list(shape)
-            s[axis] = min(max_side, align(s[axis] * f))
-            if tuple(s) != shape and tuple(s) not in out:
-                out.append(tuple(s))
-    return out  # type: ignore[return-value]
-
-
-def stretched(side: int, max_side: int) -> list[Shape]:
-    """Around a good square: the same work laid out long along one axis (MAMF often sits on
-    a large K with smaller M, N)."""
-    half, double = align(side / 2), min(max_side, align(side * 2))
-    return [(half, half, min(max_side, align(side * 4))), (side, side, double),
-            (double, side, side), (side, double, side)]
-
-
-def long_k(max_side: int) -> list[Shape]:
-    """Small outputs with a long reduction: few output tiles, operands that stream, less power
-    per FLOP. On H100/H200 bf16 this ridge (e.g. 2048×2048×13312) beats every square by
-    10–15 % (mamf-finder's published best shapes sit there too)."""
-    return [(mn, mn, k) for mn in (1024, 2048, 4096) for k in (8192, 12288, 16384)
-            if k <= max_side]
-
-
-def search(time_shape: Callable[[Shape], float | None], squares: list[int], max_side: int,
-           refine_rounds: int) -> tuple[Shape, dict[Shape, float]]:
-    """Find the fastest shape. `time_shape` gives a rate (higher is better) or None when the
-    shape cannot run (out of memory). Returns the best shape and every rate tried."""
-    tried: dict[Shape, float] = {}
-
-    def best_of(shapes: list[Shape]) -> None:
-        for s in shapes:
-            if s not in tried:
-                r = time_shape(s)
-                if r is not None:
-                    tried[s] = r
-
-    best_of([(s, s, s) for s in squares if s <= max_side])
-    if not tried:
-        raise RuntimeError("no shape could run (out of memory?)")
-    side = max(tried, key=tried.__getitem__)[0]
-    best_of(stretched(side, max_side) + long_k(max_side))
-    step = 0.25
-    for _ in range(refine_rounds):
-        best = max(tried, key=tried.__getitem__)
-        best_of(neighbours(best, step, max_side))
-        if max(tried, key=tried.__getitem__) == best:
-            step /= 2  # no neighbour won: look closer
-    return max(tried, key=tried.__getitem__), tried
-
-
-def confirm(time_shape: Callable[[Shape], float | None], tried: dict[Shape, float],
-            leaders: int) -> Shape:
-    """The best of the `leaders` fastest shapes of a search, each timed again the same way."""
-    top = sorted(tried, key=tried.__getitem__, reverse=True)[:leaders]
-    again = {s: r for s in top if (r := time_shape(s)) is not None}
-    return max(again, key=again.__getitem__) if again else top[0]
 
 
 class _Operands:
@@ -195,55 +136,65 @@ def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[M
     ctx.step(f"matmul {prec.name}: shape search")
     gen = torch.Generator(device=f"cuda:{first.cuda_index}").manual_seed(1234)
     flush = L2Flush(first)
-
     idle_s = ctx.pick(0.2, 0.5, 1.0)
-    # (warm-up, timed) iterations when re-timing the leaders: quick keeps the whole micro
-    # suite inside a minute; the others use mamf-finder's 50 + 100.
-    confirm_iters = ctx.pick((20, 40), (50, 100), (50, 100))
+    sms = first.multiprocessor_count
 
-    def time_shape(shape: Shape, *, burst: bool = False) -> float | None:
+    def on_first(shape: Shape, iters: int, warmup: int, l2: L2Flush) -> list[float] | None:
+        """Per-iteration times of `shape` on the first GPU; None when it does not fit."""
         try:
             with torch.cuda.device(first.cuda_index):
                 ops = _Operands(torch, prec, shape, f"cuda:{first.cuda_index}", gen)
-                if burst:
-                    time.sleep(idle_s)
-                warm, timed = confirm_iters if burst else (3, ctx.pick(10, 20, 30))
-                times = cuda_times_ms(ops.run, iters=timed, warmup=warm, flush=flush)
+                return cuda_times_ms(ops.run, iters=iters, warmup=warmup, flush=l2)
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             return None
-        return statistics.median(rate(2.0 * math.prod(shape), times, 1e12))
+
+    def brief(shape: Shape) -> float | None:
+        times = on_first(shape, ctx.pick(10, 20, 30), 3, flush)
+        return statistics.median(rate(flops(shape), times, 1e12)) if times else None
+
+    # One round of the leaders' re-timing, in mamf-finder's regime (256 MiB flush between
+    # iterations): (warm-up, timed) per round, rounds interleaved across the leaders.
+    warm, timed = ctx.pick((5, 15), (10, 30), (20, 50))
+    big_flush = L2Flush(first, FLUSH_BYTES)
+
+    def again(shape: Shape) -> list[float] | None:
+        return on_first(shape, timed, warm, big_flush)
 
     try:
-        best, tried = search(time_shape, squares, prec.max_side,
-                             refine_rounds=ctx.pick(3, 6, 10))
-        # Brief timings rank shapes by whatever power state the last one left: re-time the
-        # leaders alike (idle pause, then mamf-finder's 50 + 100 iterations) to pick one.
-        ctx.step(f"matmul {prec.name}: confirming the best shapes")
-        best = confirm(lambda shape: time_shape(shape, burst=True), tried, ctx.pick(2, 4, 6))
+        _, tried = search(brief, squares, prec.max_side, refine_rounds=ctx.pick(3, 6, 10),
+                          seeds=wave_shapes(sms, prec.max_side))
+        ctx.step(f"matmul {prec.name}: re-timing the leading shapes")
+        # fp32 and fp64 run ~15x slower than the tensor-core precisions: fewer re-timings
+        chosen = leaders(tried, ctx.pick(3, 6, 8) if prec.slow else ctx.pick(5, 8, 12),
+                         lambda s: family(s, sms, prec.max_side))
+        best, confirmed = confirm(again, chosen, ctx.pick(2, 3, 4) if prec.slow
+                                  else ctx.pick(3, 4, 5))
     except (RuntimeError, TypeError) as exc:
         for _, i in ctx.devices:
             yield skipped(SUITE, prec.name, prec.unit,
                           f"{prec.name} matmul failed: {reason_of(exc)}",
                           gpu_index=i)
         return
+    finally:
+        big_flush.buf = None
     ctx.step(f"matmul {prec.name}: {best[0]}×{best[1]}×{best[2]} on {len(devices)} GPU(s)")
-
-    flops = 2.0 * math.prod(best)
+    work = flops(best)
 
     def final(d: CudaDevice) -> tuple[list[float], list[float], bool, float]:
         g = torch.Generator(device=f"cuda:{d.cuda_index}").manual_seed(99 + d.cuda_index)
         ops = _Operands(torch, prec, best, f"cuda:{d.cuda_index}", g)
-        l2 = L2Flush(d)
-        # Burst: after an idle pause, mamf-finder's 50 + 100 iterations, mostly before the
-        # power limiter pulls the clocks down. Sustained: past that settling, as a job runs.
+        # Burst: after an idle pause, mamf-finder's 50 + 100 iterations and its 256 MiB flush,
+        # mostly before the power limiter pulls the clocks down. Sustained: past that
+        # settling, as a job runs.
         time.sleep(idle_s)
-        burst = cuda_times_ms(ops.run, iters=100, warmup=50, flush=l2)
+        burst = cuda_times_ms(ops.run, iters=100, warmup=50, flush=L2Flush(d, FLUSH_BYTES))
+        l2 = L2Flush(d)
         sustained = cuda_times_ms(ops.run, iters=iters, warmup=ctx.pick(10, 25, 50), flush=l2,
                                   min_warmup_ms=ctx.pick(300, 1000, 5000),
                                   min_timed_ms=ctx.pick(300, 1000, 3000))
         ok, err = ops.check()
-        return rate(flops, sustained, 1e12), rate(flops, burst, 1e12), ok, err
+        return sustained, burst, ok, err
 
     for d, result in zip(devices, on_each(devices, final), strict=True):
         i = index[d.cuda_index]
@@ -251,19 +202,41 @@ def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[M
         if isinstance(result, BaseException):
             yield skipped(SUITE, prec.name, prec.unit, reason_of(result), gpu_index=i)
             continue
-        sustained, burst, ok, err = result
+        sustained_ms, burst_ms, ok, err = result
         params: Params = {"m": best[0], "n": best[1], "k": best[2], "shapes_tried": len(tried),
+                          "leaders": _leaders_text(confirmed),
                           "relative_error": float(f"{err:.3g}"), "device": "cuda"}
         peak = spec.peak(prec.spec_key) if spec else None
-        yield measure(SUITE, prec.name, prec.unit, sustained, warmup=ctx.pick(10, 25, 50),
-                      spec_value=peak, gpu_index=i, params={**params, "regime": "sustained"},
+        yield measure(SUITE, prec.name, prec.unit, rate(work, sustained_ms, 1e12),
+                      warmup=ctx.pick(10, 25, 50), spec_value=peak, gpu_index=i,
+                      params={**params, "regime": "sustained", **_mean_max(work, sustained_ms)},
                       verified=ok)
-        yield measure(SUITE, f"{prec.name}_burst", prec.unit, burst, warmup=50, spec_value=peak,
-                      gpu_index=i, params={**params, "regime": "burst"}, verified=ok,
-                      notes=("after an idle pause, before the power limit settles: what "
-                             "mamf-finder reports; jobs get the sustained figure",))
+        yield measure(SUITE, f"{prec.name}_burst", prec.unit, rate(work, burst_ms, 1e12),
+                      warmup=50, spec_value=peak, gpu_index=i,
+                      params={**params, "regime": "burst", **_mean_max(work, burst_ms)},
+                      verified=ok,
+                      notes=("after an idle pause, before the power limit settles, as "
+                             "mamf-finder measures (its headline is the mean: params.mean); "
+                             "jobs get the sustained figure",))
     flush.buf = None
     torch.cuda.empty_cache()
+
+
+def _mean_max(work: float, times_ms: list[float]) -> Params:
+    """mamf-finder's other statistics of the same iterations: FLOPs over the mean time, and
+    over the shortest."""
+    valid = [t for t in times_ms if t > 0]
+    if not valid:
+        return {}
+    mean_s, min_s = statistics.fmean(valid) / 1e3, min(valid) / 1e3
+    return {"mean": float(f"{work / mean_s / 1e12:.5g}"),
+            "max": float(f"{work / min_s / 1e12:.5g}")}
+
+
+def _leaders_text(rates: dict[Shape, float]) -> str:
+    """The re-timed leaders and their mean rates, best first (why this shape won)."""
+    best = sorted(rates, key=rates.__getitem__, reverse=True)
+    return "; ".join(f"{m}x{n}x{k} {rates[(m, n, k)]:.1f}" for m, n, k in best)
 
 
 def _run_cpu(ctx: BenchContext, torch: Any) -> Iterator[Measurement]:

@@ -40,6 +40,8 @@ BINARIES = {
     "broadcast": "broadcast_perf",
 }
 ENV_DIR = "GPUAUDIT_NCCL_TESTS"
+RUNS_ENV = "GPUAUDIT_NCCL_TESTS_RUNS"
+ITERS_ENV = "GPUAUDIT_NCCL_TESTS_ITERS"
 NOT_FOUND = "nccl-tests not found (set GPUAUDIT_NCCL_TESTS or put all_reduce_perf on PATH)"
 NCCL_TYPES = {"float32": "float", "bfloat16": "bfloat16"}  # our dtype → nccl-tests' -d
 
@@ -176,7 +178,8 @@ def _last_line(text: str) -> str:
 
 
 def row_measurement(op: str, row: NcclTestsRow, *, ranks: int, warmup: int, iters: int,
-                    spec: float | None, name: str | None = None) -> Measurement | None:
+                    spec: float | None, name: str | None = None, run: int | None = None
+                    ) -> Measurement | None:
     """A Measurement of one nccl-tests row's out-of-place busbw (None if the row has none)."""
     if row.busbw_gbps is None:
         return None
@@ -190,6 +193,8 @@ def row_measurement(op: str, row: NcclTestsRow, *, ranks: int, warmup: int, iter
         "time_us": row.time_us, "in_place_busbw_gbps": row.in_place_busbw_gbps,
         "iters": iters, "wrong": sum(wrongs) if wrongs else None,
     }
+    if run is not None:  # one of several runs in the same call (run-to-run spread)
+        params["run"] = run
     return Measurement(
         suite=SUITE, name=name or f"{op}_busbw", unit=UNIT, value=row.busbw_gbps,
         statistic="mean", samples=(row.busbw_gbps,), warmup=warmup, spec_value=spec,
@@ -208,47 +213,62 @@ def run_native(ctx: BenchContext) -> Iterator[Measurement]:
     n = len(ctx.devices)
     lo, hi, factor = sweep_range(ctx)
     warmup = int_option(ctx, "warmup", 5)
-    iters = int_option(ctx, "iters", ctx.pick(20, 20, 50))
+    # -n: ops per timed batch (ours: 20). nccl-tests' host clock adds its launch and sync
+    # latency over -n to each op: ~4 % of a 1 MiB all-reduce at -n 20, ~1 % at -n 100
+    # (option native_iters or GPUAUDIT_NCCL_TESTS_ITERS).
+    iters = int_option(ctx, "native_iters",
+                       os.environ.get(ITERS_ENV) or int_option(ctx, "iters", 20))
     spec = line_rate_gbps(ctx)
     env = apply_safe_env(dict(os.environ))
     env["CUDA_VISIBLE_DEVICES"] = _visible_devices(ctx)
     if lib := _pip_nccl_lib():  # last: a system NCCL the binary was linked with comes first
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in (env.get("LD_LIBRARY_PATH"), lib) if p)
+    # repeated (option native_runs, or GPUAUDIT_NCCL_TESTS_RUNS): its run-to-run spread
+    runs = max(1, int_option(ctx, "native_runs", os.environ.get(RUNS_ENV, "1")))
     for op, binary in BINARIES.items():
         exe = find_binary(binary)
         base: Params = {"tool": "nccl-tests", "op": op}
         if exe is None:
             yield skipped(SUITE, f"{op}_busbw", UNIT, NOT_FOUND, params=base)
             continue
-        ctx.step(f"nccl-tests {binary}")
         cmd = [exe, "-g", str(n), "-b", str(lo), "-e", str(hi), "-f", str(factor), "-c", "1",
                "-w", str(warmup), "-n", str(iters), "-d", NCCL_TYPES.get(dtype, "float")]
-        failure = None
-        try:
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                                  timeout=ctx.timeout_s, stdin=subprocess.DEVNULL)
-            out, err = done.stdout, done.stderr
-            if done.returncode != 0:
-                failure = (f"{binary} exited with status {done.returncode}: "
-                           f"{_last_line(err) or _last_line(out)}")
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) \
-                else (exc.stdout or "")
-            failure = f"timed out after {ctx.timeout_s:g} s (hung collective?)"
-        except OSError as exc:
-            yield skipped(SUITE, f"{op}_busbw", UNIT, f"{binary} could not run: {exc}",
-                          params=base)
-            continue
-        rows = parse_nccl_tests(out)
-        found = [m for r in rows
-                 if (m := row_measurement(op, r, ranks=n, warmup=warmup, iters=iters,
-                                          spec=spec)) is not None]
-        yield from found
-        # nccl-tests also exits non-zero when it counted wrong elements: those rows say so.
-        if failure and not any(m.verified is False for m in found):
-            where = {"after_size_bytes": rows[-1].size_bytes} if rows else {}
-            yield skipped(SUITE, f"{op}_busbw", UNIT, failure, params={**base, **where})
-        if found:
-            best = max(found, key=lambda m: m.value or 0.0)
-            yield best.model_copy(update={"name": f"{op}_busbw_peak"})
+        for run in range(1, runs + 1):
+            ctx.step(f"nccl-tests {binary}" + (f" (run {run} of {runs})" if runs > 1 else ""))
+            yield from _one_run(ctx, op, binary, cmd, env, run if runs > 1 else None,
+                                ranks=n, warmup=warmup, iters=iters, spec=spec)
+
+
+def _one_run(ctx: BenchContext, op: str, binary: str, cmd: list[str], env: dict[str, str],
+             run: int | None, *, ranks: int, warmup: int, iters: int, spec: float | None
+             ) -> Iterator[Measurement]:
+    base: Params = {"tool": "nccl-tests", "op": op, **({"run": run} if run else {})}
+    failure = None
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                              timeout=ctx.timeout_s, stdin=subprocess.DEVNULL)
+        out, err = done.stdout, done.stderr
+        if done.returncode != 0:
+            failure = (f"{binary} exited with status {done.returncode}: "
+                       f"{_last_line(err) or _last_line(out)}")
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) \
+            else (exc.stdout or "")
+        failure = f"timed out after {ctx.timeout_s:g} s (hung collective?)"
+    except OSError as exc:
+        yield skipped(SUITE, f"{op}_busbw", UNIT, f"{binary} could not run: {exc}",
+                      params=base)
+        return
+    rows = parse_nccl_tests(out)
+    found = [m for r in rows
+             if (m := row_measurement(op, r, ranks=ranks, warmup=warmup, iters=iters,
+                                      spec=spec, run=run)) is not None]
+    yield from found
+    # nccl-tests also exits non-zero when it counted wrong elements: those rows say so.
+    if failure and not any(m.verified is False for m in found):
+        where = {"after_size_bytes": rows[-1].size_bytes} if rows else {}
+        yield skipped(SUITE, f"{op}_busbw", UNIT, failure, params={**base, **where})
+    if found:
+        best = max(found, key=lambda m: m.value or 0.0)
+        yield best.model_copy(update={"name": f"{op}_busbw_peak"})

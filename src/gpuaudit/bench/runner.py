@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 
 from gpuaudit._version import __version__
+from gpuaudit.bench import contention
 from gpuaudit.bench.context import BenchContext, Profile
 from gpuaudit.bench.stats import reason_of, skipped
 from gpuaudit.bench.stragglers import find_stragglers
@@ -75,9 +76,15 @@ def run_bench(
     on_measurement: Callable[[Measurement], None] | None = None,
     on_suite: Callable[[int, int], None] | None = None,
     options: dict[str, object] | None = None,
+    exclusive: bool = False,
+    watch: contention.Watch | None = None,
 ) -> Run:
     """Run the suites and return a Run with every figure (or why it was skipped) and the
-    straggler findings. Ctrl-C stops early: what was measured is kept, the Run is PARTIAL."""
+    straggler findings. Ctrl-C stops early: what was measured is kept, the Run is PARTIAL.
+
+    Between suites the GPUs are looked at (`contention`): figures measured while something
+    else used a GPU are marked contended. `exclusive` refuses to start (BadInputError) when
+    the GPUs are busy. `watch` replaces the live NVML look (tests replay traces through it)."""
     started = utc_now()
     names = check_suites(suites)
     if machine is None:
@@ -87,33 +94,72 @@ def run_bench(
     ctx = BenchContext(machine=machine, devices=select_devices(machine, gpus), profile=profile,
                        step=step or (lambda _: None), size_range=size_range,
                        timeout_s=timeout_s, options=dict(options or {}))
-    measured: list[Measurement] = []
+    owned = watch is None
+    watch = watch if watch is not None else _live_watch(ctx, exclusive)
+    measured: list[tuple[int, Measurement]] = []
     status = RunStatus.COMPLETE
     try:
+        if exclusive and watch is not None and names:
+            busy = watch.look(f"before {names[0]}")
+            if busy.busy_gpus():
+                raise BadInputError(f"--exclusive: the GPUs are busy: "
+                                    f"{contention.busy_line(busy)}")
         for done, name in enumerate(names):
             if on_suite:
                 on_suite(done, len(names))  # suites finished so far, of how many
+            if watch is not None and len(watch.looks) == done:
+                ctx.step(f"looking for other work on the GPUs before {name}")
+                watch.look(f"before {name}")
             ctx.step(name)
             runs = [suite(name)]
             if with_native and name in NATIVE:
                 runs += [importlib.import_module(m).run_native for m in NATIVE[name]]
             for fn in runs:
                 for m in _guarded(name, fn, ctx):
-                    measured.append(m)
+                    measured.append((done, m))
                     if on_measurement:
                         on_measurement(m)
+        if watch is not None and names:
+            watch.look(f"after {names[-1]}")
     except KeyboardInterrupt:
         status = RunStatus.PARTIAL
+    finally:
+        if owned and watch is not None:
+            close = getattr(watch.src, "close", None)
+            if close:
+                close()
+    final = contention.mark(measured, watch.looks, [i for _, i in ctx.devices]) \
+        if watch is not None else [m for _, m in measured]
     return Run(kind="bench", started_at=started, finished_at=utc_now(),
                tool_version=__version__, status=status, command=tuple(sys.argv),
-               source="live", machine=machine, measurements=tuple(measured),
-               findings=tuple(bench_findings(measured)))
+               source="live", machine=machine, measurements=tuple(final),
+               findings=tuple(bench_findings(final)))
+
+
+def _live_watch(ctx: BenchContext, exclusive: bool) -> contention.Watch | None:
+    """A look at the chosen GPUs through NVML; None without GPUs. Without NVML there is no
+    look, and --exclusive cannot promise anything: it refuses."""
+    if not ctx.on_gpu:
+        return None
+    from gpuaudit.hw import LiveNvml, NvmlUnavailable
+
+    try:
+        src = LiveNvml()
+    except NvmlUnavailable as exc:
+        if exclusive:
+            raise BadInputError(f"--exclusive: cannot tell whether the GPUs are free ({exc})"
+                                ) from None
+        return None
+    return contention.Watch(src, [i for _, i in ctx.devices])
 
 
 def bench_findings(measured: Sequence[Measurement]) -> list[Finding]:
     from gpuaudit.workloads.findings import workload_findings
 
-    findings = find_stragglers(measured) + workload_findings(measured)
+    # a contended figure says nothing about the GPU's own speed: no straggler judgement
+    findings = find_stragglers([m for m in measured if not m.contended])
+    findings += contention.findings(measured)
+    findings += workload_findings([m for m in measured if not m.contended])
     for m in measured:
         if m.verified is False and m.suite == "dcgm":
             findings.append(Finding(

@@ -16,11 +16,12 @@ T = TypeVar("T")
 
 
 class L2Flush:
-    """Writes a buffer twice the L2's size, so the next kernel reads from device memory."""
+    """Writes a buffer twice the L2's size (at least `min_bytes`), so the next kernel reads
+    from device memory."""
 
-    def __init__(self, device: CudaDevice) -> None:
+    def __init__(self, device: CudaDevice, min_bytes: int = 64 << 20) -> None:
         torch = import_torch()
-        size = max(2 * device.l2_cache_bytes, 64 << 20)
+        size = max(2 * device.l2_cache_bytes, min_bytes)
         self.buf = torch.empty(size, dtype=torch.uint8, device=f"cuda:{device.cuda_index}")
 
     def __call__(self) -> None:

@@ -18,6 +18,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaudit.bench import pageable
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.pcie import below_max_note, link_rate_gbps, max_rate_gbps
 from gpuaudit.bench.stats import measure, reason_of, skipped
@@ -28,7 +29,7 @@ SUITE = "transfer"
 UNIT = "GB/s"
 MIB = 1 << 20
 GIB = 1 << 30
-ALONE = ("h2d_pinned", "d2h_pinned", "h2d_pageable", "d2h_pageable")
+ALONE = ("h2d_pinned", "d2h_pinned", "h2d_pageable", "d2h_pageable", "d2h_pageable_reused")
 TOTALS = ("h2d_pinned_all_total", "d2h_pinned_all_total")
 TOTAL_NOTE = ("all GPUs' bytes copied at once over the time from the first start to the last "
               "end; well below the sum of the links means the GPUs share a PCIe switch, a host "
@@ -140,49 +141,62 @@ def plan_for(ctx: BenchContext) -> Plan:
                 iters=ctx.pick(8, 15, 20))
 
 
-def _buffers(torch: Any, cuda_index: int, nbytes: int, pinned: bool) -> tuple[Any, Any, Any]:
+def pageable_plan(ctx: BenchContext) -> pageable.PageablePlan:
+    """Pageable copies at the sizes people copy; the sweep on every GPU only past quick (the
+    rate is the host's more than the GPU's)."""
+    sizes = (4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, GIB)
+    return pageable.PageablePlan(
+        headline=plan_for(ctx).nbytes,
+        sizes=ctx.pick((4 * MIB, 64 * MIB, 256 * MIB), sizes, (*sizes, 4 * GIB)),
+        seconds=ctx.pick(0.1, 0.3, 0.5), sweep_all_gpus=ctx.pick(False, True, True))
+
+
+def _buffers(torch: Any, cuda_index: int, nbytes: int) -> tuple[Any, Any, Any]:
     device = torch.device("cuda", cuda_index)
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 256)
     back = torch.empty_like(src)
-    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
     return src, back, host
 
 
-def _timed_copies(torch: Any, dst: Any, src: Any, cuda_index: int, plan: Plan,
-                  pinned: bool) -> list[float]:
-    """GB/s of each timed copy. Pinned copies are timed by CUDA events; pageable ones by the
-    host clock around copy + synchronize, since the CPU stages them through a pinned buffer."""
+def _timed_copies(torch: Any, dst: Any, src: Any, cuda_index: int, plan: Plan) -> list[float]:
+    """GB/s of each timed pinned copy, timed by CUDA events."""
     samples = []
     stream = torch.cuda.current_stream(cuda_index)
     for i in range(plan.warmup + plan.iters):
-        if pinned:
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record(stream)
-            dst.copy_(src, non_blocking=True)
-            end.record(stream)
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3
-        else:
-            t0 = time.perf_counter()
-            dst.copy_(src)
-            torch.cuda.synchronize(cuda_index)
-            seconds = time.perf_counter() - t0
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record(stream)
+        dst.copy_(src, non_blocking=True)
+        end.record(stream)
+        end.synchronize()
         if i >= plan.warmup:
-            samples.append(gbps(src.numel() * src.element_size(), seconds))
+            samples.append(gbps(src.numel() * src.element_size(),
+                                start.elapsed_time(end) / 1e3))
     return samples
 
 
-def _alone(torch: Any, ctx: BenchContext, dev: CudaDevice, nvml: int, plan: Plan,
-           pinned: bool) -> list[Measurement]:
-    kind = "pinned" if pinned else "pageable"
+def _pageable(torch: Any, ctx: BenchContext, dev: CudaDevice, nvml: int, sweep: bool
+              ) -> list[Measurement]:
+    spec, notes = link_spec(ctx, nvml)
+    with on_cpus(numa_cpus(ctx.machine, ctx.gpu(nvml))) as bound:
+        with torch.cuda.device(dev.cuda_index):
+            found = pageable.measure_gpu(torch, dev.cuda_index, nvml, pageable_plan(ctx), sweep,
+                                         spec, notes, {"numa_bound": bound})
+        release(torch)
+    return found
+
+
+def _pinned(torch: Any, ctx: BenchContext, dev: CudaDevice, nvml: int, plan: Plan
+            ) -> list[Measurement]:
+    kind = "pinned"
     spec, notes = link_spec(ctx, nvml)
     with on_cpus(numa_cpus(ctx.machine, ctx.gpu(nvml))) as bound:
         params: Params = {"bytes": plan.nbytes, "host_memory": kind, "numa_bound": bound}
         try:
             with torch.cuda.device(dev.cuda_index):
-                src, back, host = _buffers(torch, dev.cuda_index, plan.nbytes, pinned)
-                d2h = _timed_copies(torch, host, src, dev.cuda_index, plan, pinned)
-                h2d = _timed_copies(torch, back, host, dev.cuda_index, plan, pinned)
+                src, back, host = _buffers(torch, dev.cuda_index, plan.nbytes)
+                d2h = _timed_copies(torch, host, src, dev.cuda_index, plan)
+                h2d = _timed_copies(torch, back, host, dev.cuda_index, plan)
                 # `back` went device → host → device: equal bytes prove both directions.
                 ok = bool(torch.equal(src, back))
             del src, back, host
@@ -235,7 +249,7 @@ def _lane(torch: Any, lane: _Lane, cuda_index: int, cpus: tuple[int, ...] | None
         torch.cuda.set_device(cuda_index)  # per thread
         with on_cpus(cpus) as bound:
             lane.bound = bound
-            src, back, host = _buffers(torch, cuda_index, plan.nbytes, pinned=True)
+            src, back, host = _buffers(torch, cuda_index, plan.nbytes)
             barrier.wait()  # all allocated before any copy
             lane.d2h, lane.d2h_windows = _lockstep(torch, host, src, cuda_index, plan, barrier)
             lane.h2d, lane.h2d_windows = _lockstep(torch, back, host, cuda_index, plan, barrier)
@@ -298,10 +312,12 @@ def run(ctx: BenchContext) -> Iterator[Measurement]:
         return
     torch = import_torch()
     plan = plan_for(ctx)
-    for dev, nvml in ctx.devices:
-        for pinned in (True, False):
-            ctx.step(f"host↔GPU {nvml} copies, {'pinned' if pinned else 'pageable'} memory")
-            yield from _alone(torch, ctx, dev, nvml, plan, pinned)
+    sweep_all = pageable_plan(ctx).sweep_all_gpus
+    for k, (dev, nvml) in enumerate(ctx.devices):
+        ctx.step(f"host↔GPU {nvml} copies, pinned memory")
+        yield from _pinned(torch, ctx, dev, nvml, plan)
+        ctx.step(f"host↔GPU {nvml} copies, pageable memory (tensor.to, .cpu)")
+        yield from _pageable(torch, ctx, dev, nvml, sweep=sweep_all or k == 0)
     if len(ctx.devices) < 2:
         for name in TOTALS:
             yield skipped(SUITE, name, UNIT, "needs 2 or more GPUs (with one, it is the "

@@ -43,6 +43,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (hum
                                                       "stderr).")]
 ProfileOpt = Annotated[Profile, typer.Option(
     help="quick: ≤ 60 s on one GPU; standard: ≤ 5 min; full: as long as it takes.")]
+ExclusiveOpt = Annotated[bool, typer.Option(
+    "--exclusive", help="Refuse to start (exit 2) when other processes use the GPUs; without "
+                        "it, figures measured beside them are marked contended.")]
 DbOpt = Annotated[str | None, typer.Option(
     "--db", envvar="GPUAUDIT_DB", show_envvar=True,
     help="Store URL: a SQLite path or sqlite:///…, postgresql://… "
@@ -114,6 +117,7 @@ def run(
                         ] = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep the run in the store.")
                     ] = True,
+    exclusive: ExclusiveOpt = False,
     db: DbOpt = None,
 ) -> None:
     """The main job: inspect this machine, run the quick benchmarks, judge both, save the run.
@@ -124,7 +128,8 @@ def run(
 
     _check_store(save, db)
     with _progress(err if json_ else out) as bar:
-        result = audit(profile=profile, bench=not no_bench, step=bar.step, on_suite=bar.suite)
+        result = audit(profile=profile, bench=not no_bench, step=bar.step, on_suite=bar.suite,
+                       exclusive=exclusive)
     _finish(result, json_=json_, save=save, db=db)
 
 
@@ -162,6 +167,7 @@ def bench(
                                                          "too.")] = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep the run in the store.")
                     ] = True,
+    exclusive: ExclusiveOpt = False,
     db: DbOpt = None,
 ) -> None:
     """Micro benchmarks: is this server delivering what I pay for, part by part?
@@ -188,7 +194,7 @@ def bench(
     with _progress(err if json_ else out) as bar:
         result = run_bench(names, gpus=gpu_list, profile=profile, size_range=size_range,
                            timeout_s=timeout, with_native=with_native, step=bar.step,
-                           on_suite=bar.suite, options=options)
+                           on_suite=bar.suite, options=options, exclusive=exclusive)
     _finish(result, json_=json_, save=save, db=db, show_all=show_all)
 
 

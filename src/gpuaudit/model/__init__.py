@@ -20,7 +20,7 @@ from .machine import (
     RetiredPages,
     Thermal,
 )
-from .measurement import Measurement, Params
+from .measurement import ContendingProcess, Contention, Measurement, Params
 from .run import Run, RunStatus, new_run_id, utc_now
 from .schema import json_schema, load_run, recommend_json_schema
 from .telemetry import Alert, GpuSample, ProcessSample, Sample, XidEvent
@@ -30,6 +30,8 @@ __all__ = [
     "Alert",
     "Billing",
     "Clocks",
+    "ContendingProcess",
+    "Contention",
     "Ecc",
     "Evidence",
     "Finding",

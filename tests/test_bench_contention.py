@@ -1,0 +1,157 @@
+"""Figures measured while something else used the GPU: found through NVML (replayed from the
+real H200 recordings), marked contended, left out of spec and straggler judgements, and
+`--exclusive` refusing to start."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from gpuaudit.bench import contention, runner
+from gpuaudit.bench.contention import Watch, others
+from gpuaudit.bench.stats import measure
+from gpuaudit.errors import BadInputError
+from gpuaudit.hw.telemetry import TraceReplay
+from gpuaudit.model import GpuSample, ProcessSample, Severity
+
+from .conftest import FIXTURES
+from .test_bench_core import _fake_suites, machine
+
+REAL = FIXTURES / "telemetry" / "real"
+NEIGHBOUR = "/opt/torch/.venv/bin/python3 -c import torch a = torch.randn(8192, 8192"
+
+
+def watch(trace: str, *, skip: int = 0, own: set[int] | None = None) -> Watch:
+    """A Watch over a real telemetry trace: each idle window advances one tick."""
+    src = TraceReplay(json.loads((REAL / f"{trace}.json").read_text()))
+    w = Watch(src, [0], wait=lambda _: src.advance(), own_pids=lambda: own or set())
+    for _ in range(skip + 1):
+        src.advance()
+    return w
+
+
+def noisy_run(monkeypatch, trace: str, skip: int = 0, **kw):
+    """Two suites whose figures are those `gpuaudit run` printed beside the noisy neighbour
+    (bf16 718.4 TFLOP/s, IQR 156.7–731.1; memory copy 4228 GB/s, IQR 3340–4231)."""
+    def matmul(ctx):
+        yield measure("matmul", "bf16", "TFLOP/s", [150.0, 156.7, 718.4, 731.1, 740.0],
+                      warmup=10, spec_value=989.5, gpu_index=0, params={"device": "cuda"})
+
+    def memory(ctx):
+        yield measure("memory", "copy", "GB/s", [3000.0, 3340.0, 4228.0, 4231.0, 4240.0],
+                      warmup=3, spec_value=4800.0, gpu_index=0)
+
+    _fake_suites(monkeypatch, {"matmul": matmul, "memory": memory})
+    return runner.run_bench(["matmul", "memory"], machine=machine("h200-1gpu"),
+                            watch=watch(trace, skip=skip), **kw)
+
+
+def test_the_real_noisy_neighbour_makes_every_figure_contended(monkeypatch):
+    # the recorded trace: another python3 runs a bf16 8192² matmul loop, holding 874 MiB
+    run = noisy_run(monkeypatch, "h200-1gpu-matmul", skip=1)
+    bf16, copy = run.measurements
+    for m in (bf16, copy):
+        assert m.contended and m.pct_of_spec is None and m.spec_value is not None
+        (p,) = m.contention.processes
+        assert (p.pid, p.gpu_index, p.used_memory_bytes) == (692, 0, 916455424)
+        assert p.command.startswith(NEIGHBOUR)
+        assert m.contention.activity_source == "gpm_sm_activity"
+        assert m.contention.activity_pct > 90  # the neighbour's SMs, while we were idle
+        assert m.notes[0].startswith("CONTENDED: measured while other work ran on the GPU")
+    assert bf16.contention.spread_pct == pytest.approx(100 * (731.1 - 156.7) / 718.4, abs=0.1)
+    assert copy.contention.spread_pct is None  # 21 %: not enough alone, the pid says it
+    (f,) = run.findings
+    assert (f.code, f.severity, f.gpu_index) == ("bench.contended", Severity.WARN, 0)
+    assert "do not describe the server" in f.message and f.evidence["pids"] == "692"
+    assert f.evidence["figures"] == 2 and run.verdict is Severity.WARN
+    doc = json.loads(run.model_dump_json())
+    assert doc["measurements"][0]["contention"]["processes"][0]["pid"] == 692
+
+
+def test_an_idle_gpu_is_not_contended(monkeypatch):
+    run = noisy_run(monkeypatch, "h200-1gpu-idle")
+    bf16, copy = run.measurements
+    assert not copy.contended and copy.pct_of_spec == pytest.approx(88.08, abs=0.01)
+    # bf16's 80 % IQR alone still marks it (nothing else was seen)
+    assert bf16.contended and bf16.contention.processes == ()
+    assert "no other process seen" in bf16.contention.summary
+    assert [f.code for f in run.findings] == ["bench.contended"]
+
+
+def test_a_clean_idle_run_has_no_contention_at_all(monkeypatch):
+    def steady(ctx):
+        yield measure("matmul", "bf16", "TFLOP/s", [700.0, 702.0, 705.0, 706.0, 708.0],
+                      warmup=10, spec_value=989.5, gpu_index=0)
+
+    _fake_suites(monkeypatch, {"matmul": steady})
+    w = watch("h200-1gpu-idle")
+    run = runner.run_bench(["matmul"], machine=machine("h200-1gpu"), watch=w)
+    (m,) = run.measurements
+    assert not m.contended and m.pct_of_spec is not None and run.findings == ()
+    assert [lk.where for lk in w.looks] == ["before matmul", "after matmul"]
+
+
+def test_exclusive_refuses_a_busy_gpu_naming_the_process(monkeypatch):
+    with pytest.raises(BadInputError) as err:
+        noisy_run(monkeypatch, "h200-1gpu-matmul", skip=1, exclusive=True)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("--exclusive: the GPUs are busy: GPU 0: pid 692")
+    assert NEIGHBOUR[:40] in line and "874 MiB" in line and "SM activity" in line
+    # and an idle GPU is fine
+    run = noisy_run(monkeypatch, "h200-1gpu-idle", exclusive=True)
+    assert len(run.measurements) == 2
+
+
+def test_exclusive_on_the_command_line_exits_2_with_one_line(monkeypatch, capsys):
+    from gpuaudit.cli import app
+
+    _fake_suites(monkeypatch, {"latency": lambda ctx: iter(())})
+    monkeypatch.setattr(runner, "_live_watch", lambda ctx, exclusive: watch(
+        "ddp-2gpu-lm-bf16"))
+    monkeypatch.setattr(sys, "argv", ["gpuaudit", "bench", "latency", "--exclusive",
+                                      "--no-save"])
+    import gpuaudit.hw as hw
+
+    monkeypatch.setattr(hw, "take_snapshot", lambda: machine("h200-1gpu"))
+    with pytest.raises(SystemExit) as code:
+        app.main()
+    assert code.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "pid 3330 (python3 -u ./ddp-2gpu-lm-bf16.py" in lines[0]
+
+
+def test_another_tenant_of_a_shared_gpu_is_named_even_in_a_container():
+    def sample(*procs):
+        return GpuSample(index=0, processes=tuple(ProcessSample(pid=p, command=c)
+                                                  for p, c in procs))
+
+    # our pid listed: everyone else is another process
+    assert [p.pid for p in others([sample((10, "me"), (11, "them"))], {10})[0]] == [11]
+    # NVML's pids from another namespace: one process we cannot see may be us...
+    assert others([sample((5001, None))], {10}) == {}
+    # ... a second one is not, nor one we can see and is not us
+    assert [p.pid for p in others([sample((5001, None), (5002, None))], {10})[0]] == [5002]
+    assert [p.pid for p in others([sample((5001, None), (7, "python3 x"))], {10})[0]] == [7]
+
+
+def test_contended_figures_are_no_stragglers():
+    fast = [measure("matmul", "bf16", "TFLOP/s", [790.0] * 5, warmup=0, gpu_index=g)
+            for g in range(3)]
+    slow = measure("matmul", "bf16", "TFLOP/s", [400.0] * 5, warmup=0, gpu_index=3)
+    assert [f.code for f in runner.bench_findings([*fast, slow])] == ["bench.straggler"]
+    marked = contention.contended(slow, contention.Contention(summary="x"))
+    assert [f.code for f in runner.bench_findings([*fast, marked])] == ["bench.contended"]
+
+
+def test_figures_of_no_one_gpu_take_every_gpus_evidence():
+    busy = contention.Look(where="before collectives", activity={1: (84.0, "gpm_sm_activity")})
+    m = measure("collectives", "all_reduce_busbw", "GB/s", [300.0] * 5, warmup=5,
+                params={"op": "all_reduce", "size_bytes": 1 << 20})
+    (marked,) = contention.mark([(0, m)], [busy], gpus=[0, 1])
+    assert marked.contended and marked.contention.activity_pct == 84.0
+    (clean,) = contention.mark([(0, m)], [busy], gpus=[0])
+    assert not clean.contended
+    f = contention.findings([marked])[0]
+    assert f.gpu_index is None and "shared figures" in f.message
