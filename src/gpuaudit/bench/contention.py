@@ -78,18 +78,31 @@ def _one_line(command: str | None) -> str | None:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def _ours() -> set[int]:
+    """This process and its children (the DDP and collective workers it started): a worker
+    still leaving the GPU at a look is our own work, not a neighbour's."""
+    import psutil
+
+    pids = {os.getpid()}
+    try:
+        pids.update(c.pid for c in psutil.Process().children(recursive=True))
+    except psutil.Error:
+        pass
+    return pids
+
+
 class Watch:
     """Looks at the benchmarked GPUs between suites. `wait` passes the idle window (a replayed
     trace advances a frame instead of sleeping)."""
 
     def __init__(self, src: NvmlSource, gpus: Sequence[int], *, window_s: float = WINDOW_S,
                  wait: Callable[[float], object] = time.sleep,
-                 own_pids: Callable[[], set[int]] = lambda: {os.getpid()}) -> None:
+                 own_pids: Callable[[], set[int]] | None = None) -> None:
         self.src = src
         self.static: list[GpuStatic] = [read_static(src, i) for i in gpus]
         self.window_s = window_s
         self.wait = wait
-        self.own_pids = own_pids
+        self.own_pids = own_pids or _ours
         self.looks: list[Look] = []
 
     def _read(self) -> list[GpuSample]:
