@@ -18,6 +18,7 @@ taken to be us, and any further one as another tenant.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -84,10 +85,8 @@ def _ours() -> set[int]:
     import psutil
 
     pids = {os.getpid()}
-    try:
+    with contextlib.suppress(psutil.Error):
         pids.update(c.pid for c in psutil.Process().children(recursive=True))
-    except psutil.Error:
-        pass
     return pids
 
 
