@@ -2,6 +2,7 @@
 
 from .base import SCHEMA_VERSION, Record
 from .cost import Billing, Offer
+from .diagnosis import Bottleneck, Change, Diagnosis, Observation
 from .finding import Evidence, Finding, Severity, worst
 from .machine import (
     Clocks,
@@ -29,7 +30,10 @@ __all__ = [
     "SCHEMA_VERSION",
     "Alert",
     "Billing",
+    "Bottleneck",
+    "Change",
     "Clocks",
+    "Diagnosis",
     "Ecc",
     "Evidence",
     "Finding",
@@ -43,6 +47,7 @@ __all__ = [
     "Measurement",
     "MigInstance",
     "NvLink",
+    "Observation",
     "Offer",
     "Params",
     "PcieLink",
