@@ -45,6 +45,8 @@ SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchr
               "cudaMemcpy", "cuStreamSynchronize", "cuCtxSynchronize")
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
 LOADER_PREFIX = "enumerate(DataLoader)#"
+# The ops that do a model's math on the CPU (the inner ones: aten::linear calls aten::addmm).
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution"}
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,8 @@ class TraceStats:
     item_calls: int = 0
     loader_time_us: float = 0.0
     cpu_ops: int = 0  # top-level aten ops
-    median_cpu_op_us: float | None = None
+    matmul_ops: int = 0  # aten::mm, addmm, bmm, convolution… (the model's math)
+    median_matmul_op_us: float | None = None
     cuda: bool = False  # the trace has GPU events
 
     def per_step(self, count: float) -> float:
@@ -273,7 +276,7 @@ def analyse(doc: dict[str, Any]) -> TraceStats:
         items = sum(1 for e in cpu_ops if e.get("name") == "aten::_local_scalar_dense")
     loader = merge((e["ts"], e["ts"] + e["dur"]) for e in inside
                    if str(e.get("name", "")).startswith(LOADER_PREFIX))
-    top_level = _top_level(cpu_ops)
+    mm_durs = [e["dur"] for e in cpu_ops if e.get("name") in MATMUL_OPS]
     durs = [k["dur"] for k in kernels]
     return TraceStats(
         steps=len(step_durs), step_time_us=statistics.median(step_durs) if step_durs else None,
@@ -286,8 +289,8 @@ def analyse(doc: dict[str, Any]) -> TraceStats:
         memcpy_time_us=dict(copy_time), memcpy_bytes=dict(copy_bytes),
         comm_time_us=total(comm), comm_overlap_us=overlap(comm, comp),
         sync_calls=len(syncs), sync_time_us=sum(e["dur"] for e in syncs), item_calls=items,
-        loader_time_us=total(loader), cpu_ops=len(top_level),
-        median_cpu_op_us=statistics.median(e["dur"] for e in top_level) if top_level else None,
+        loader_time_us=total(loader), cpu_ops=len(_top_level(cpu_ops)), matmul_ops=len(mm_durs),
+        median_matmul_op_us=statistics.median(mm_durs) if mm_durs else None,
         cuda=bool(gpu))
 
 
