@@ -138,7 +138,8 @@ def _loader_changes(sig: Signals, share: float) -> tuple[Proposal, ...]:
     have = p.workers if p else None
     # Workers W deliver a batch per step time T; to keep up with compute, T × (1 − share),
     # they must be 1/(1 − share) times as many (20 % margin). Never fewer than now.
-    need = max(math.ceil(have / max(1 - share, 0.05) * 1.2), have + 1) if have else 4
+    need = max(math.ceil(round(have / max(1 - share, 0.05) * 1.2, 6)), have + 1) if have \
+        else 4
     spare = max((cores or 8) - (p.trainers if p else 1), 1)
     workers = max(need if need <= spare else max(spare, (have or 0) + 1), 1)
     basis = (f"the GPU waits {_pct(share)} of the time for batches; with workers "
