@@ -199,3 +199,14 @@ def test_real_cpu_profiler_trace(tmp_path):
     assert t.matmul_ops == 4 and t.median_matmul_op_us is not None
     codes = [f.code for f in diagnose(Signals(trace=t))[0]]
     assert codes[0] == "input-bound" and "host-syncs" in codes
+
+
+def test_the_optimizers_own_item_is_not_a_host_sync():
+    doc = {"traceEvents": [
+        _x("ProfilerStep#1", "user_annotation", 0, 100),
+        _x("Optimizer.step#AdamW.step", "user_annotation", 50, 40),
+        _x("aten::item", "cpu_op", 60, 2),  # Adam reading its CPU step counter
+    ]}
+    assert analyse(doc).item_calls == 0
+    doc["traceEvents"].append(_x("aten::item", "cpu_op", 20, 2))  # the user's loss.item()
+    assert analyse(doc).item_calls == 1

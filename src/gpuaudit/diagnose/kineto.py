@@ -18,8 +18,9 @@ Where ours differ: timestamps stay fractional µs (HTA rounds starts up and ends
 µs), the kernel-wait threshold is 30 µs (HTA documents "30 ns" but compares µs), and the
 window is the profiler's steps (`ProfilerStep#N`) when the trace has them, the whole trace
 otherwise. Beyond HTA (which sees only GPU timelines): the DataLoader's share of the step (the
-TensorBoard plugin's definition: CPU ops named `enumerate(DataLoader)#…`), host syncs per step,
-tensor-core use from kernel names, pageable copies.
+TensorBoard plugin's definition: CPU ops named `enumerate(DataLoader)#…`), host syncs per step
+(sync calls, and `.item()` outside the optimizer's step, which reads a CPU counter), tensor-core
+use from kernel names, pageable copies.
 """
 
 from __future__ import annotations
@@ -271,9 +272,15 @@ def analyse(doc: dict[str, Any]) -> TraceStats:
 
     syncs = [e for e in runtime if str(e.get("name", "")) in SYNC_CALLS]
     cpu_ops = [e for e in inside if e.get("cat") == "cpu_op"]
-    items = sum(1 for e in cpu_ops if e.get("name") == "aten::item")
-    if not items:  # older traces: only the dense op
-        items = sum(1 for e in cpu_ops if e.get("name") == "aten::_local_scalar_dense")
+    # Optimizers read their step counter with .item() on a CPU tensor: no sync, left out.
+    optim = merge((e["ts"], e["ts"] + e["dur"]) for e in inside
+                  if str(e.get("name", "")).startswith("Optimizer.step#"))
+
+    def user_items(name: str) -> int:
+        return sum(1 for e in cpu_ops if e.get("name") == name
+                   and not any(a <= e["ts"] < b for a, b in optim))
+
+    items = user_items("aten::item") or user_items("aten::_local_scalar_dense")
     loader = merge((e["ts"], e["ts"] + e["dur"]) for e in inside
                    if str(e.get("name", "")).startswith(LOADER_PREFIX))
     mm_durs = [e["dur"] for e in cpu_ops if e.get("name") in MATMUL_OPS]
