@@ -25,9 +25,11 @@ from .measurement import Measurement, Params
 from .run import Run, RunStatus, new_run_id, utc_now
 from .schema import json_schema, load_run, recommend_json_schema
 from .telemetry import Alert, GpuSample, ProcessSample, Sample, XidEvent
+from .tuning import AccumulationPlan, TrialResult, TuneResult
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AccumulationPlan",
     "Alert",
     "Billing",
     "Bottleneck",
@@ -61,6 +63,8 @@ __all__ = [
     "Sample",
     "Severity",
     "Thermal",
+    "TrialResult",
+    "TuneResult",
     "XidEvent",
     "json_schema",
     "load_run",

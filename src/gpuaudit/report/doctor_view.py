@@ -13,7 +13,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuaudit.model import Diagnosis, Observation, Severity
+from gpuaudit.model import Diagnosis, Observation, Severity, TuneResult
 
 _STYLE = {Severity.FAIL: "red", Severity.WARN: "yellow", Severity.INFO: "cyan",
           Severity.PASS: "green"}
@@ -117,3 +117,69 @@ def render_text(d: Diagnosis, width: int = 100) -> str:
     Console(file=buf, width=width, no_color=True, highlight=False,
             force_terminal=False).print(doctor_view(d))
     return buf.getvalue()
+
+
+def _gb(n: int | None) -> str:
+    return "—" if n is None else f"{n / 1e9:.1f}"
+
+
+def tune_view(r: TuneResult) -> RenderableType:
+    """The curve (throughput and memory against batch), the chosen point and why, the
+    precision comparison, the accumulation plan, the loader sweep, the settings to paste."""
+    parts: list[RenderableType] = [Text(f"gpuaudit tune  {r.model} on {r.device}, {r.precision}",
+                                        style="bold")]
+    if r.memory_capacity_bytes:
+        parts.append(Text(f"memory {_gb(r.memory_capacity_bytes)} GB, limit "
+                          f"{_gb(r.memory_limit_bytes)} GB ({r.margin:.0%} kept free)",
+                          style="dim"))
+    best = max((t.samples_per_s or 0 for t in r.trials if t.ok), default=0) or 1
+    table = Table(show_edge=False, pad_edge=False, title="Throughput and memory against batch",
+                  title_justify="left")
+    for col, just in (("batch", "right"), ("samples/s", "right"), ("", "left"),
+                      ("step ms", "right"), ("peak GB", "right"), ("", "left")):
+        table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    for t in r.trials:
+        mark = "◀ chosen" if t.batch == r.chosen_batch and t.ok else ""
+        if not t.ok:
+            table.add_row(str(t.batch), "—", "", "—", "—", Text((t.reason or "failed")[:40],
+                                                               style="red"))
+            continue
+        over = r.memory_limit_bytes and t.peak_memory_bytes \
+            and t.peak_memory_bytes > r.memory_limit_bytes
+        table.add_row(str(t.batch), f"{t.samples_per_s or 0:,.0f}",
+                      Text("█" * max(1, round(12 * (t.samples_per_s or 0) / best)),
+                           style="green"),
+                      f"{(t.step_s or 0) * 1000:.1f}", _gb(t.peak_memory_bytes),
+                      Text("over the margin", style="yellow") if over else Text(mark, "bold"))
+    parts.append(table)
+    parts.append(Text(f"Chosen: {r.reason}" if r.chosen_batch else f"No batch: {r.reason}",
+                      style="bold" if r.chosen_batch else "red"))
+    if r.precisions:
+        pt = Table(show_edge=False, pad_edge=False, title=f"Precisions at batch {r.chosen_batch}",
+                   title_justify="left")
+        for col in ("precision", "samples/s", "vs " + r.precision, "peak GB"):
+            pt.add_column(col, justify="right" if col != "precision" else "left")
+        base = next((t.samples_per_s for t in r.precisions if t.precision == r.precision
+                     and t.ok), None)
+        for t in r.precisions:
+            rel = f"×{(t.samples_per_s or 0) / base:.2f}" if t.ok and base else "—"
+            pt.add_row(t.precision + (" (fastest)" if t.precision == r.fastest_precision else ""),
+                       f"{t.samples_per_s or 0:,.0f}" if t.ok else (t.reason or "failed")[:30],
+                       rel, _gb(t.peak_memory_bytes))
+        parts += [Text(""), pt]
+    if r.accumulation:
+        a = r.accumulation
+        parts.append(Text(f"\nAccumulation: {a.micro_batch} × {a.world_size} GPU(s) × "
+                          f"{a.accumulation_steps} steps = {a.global_batch} "
+                          f"(target {a.target_global_batch})" + (f"; {a.note}" if a.note else "")))
+    if r.loader_rates:
+        rates = ", ".join(f"{w}: {v:,.0f}/s" for w, v in sorted(r.loader_rates.items()))
+        parts.append(Text(f"Loader workers (samples/s): {rates}"))
+        if r.loader_reason:
+            parts.append(Text(f"  {r.loader_reason}", style="dim"))
+    if r.settings:
+        parts.append(Text("\nSettings to paste:", style="bold"))
+        parts += [Text(f"    {ln}", style="green") for ln in r.settings.splitlines()]
+    for note in r.notes:
+        parts.append(Text(f"note: {note}", style="yellow"))
+    return Group(*parts)
