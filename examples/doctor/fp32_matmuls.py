@@ -2,7 +2,6 @@
 finding: tensor-cores-unused."""
 
 import torch
-
 from _common import gpt_for, options, train
 
 args = options(__doc__)

@@ -2,7 +2,6 @@
 device and no syncs in the loop. The doctor should find nothing to change."""
 
 import torch
-
 from _common import gpt_for, options, train
 
 args = options(__doc__)

@@ -2,7 +2,6 @@
 Expected top finding: host-syncs."""
 
 import torch
-
 from _common import options, train
 
 args = options(__doc__)

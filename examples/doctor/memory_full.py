@@ -2,7 +2,6 @@
 Expected top finding: memory-nearly-full."""
 
 import torch
-
 from _common import gpt_for, options, train
 
 args = options(__doc__)

@@ -2,7 +2,6 @@
 Expected top finding: copy-bound (pageable)."""
 
 import torch
-
 from _common import options, train
 
 args = options(__doc__)

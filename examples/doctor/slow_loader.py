@@ -4,7 +4,6 @@ Expected top finding: input-bound."""
 import time
 
 import torch
-
 from _common import options, train
 
 args = options(__doc__)

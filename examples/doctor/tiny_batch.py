@@ -2,7 +2,6 @@
 where per-op overhead then dominates). Expected top finding: batch-too-small."""
 
 import torch
-
 from _common import options, train
 
 args = options(__doc__)

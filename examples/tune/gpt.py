@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "doctor"))
-from _common import Gpt  # noqa: E402
+from _common import Gpt
 
 
 def build():
