@@ -193,7 +193,8 @@ def test_synthetic_healthy_signals_give_nothing():
 def test_launch_bound_when_nvml_busy_but_sms_idle():
     findings, changes = diagnose(Signals(gpus=(_gpu(sm_activity_pct=20.0,
                                                     sm_occupancy_pct=2.0),)))
-    assert [f.code for f in findings] == ["launch-bound"]
+    # SM activity 20 % with memory free: a bigger batch is the other answer, ranked after
+    assert [f.code for f in findings] == ["launch-bound", "batch-too-small"]
     assert findings[0].share == pytest.approx(0.8)
     assert 'mode="reduce-overhead"' in changes[0].settings
     assert changes[0].gain_high == amdahl(0.8) == 5.0
@@ -230,3 +231,19 @@ def test_amdahl():
     assert amdahl(0.5, 2) == pytest.approx(1 / 0.75, abs=0.01)
     assert amdahl(1.0) == 20.0  # capped: "up to ×20" says all there is to say
     assert amdahl(0.0) == 1.0
+
+
+def test_many_kernels_per_step_is_launch_bound_not_batch_size():
+    from gpuaudit.diagnose.kineto import Breakdown, TraceStats
+
+    tiny = _gpu(sm_activity_pct=8.0, utilization_pct=30.0, sm_occupancy_pct=1.0)
+    few = TraceStats(steps=5, step_time_us=1000.0, window_us=5000.0, cuda=True, kernels=150,
+                     launched_kernels=150, short_kernels=140,
+                     devices=(Breakdown(0, 5000.0, 1500.0, 1500.0, 3500.0, 0.0,
+                                        host_wait_us=3000.0),))
+    many = TraceStats(**{**few.__dict__, "kernels": 6000, "launched_kernels": 6000,
+                         "short_kernels": 5900})
+    codes = [f.code for f in diagnose(Signals(gpus=(tiny,), trace=few))[0]]
+    assert codes == ["batch-too-small", "launch-bound"]  # 0.92 of the time vs 0.6
+    codes = [f.code for f in diagnose(Signals(gpus=(tiny,), trace=many))[0]]
+    assert codes == ["launch-bound"]

@@ -18,7 +18,7 @@ from .rules import RULES, Result
 # A finding that explains another's numbers silences it (the SMs idle *because* of copies).
 SUPPRESSED_BY = {
     "gpu-idle": {"input-bound"},
-    "batch-too-small": {"copy-bound", "input-bound", "launch-bound"},
+    "batch-too-small": {"copy-bound", "input-bound"},
     "launch-bound": {"copy-bound"},
 }
 _ORDER = {rule.__name__.replace("_", "-"): i for i, rule in enumerate(RULES)}

@@ -475,9 +475,13 @@ def host_syncs(sig: Signals) -> list[Result]:
 
 def batch_too_small(sig: Signals) -> list[Result]:
     """The GPU gets too little work per step: SMs busy under 30 %, work arriving steadily
-    (≥ 90 % of ticks active: not input-bound), no copy traffic, memory under half used.
+    (≥ 90 % of ticks active: not input-bound), no copy traffic, memory under half used, and
+    (when profiled) fewer than 200 kernels per step — more is launch-bound's case.
     On a CPU-only profile: matmuls of under 50 µs median (the per-op overhead, ~10 µs,
     is then a large part of each)."""
+    t = sig.trace
+    if t and t.cuda and t.per_step(t.kernels) >= MANY_KERNELS:
+        return []  # many small kernels, not a few: launch-bound's (a bigger batch won't fix)
     for g in sig.gpus:
         busy = g.sm_busy
         mem = g.memory_used_fraction
@@ -498,6 +502,9 @@ def batch_too_small(sig: Signals) -> list[Result]:
               obs("matmuls_per_step", t.per_step(t.matmul_ops), "", trace_source(t), 0)]
         return [_batch_result(share, "medium", ev, None, None)]
     return []
+
+
+MANY_KERNELS = 200  # kernels per profiled step
 
 
 def _batch_result(share: float, confidence: str, ev: list[Observation], gpu: int | None,
