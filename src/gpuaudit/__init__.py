@@ -36,6 +36,12 @@ _LAZY = {
     "Store": ("gpuaudit.store", "Store"),
     "check_store": ("gpuaudit.store", "check_store"),
     "save_or_keep": ("gpuaudit.store", "save_or_keep"),
+    "watch": ("gpuaudit.jobwatch", "watch"),
+    "step": ("gpuaudit.jobwatch", "step"),
+    "loader": ("gpuaudit.jobwatch", "loader"),
+    "lightning_callback": ("gpuaudit.jobwatch", "lightning_callback"),
+    "diagnose_command": ("gpuaudit.diagnose.doctor", "run"),
+    "diagnose_recordings": ("gpuaudit.diagnose.doctor", "from_recordings"),
 }
 
 __all__ = ["__version__", "check_machine", "inspect_machine", "read_snapshot", *_LAZY]
@@ -45,4 +51,6 @@ def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'gpuaudit' has no attribute {name!r}")
     module, attr = _LAZY[name]
-    return getattr(importlib.import_module(module), attr)
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # once: gpuaudit.step() is called every training step
+    return value

@@ -339,13 +339,17 @@ def schema() -> None:
 # The command groups, each in its own module (they import only typer at module level).
 from gpuaudit.cli.catalog import catalog_app  # noqa: E402
 from gpuaudit.cli.cost import cost_app  # noqa: E402
+from gpuaudit.cli.doctor import DOCTOR_CONTEXT, doctor  # noqa: E402
 from gpuaudit.cli.monitor import monitor_app  # noqa: E402
 from gpuaudit.cli.recommend import recommend_app  # noqa: E402
+from gpuaudit.cli.tune import tune  # noqa: E402
 
 app.add_typer(monitor_app, name="monitor")
 app.add_typer(cost_app, name="cost")
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(recommend_app, name="recommend")
+app.command("doctor", context_settings=DOCTOR_CONTEXT)(doctor)
+app.command("tune")(tune)
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from .base import SCHEMA_VERSION, Record
 from .cost import Billing, Offer
+from .diagnosis import Bottleneck, Change, Diagnosis, Observation
 from .finding import Evidence, Finding, Severity, worst
 from .machine import (
     Clocks,
@@ -24,14 +25,19 @@ from .measurement import ContendingProcess, Contention, Measurement, Params
 from .run import Run, RunStatus, new_run_id, utc_now
 from .schema import json_schema, load_run, recommend_json_schema
 from .telemetry import Alert, GpuSample, ProcessSample, Sample, XidEvent
+from .tuning import AccumulationPlan, TrialResult, TuneResult
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AccumulationPlan",
     "Alert",
     "Billing",
+    "Bottleneck",
+    "Change",
     "Clocks",
     "ContendingProcess",
     "Contention",
+    "Diagnosis",
     "Ecc",
     "Evidence",
     "Finding",
@@ -45,6 +51,7 @@ __all__ = [
     "Measurement",
     "MigInstance",
     "NvLink",
+    "Observation",
     "Offer",
     "Params",
     "PcieLink",
@@ -58,6 +65,8 @@ __all__ = [
     "Sample",
     "Severity",
     "Thermal",
+    "TrialResult",
+    "TuneResult",
     "XidEvent",
     "json_schema",
     "load_run",

@@ -1,0 +1,99 @@
+"""`gpuaudit doctor -- CMD`: run a job unchanged, watch it, say why it is slow and what to
+change. Also `--attach PID`, and `--trace`/`--profile` for recordings made earlier."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuaudit.errors import BadInputError
+
+DOCTOR_CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True,
+                  "help_option_names": ["-h", "--help"]}
+
+
+def doctor(
+    command: Annotated[list[str] | None, typer.Argument(
+        metavar="[-- COMMAND ...]", help="The job to run, after --; it runs unchanged (its "
+                                         "output and exit status are its own).")] = None,
+    attach: Annotated[int | None, typer.Option(
+        "--attach", metavar="PID", help="Watch a running process (and its children) until it "
+                                        "ends or Ctrl-C.")] = None,
+    interval: Annotated[str, typer.Option(help="Time between samples (500ms, 1s).")] = "500ms",
+    window: Annotated[str, typer.Option(help="Diagnose the last part of the job this long "
+                                             "(memory stays bounded).")] = "10m",
+    profile_steps: Annotated[int, typer.Option(
+        "--profile-steps", min=0, help="Record this many steps with torch.profiler (the job "
+                                       "must call gpuaudit.step()).")] = 0,
+    gpus: Annotated[str | None, typer.Option(help="GPUs to watch: '0,1' [default: all]")
+                    ] = None,
+    trace: Annotated[Path | None, typer.Option(
+        "--trace", help="Diagnose a telemetry trace (`gpuaudit monitor --record`) instead.",
+        dir_okay=False)] = None,
+    profile: Annotated[Path | None, typer.Option(
+        "--profile", help="Diagnose a torch.profiler trace (.json or .json.gz) instead, or as "
+                          "well as --trace.", dir_okay=False)] = None,
+    sm_clock_max: Annotated[int | None, typer.Option(
+        "--sm-clock-max", min=1, help="With --trace: the GPU's maximum SM clock in MHz "
+                                      "(for the throttling rule).")] = None,
+    save: Annotated[Path | None, typer.Option(
+        "--save", help="Also write the diagnosis as JSON to this file.", dir_okay=False)
+                    ] = None,
+    json_: Annotated[bool, typer.Option(
+        "--json", help="The diagnosis as JSON on stdout, after the job's own output.")] = False,
+) -> None:
+    """Why is this job slow? Runs it unchanged and watches the GPUs (SM and tensor activity,
+    memory bandwidth, PCIe/NVLink, clocks), the job's processes and data-loader workers.
+
+    Prints the findings with their evidence and the changes ranked by expected gain on
+    stderr after the job ends. Exit status: the job's own (2 when it cannot start).
+
+    Example: gpuaudit doctor -- python train.py --epochs 1
+    """
+    from gpuaudit.cli.app import _parse_gpus, err
+    from gpuaudit.cli.monitor import _seconds
+    from gpuaudit.diagnose import doctor as doc
+    from gpuaudit.report.doctor_view import doctor_view
+
+    argv = list(command or [])
+    chosen = [bool(argv), attach is not None, trace is not None or profile is not None]
+    if sum(chosen) != 1:
+        raise BadInputError("give exactly one of: -- COMMAND, --attach PID, --trace/--profile "
+                            "FILE")
+    interval_s = _seconds("--interval", interval)
+    keep = max(2, int(_seconds("--window", window) / interval_s))
+    opts = doc.WatchOptions(interval_s=interval_s, keep=keep, gpus=_parse_gpus(gpus),
+                            profile_steps=profile_steps)
+    status = 0
+    if argv:
+        status, diagnosis = doc.run(argv, opts)
+    elif attach is not None:
+        stop = threading.Event()
+        old = signal.signal(signal.SIGINT, lambda *_: stop.set())
+        try:
+            err.print(f"watching process {attach} (Ctrl-C to stop and diagnose)", style="dim")
+            diagnosis = doc.attach(attach, opts, stop)
+        finally:
+            signal.signal(signal.SIGINT, old)
+    else:
+        for path in (trace, profile):
+            if path is not None and not path.exists():
+                raise BadInputError(f"{path}: no such file")
+        diagnosis = doc.from_recordings(trace, profile, sm_clock_max)
+    doc_json = diagnosis.model_dump(mode="json")
+    if save is not None:
+        try:
+            save.write_text(json.dumps(doc_json, indent=2) + "\n")
+        except OSError as exc:
+            raise BadInputError(f"--save {save}: {exc.strerror or exc}") from None
+    err.print(doctor_view(diagnosis))
+    if json_:
+        sys.stdout.write(json.dumps(doc_json, indent=2) + "\n")
+        sys.stdout.flush()
+    raise typer.Exit(status)

@@ -1,0 +1,127 @@
+"""From evidence to a Diagnosis: build the Signals, run every rule, rank findings and changes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime
+
+from gpuaudit.hw.proctree import ProcTick
+from gpuaudit.model import Bottleneck, Change, Diagnosis, Observation, Sample
+
+from .evidence import Signals, gpu_source, obs, process_source, steps_source, trace_source
+from .gpustats import gpu_stats, job_gpus
+from .hoststats import StepStats, process_stats
+from .kineto import TraceStats
+from .rules import RULES, Result
+
+# A finding that explains another's numbers silences it (the SMs idle *because* of copies).
+SUPPRESSED_BY = {
+    "gpu-idle": {"input-bound"},
+    "batch-too-small": {"copy-bound", "input-bound"},
+    "launch-bound": {"copy-bound"},
+}
+_ORDER = {rule.__name__.replace("_", "-"): i for i, rule in enumerate(RULES)}
+
+
+def build_signals(samples: Sequence[Sample] = (), *, job_pids: set[int] | None = None,
+                  proc_ticks: Sequence[ProcTick] = (), steps: StepStats | None = None,
+                  trace: TraceStats | None = None,
+                  sm_clock_max_mhz: dict[int, int | None] | None = None,
+                  alloc_retries: int | None = None) -> tuple[Signals, str]:
+    """The Signals for a job, and how its GPUs were chosen."""
+    gpus = []
+    how = "no GPU telemetry"
+    if samples:
+        indices, how = job_gpus(samples, job_pids)
+        for i in indices:
+            st = gpu_stats(samples, i, job_pids, (sm_clock_max_mhz or {}).get(i))
+            if st is not None:
+                gpus.append(st)
+    gpu_pids = {p.pid for s in samples for g in s.gpus for p in g.processes}
+    proc = process_stats(proc_ticks, (gpu_pids & job_pids) if job_pids else gpu_pids)
+    return Signals(gpus=tuple(gpus), process=proc, steps=steps, trace=trace,
+                   peaks_tflops=_peaks(gpus[0].name if gpus else None),
+                   alloc_retries=alloc_retries), how
+
+
+def _peaks(name: str | None) -> dict[str, float] | None:
+    if not name:
+        return None
+    from gpuaudit.specs import lookup
+
+    spec = lookup(nvml_name=name)
+    if spec is None:
+        return None
+    return {p: v for p in ("fp32", "tf32", "bf16") if (v := spec.peak(p)) is not None}
+
+
+def diagnose(sig: Signals) -> tuple[list[Bottleneck], list[Change]]:
+    """Every rule's findings, largest share first, and their changes ranked by expected gain."""
+    results: list[Result] = [r for rule in RULES for r in rule(sig)]
+    codes = {r.finding.code for r in results}
+    results = [r for r in results if not (SUPPRESSED_BY.get(r.finding.code, set()) & codes)]
+    results.sort(key=lambda r: (-r.finding.share, -r.finding.severity.rank,
+                                _ORDER.get(r.finding.code, 99)))
+    proposals = []
+    seen: set[str] = set()
+    for order, r in enumerate(results):
+        for p in r.proposals:
+            key = p.settings or p.action
+            if key in seen:
+                continue
+            seen.add(key)
+            proposals.append((order, r.finding.code, p))
+    proposals.sort(key=lambda t: (-(t[2].gain_high or 0.0), t[0]))
+    changes = [Change(rank=i + 1, finding=code, action=p.action, settings=p.settings,
+                      gain_low=p.gain_low, gain_high=p.gain_high, gain_basis=p.gain_basis)
+               for i, (_order, code, p) in enumerate(proposals)]
+    return [r.finding for r in results], changes
+
+
+def summary(sig: Signals) -> list[Observation]:
+    """The figures that describe the job whatever its findings."""
+    out: list[Observation] = []
+    for g in sig.gpus:
+        src = gpu_source(g)
+        for name, unit in (("utilization_pct", "%"), ("sm_activity_pct", "%"),
+                           ("tensor_activity_pct", "%"), ("dram_bandwidth_pct", "%"),
+                           ("power_w", "W")):
+            value = getattr(g, name)
+            if value is not None:
+                out.append(obs(f"gpu{g.index}.{name}", value, unit, src, 1))
+        if g.memory_used_fraction is not None:
+            out.append(obs(f"gpu{g.index}.memory_used_max", g.memory_used_fraction, "fraction",
+                           src))
+    if sig.steps:
+        out += [obs("step_time", sig.steps.median_s, "s", steps_source(sig.steps), 4),
+                obs("steps_per_s", sig.steps.steps_per_s, "1/s", steps_source(sig.steps), 2)]
+    if sig.process:
+        p = sig.process
+        out += [obs("trainer_cpu", p.trainer_cpu_pct, "% of a core", process_source(p), 1),
+                obs("loader_workers", p.workers, "", process_source(p)),
+                obs("host_memory_used_max", p.host_memory_used_max, "fraction",
+                    process_source(p))]
+    if sig.trace:
+        t = sig.trace
+        for d in t.devices:
+            src = trace_source(t)
+            out += [obs(f"trace.gpu{d.device}.idle", d.share(d.idle_us), "of span", src),
+                    obs(f"trace.gpu{d.device}.compute", d.share(d.compute_us), "of span", src),
+                    obs(f"trace.gpu{d.device}.non_compute", d.share(d.non_compute_us),
+                        "of span", src)]
+        if t.step_time_us is not None:
+            out.append(obs("trace.step_time", t.step_time_us / 1000, "ms", trace_source(t), 2))
+    return [o for o in out if not (isinstance(o.value, float) and math.isnan(o.value))]
+
+
+def make_diagnosis(sig: Signals, *, started_at: datetime, duration_s: float,
+                   command: Sequence[str] | None = None, pid: int | None = None,
+                   exit_code: int | None = None, sources: dict[str, str] | None = None,
+                   notes: Sequence[str] = ()) -> Diagnosis:
+    findings, changes = diagnose(sig)
+    return Diagnosis(command=tuple(command) if command is not None else None, pid=pid,
+                     exit_code=exit_code, started_at=started_at, duration_s=round(duration_s, 3),
+                     gpus=tuple(g.index for g in sig.gpus), findings=tuple(findings),
+                     changes=tuple(changes), summary=tuple(summary(sig)),
+                     sources=dict(sources or {}), notes=tuple(notes))

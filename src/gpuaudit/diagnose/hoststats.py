@@ -1,0 +1,123 @@
+"""The host side of a job, summarised: its trainer processes and their data-loader workers
+(from the process tree's ticks), and its steps (from the step markers of the Python API)."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuaudit.hw.proctree import ProcTick
+
+# Processes that run Python: trainers and DataLoader workers are; shells and launchers may be.
+PYTHON_NAMES = ("python", "pt_main_thread", "pt_data_worker", "ipython")
+
+
+@dataclass(frozen=True)
+class ProcessStats:
+    ticks: int
+    cores: int
+    trainers: int  # processes that drive a GPU (or the job's main Python process)
+    trainer_cpu_pct: float  # median over ticks of the busiest trainer (100 = one core)
+    workers: int  # children of the trainers (data-loader workers), most seen at once
+    worker_cpu_pct: float  # median over ticks of the workers' mean (100 = one core each)
+    workers_cpu_total_pct: float  # median over ticks of all workers together
+    host_cpu_pct: float  # the whole host, 0–100 of all cores
+    host_memory_used_max: float  # fraction
+    swap_used_max_bytes: int
+
+
+@dataclass(frozen=True)
+class StepStats:
+    steps: int
+    median_s: float
+    p10_s: float
+    p90_s: float
+    data_wait_median_s: float | None = None  # time waiting for the next batch, per step
+    source: str = "gpuaudit.step() markers"
+
+    @property
+    def steps_per_s(self) -> float:
+        return 1 / self.median_s if self.median_s > 0 else 0.0
+
+    @property
+    def data_wait_share(self) -> float | None:
+        if self.data_wait_median_s is None or self.median_s <= 0:
+            return None
+        return min(1.0, self.data_wait_median_s / self.median_s)
+
+    @property
+    def spread(self) -> float:
+        """(p90 − p10) ÷ median: how uneven the steps are."""
+        return (self.p90_s - self.p10_s) / self.median_s if self.median_s > 0 else 0.0
+
+
+def _is_python(name: str) -> bool:
+    return any(name.lower().startswith(p) for p in PYTHON_NAMES)
+
+
+def process_stats(ticks: Sequence[ProcTick], gpu_pids: set[int] | None = None
+                  ) -> ProcessStats | None:
+    """Trainers: the job's processes NVML lists on a GPU; without any, the Python processes
+    nearest the root (the root itself when it is Python). Workers: their children."""
+    ticks = list(ticks[1:]) if len(ticks) > 1 else list(ticks)  # the first has no interval
+    if not ticks:
+        return None
+    trainer_ids: set[int] = set()
+    seen = {p.pid: p for t in ticks for p in t.procs}
+    if gpu_pids:
+        trainer_ids = {pid for pid in seen if pid in gpu_pids}
+    if not trainer_ids:
+        pythons = [p for p in seen.values() if _is_python(p.name)]
+        if pythons:
+            parents = {p.pid for p in pythons}
+            # the outermost Python processes: no Python parent in the tree
+            trainer_ids = {p.pid for p in pythons if p.ppid not in parents}
+        elif ticks[0].procs:
+            trainer_ids = {ticks[0].procs[0].pid}
+    trainer_cpu, worker_mean, worker_total, counts = [], [], [], []
+    for t in ticks:
+        trainers = [p for p in t.procs if p.pid in trainer_ids]
+        workers = [p for p in t.procs if p.ppid in trainer_ids and p.pid not in trainer_ids
+                   and _is_python(p.name)]
+        trainer_cpu.append(max((p.cpu_pct for p in trainers), default=0.0))
+        counts.append(len(workers))
+        worker_total.append(sum(p.cpu_pct for p in workers))
+        if workers:
+            worker_mean.append(worker_total[-1] / len(workers))
+    return ProcessStats(
+        ticks=len(ticks), cores=ticks[-1].cores, trainers=len(trainer_ids),
+        trainer_cpu_pct=statistics.median(trainer_cpu),
+        workers=max(counts), worker_cpu_pct=statistics.median(worker_mean) if worker_mean else 0.0,
+        workers_cpu_total_pct=statistics.median(worker_total),
+        host_cpu_pct=statistics.median(t.host_cpu_pct for t in ticks),
+        host_memory_used_max=max(t.host_memory_used_fraction for t in ticks),
+        swap_used_max_bytes=max(t.swap_used_bytes for t in ticks))
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def step_stats(times_s: Sequence[float], waits_s: Sequence[float] = (), *, skip: int = 1,
+               source: str = "gpuaudit.step() markers") -> StepStats | None:
+    """Step durations from the times the steps ended; the first `skip` steps (warm-up:
+    allocation, autotuning, compilation) are left out when there are enough."""
+    times = sorted(times_s)
+    durations = [b - a for a, b in itertools.pairwise(times)]
+    if len(durations) > skip + 2:
+        durations = durations[skip:]
+        waits_s = list(waits_s)[skip:] if len(waits_s) > skip + 2 else list(waits_s)
+    if not durations:
+        return None
+    d = sorted(durations)
+    return StepStats(steps=len(durations), median_s=statistics.median(d),
+                     p10_s=_quantile(d, 0.1), p90_s=_quantile(d, 0.9),
+                     data_wait_median_s=statistics.median(waits_s) if waits_s else None,
+                     source=source)

@@ -1,0 +1,319 @@
+"""A PyTorch profiler (Kineto) trace, summarised for the rules.
+
+Definitions follow Holistic Trace Analysis (HTA 0.6) where it has one:
+
+- temporal breakdown (`get_temporal_breakdown`): GPU events of one device merged across all
+  streams; `span` = last end − first start, `idle` = span − merged busy time, `compute` =
+  merged time of COMPUTATION kernels, `non_compute` = the rest (exposed communication,
+  memcpy/memset). Communication overlapping compute counts as compute, as in HTA.
+- idle breakdown (`get_idle_time_breakdown`): per stream, the gap before each GPU event is
+  *host wait* when its launch call started after the previous event on that stream ended,
+  *kernel wait* when not and the gap is under 30 µs, *other* otherwise.
+- short kernels (`get_cuda_kernel_launch_stats`): the kernel ran for less time than its launch
+  call took on the CPU (launch call ≤ 50 µs).
+- communication/computation overlap (`get_comm_comp_overlap`): time both run ÷ merged
+  communication time.
+
+Where ours differ: timestamps stay fractional µs (HTA rounds starts up and ends down to whole
+µs), the kernel-wait threshold is 30 µs (HTA documents "30 ns" but compares µs), and the
+window is the profiler's steps (`ProfilerStep#N`) when the trace has them, the whole trace
+otherwise. Beyond HTA (which sees only GPU timelines): the DataLoader's share of the step (the
+TensorBoard plugin's definition: CPU ops named `enumerate(DataLoader)#…`), host syncs per step
+(sync calls, and `.item()` outside the optimizer's step, which reads a CPU counter), tensor-core
+use from kernel names, pageable copies.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuaudit.errors import BadInputError
+
+from .kernels import KernelType, TensorCore, kernel_type, memcpy_kind, tensor_core_use
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver"}
+KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay (compared in µs)
+SHORT_LAUNCH_US = 50.0  # HTA's runtime_cutoff
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+              "cudaMemcpy", "cuStreamSynchronize", "cuCtxSynchronize")
+SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
+LOADER_PREFIX = "enumerate(DataLoader)#"
+# The ops that do a model's math on the CPU (the inner ones: aten::linear calls aten::addmm).
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution"}
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """HTA's temporal and idle breakdown of one device (µs)."""
+
+    device: int
+    span_us: float
+    busy_us: float
+    compute_us: float
+    idle_us: float
+    non_compute_us: float
+    host_wait_us: float = 0.0
+    kernel_wait_us: float = 0.0
+    other_wait_us: float = 0.0
+
+    def share(self, part_us: float) -> float:
+        return part_us / self.span_us if self.span_us > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class TraceStats:
+    """What a profiler trace shows, per step where it has steps."""
+
+    steps: int
+    step_time_us: float | None  # median ProfilerStep duration
+    window_us: float
+    devices: tuple[Breakdown, ...] = ()
+    kernels: int = 0
+    kernel_time_us: float = 0.0  # summed (not merged), as HTA's kernel breakdown
+    type_time_us: dict[str, float] = field(default_factory=dict)  # KernelType → summed µs
+    short_kernels: int = 0
+    launched_kernels: int = 0  # kernels whose launch call is in the trace
+    median_kernel_us: float | None = None
+    matmul_time_us: dict[str, float] = field(default_factory=dict)  # TensorCore → µs
+    top_matmuls: tuple[tuple[str, float, str], ...] = ()  # (name, µs, tensor-core class)
+    memcpy_time_us: dict[str, float] = field(default_factory=dict)  # "HtoD pageable" → µs
+    memcpy_bytes: dict[str, int] = field(default_factory=dict)
+    comm_time_us: float = 0.0  # merged
+    comm_overlap_us: float = 0.0
+    sync_calls: int = 0
+    sync_time_us: float = 0.0
+    item_calls: int = 0
+    loader_time_us: float = 0.0
+    cpu_ops: int = 0  # top-level aten ops
+    matmul_ops: int = 0  # aten::mm, addmm, bmm, convolution… (the model's math)
+    median_matmul_op_us: float | None = None
+    cuda: bool = False  # the trace has GPU events
+
+    def per_step(self, count: float) -> float:
+        return count / self.steps if self.steps else count
+
+    @property
+    def loader_share(self) -> float:
+        return self.loader_time_us / self.window_us if self.window_us > 0 else 0.0
+
+    @property
+    def sync_share(self) -> float:
+        return self.sync_time_us / self.window_us if self.window_us > 0 else 0.0
+
+    @property
+    def comm_overlap_share(self) -> float | None:
+        return self.comm_overlap_us / self.comm_time_us if self.comm_time_us > 0 else None
+
+    @property
+    def tensor_core_share(self) -> float | None:
+        """Of the matmul/convolution time whose kind is known, the share on tensor cores."""
+        yes = self.matmul_time_us.get(TensorCore.YES.value, 0.0)
+        no = self.matmul_time_us.get(TensorCore.NO.value, 0.0)
+        return yes / (yes + no) if yes + no > 0 else None
+
+
+def read_trace(path: Path) -> dict[str, Any]:
+    """A Chrome trace as torch.profiler exports it (.json or .json.gz)."""
+    try:
+        raw = path.read_bytes()
+        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        doc = json.loads(text)
+    except (OSError, ValueError, EOFError) as exc:
+        raise BadInputError(f"cannot read profiler trace {path}: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise BadInputError(f"{path} is not a PyTorch profiler trace (no traceEvents)")
+    return doc
+
+
+def merge(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def total(intervals: Iterable[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Time in both of two merged interval lists."""
+    i = j = 0
+    out = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            out += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _complete(events: list[Any]) -> list[dict[str, Any]]:
+    return [e for e in events if isinstance(e, dict) and e.get("ph") == "X"
+            and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
+
+
+def _window(events: list[dict[str, Any]]) -> tuple[float, float, list[float]]:
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+             and e.get("cat") in ("user_annotation", "cpu_op", "python_function")]
+    if steps:
+        start = min(e["ts"] for e in steps)
+        end = max(e["ts"] + e["dur"] for e in steps)
+        return start, end, [float(e["dur"]) for e in steps]
+    start = min((e["ts"] for e in events), default=0.0)
+    end = max((e["ts"] + e["dur"] for e in events), default=0.0)
+    return start, end, []
+
+
+def _inside(e: dict[str, Any], start: float, end: float) -> bool:
+    return e["ts"] >= start and e["ts"] < end
+
+
+def _device_breakdowns(gpu: list[dict[str, Any]], launch_ts: dict[Any, float]
+                       ) -> list[Breakdown]:
+    by_device: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in gpu:
+        by_device[int(e.get("args", {}).get("device", 0) or 0)].append(e)
+    out = []
+    for device, evs in sorted(by_device.items()):
+        spans = [(e["ts"], e["ts"] + e["dur"]) for e in evs]
+        busy = merge(spans)
+        span = busy[-1][1] - busy[0][0] if busy else 0.0
+        compute = merge((e["ts"], e["ts"] + e["dur"]) for e in evs
+                        if e.get("cat") == "kernel"
+                        and kernel_type(str(e.get("name", ""))) is KernelType.COMPUTATION)
+        busy_us, compute_us = total(busy), total(compute)
+        waits = {"host": 0.0, "kernel": 0.0, "other": 0.0}
+        by_stream: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        for e in evs:
+            by_stream[e.get("args", {}).get("stream")].append(e)
+        for stream_events in by_stream.values():
+            stream_events.sort(key=lambda e: e["ts"])
+            prev_end: float | None = None
+            for e in stream_events:
+                if prev_end is not None and e["ts"] > prev_end:
+                    gap = e["ts"] - prev_end
+                    launched = launch_ts.get(e.get("args", {}).get("correlation"))
+                    if launched is not None and launched > prev_end:
+                        waits["host"] += gap
+                    elif gap < KERNEL_WAIT_US:
+                        waits["kernel"] += gap
+                    else:
+                        waits["other"] += gap
+                prev_end = max(prev_end or 0.0, e["ts"] + e["dur"])
+        out.append(Breakdown(device=device, span_us=span, busy_us=busy_us,
+                             compute_us=compute_us, idle_us=span - busy_us,
+                             non_compute_us=span - compute_us - (span - busy_us),
+                             host_wait_us=waits["host"], kernel_wait_us=waits["kernel"],
+                             other_wait_us=waits["other"]))
+    return out
+
+
+def analyse(doc: dict[str, Any]) -> TraceStats:
+    events = _complete(doc.get("traceEvents", []))
+    start, end, step_durs = _window(events)
+    inside = [e for e in events if _inside(e, start, end)]
+    gpu = [e for e in inside if e.get("cat") in GPU_CATS]
+    runtime = [e for e in inside if e.get("cat") in RUNTIME_CATS]
+    launches = {e.get("args", {}).get("correlation"): e for e in runtime
+                if "correlation" in e.get("args", {})}
+    launch_ts = {k: float(e["ts"]) for k, e in launches.items()}
+    kernels = [e for e in gpu if e.get("cat") == "kernel"]
+
+    type_time: dict[str, float] = defaultdict(float)
+    matmul: dict[str, float] = defaultdict(float)
+    per_name: dict[str, float] = defaultdict(float)
+    short = launched = 0
+    for k in kernels:
+        name = str(k.get("name", ""))
+        type_time[kernel_type(name).value] += k["dur"]
+        tc = tensor_core_use(name)
+        if tc is not TensorCore.NOT_MATMUL:
+            matmul[tc.value] += k["dur"]
+            per_name[name] += k["dur"]
+        launch = launches.get(k.get("args", {}).get("correlation"))
+        if launch is not None:
+            launched += 1
+            if launch["dur"] <= SHORT_LAUNCH_US and k["dur"] < launch["dur"]:
+                short += 1
+    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:5]
+
+    copy_time: dict[str, float] = defaultdict(float)
+    copy_bytes: dict[str, int] = defaultdict(int)
+    for e in gpu:
+        if e.get("cat") != "gpu_memcpy":
+            continue
+        kind = memcpy_kind(str(e.get("name", "")))
+        if kind is None:
+            continue
+        key = f"{kind[0]} {'pageable' if kind[1] else 'pinned'}" \
+            if kind[0] in ("HtoD", "DtoH") else kind[0]
+        copy_time[key] += e["dur"]
+        copy_bytes[key] += int(e.get("args", {}).get("bytes", 0) or 0)
+
+    comm = merge((k["ts"], k["ts"] + k["dur"]) for k in kernels
+                 if kernel_type(str(k.get("name", ""))) is KernelType.COMMUNICATION)
+    comp = merge((k["ts"], k["ts"] + k["dur"]) for k in kernels
+                 if kernel_type(str(k.get("name", ""))) is KernelType.COMPUTATION)
+
+    syncs = [e for e in runtime if str(e.get("name", "")) in SYNC_CALLS]
+    cpu_ops = [e for e in inside if e.get("cat") == "cpu_op"]
+    # Optimizers read their step counter with .item() on a CPU tensor: no sync, left out.
+    optim = merge((e["ts"], e["ts"] + e["dur"]) for e in inside
+                  if str(e.get("name", "")).startswith("Optimizer.step#"))
+
+    def user_items(name: str) -> int:
+        return sum(1 for e in cpu_ops if e.get("name") == name
+                   and not any(a <= e["ts"] < b for a, b in optim))
+
+    items = user_items("aten::item") or user_items("aten::_local_scalar_dense")
+    loader = merge((e["ts"], e["ts"] + e["dur"]) for e in inside
+                   if str(e.get("name", "")).startswith(LOADER_PREFIX))
+    mm_durs = [e["dur"] for e in cpu_ops if e.get("name") in MATMUL_OPS]
+    durs = [k["dur"] for k in kernels]
+    return TraceStats(
+        steps=len(step_durs), step_time_us=statistics.median(step_durs) if step_durs else None,
+        window_us=end - start, devices=tuple(_device_breakdowns(gpu, launch_ts)),
+        kernels=len(kernels), kernel_time_us=sum(durs), type_time_us=dict(type_time),
+        short_kernels=short, launched_kernels=launched,
+        median_kernel_us=statistics.median(durs) if durs else None,
+        matmul_time_us=dict(matmul), top_matmuls=tuple((n, t, tensor_core_use(n).value)
+                                                       for n, t in top),
+        memcpy_time_us=dict(copy_time), memcpy_bytes=dict(copy_bytes),
+        comm_time_us=total(comm), comm_overlap_us=overlap(comm, comp),
+        sync_calls=len(syncs), sync_time_us=sum(e["dur"] for e in syncs), item_calls=items,
+        loader_time_us=total(loader), cpu_ops=len(_top_level(cpu_ops)), matmul_ops=len(mm_durs),
+        median_matmul_op_us=statistics.median(mm_durs) if mm_durs else None,
+        cuda=bool(gpu))
+
+
+def _top_level(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """aten ops not nested in another aten op of the same thread (what the user's code
+    called, not what those ops called inside)."""
+    out = []
+    by_thread: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for e in ops:
+        if str(e.get("name", "")).startswith("aten::"):
+            by_thread[(e.get("pid"), e.get("tid"))].append(e)
+    for evs in by_thread.values():
+        evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+        open_end = float("-inf")
+        for e in evs:
+            if e["ts"] >= open_end:
+                out.append(e)
+                open_end = e["ts"] + e["dur"]
+    return out

@@ -1,0 +1,605 @@
+"""The rules: pure functions from the evidence (`Signals`) to findings, each with the changes
+that answer it and their expected gain.
+
+Each rule estimates `share`, the fraction of the job's time its bottleneck costs. Gains follow
+from it by Amdahl's law: removing a share s of the time speeds the job up 1/(1 − s) times;
+making it k times faster, 1/(1 − s + s/k). `gain_high` assumes the change removes all of it,
+`gain_low` half, unless the rule says otherwise. The thresholds are stated beside each rule;
+docs/doctor.md lists them with the traces they were checked on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpuaudit.model import Bottleneck, Observation, Severity
+
+from .evidence import (
+    Signals,
+    gpu_obs,
+    gpu_source,
+    obs,
+    process_source,
+    steps_source,
+    trace_source,
+)
+from .gpustats import GpuStats
+
+GB = 1e9
+GIB = 1 << 30
+COPY_RATE = 1 * GB  # host↔device bytes/s above which copies are a suspect
+PINNED_OF_LINK = 0.8  # pinned copies reach about this much of the link (H200: 55 of 63 GB/s)
+LOADER_SHARE = 0.05  # the TensorBoard plugin's DataLoader rule: > 5 % of the step
+GAIN_CAP = 20.0  # an "up to" beyond this says nothing more
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A change before ranking."""
+
+    action: str
+    settings: str | None = None
+    gain_low: float | None = None
+    gain_high: float | None = None
+    gain_basis: str = ""
+
+
+@dataclass(frozen=True)
+class Result:
+    finding: Bottleneck
+    proposals: tuple[Proposal, ...] = field(default=())
+
+
+def amdahl(share: float, speedup: float = math.inf) -> float:
+    """Speed-up of the whole when `share` of the time becomes `speedup` times faster."""
+    share = min(max(share, 0.0), 0.999)
+    rest = 0.0 if math.isinf(speedup) else share / speedup
+    return round(min(1 / (1 - share + rest), GAIN_CAP), 2)
+
+
+def _finding(code: str, title: str, share: float | None, confidence: str, message: str,
+             evidence: list[Observation], gpu: int | None = None,
+             severity: Severity | None = None) -> Bottleneck:
+    if severity is None:
+        severity = Severity.WARN if (share or 0) >= 0.2 else Severity.INFO
+    return Bottleneck(code=code, title=title, severity=severity,
+                      share=round(share, 3) if share is not None else 0.0,
+                      confidence=confidence, message=message, gpu_index=gpu,
+                      evidence=tuple(evidence))
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f} %"
+
+
+def _copies(g: GpuStats) -> bool:
+    return (g.pcie_bytes_per_s or 0.0) >= COPY_RATE
+
+
+# ---------------------------------------------------------------- input pipeline
+
+
+def input_bound(sig: Signals) -> list[Result]:
+    """The GPU waits for batches. Evidence, strongest first: the time spent waiting for the
+    next batch (step markers / Lightning, or the profiler's DataLoader ops) ≥ 5 % of the
+    step; the GPU idle ≥ 30 % while loader workers run and the trainer does not use its core;
+    or, from GPU telemetry alone, the GPU idle ≥ 50 % with its work arriving in bursts (≤ 60 %
+    of the ticks active), each with a host→device upload (5 × the idle ticks' rate)."""
+    ev: list[Observation] = []
+    share: float | None = None
+    confidence = "medium"
+    if sig.steps and (w := sig.steps.data_wait_share) is not None and w >= LOADER_SHARE:
+        share, confidence = w, "high"
+        ev += [obs("data_wait_per_step", sig.steps.data_wait_median_s, "s",
+                   steps_source(sig.steps)),
+               obs("step_time", sig.steps.median_s, "s", steps_source(sig.steps))]
+    elif sig.trace and sig.trace.loader_share >= LOADER_SHARE:
+        share, confidence = sig.trace.loader_share, "high"
+        ev.append(obs("dataloader_share", sig.trace.loader_share, "of the step",
+                      trace_source(sig.trace)))
+    for g in sig.gpus:
+        idle = g.idle_share
+        if idle is None:
+            continue
+        p = sig.process
+        waiting = p is not None and p.workers > 0 and p.trainer_cpu_pct < 60
+        bursty = (idle >= 0.5 and 0.0 < g.active_fraction <= 0.6
+                  and (g.h2d_burst_ratio or 0) >= 5)
+        if share is None and idle >= 0.3 and waiting:
+            share = idle
+        elif share is None and bursty:
+            share, confidence = idle, "medium"
+        if share is not None and (waiting or bursty or idle >= 0.3):
+            ev.append(gpu_obs(g, "utilization_pct"))
+            if bursty:
+                ev += [obs("active_ticks", g.active_fraction, "fraction", gpu_source(g)),
+                       obs("h2d_rate_active_over_idle", g.h2d_burst_ratio, "×",
+                           gpu_source(g), 1)]
+            break
+    if share is None:
+        return []
+    p = sig.process
+    if p is not None:
+        ev += [obs("loader_workers", p.workers, "", process_source(p)),
+               obs("worker_cpu", p.worker_cpu_pct, "% of a core", process_source(p), 1),
+               obs("trainer_cpu", p.trainer_cpu_pct, "% of a core", process_source(p), 1)]
+    msg = (f"the job waits for its next batch about {_pct(share)} of the time: the data "
+           "loader does not keep up")
+    return [Result(_finding("input-bound", "Input pipeline bound", share, confidence, msg, ev,
+                            sig.gpus[0].index if sig.gpus else None),
+                   _loader_changes(sig, share))]
+
+
+def _loader_changes(sig: Signals, share: float) -> tuple[Proposal, ...]:
+    p = sig.process
+    cores = p.cores if p else None
+    have = p.workers if p else None
+    # Workers W deliver a batch per step time T; to keep up with compute, T × (1 − share),
+    # they must be 1/(1 − share) times as many (20 % margin). Never fewer than now.
+    need = max(math.ceil(round(have / max(1 - share, 0.05) * 1.2, 6)), have + 1) if have \
+        else 4
+    spare = max((cores or 8) - (p.trainers if p else 1), 1)
+    workers = max(need if need <= spare else max(spare, (have or 0) + 1), 1)
+    basis = (f"the GPU waits {_pct(share)} of the time for batches; with workers "
+             f"producing {1 / max(1 - share, 0.05):.1f}× faster it would not")
+    out = [Proposal(
+        action=f"more data-loader workers ({have if have is not None else '?'} → {workers}), "
+               "pinned memory, batches prepared ahead",
+        settings=(f"DataLoader(..., num_workers={workers}, pin_memory=True, "
+                  "persistent_workers=True, prefetch_factor=4)"),
+        gain_low=amdahl(share / 2), gain_high=amdahl(share), gain_basis=basis)]
+    if need > spare:
+        out.append(Proposal(
+            action=f"make each sample cheaper: about {need} workers are needed and {spare} "
+                   "core(s) are free (decode on the GPU, cache decoded data, faster storage)",
+            gain_high=amdahl(share), gain_basis="the rest of the wait, once workers are "
+                                                "maxed out"))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- launch / overhead
+
+
+def launch_bound(sig: Signals) -> list[Result]:
+    """Many short kernels: the GPU runs something nearly all the time but its SMs mostly idle
+    (NVML utilization ≥ 50 %, SM activity under half of it, no copy traffic), or the profiled
+    kernels mostly finish before their launch call returns (HTA's short kernels ≥ 50 %) with
+    host and kernel wait ≥ 30 % of the GPU's span."""
+    t = sig.trace
+    if t and t.cuda and t.devices and t.launched_kernels:
+        d = t.devices[0]
+        wait = d.share(d.host_wait_us + d.kernel_wait_us)
+        short = t.short_kernels / t.launched_kernels
+        if short >= 0.5 and wait >= 0.3:
+            ev = [obs("short_kernels", short, "of launched", trace_source(t)),
+                  obs("host_wait", d.share(d.host_wait_us), "of GPU span", trace_source(t)),
+                  obs("kernel_wait", d.share(d.kernel_wait_us), "of GPU span",
+                      trace_source(t)),
+                  obs("median_kernel", t.median_kernel_us, "µs", trace_source(t), 1)]
+            return [_launch_result(wait, "high", ev, d.device)]
+    for g in sig.gpus:
+        if g.utilization_pct is None or g.sm_activity_pct is None or _copies(g):
+            continue
+        u, s = g.utilization_pct, g.sm_activity_pct
+        if u >= 50 and s < 0.5 * u:
+            share = 1 - s / u
+            ev = [gpu_obs(g, "utilization_pct"), gpu_obs(g, "sm_activity_pct"),
+                  gpu_obs(g, "sm_occupancy_pct")]
+            return [_launch_result(share, "medium", ev, g.index)]
+    return []
+
+
+def _launch_result(share: float, confidence: str, ev: list[Observation], gpu: int | None
+                   ) -> Result:
+    msg = (f"kernels are too short to fill the GPU: about {_pct(share)} of the time goes to "
+           "launching them and waiting between them")
+    return Result(
+        _finding("launch-bound", "Launch / overhead bound", share, confidence, msg, ev, gpu),
+        (Proposal(action="capture the step in CUDA graphs and fuse small kernels",
+                  settings='model = torch.compile(model, mode="reduce-overhead")',
+                  gain_low=amdahl(share / 2), gain_high=amdahl(share),
+                  gain_basis=f"launch and wait time is {_pct(share)} of the GPU's time"),
+         Proposal(action="a bigger batch per step (more work per kernel launch)",
+                  gain_high=amdahl(share), gain_basis="the same overhead spread over more "
+                                                      "samples; `gpuaudit tune` finds it")))
+
+
+# ---------------------------------------------------------------- tensor cores
+
+
+def tensor_cores_unused(sig: Signals) -> list[Result]:
+    """FP32 matmuls: the SMs are busy (≥ 40 %) with the FP32 pipes doing the work (≥ 15 %)
+    and tensor activity under 5 % (GPM); or the profiled matmul kernels take ≥ 20 % of
+    kernel time and under 10 % of it runs on tensor cores (kernel names)."""
+    ratio_tf32, ratio_bf16, ratio_basis = _tc_ratios(sig)
+    t = sig.trace
+    if t and t.cuda and t.kernel_time_us > 0 and (tc := t.tensor_core_share) is not None:
+        no_tc = t.matmul_time_us.get("no tensor cores (fp32)", 0.0)
+        f = no_tc / t.kernel_time_us
+        if tc < 0.1 and f >= 0.2:
+            ev = [obs("matmul_time_on_tensor_cores", tc, "fraction", trace_source(t)),
+                  obs("fp32_matmul_time", f, "of kernel time", trace_source(t))]
+            ev += [obs("kernel", name[:90], "", f"{us / 1000:.1f} ms, {kind}")
+                   for name, us, kind in t.top_matmuls[:3]]
+            return [_tc_result(f, "high", ev, None, ratio_tf32, ratio_bf16, ratio_basis)]
+    for g in sig.gpus:
+        s, tensor, fp32 = g.sm_activity_pct, g.tensor_activity_pct, g.fp32_activity_pct
+        if s is None or tensor is None or fp32 is None:
+            continue
+        if s >= 40 and tensor < 5 and fp32 >= 15:
+            f = min(fp32 / s, 1.0)  # the share of the busy time in FP32 math
+            ev = [gpu_obs(g, "sm_activity_pct"), gpu_obs(g, "tensor_activity_pct"),
+                  gpu_obs(g, "fp32_activity_pct")]
+            return [_tc_result(f, "high", ev, g.index, ratio_tf32, ratio_bf16, ratio_basis)]
+    return []
+
+
+def _tc_ratios(sig: Signals) -> tuple[float, float, str]:
+    pk = sig.peaks_tflops or {}
+    if pk.get("fp32") and pk.get("tf32") and pk.get("bf16"):
+        return (pk["tf32"] / pk["fp32"], pk["bf16"] / pk["fp32"],
+                f"datasheet peaks fp32 {pk['fp32']:g}, tf32 {pk['tf32']:g}, bf16 "
+                f"{pk['bf16']:g} TFLOP/s")
+    return 8.0, 16.0, "A100-class ratios tf32 8×, bf16 16× fp32 (GPU not in the catalog)"
+
+
+def _tc_result(f: float, confidence: str, ev: list[Observation], gpu: int | None,
+               r_tf32: float, r_bf16: float, basis: str) -> Result:
+    share = f * (1 - 1 / r_tf32)
+    msg = (f"matmuls run in FP32 on the CUDA cores ({_pct(f)} of the busy time): tensor "
+           "cores are not used")
+    return Result(
+        _finding("tensor-cores-unused", "Tensor cores unused", share, confidence, msg, ev, gpu),
+        (Proposal(action="mixed precision: matmuls in bf16 on tensor cores",
+                  settings='with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+                           '    loss = model(x, y)',
+                  gain_low=amdahl(f, r_tf32), gain_high=amdahl(f, r_bf16),
+                  gain_basis=f"{_pct(f)} of the time in FP32 math; {basis}"),
+         Proposal(action="TF32 for the remaining float32 matmuls (one line, no code changes)",
+                  settings='torch.set_float32_matmul_precision("high")',
+                  gain_low=amdahl(f, r_tf32 / 2), gain_high=amdahl(f, r_tf32),
+                  gain_basis=f"{_pct(f)} of the time in FP32 math; {basis}")))
+
+
+# ---------------------------------------------------------------- memory bandwidth
+
+
+def memory_bound(sig: Signals) -> list[Result]:
+    """The kernels stream memory: SMs busy (≥ 50 %), DRAM bandwidth ≥ 60 % of peak, tensor
+    activity under 20 % (GPM)."""
+    for g in sig.gpus:
+        s, dram, tensor = g.sm_activity_pct, g.dram_bandwidth_pct, g.tensor_activity_pct
+        if s is None or dram is None:
+            continue
+        if s >= 50 and dram >= 60 and (tensor or 0) < 20:
+            share = s / 100 * min(1.0, dram / 80)
+            ev = [gpu_obs(g, "dram_bandwidth_pct"), gpu_obs(g, "sm_activity_pct"),
+                  gpu_obs(g, "tensor_activity_pct")]
+            msg = (f"DRAM bandwidth is {dram:.0f} % of peak while tensor cores idle: the "
+                   "kernels wait on memory, not math")
+            return [Result(
+                _finding("memory-bound", "Memory-bandwidth bound", share, "high", msg, ev,
+                         g.index),
+                (Proposal(action="fuse elementwise ops so data is read once",
+                          settings="model = torch.compile(model)",
+                          gain_high=amdahl(share / 2),
+                          gain_basis="fewer passes over memory; the gain depends on how many "
+                                     "kernels fuse (up to half the traffic assumed)"),
+                 Proposal(action="16-bit activations (bf16 autocast): half the bytes moved",
+                          settings='with torch.autocast("cuda", dtype=torch.bfloat16): ...',
+                          gain_low=amdahl(share, 1.5), gain_high=amdahl(share, 2.0),
+                          gain_basis=f"{_pct(share)} of the time at the memory roofline; "
+                                     "2× fewer bytes at most")))]
+    return []
+
+
+# ---------------------------------------------------------------- copies
+
+
+def copy_bound(sig: Signals) -> list[Result]:
+    """Host↔device copies dominate: ≥ 1 GB/s over PCIe while the SMs work under half the
+    time and the GPU is busy without them (NVML utilization − SM activity ≥ 10 points, or
+    utilization ≥ 50 %); pageable memory when the rate is under 30 % of the link or the
+    profiler shows pageable copies."""
+    t = sig.trace
+    pageable_us = sum(v for k, v in (t.memcpy_time_us.items() if t else ()) if "pageable" in k)
+    for g in sig.gpus:
+        u, s = g.utilization_pct, g.sm_activity_pct
+        rate = g.pcie_bytes_per_s
+        if u is None or rate is None or rate < COPY_RATE:
+            continue
+        s_eff = s if s is not None else 0.0
+        if s_eff >= 50 or not (u - s_eff >= 10 or u >= 50):
+            continue
+        share = 1 - s_eff / 100
+        link = g.pcie_link_bytes_per_s
+        pinned = link * PINNED_OF_LINK if link else None
+        pageable = (pageable_us > 0) or (pinned is not None and rate < 0.3 * link)  # type: ignore[operator]
+        ev = [obs("pcie_rate", rate / GB, "GB/s", gpu_source(g), 2),
+              gpu_obs(g, "utilization_pct"), gpu_obs(g, "sm_activity_pct")]
+        if link:
+            ev.append(obs("pcie_link", link / GB, "GB/s", f"PCIe gen {g.pcie_gen} x"
+                          f"{g.pcie_width} as trained now, one direction"))
+        if t and pageable_us:
+            ev.append(obs("pageable_copy_time", pageable_us / max(t.window_us, 1), "of window",
+                          trace_source(t)))
+        if pageable and pinned:
+            speed = max(pinned / rate, 1.0)
+            msg = (f"host↔device copies fill the GPU's time at {rate / GB:.1f} GB/s, "
+                   f"{_pct(rate / link)} of the link: pageable host memory")  # type: ignore[operator]
+            props = (Proposal(
+                action="pinned host memory and asynchronous copies",
+                settings=("DataLoader(..., pin_memory=True)\n"
+                          "x = x.to('cuda', non_blocking=True)  # from a pinned tensor: "
+                          "x = x.pin_memory()"),
+                gain_low=amdahl(share, speed / 2), gain_high=amdahl(share, speed),
+                gain_basis=f"copies at {rate / GB:.1f} GB/s could run at ~{pinned / GB:.0f} "
+                           f"GB/s pinned ({PINNED_OF_LINK:.0%} of the link)"),
+                     _copy_less(share))
+        else:
+            msg = (f"host↔device copies fill the GPU's time at {rate / GB:.1f} GB/s"
+                   + (f", {_pct(rate / link)} of the link: the link is the limit" if link
+                      else ""))
+            props = (_copy_less(share),)
+            if s_eff >= 5:  # something to hide the copies behind
+                props += (Proposal(
+                    action="overlap copies with compute (prefetch the next batch on a side "
+                           "stream)",
+                    settings="x = x.to('cuda', non_blocking=True)  # from pinned memory",
+                    gain_high=amdahl(min(share, s_eff / 100)),
+                    gain_basis="hides copies behind compute: at most the compute time"),)
+        return [Result(_finding("copy-bound", "Copy bound (host↔device)", share, "high", msg,
+                                ev, g.index), props)]
+    return []
+
+
+def _copy_less(share: float) -> Proposal:
+    return Proposal(action="move less data: keep tensors on the GPU between steps, send "
+                           "uint8/bf16 instead of float32, decode on the GPU",
+                    gain_high=amdahl(share / 2),
+                    gain_basis="half the bytes assumed (float32 → bf16)")
+
+
+# ---------------------------------------------------------------- communication
+
+
+def comm_bound(sig: Signals) -> list[Result]:
+    """Collectives are exposed: NCCL kernels take ≥ 10 % of the GPU's span and under half of
+    their time overlaps compute (the profiler, HTA's overlap)."""
+    t = sig.trace
+    if not (t and t.cuda and t.devices and t.comm_time_us > 0):
+        return []
+    d = t.devices[0]
+    overlap = t.comm_overlap_share or 0.0
+    comm = d.share(t.comm_time_us)
+    exposed = comm * (1 - overlap)
+    if comm < 0.1 or overlap >= 0.5:
+        return []
+    ev = [obs("communication_time", comm, "of GPU span", trace_source(t)),
+          obs("overlap_with_compute", overlap, "of communication time", trace_source(t))]
+    msg = (f"collectives take {_pct(comm)} of the GPU's time and only {_pct(overlap)} of "
+           "it overlaps compute")
+    return [Result(
+        _finding("comm-bound", "Communication bound", exposed, "high", msg, ev, d.device),
+        (Proposal(action="all-reduce less often: gradient accumulation with no_sync()",
+                  settings=("for i, batch in enumerate(loader):\n"
+                            "    ctx = model.no_sync() if (i + 1) % ACCUM else nullcontext()\n"
+                            "    with ctx: (loss(model(batch)) / ACCUM).backward()\n"
+                            "    if (i + 1) % ACCUM == 0: opt.step(); opt.zero_grad()"),
+                  gain_low=amdahl(exposed / 2), gain_high=amdahl(exposed * 0.75),
+                  gain_basis=f"exposed communication is {_pct(exposed)}; ACCUM=4 sends a "
+                             "quarter as often"),
+         Proposal(action="compress gradients to bf16 for the all-reduce",
+                  settings=("from torch.distributed.algorithms.ddp_comm_hooks import "
+                            "default_hooks\nmodel.register_comm_hook(None, "
+                            "default_hooks.bf16_compress_hook)"),
+                  gain_high=amdahl(exposed / 2), gain_basis="half the bytes on the wire")))]
+
+
+# ---------------------------------------------------------------- clocks
+
+
+def throttled(sig: Signals) -> list[Result]:
+    """Under load (SM activity ≥ 50 %) in at least 3 ticks, half of them with a power or
+    thermal clock-event reason, and the median clock ≤ 95 % of the GPU's maximum."""
+    for g in sig.gpus:
+        if g.loaded_ticks < 3 or g.throttle_fraction < 0.5 or not g.sm_clock_max_mhz \
+                or g.sm_clock_mhz is None:
+            continue
+        ratio = g.sm_clock_mhz / g.sm_clock_max_mhz
+        if ratio > 0.95:
+            continue
+        share = 1 - ratio
+        thermal = any("thermal" in r or r == "hw_slowdown" for r in g.throttle_reasons)
+        ev = [obs("sm_clock", g.sm_clock_mhz, "MHz", gpu_source(g), 0),
+              obs("sm_clock_max", g.sm_clock_max_mhz, "MHz", "NVML max clock"),
+              obs("reasons", ", ".join(g.throttle_reasons), "",
+                  f"NVML clock-event reasons, {_pct(g.throttle_fraction)} of loaded ticks"),
+              gpu_obs(g, "power_w", "W"), gpu_obs(g, "power_limit_w", "W")]
+        if thermal:
+            msg = f"the GPU slows itself for heat: clock {ratio:.0%} of its maximum"
+            action = "cooling: check fans/airflow and the GPU's temperature (the host's job)"
+        else:
+            msg = (f"the GPU runs at its power limit ({g.power_w or 0:.0f} of "
+                   f"{g.power_limit_w or 0:.0f} W): clock {ratio:.0%} of its maximum")
+            action = ("nothing in the job: this is the board's power cap; a higher limit "
+                      "(where the host allows) or fewer wasted FLOPs")
+        return [Result(
+            _finding("throttled", "Throttled clocks", share, "high", msg, ev, g.index,
+                     Severity.WARN if thermal else Severity.INFO),
+            (Proposal(action=action,
+                      settings=None if thermal else "sudo nvidia-smi -i "
+                      f"{g.index} -pl <watts>  # up to the board's maximum",
+                      gain_high=round(g.sm_clock_max_mhz / g.sm_clock_mhz, 2),
+                      gain_basis="at most the clock ratio, for compute-bound kernels"),))]
+    return []
+
+
+# ---------------------------------------------------------------- host syncs
+
+
+def host_syncs(sig: Signals) -> list[Result]:
+    """The step waits for the GPU: `.item()` / `.cpu()` / synchronize at least every other
+    profiled step. Its cost is the time the CPU blocked in the sync calls (a CPU-only run
+    blocks for nothing: the finding stands, the share is not measured)."""
+    t = sig.trace
+    if not t or not t.steps:
+        return []
+    items, syncs = t.per_step(t.item_calls), t.per_step(t.sync_calls)
+    if max(items, syncs) < 0.5:  # the last profiled step is often cut short
+        return []
+    share = t.sync_share if t.cuda else 0.0
+    ev = [obs("item_calls_per_step", items, "", trace_source(t), 1),
+          obs("sync_calls_per_step", syncs, "", trace_source(t), 1)]
+    if t.cuda:
+        ev.append(obs("sync_wait", share, "of the step", trace_source(t)))
+    msg = (f"{max(items, syncs):.1f} host sync(s) per step (.item(), .cpu(), synchronize): "
+           "the CPU stops queuing work until the GPU catches up")
+    return [Result(
+        _finding("host-syncs", "Host syncs in the loop", share, "high" if t.cuda else "medium",
+                 msg, ev, severity=Severity.WARN if share >= 0.05 or not t.cuda
+                 else Severity.INFO),
+        (Proposal(action="keep values on the GPU; read them every N steps, not every step",
+                  settings=("running = running + loss.detach()  # no sync\n"
+                            "if step % 100 == 0: print((running / 100).item()); "
+                            "running.zero_()"),
+                  gain_high=amdahl(share) if share else None,
+                  gain_basis=f"time blocked in syncs: {_pct(share)} of the step" if t.cuda
+                  else "not measurable on the CPU: on a GPU each sync drains the queue"),))]
+
+
+# ---------------------------------------------------------------- batch size
+
+
+def batch_too_small(sig: Signals) -> list[Result]:
+    """The GPU gets too little work per step: SMs busy under 30 %, work arriving steadily
+    (≥ 90 % of ticks active: not input-bound), no copy traffic, memory under half used, and
+    (when profiled) fewer than 200 kernels per step — more is launch-bound's case.
+    On a CPU-only profile: matmuls of under 50 µs median (the per-op overhead, ~10 µs,
+    is then a large part of each)."""
+    t = sig.trace
+    if t and t.cuda and t.per_step(t.kernels) >= MANY_KERNELS:
+        return []  # many small kernels, not a few: launch-bound's (a bigger batch won't fix)
+    for g in sig.gpus:
+        busy = g.sm_busy
+        mem = g.memory_used_fraction
+        if busy is None or mem is None or _copies(g):
+            continue
+        if busy < 0.3 and g.active_fraction >= 0.9 and mem < 0.5:
+            share = 1 - busy
+            ev = [gpu_obs(g, "sm_activity_pct") if g.sm_activity_pct is not None
+                  else gpu_obs(g, "utilization_pct"),
+                  obs("memory_used", mem, "fraction", gpu_source(g)),
+                  gpu_obs(g, "sm_occupancy_pct")]
+            return [_batch_result(share, "medium", ev, g.index, mem)]
+    t = sig.trace
+    if t and not t.cuda and t.median_matmul_op_us is not None and t.steps \
+            and t.median_matmul_op_us < 50 and t.per_step(t.matmul_ops) >= 3:
+        share = min(10.0 / t.median_matmul_op_us, 0.9)  # ~10 µs of dispatch per op
+        ev = [obs("median_matmul_time", t.median_matmul_op_us, "µs", trace_source(t), 1),
+              obs("matmuls_per_step", t.per_step(t.matmul_ops), "", trace_source(t), 0)]
+        return [_batch_result(share, "medium", ev, None, None)]
+    return []
+
+
+MANY_KERNELS = 200  # kernels per profiled step
+
+
+def _batch_result(share: float, confidence: str, ev: list[Observation], gpu: int | None,
+                  mem: float | None) -> Result:
+    room = f" (memory allows ~{max(int(0.8 / mem), 2)}×)" if mem else ""
+    if mem is not None:
+        msg = (f"the SMs work {_pct(1 - share)} of the time with {_pct(1 - mem)} of the memory "
+               "free: each step gives the GPU too little work")
+    else:
+        msg = "operators are so short that per-op overhead, not math, sets the pace"
+    return Result(
+        _finding("batch-too-small", "Batch too small", share, confidence, msg, ev, gpu),
+        (Proposal(action="a larger batch per step" + room + ", learning rate scaled with it; "
+                         "`gpuaudit tune` measures the fastest one",
+                  gain_low=amdahl(share / 2), gain_high=amdahl(share),
+                  gain_basis=f"{_pct(share)} of the time the GPU is not doing math"),))
+
+
+# ---------------------------------------------------------------- memory, sharing, idle
+
+
+def memory_nearly_full(sig: Signals) -> list[Result]:
+    """GPU memory ≥ 95 % used at some tick, or the caching allocator had to retry (free its
+    cache and call cudaMalloc again)."""
+    for g in sig.gpus:
+        mem = g.memory_used_fraction
+        retries = sig.alloc_retries or 0
+        if (mem is None or mem < 0.95) and not retries:
+            continue
+        ev = []
+        if mem is not None:
+            ev.append(obs("memory_used_max", mem, "fraction", gpu_source(g)))
+        if retries:
+            ev.append(obs("alloc_retries", retries, "", "torch.cuda.memory_stats()"))
+        msg = (f"GPU memory is {_pct(mem or 0)} used: one more batch shape away from out of "
+               "memory" + (f"; the allocator retried {retries} times" if retries else ""))
+        return [Result(
+            _finding("memory-nearly-full", "GPU memory nearly full", 0.05 if retries else 0.0,
+                     "high", msg, ev, g.index, Severity.WARN),
+            (Proposal(action="less memory per step: activation checkpointing, or a smaller "
+                             "micro-batch with gradient accumulation (`gpuaudit tune`)",
+                      settings="torch.utils.checkpoint.checkpoint(block, x, "
+                               "use_reentrant=False)",
+                      gain_basis="keeps the job clear of out-of-memory; no speed-up"),
+             Proposal(action="less fragmentation in PyTorch's allocator",
+                      settings="export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                      gain_basis="fewer allocator retries"),))]
+    return []
+
+
+def shared_gpu(sig: Signals) -> list[Result]:
+    """Another process holds memory on one of the job's GPUs (NVML's process list)."""
+    for g in sig.gpus:
+        others = [p for p in g.other_processes if (p[2] or 0) > 0 or p[2] is None]
+        if not others:
+            continue
+        ev = [obs("other_process", f"pid {pid} {(cmd or '?')[:60]}", "",
+                  f"NVML process list, GPU {g.index} ({(used or 0) / GIB:.1f} GiB)")
+              for pid, cmd, used in others[:3]]
+        msg = (f"{len(others)} other process(es) use GPU {g.index}: they take SM time and "
+               "memory from the job (not measured per process)")
+        return [Result(
+            _finding("shared-gpu", "Another process shares the GPU", None, "medium", msg, ev,
+                     g.index, Severity.WARN),
+            (Proposal(action="run on a GPU of its own (pick a free one with "
+                             "CUDA_VISIBLE_DEVICES)",
+                      settings="CUDA_VISIBLE_DEVICES=<free GPU> python train.py",
+                      gain_basis="what the other process takes, not measured"),))]
+    return []
+
+
+def gpu_idle(sig: Signals) -> list[Result]:
+    """No GPU work at all: NVML utilization ≤ 5 %, under 5 % of the ticks active."""
+    for g in sig.gpus:
+        if g.utilization_pct is None or g.utilization_pct > 5 or g.active_fraction >= 0.05:
+            continue
+        held = g.job_memory_bytes
+        ev = [gpu_obs(g, "utilization_pct"),
+              obs("active_ticks", g.active_fraction, "fraction", gpu_source(g))]
+        if held:
+            ev.append(obs("job_memory", held / GIB, "GiB", gpu_source(g), 2))
+            msg = (f"the job holds {held / GIB:.1f} GiB on GPU {g.index} but runs no kernels: "
+                   "it waits on input, I/O or another rank, or computes on the CPU")
+        else:
+            msg = f"GPU {g.index} did no work while the job ran"
+        return [Result(
+            _finding("gpu-idle", "GPU idle", 1 - g.utilization_pct / 100, "medium", msg, ev,
+                     g.index),
+            (Proposal(action="find what the host is doing: mark steps with gpuaudit.step() or "
+                             "profile a few steps",
+                      settings="gpuaudit doctor --profile-steps 5 -- python train.py",
+                      gain_basis="the GPU's whole time is idle"),))]
+    return []
+
+
+RULES: tuple[Callable[[Signals], list[Result]], ...] = (
+    input_bound, launch_bound, tensor_cores_unused, copy_bound, memory_bound, comm_bound,
+    throttled, host_syncs, batch_too_small, memory_nearly_full, shared_gpu, gpu_idle)

@@ -1,0 +1,137 @@
+"""Watching a live job: GPU telemetry through the monitor's sampler and the job's process tree,
+on a background thread, for as long as the job runs.
+
+The sampler reads NVML through `gpuaudit.hw.LiveNvml` (safe by construction: see
+docs/monitor-safety.md). A machine without NVML still gets a diagnosis from the host side
+(process tree, step markers, profiler); the reason is kept.
+
+The job's own evidence (step markers, data-wait times, a profiler trace, allocator retries)
+comes from the Python API (`gpuaudit.watch`, `gpuaudit.step`) through files in a directory
+named by $GPUAUDIT_DOCTOR_DIR (`channel`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuaudit.hw.proctree import ProcessTree, ProcTick, max_sm_clock_mhz
+from gpuaudit.model import Sample, utc_now
+
+log = logging.getLogger("gpuaudit.doctor")
+
+
+@dataclass
+class WatchData:
+    started_at: datetime
+    samples: list[Sample] = field(default_factory=list)
+    proc_ticks: list[ProcTick] = field(default_factory=list)
+    sm_clock_max_mhz: dict[int, int | None] = field(default_factory=dict)
+    gpu_reason: str | None = None  # why there is no GPU telemetry
+    ended_at: float | None = None  # time.monotonic() when the watch stopped
+    started_mono: float = field(default_factory=time.monotonic)
+
+    @property
+    def duration_s(self) -> float:
+        return (self.ended_at or time.monotonic()) - self.started_mono
+
+
+def open_nvml() -> tuple[Any | None, str | None]:
+    """LiveNvml, or None and why not."""
+    from gpuaudit.hw import LiveNvml, NvmlUnavailable
+
+    try:
+        return LiveNvml(), None
+    except NvmlUnavailable as exc:
+        return None, str(exc)
+
+
+class Watcher:
+    """Samples the GPUs and the process tree of `root_pid` every `interval_s` until `stop()`.
+
+    Keeps the last `keep` samples (the diagnosis describes the job's recent steady state,
+    and memory stays bounded however long the job runs)."""
+
+    def __init__(self, root_pid: int, *, interval_s: float = 0.5, keep: int = 1200,
+                 gpus: list[int] | None = None, source: Any | None = None,
+                 nvml: bool = True) -> None:
+        self.interval_s = interval_s
+        self.data = WatchData(started_at=utc_now())
+        self._tree = ProcessTree(root_pid)
+        self._samples: collections.deque[Sample] = collections.deque(maxlen=keep)
+        self._ticks: collections.deque[ProcTick] = collections.deque(maxlen=keep)
+        self._stop = threading.Event()
+        self._owned = None
+        self._sampler = None
+        if source is None and nvml:
+            source, self.data.gpu_reason = open_nvml()
+            self._owned = source
+        elif source is None:
+            self.data.gpu_reason = "GPU telemetry off"
+        if source is not None:
+            from gpuaudit.hw.telemetry import Sampler
+
+            try:
+                self._sampler = Sampler(source, hostname=socket.gethostname(),
+                                        interval_s=interval_s, gpus=gpus)
+                for st in self._sampler.static:
+                    self.data.sm_clock_max_mhz[st.index] = max_sm_clock_mhz(source, st.index)
+                if not self._sampler.static:
+                    self.data.gpu_reason = "NVML sees no GPU"
+                    self._sampler = None
+            except Exception as exc:  # the job matters more than our telemetry
+                self.data.gpu_reason = f"GPU telemetry failed: {type(exc).__name__}: {exc}"
+                self._sampler = None
+        self._thread = threading.Thread(target=self._run, name="gpuaudit-doctor", daemon=True)
+
+    def start(self) -> Watcher:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            self.tick()
+            next_at += self.interval_s
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def tick(self) -> None:
+        if self._sampler is not None:
+            try:
+                self._samples.append(self._sampler.sample(utc_now()))
+            except Exception as exc:
+                self.data.gpu_reason = f"GPU telemetry stopped: {type(exc).__name__}: {exc}"
+                log.warning("%s", self.data.gpu_reason)
+                self._sampler = None
+        with contextlib.suppress(Exception):
+            self._ticks.append(self._tree.read())
+
+    def root_alive(self) -> bool:
+        return self._tree.alive()
+
+    def stop(self) -> WatchData:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self.data.ended_at = time.monotonic()
+        self.data.samples = list(self._samples)
+        self.data.proc_ticks = list(self._ticks)
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+        return self.data
+
+
+def wait_for(pid_alive: Callable[[], bool], stop: threading.Event, poll_s: float = 0.2
+             ) -> None:
+    """Until the watched process ends or `stop` is set."""
+    while not stop.is_set() and pid_alive():
+        stop.wait(poll_s)

@@ -1,0 +1,100 @@
+"""The host side of a job: its process tree (CPU per process, data-loader workers among the
+children), host memory, and the GPUs' maximum clocks, read for `gpuaudit doctor`.
+
+psutil's CPU percentages are since the previous call on the same Process object, so one
+`ProcessTree` is kept for the whole watch and read once per tick.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+
+import psutil
+
+from .gpus import Reader
+from .nvml import Dev, NvmlSource
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    ppid: int
+    name: str
+    cpu_pct: float  # of one core, since the previous tick (100 = one core busy)
+    rss_bytes: int
+    threads: int
+
+
+@dataclass(frozen=True)
+class ProcTick:
+    time_s: float  # time.monotonic()
+    procs: tuple[ProcInfo, ...]  # the job's tree, root first
+    host_cpu_pct: float  # all cores together, 0–100
+    host_memory_used_fraction: float
+    swap_used_bytes: int
+    cores: int  # the CPUs this job may run on
+
+
+class ProcessTree:
+    """Reads a process and all its descendants, once per `read()`."""
+
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+        self._procs: dict[int, psutil.Process] = {}
+        try:
+            root = psutil.Process(root_pid)
+        except psutil.Error as exc:
+            raise ProcessLookupError(f"no process {root_pid}: {exc}") from None
+        self._procs[root_pid] = root
+        with contextlib.suppress(psutil.Error):
+            root.cpu_percent(None)  # starts its interval
+        psutil.cpu_percent(None)
+        try:
+            self.cores = len(root.cpu_affinity() or []) or (psutil.cpu_count() or 1)
+        except (psutil.Error, AttributeError):
+            self.cores = psutil.cpu_count() or 1
+
+    def alive(self) -> bool:
+        try:
+            return self._procs[self.root_pid].status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def read(self) -> ProcTick:
+        root = self._procs[self.root_pid]
+        found: list[psutil.Process] = [root]
+        with contextlib.suppress(psutil.Error):
+            found += root.children(recursive=True)
+        infos = []
+        for p in found:
+            known = self._procs.setdefault(p.pid, p)
+            try:
+                with known.oneshot():
+                    cpu = known.cpu_percent(None)
+                    infos.append(ProcInfo(pid=known.pid, ppid=known.ppid(), name=known.name(),
+                                          cpu_pct=cpu, rss_bytes=known.memory_info().rss,
+                                          threads=known.num_threads()))
+            except psutil.Error:
+                continue  # ended between the listing and the reading
+        alive = {i.pid for i in infos}
+        for pid in [pid for pid in self._procs if pid not in alive and pid != self.root_pid]:
+            del self._procs[pid]
+        mem = psutil.virtual_memory()
+        return ProcTick(time_s=time.monotonic(), procs=tuple(infos),
+                        host_cpu_pct=psutil.cpu_percent(None),
+                        host_memory_used_fraction=1 - mem.available / mem.total,
+                        swap_used_bytes=psutil.swap_memory().used, cores=self.cores)
+
+
+def max_sm_clock_mhz(src: NvmlSource, index: int) -> int | None:
+    """The GPU's maximum SM clock (None where NVML cannot say)."""
+    from .decode import CLOCK_SM
+
+    return Reader(src).get("sm_max_mhz", "nvmlDeviceGetMaxClockInfo", Dev(index), CLOCK_SM)
+
+
+def pid_exists(pid: int) -> bool:
+    return pid > 0 and psutil.pid_exists(pid) and pid != os.getpid()
