@@ -124,7 +124,7 @@ def test_oom_is_caught_and_nothing_leaks_between_trials(tmp_path, monkeypatch):
     the next trial runs, and the failed trial's tensors are all gone."""
     torch = pytest.importorskip("torch")
     from gpuaudit.tune.runner import Runner
-    from gpuaudit.tune.target import SimpleTarget
+    from gpuaudit.workloads.entry import Workload as SimpleTarget
 
     alive: list[weakref.ref] = []
 
@@ -187,7 +187,7 @@ def test_tune_cli_on_cpu_end_to_end(tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--model", "nosuch.module:build", "--device", "cpu"], "cannot import nosuch.module"),
-    (["--model", "mlp:nope", "--device", "cpu"], "has no function 'nope'"),
+    (["--model", "mlp:nope", "--device", "cpu"], "has no attribute 'nope'"),
     (["--model", "mlp:build", "--device", "cpu", "--precision", "fp12"], "precision 'fp12'"),
     (["--model", "mlp:build", "--device", "cpu", "--workers", "a,b"], "--workers"),
     (["--model", "mlp:build", "--device", "cpu", "--start-batch", "9", "--max-batch", "8"],

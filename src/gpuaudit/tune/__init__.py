@@ -120,10 +120,11 @@ def _sweep_loader(opts: TuneOptions, batch: int, progress: Callable[[str], None]
 
     import torch
 
-    from .runner import loader_rates
-    from .target import _load_entry_callable
+    from gpuaudit.workloads.entry import resolve
 
-    make_dataset = _load_entry_callable(opts.dataset or "", "--dataset")
+    from .runner import loader_rates
+
+    make_dataset = resolve(opts.dataset or "", "--dataset")
     dataset = make_dataset()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)

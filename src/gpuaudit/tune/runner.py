@@ -11,8 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaudit.workloads.entry import default_loss, split_batch
+
 from .search import Trial
-from .target import Target, default_loss, split_batch
+from .target import Target
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 

@@ -59,10 +59,11 @@ def is_entry_point(text: str) -> bool:
     return ":" in text
 
 
-def resolve(spec: str) -> Callable[[], Any]:
-    """The build function named by `pkg.module:function` (imported, not called)."""
+def resolve(spec: str, option: str = "--model") -> Callable[[], Any]:
+    """The function named by `pkg.module:function` (imported, not called); `option` names
+    what the user typed it into, for the one-line error."""
     if not _SPEC.match(spec):
-        raise BadInputError(f"--model {spec!r}: expected pkg.module:function")
+        raise BadInputError(f"{option} {spec!r}: expected pkg.module:function")
     module_name, _, attr = spec.partition(":")
     # As `python -m` does: modules in the current directory can be named.
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -72,15 +73,15 @@ def resolve(spec: str) -> Callable[[], Any]:
     except BaseException as exc:  # a module may raise anything, SystemExit included
         if isinstance(exc, KeyboardInterrupt):
             raise
-        raise BadInputError(f"--model {spec}: cannot import {module_name}: "
+        raise BadInputError(f"{option} {spec}: cannot import {module_name}: "
                             f"{type(exc).__name__}: {_first_line(exc)}") from None
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
-            raise BadInputError(f"--model {spec}: {module_name} has no attribute {attr!r}")
+            raise BadInputError(f"{option} {spec}: {module_name} has no attribute {attr!r}")
         target = getattr(target, part)
     if not callable(target):
-        raise BadInputError(f"--model {spec}: {attr} is not callable")
+        raise BadInputError(f"{option} {spec}: {attr} is not callable")
     return target  # type: ignore[no-any-return]
 
 
