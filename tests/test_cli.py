@@ -210,15 +210,34 @@ def test_ctrl_c_during_bench_saves_a_partial_run_and_exits_130(db, tmp_path):
     import signal
     import time
 
+    import psutil
+
     # The tag tells this run's workers from those of other runs on the same machine.
     tag = f"ctrl-c-{os.getpid()}"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160",
            "GPUAUDIT_TEST_TAG": tag}
+
+    def workers() -> list[psutil.Process]:
+        found = []
+        for p in psutil.process_iter(["cmdline"]):
+            if "gpuaudit.bench.collectives_worker" in " ".join(p.info["cmdline"] or []):
+                try:
+                    if p.environ().get("GPUAUDIT_TEST_TAG") == tag:
+                        found.append(p)
+                except psutil.Error:
+                    continue
+        return found
+
     # Large gloo collectives keep the run busy for a while after matmul and memory are done.
     proc = subprocess.Popen([sys.executable, "-m", "gpuaudit", "bench", "matmul", "memory",
                              "collectives", "--sizes", "64M:1G", "--db", db],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(10)
+    # Ctrl-C once the collectives are running (their workers have started): matmul and memory
+    # are done by then, however loaded the machine.
+    deadline = time.monotonic() + 180
+    while not workers() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -228,17 +247,5 @@ def test_ctrl_c_during_bench_saves_a_partial_run_and_exits_130(db, tmp_path):
     stored = json.loads(gpuaudit("show", listing[0]["id"], "--json", "--db", db).stdout)
     assert {m["suite"] for m in stored["measurements"]} >= {"matmul", "memory"}
     # ...and the collective's worker processes went with it.
-    import psutil
-
     time.sleep(1)
-
-    def ours(p: psutil.Process) -> bool:
-        try:
-            return p.environ().get("GPUAUDIT_TEST_TAG") == tag
-        except psutil.Error:
-            return False
-
-    workers = [p for p in psutil.process_iter(["cmdline"])
-               if "gpuaudit.bench.collectives_worker" in " ".join(p.info["cmdline"] or [])
-               and ours(p)]
-    assert workers == []
+    assert workers() == []
