@@ -26,7 +26,7 @@ COMMANDS = [(), ("inspect",), ("run",), ("bench",), ("runs",), ("show",), ("sche
             ("cost", "work"), ("cost", "idle"), ("catalog",), ("catalog", "list"),
             ("catalog", "show"), ("catalog", "validate"), ("catalog", "import"),
             ("recommend",), ("recommend", "train"), ("recommend", "finetune"),
-            ("recommend", "serve")]
+            ("recommend", "serve"), ("doctor",), ("tune",)]
 
 
 @pytest.mark.parametrize("args", [
