@@ -86,7 +86,7 @@ def test_job_with_prices_on_the_command_line():
 
 @pytest.mark.parametrize(("args", "needle"), [
     (("--gpu-hours", "10", "--interruption-rate", "1.0"), "interruption rate"),
-    (("--gpu-hours", "0"), "GPU-hours"),
+    (("--gpu-hours", "0"), "--gpu-hours"),
     (("--gpu-hours", "10", "--checkpoint", "soon"), "--checkpoint"),
     (("--gpu-hours", "10", "--reserved-utilization", "1.5"), "utilization"),
     (("--gpu-hours", "10", "--deadline", "0h"), "--deadline"),
@@ -147,7 +147,7 @@ def test_work_measured_and_estimated(cat, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "estimate" in proc.stdout and "16.00 USD per hour" in proc.stdout
     assert_one_line_error(cost("work", "--instance", "testcloud/h200x8@east", "--catalog", cat,
-                               "--mfu", "1.5"), "MFU")
+                               "--mfu", "1.5"), "--mfu")
     assert_one_line_error(cost("work", "--instance", "testcloud/h200x8@east", "--catalog", cat,
                                "--precision", "fp4"), "precision")
 
@@ -173,4 +173,4 @@ def test_idle_from_the_store(tmp_path, cat):
     assert "0.61 USD at 3.60 USD per GPU-hour" in proc.stdout
     assert_one_line_error(cost("idle", "--db", url), "one price")
     assert_one_line_error(cost("idle", "--since", "yesterday-ish", "--db", url,
-                               "--price-usd-per-gpu-hour", "1"), "bad time")
+                               "--price-usd-per-gpu-hour", "1"), "--since")

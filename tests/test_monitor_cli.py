@@ -139,7 +139,7 @@ def test_record_to_a_missing_directory_fails_before_sampling(tmp_path):
     out = tmp_path / "no" / "such" / "dir" / "t.jsonl"
     proc = gpuaudit("monitor", "--replay", str(TRACES / "h200-1gpu-thermal.json"), "--json",
                     "--no-export", "--no-history", "--no-rules", "--record", str(out))
-    assert_one_line_error(proc, "--record", "No such file or directory")
+    assert_one_line_error(proc, "--record", "does not exist")
     assert proc.stdout == ""  # not one tick ran
 
 

@@ -8,10 +8,11 @@ import pytest
 from rich.console import Console
 
 from gpuaudit.bench.stats import measure, skipped
+from gpuaudit.errors import BadInputError
 from gpuaudit.model import Finding, Severity
+from gpuaudit.parse import human_bytes, size_bytes
 from gpuaudit.report.format import ranges
 from gpuaudit.report.terminal import findings_table, measurements_table
-from gpuaudit.units import human_bytes, parse_bytes
 
 
 def render(renderable) -> str:
@@ -42,8 +43,8 @@ def test_formats():
     assert ranges([0, 1, 2, 3, 8, 9, 11]) == "0-3,8-9,11"
     assert human_bytes(8) == "8 B" and human_bytes(3 << 30) == "3 GiB"
     assert human_bytes(1000 << 20) == "1000 MiB" and human_bytes(1536 << 20) == "1.5 GiB"
-    assert parse_bytes("1M") == 1 << 20 and parse_bytes("2GiB") == 2 << 30
-    assert parse_bytes("64") == 64
+    assert size_bytes("1M", "-s") == 1 << 20 and size_bytes("2GiB", "-s") == 2 << 30
+    assert size_bytes("64", "-s") == 64
     for bad in ("", "0", "-1K", "lots", "1.5"):
-        with pytest.raises(ValueError):
-            parse_bytes(bad)
+        with pytest.raises(BadInputError):
+            size_bytes(bad, "-s")

@@ -35,7 +35,7 @@ from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.stats import measure, median, skipped
 from gpuaudit.hw.torch_env import apply_safe_env
 from gpuaudit.model import LinkKind, Measurement, Params
-from gpuaudit.units import human_bytes
+from gpuaudit.parse import human_bytes
 
 SUITE = "collectives"
 UNIT = "GB/s"

@@ -35,7 +35,7 @@ from gpuaudit.model import (
     Measurement,
     Severity,
 )
-from gpuaudit.units import human_bytes
+from gpuaudit.parse import human_bytes
 
 ACTIVITY_PCT = 5.0  # SM activity while we are idle above this: another workload computes
 SPREAD_FRACTION = 0.30

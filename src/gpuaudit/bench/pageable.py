@@ -26,7 +26,7 @@ from typing import Any
 
 from gpuaudit.bench.stats import measure, median, reason_of, skipped
 from gpuaudit.model import Measurement, Params
-from gpuaudit.units import human_bytes
+from gpuaudit.parse import human_bytes
 
 SUITE = "transfer"
 UNIT = "GB/s"

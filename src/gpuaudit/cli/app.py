@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -20,36 +19,23 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from gpuaudit import parse
 from gpuaudit._version import __version__
 from gpuaudit.bench.context import Profile
 from gpuaudit.bench.suites import SUITES
-from gpuaudit.errors import BadInputError, GpuauditError
+from gpuaudit.cli import common
+from gpuaudit.cli.common import DbOpt, JsonOpt, err, out, print_json
 from gpuaudit.model import Run, RunStatus, Severity
 
-app = typer.Typer(
-    name="gpuaudit",
-    help="What a GPU server really delivers, why a job does not get it, and what it costs.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = common.new_app(
+    "What a GPU server really delivers, why a job does not get it, and what it costs.",
+    name="gpuaudit", no_args_is_help=True)
 
-# Human text goes to stdout unless JSON does; then it goes to stderr.
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (human text on "
-                                                      "stderr).")]
 ProfileOpt = Annotated[Profile, typer.Option(
     help="quick: ≤ 60 s on one GPU; standard: ≤ 5 min; full: as long as it takes.")]
 ExclusiveOpt = Annotated[bool, typer.Option(
     "--exclusive", help="Refuse to start (exit 2) when other processes use the GPUs; without "
                         "it, figures measured beside them are marked contended.")]
-DbOpt = Annotated[str | None, typer.Option(
-    "--db", envvar="GPUAUDIT_DB", show_envvar=True,
-    help="Store URL: a SQLite path or sqlite:///…, postgresql://… "
-         "[default: a SQLite file in the user data directory]")]
 
 
 def _version(value: bool) -> None:
@@ -70,10 +56,6 @@ def exit_code(run: Run) -> int:
     return 1 if run.verdict is Severity.FAIL else 0
 
 
-def _print_json(doc: object) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-
-
 def _check_store(save: bool, db: str | None) -> None:
     """Before the work: a store that cannot take its results is an error now, not after."""
     if save:
@@ -90,9 +72,9 @@ def inspect(
                        "this machine.", dir_okay=False)] = None,
     save: Annotated[bool, typer.Option("--save", help="Keep the run in the store.")] = False,
     show_pass: Annotated[bool, typer.Option("--all", help="Show passed checks too.")] = False,
-    expect_gpus: Annotated[int | None, typer.Option(
-        "--expect-gpus", min=0, help="The number of GPUs the machine should have (what you "
-        "rented): fewer answering is a FAIL.")] = None,
+    expect_gpus: Annotated[int | None, common.integer(
+        "--expect-gpus", help="The number of GPUs the machine should have (what you rented): "
+                              "fewer answering is a FAIL.", lo=0, hi=1024)] = None,
     db: DbOpt = None,
 ) -> None:
     """What is this GPU server, and is it healthy? Inventory, topology, health findings.
@@ -138,12 +120,15 @@ def bench(
     suites: Annotated[list[str] | None, typer.Argument(
         metavar="[SUITE]...", help="Suites to run (default: all): " + ", ".join(SUITES))] = None,
     profile: ProfileOpt = Profile.QUICK,
-    gpus: Annotated[str | None, typer.Option(
-        help="GPUs to benchmark, as inspect numbers them: '0,1' [default: all]")] = None,
-    sizes: Annotated[str | None, typer.Option(
-        help="Collective sizes MIN:MAX in bytes, K/M/G binary multiples, e.g. 1M:8G")] = None,
-    timeout: Annotated[float, typer.Option(min=1, help="Seconds before a hung collective is "
-                                                       "killed.")] = 300.0,
+    gpus: Annotated[Any, common.gpus(
+        help="GPUs to benchmark, as inspect numbers them: 0,1 [default: all]")] = None,
+    sizes: Annotated[Any, typer.Option(
+        "--sizes", metavar="MIN:MAX", parser=lambda t: parse.size_range(t, "--sizes"),
+        help="Collective sizes in bytes, K/M/G/T binary (nccl-tests' -b/-e), e.g. 1M:8G; at "
+             "most 1 TiB (see docs/input.md)")] = None,
+    timeout: Annotated[float, common.duration(
+        "--timeout", help="Before a hung collective is killed (a bare number is seconds).",
+        lo_s=1, hi_s=parse.DAY, bare_unit="s")] = "300s",
     with_native: Annotated[bool, typer.Option(
         "--with-native", help="Also run NVIDIA's tools where installed (nccl-tests, "
                               "nvbandwidth, dcgmi diag) and show their figures beside ours.")
@@ -156,12 +141,15 @@ def bench(
         "--precision", metavar="PRECISION",
         help="train/infer: only these precisions (fp32 tf32 bf16 fp16 fp8 int8); repeatable")
     ] = None,
-    batch_size: Annotated[int | None, typer.Option(
-        min=1, help="train/infer: batch size instead of the model's default")] = None,
-    slo_ms: Annotated[float | None, typer.Option(
-        min=0.01, help="infer: p99 latency bound for the max-QPS search (default 15 ms)")] = None,
-    target_qps: Annotated[float | None, typer.Option(
-        min=1, help="infer: the load to size a fleet for (default 100,000 QPS)")] = None,
+    batch_size: Annotated[int | None, common.integer(
+        "--batch-size", help="train/infer: batch size instead of the model's default",
+        hi=1_000_000)] = None,
+    slo_ms: Annotated[float | None, common.number(
+        "--slo-ms", help="infer: p99 latency bound for the max-QPS search (default 15 ms)",
+        lo=0.01, hi=1e6)] = None,
+    target_qps: Annotated[float | None, common.number(
+        "--target-qps", help="infer: the load to size a fleet for (default 100,000 QPS)", lo=1,
+        hi=1e12)] = None,
     json_: JsonOpt = False,
     show_all: Annotated[bool, typer.Option("--all", help="Every figure, each collective size "
                                                          "too.")] = False,
@@ -176,23 +164,12 @@ def bench(
     1 when a result check fails. Ctrl-C keeps what was measured (marked partial).
     """
     from gpuaudit.bench.runner import check_suites, run_bench
-    from gpuaudit.units import parse_bytes
 
     names = check_suites(suites or [])
-    gpu_list = _parse_gpus(gpus)
     options = _workload_options(model, precision, batch_size, slo_ms, target_qps)
-    size_range = None
-    if sizes is not None:
-        lo, _sep, hi = sizes.partition(":")
-        try:
-            size_range = (parse_bytes(lo), parse_bytes(hi or lo))
-        except (ValueError, IndexError):
-            raise BadInputError(f"--sizes {sizes!r}: expected MIN:MAX like 1M:8G") from None
-        if size_range[0] > size_range[1]:
-            raise BadInputError(f"--sizes {sizes!r}: MIN is larger than MAX")
     _check_store(save, db)
     with _progress(err if json_ else out) as bar:
-        result = run_bench(names, gpus=gpu_list, profile=profile, size_range=size_range,
+        result = run_bench(names, gpus=gpus, profile=profile, size_range=sizes,
                            timeout_s=timeout, with_native=with_native, step=bar.step,
                            on_suite=bar.suite, options=options, exclusive=exclusive)
     _finish(result, json_=json_, save=save, db=db, show_all=show_all)
@@ -218,18 +195,6 @@ def _workload_options(models: list[str] | None, precisions: list[str] | None,
         if value is not None:
             options[key] = value
     return options
-
-
-def _parse_gpus(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        found = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BadInputError(f"--gpus {text!r}: expected indices like 0,1") from None
-    if not found or any(i < 0 for i in found):
-        raise BadInputError(f"--gpus {text!r}: expected indices like 0,1")
-    return found
 
 
 class _Bar:
@@ -287,7 +252,8 @@ def _finish(result: Run, *, json_: bool, save: bool, db: str | None,
 @app.command()
 def runs(
     json_: JsonOpt = False,
-    limit: Annotated[int, typer.Option(min=1, help="How many, newest first.")] = 20,
+    limit: Annotated[int, common.integer("--limit", help="How many, newest first.", lo=1,
+                                         hi=100_000)] = "20",
     kind: Annotated[str | None, typer.Option(help="Only runs of this kind (inspect, run…).")
                     ] = None,
     db: DbOpt = None,
@@ -299,7 +265,7 @@ def runs(
     with Store(db, read_only=True) as store:
         summaries = store.list_runs(limit=limit, kind=kind)
     if json_:
-        _print_json([s.model_dump(mode="json") for s in summaries])
+        print_json([s.model_dump(mode="json") for s in summaries])
     elif summaries:
         out.print(runs_table(summaries))
     else:
@@ -333,7 +299,7 @@ def schema() -> None:
     """Print the JSON Schema of the documents gpuaudit writes (--json output, stored runs)."""
     from gpuaudit.model import json_schema
 
-    _print_json(json_schema())
+    print_json(json_schema())
 
 
 # The command groups, each in its own module (they import only typer at module level).
@@ -353,11 +319,5 @@ app.command("tune")(tune)
 
 
 def main() -> None:
-    """Entry point. Typer handles usage errors (exit 2); our errors become one line on stderr
-    and their exit code, never a traceback."""
-    try:
-        app()
-    except GpuauditError as exc:
-        # Plain write: one line whatever the terminal width, for people and scripts alike.
-        sys.stderr.write(f"gpuaudit: error: {exc}\n")
-        sys.exit(exc.exit_code)
+    """Entry point. Errors become one line and their exit code in `common.Group`."""
+    app()

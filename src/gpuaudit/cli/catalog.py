@@ -2,54 +2,35 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from gpuaudit.cli import common
+from gpuaudit.cli.common import JsonOpt, consoles, print_json
 from gpuaudit.errors import BadInputError
 
-catalog_app = typer.Typer(
-    help="The price catalog: GPU instances with on-demand, spot and reserved prices, each with "
-         "its source and date. List, show, validate, import your own (ours or SkyPilot's CSV).",
-    no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
+catalog_app = common.new_app(
+    "The price catalog: GPU instances with on-demand, spot and reserved prices, each with its "
+    "source and date. List, show, validate, import your own (ours or SkyPilot's CSV).",
+    no_args_is_help=True)
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (human text on "
-                                                      "stderr).")]
+FileOpt = common.CatalogOpt
 LocalZonesOpt = Annotated[bool, typer.Option(
     "--local-zones", help="Keep the AWS Local and Wavelength Zone rows of a SkyPilot vms.csv, "
                           "each as an offer of its own location (us-east-1-atl-2); by default "
                           "they are left out, because they are not the region's prices.")]
-FileOpt = Annotated[Path | None, typer.Option(
-    "--catalog", help="Use this catalog file (ours or SkyPilot's vms.csv) instead of the "
-                      "shipped one plus your imported rows.", dir_okay=False)]
-
-
-def _consoles(json_: bool) -> tuple[Console, Console]:
-    """(where tables go, where notes go): with --json, stdout is JSON only."""
-    err = Console(stderr=True, highlight=False)
-    return (err if json_ else Console(highlight=False)), err
-
-
-def _print_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
 def _load(path: Path | None):
-    from gpuaudit.cost.catalog import load_catalog
-
-    return load_catalog(path)
+    return common.load_catalog(path)
 
 
 def _refuse_bad_numbers(catalog) -> None:
     """list/show compute with the prices, so a negative or zero price or an unknown currency
     is bad input (exit 2) there; `validate` is the command that reports them as findings."""
-    from gpuaudit.cost.catalog import ISO_CURRENCIES
-
     for prob in catalog.problems:
         if prob.code == "bad-price":
             raise BadInputError(str(prob))
@@ -60,7 +41,7 @@ def _refuse_bad_numbers(catalog) -> None:
             if getattr(offer, key) == 0:
                 raise BadInputError(f"{where}: {offer.key}: {key} is zero (a placeholder, not"
                                     " a price); `gpuaudit catalog validate` lists all such")
-        if offer.currency not in ISO_CURRENCIES:
+        if offer.currency not in common.parse.ISO_CURRENCIES:
             raise BadInputError(f"{where}: {offer.key}: unknown currency {offer.currency!r}")
 
 
@@ -83,24 +64,25 @@ def list_(
                    ] = None,
     provider: Annotated[str | None, typer.Option(help="Only this provider (aws, gcp, ...).")
                         ] = None,
-    max_price: Annotated[float | None, typer.Option(
+    max_price: Annotated[float | None, common.money(
         "--max-price", help="Only instances whose on-demand price per hour (whole instance, "
                             "in its own currency) is at most this.")] = None,
-    sort: Annotated[str, typer.Option(help="per-gpu: on-demand per GPU-hour; price: per "
-                                           "instance-hour.")] = "per-gpu",
+    sort: Annotated[str, common.choice(
+        "--sort", choices=("per-gpu", "price"),
+        help="per-gpu: on-demand per GPU-hour; price: per instance-hour.")] = "per-gpu",
     catalog_file: FileOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """GPU instances with their prices (currency always shown), cheapest first."""
     from gpuaudit.report.cost_view import offers_doc, offers_table
 
-    if sort not in ("per-gpu", "price"):
-        raise BadInputError(f"--sort {sort!r}: expected per-gpu or price")
-    if max_price is not None and max_price <= 0:
-        raise BadInputError(f"--max-price {max_price:g}: must be more than zero")
-    out, err = _consoles(json_)
+    out, err = consoles(json_)
     catalog = _load(catalog_file)
     _refuse_bad_numbers(catalog)
+    common.check_known("--gpu", gpu, {o.gpu_model for o in catalog.offers},
+                       "GPU in the catalog")
+    common.check_known("--provider", provider, {o.provider for o in catalog.offers},
+                       "provider in the catalog")
     offers = catalog.select(gpu=gpu, provider=provider, max_price_per_hour=max_price)
 
     def order(o):
@@ -112,7 +94,7 @@ def list_(
     offers.sort(key=order)
     _warn_problems(catalog, err)
     if json_:
-        _print_json(offers_doc(offers))
+        print_json(offers_doc(offers))
         return
     if not offers:
         out.print("no offer matches those filters")
@@ -132,20 +114,27 @@ def show(
     from gpuaudit.report.cost_view import offer_doc, offer_view
 
     provider, instance, region = parse_key(key)
-    out, _err = _consoles(json_)
+    out, _err = consoles(json_)
     catalog = _load(catalog_file)
     _refuse_bad_numbers(catalog)
     found = catalog.find(provider, instance, region)
     if not found:
-        raise BadInputError(f"{key}: not in the catalog (`gpuaudit catalog list --provider "
-                            f"{provider}` shows what is)")
+        common.check_known("provider", provider, {o.provider for o in catalog.offers},
+                           "provider in the catalog")
+        types = {o.instance_type for o in catalog.offers
+                 if o.provider.casefold() == provider.casefold()}
+        if instance.casefold() not in {t.casefold() for t in types}:
+            raise BadInputError(f"{key}: not in the catalog: no {provider} instance type "
+                                f"{instance!r}{common.parse.known_hint(instance, types)}")
+        raise BadInputError(f"{key}: no such region (`gpuaudit catalog show "
+                            f"{provider}/{instance}` shows its regions)")
 
     def where(o):
         loc = catalog.location(o)
         return None if loc is None else (f"{loc.file}:{loc.line}" if loc.line else loc.file)
 
     if json_:
-        _print_json({"offers": [offer_doc(o, where(o)) for o in found]})
+        print_json({"offers": [offer_doc(o, where(o)) for o in found]})
         return
     for i, o in enumerate(found):
         if i:
@@ -158,10 +147,12 @@ def validate(
     file: Annotated[Path | None, typer.Argument(
         help="A catalog file (ours or SkyPilot's) [default: the shipped catalog plus your "
              "imported rows]", dir_okay=False)] = None,
-    today: Annotated[str | None, typer.Option(
+    today: Annotated[Any, typer.Option(
+        "--today", metavar="DATE", parser=lambda t: common.parse.day(t, "--today"),
         help="Judge staleness as of this date (YYYY-MM-DD) [default: today].")] = None,
-    stale_days: Annotated[int, typer.Option(min=1, help="Prices older than this many days are"
-                                                        " stale.")] = 365,
+    stale_days: Annotated[int, common.integer(
+        "--stale-days", help="Prices older than this many days are stale.", hi=36500)
+    ] = "365",
     local_zones: LocalZonesOpt = False,
     json_: JsonOpt = False,
 ) -> None:
@@ -171,22 +162,18 @@ def validate(
 
     Exit code 1 when an error-level finding exists.
     """
-    from gpuaudit.cost.catalog import load_catalog
     from gpuaudit.cost.catalog import validate as run_validate
     from gpuaudit.model.finding import Severity
     from gpuaudit.report.cost_view import findings_doc, findings_summary, findings_table
 
-    as_of = None
-    if today is not None:
-        try:
-            as_of = date.fromisoformat(today)
-        except ValueError:
-            raise BadInputError(f"--today {today!r}: expected a date like 2026-01-31") from None
-    out, _err = _consoles(json_)
+    as_of = today
+    out, _err = consoles(json_)
+    from gpuaudit.cost.catalog import load_catalog
+
     catalog = load_catalog(file, include_local_zones=local_zones)
     findings = run_validate(catalog, today=as_of, stale_days=stale_days)
     if json_:
-        _print_json(findings_doc(findings, len(catalog)))
+        print_json(findings_doc(findings, len(catalog)))
     else:
         if findings:
             out.print(findings_table(findings))
@@ -209,13 +196,13 @@ def import_(
     currency; other bad rows are skipped and listed."""
     from gpuaudit.cost.catalog import import_catalog
 
-    out, err = _consoles(json_)
+    out, err = consoles(json_)
     result = import_catalog(file, provider=provider, include_local_zones=local_zones)
     for prob in result.skipped:
         err.print(f"skipped {prob}", markup=False, highlight=False, soft_wrap=True)
     _note_left_out(result.left_out, err)
     if json_:
-        _print_json({"dest": str(result.dest), "added": list(result.added),
+        print_json({"dest": str(result.dest), "added": list(result.added),
                      "replaced": list(result.replaced), "skipped": [str(p) for p in
                                                                     result.skipped],
                      "left_out": [{"file": x.file, "kind": x.kind, "rows": x.rows,

@@ -6,82 +6,38 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from gpuaudit import parse
+from gpuaudit.cli import common
+from gpuaudit.cli.common import CatalogOpt, DbOpt, InstanceOpt, JsonOpt, out
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Billing, Offer
 from gpuaudit.model.base import SCHEMA_VERSION, Record
 from gpuaudit.model.pricing import PriceKind
 
-cost_app = typer.Typer(help="What it costs: a job on-demand, reserved or on spot; buy vs rent; "
-                            "$ per unit of work; idle GPUs.", no_args_is_help=True,
-                       context_settings={"help_option_names": ["-h", "--help"]})
+cost_app = common.new_app("What it costs: a job on-demand, reserved or on spot; buy vs rent; "
+                          "$ per unit of work; idle GPUs.", no_args_is_help=True)
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
-InstanceOpt = Annotated[str | None, typer.Option(
-    "--instance", metavar="PROVIDER/TYPE[@REGION]",
-    help="An instance from the price catalog, e.g. aws/p5.48xlarge@us-east-1 (without a "
-         "region: the cheapest region).")]
-CatalogOpt = Annotated[Path | None, typer.Option(
-    "--catalog", help="Read prices from this catalog file (ours or SkyPilot's) instead of the "
-                      "shipped and imported ones.", dir_okay=False)]
-DbOpt = Annotated[str | None, typer.Option(
-    "--db", envvar="GPUAUDIT_DB", show_envvar=True,
-    help="Store URL: a SQLite path or sqlite:///…, postgresql://… "
-         "[default: a SQLite file in the user data directory]")]
 KindOpt = Annotated[PriceKind, typer.Option("--price-kind", help="Which of the offer's prices.")]
+CurrencyOpt = Annotated[str, common.currency(help="The currency of the amounts (ISO 4217).")]
 
-
-# -- parsing -----------------------------------------------------------------------------------
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d|w)")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-
-
-def seconds(option: str, text: str) -> float:
-    """'90s', '5m', '1.5h', '2d', '1h30m' → seconds (> 0)."""
-    s = text.strip().lower()
-    parts = _DURATION_PART.findall(s)
-    if not parts or "".join(n + u for n, u in parts) != s:
-        raise BadInputError(f"{option} {text!r}: expected a duration like 90s, 5m, 1.5h, 2d")
-    value = sum(float(n) * _UNIT_S[u] for n, u in parts)
-    if value <= 0:
-        raise BadInputError(f"{option} {text!r}: must be more than zero")
-    return value
-
-
-def count(option: str, text: str) -> float:
-    """'7e9', '7B', '1.3M', '500k' → a number (> 0)."""
-    s = text.strip().lower().replace("_", "").replace(",", "")
-    mult = _SUFFIX.get(s[-1:], 1.0)
-    try:
-        value = float(s[:-1] if mult != 1.0 else s) * mult
-    except ValueError:
-        raise BadInputError(f"{option} {text!r}: expected a number like 7e9, 7B, 1.3M"
-                            ) from None
-    if not (math.isfinite(value) and value > 0):
-        raise BadInputError(f"{option} {text!r}: must be more than zero")
-    return value
+# Prices per hour of one instance, and per GPU-hour: a million a hour is no GPU's price.
+MAX_HOURLY = 1e6
 
 
 def find_offer(instance: str, catalog: Path | None) -> Offer:
     """The catalog's offer for PROVIDER/TYPE[@REGION]; without a region, the region with the
     lowest on-demand price (then spot), as `sky show-gpus` shows the cheapest region."""
-    from gpuaudit.cost.catalog import load_catalog, parse_key
+    from gpuaudit.cost.catalog import parse_key
 
     provider, instance_type, region = parse_key(instance)
-    cat = load_catalog(catalog)
+    cat = common.load_catalog(catalog)
     found = cat.find(provider, instance_type, region)
     if not found:
         raise BadInputError(f"no offer {instance!r} in the price catalog"
@@ -106,13 +62,6 @@ def _manual_offer(price: float, gpus: int, currency: str, *, spot: float | None 
                  price_date=datetime.now(timezone.utc).date())
 
 
-def _currency(text: str) -> str:
-    code = text.strip().upper()
-    if not re.fullmatch(r"[A-Z]{3}", code):
-        raise BadInputError(f"--currency {text!r}: expected a 3-letter ISO 4217 code like USD")
-    return code
-
-
 def _emit(record: Record, kind: str, view: Any, json_: bool) -> None:
     if json_:
         doc = {"schema_version": SCHEMA_VERSION, "kind": kind, **record.model_dump(mode="json")}
@@ -128,35 +77,47 @@ def _emit(record: Record, kind: str, view: Any, json_: bool) -> None:
 def job(
     instance: InstanceOpt = None,
     catalog: CatalogOpt = None,
-    gpu_hours: Annotated[float | None, typer.Option(help="The job's size in GPU-hours.")
-                         ] = None,
-    wall_hours: Annotated[float | None, typer.Option(
-        help="Or its size as hours on --instances instances.")] = None,
-    instances: Annotated[int, typer.Option(min=1, help="Instances running it at once.")] = 1,
-    interruption_rate: Annotated[float | None, typer.Option(
-        help="Spot: probability that an instance is interrupted within --interruption-period"
-             " (0-1).")] = None,
-    interruption_period: Annotated[str, typer.Option(
-        help="The period --interruption-rate is per (AWS's Spot Advisor: 30d).")] = "1h",
-    mtbi: Annotated[str | None, typer.Option(
-        help="Spot: mean time between interruptions per instance, e.g. 6h (instead of a "
-             "rate).")] = None,
-    checkpoint: Annotated[str, typer.Option(help="Time to write one checkpoint.")] = "5m",
-    restart: Annotated[str, typer.Option(
-        help="Time from an interruption back to work (new capacity, reload).")] = "10m",
-    interval: Annotated[str | None, typer.Option(
-        help="Compute time between checkpoints [default: Daly's optimum].")] = None,
-    deadline: Annotated[str | None, typer.Option(help="Must finish within, e.g. 48h.")] = None,
-    reserved_utilization: Annotated[float | None, typer.Option(
-        help="Share (0-1) of the reserved term that carries work [default: only this job, "
-             "which pays the whole term].")] = None,
-    price: Annotated[float | None, typer.Option(
-        help="Without --instance: on-demand price per hour of the instance.")] = None,
-    spot_price: Annotated[float | None, typer.Option(help="… its spot price per hour.")] = None,
-    reserved_1y_price: Annotated[float | None, typer.Option(
-        help="… its 1-year reserved price per hour.")] = None,
-    gpus: Annotated[int, typer.Option(min=1, help="… its GPU count.")] = 8,
-    currency: Annotated[str, typer.Option(help="… the currency of those prices.")] = "USD",
+    gpu_hours: Annotated[float | None, common.number(
+        "--gpu-hours", help="The job's size in GPU-hours.", lo=0, lo_open=True, hi=1e9)
+    ] = None,
+    wall_hours: Annotated[float | None, common.number(
+        "--wall-hours", help="Or its size as hours on --instances instances.", lo=0,
+        lo_open=True, hi=1e7)] = None,
+    instances: Annotated[int, common.integer(
+        "--instances", help="Instances running it at once.", hi=100_000)] = "1",
+    interruption_rate: Annotated[float | None, common.fraction(
+        "--interruption-rate", help="Spot: probability that an instance is interrupted within "
+                                    "--interruption-period (0-1, or a %).")] = None,
+    interruption_period: Annotated[float, common.duration(
+        "--interruption-period", help="The period --interruption-rate is per (AWS's Spot "
+                                      "Advisor: 30d).")] = "1h",
+    mtbi: Annotated[float | None, common.duration(
+        "--mtbi", help="Spot: mean time between interruptions per instance, e.g. 6h (instead "
+                       "of a rate).")] = None,
+    checkpoint: Annotated[float, common.duration(
+        "--checkpoint", help="Time to write one checkpoint.", hi_s=parse.WEEK)] = "5m",
+    restart: Annotated[float, common.duration(
+        "--restart", help="Time from an interruption back to work (new capacity, reload).",
+        hi_s=parse.WEEK)] = "10m",
+    interval: Annotated[float | None, common.duration(
+        "--interval", help="Compute time between checkpoints [default: Daly's optimum].")
+    ] = None,
+    deadline: Annotated[float | None, common.duration(
+        "--deadline", help="Must finish within, e.g. 48h.")] = None,
+    reserved_utilization: Annotated[float | None, common.fraction(
+        "--reserved-utilization", help="Share (0-1) of the reserved term that carries work "
+                                       "[default: only this job, which pays the whole term].",
+        zero_ok=False)] = None,
+    price: Annotated[float | None, common.money(
+        "--price", help="Without --instance: on-demand price per hour of the instance.",
+        hi=MAX_HOURLY)] = None,
+    spot_price: Annotated[float | None, common.money(
+        "--spot-price", help="… its spot price per hour.", hi=MAX_HOURLY)] = None,
+    reserved_1y_price: Annotated[float | None, common.money(
+        "--reserved-1y-price", help="… its 1-year reserved price per hour.", hi=MAX_HOURLY)
+    ] = None,
+    gpus: Annotated[int, common.integer("--gpus", help="… its GPU count.", hi=1024)] = "8",
+    currency: Annotated[str, common.currency(help="… the currency of those prices.")] = "USD",
     json_: JsonOpt = False,
 ) -> None:
     """What a job costs on-demand, reserved and on spot (checkpoints, lost work and restarts
@@ -170,17 +131,13 @@ def job(
         raise BadInputError("give --interruption-rate or --mtbi, not both")
     mtbi_h = None
     if interruption_rate is not None:
-        mtbi_h = mtbi_hours_from_rate(interruption_rate,
-                                      seconds("--interruption-period", interruption_period)
-                                      / 3600)
+        mtbi_h = mtbi_hours_from_rate(interruption_rate, interruption_period / 3600)
     elif mtbi is not None:
-        mtbi_h = seconds("--mtbi", mtbi) / 3600
+        mtbi_h = mtbi / 3600
     result = compare_job(
         offer, make_job(offer, gpu_hours=gpu_hours, wall_hours=wall_hours, instances=instances),
-        mtbi_hours=mtbi_h, checkpoint_s=seconds("--checkpoint", checkpoint),
-        restart_s=seconds("--restart", restart),
-        interval_s=seconds("--interval", interval) if interval else None,
-        deadline_hours=seconds("--deadline", deadline) / 3600 if deadline else None,
+        mtbi_hours=mtbi_h, checkpoint_s=checkpoint, restart_s=restart, interval_s=interval,
+        deadline_hours=deadline / 3600 if deadline else None,
         reserved_utilization=reserved_utilization)
     _emit(result, "cost.job", job_view, json_)
 
@@ -193,42 +150,45 @@ def _offer_from_options(instance: str | None, catalog: Path | None, price: float
         return find_offer(instance, catalog)
     if price is None:
         raise BadInputError("give --instance PROVIDER/TYPE[@REGION] or --price")
-    for name, value in (("--price", price), *((f"--{k.replace('_', '-')}-price", v)
-                                              for k, v in prices.items())):
-        if value is not None and not value > 0:
-            raise BadInputError(f"{name} must be more than zero, not {value:g}")
-    return _manual_offer(price, gpus, _currency(currency), spot=prices.get("spot"),
+    return _manual_offer(price, gpus, currency, spot=prices.get("spot"),
                          reserved_1y=prices.get("reserved_1y"))
 
 
 @cost_app.command()
 def tco(
-    capex: Annotated[float, typer.Option(
+    capex: Annotated[float, common.money(
         "--capex", "--price-usd", help="What the server(s) cost to buy, all-in (--price-usd: "
                                        "in USD).")],
-    gpus: Annotated[int, typer.Option(min=1, help="GPUs bought.")] = 8,
-    years: Annotated[float, typer.Option(help="Amortization period, years.")] = 5.0,
-    rate_pct: Annotated[float, typer.Option(help="Cost of capital, % per year.")] = 0.0,
-    residual_pct: Annotated[float, typer.Option(help="Resale value at the end, % of capex.")
-                            ] = 0.0,
-    power_w: Annotated[float | None, typer.Option(
-        help="Average draw of the server, W (measured).")] = None,
+    gpus: Annotated[int, common.integer("--gpus", help="GPUs bought.", hi=1_000_000)] = "8",
+    years: Annotated[float, common.number(
+        "--years", help="Amortization period, years.", lo=0, lo_open=True, hi=50)] = "5",
+    rate_pct: Annotated[float, common.percent("--rate-pct", help="Cost of capital, % per year.")
+                        ] = "0",
+    residual_pct: Annotated[float, common.percent(
+        "--residual-pct", help="Resale value at the end, % of capex.")] = "0",
+    power_w: Annotated[float | None, common.number(
+        "--power-w", help="Average draw of the server, W (measured).", lo=0, lo_open=True,
+        hi=1e7)] = None,
     gpu_model: Annotated[str | None, typer.Option(
         help="Without --power-w: take this GPU's TDP from the specs (e.g. h100-sxm).")] = None,
-    host_power_w: Annotated[float, typer.Option(help="With --gpu-model: the host's draw, W.")
-                            ] = 0.0,
-    pue: Annotated[float, typer.Option(help="Facility energy / IT energy.")] = 1.3,
-    kwh_price: Annotated[float, typer.Option(help="Price per kWh.")] = 0.10,
-    colocation_per_month: Annotated[float, typer.Option(help="Colocation fee per month.")
-                                    ] = 0.0,
-    maintenance_pct: Annotated[float, typer.Option(help="Maintenance, % of capex per year.")
-                               ] = 0.0,
-    utilization: Annotated[float, typer.Option(help="Share of GPU-hours used (0-1).")] = 1.0,
-    rent_per_gpu_hour: Annotated[float | None, typer.Option(
-        help="Rental price to compare with, per GPU-hour.")] = None,
+    host_power_w: Annotated[float, common.number(
+        "--host-power-w", help="With --gpu-model: the host's draw, W.", hi=1e6)] = "0",
+    pue: Annotated[float, common.number(
+        "--pue", help="Facility energy / IT energy.", lo=1, hi=5)] = "1.3",
+    kwh_price: Annotated[float, common.money(
+        "--kwh-price", help="Price per kWh.", zero_ok=True, hi=100)] = "0.10",
+    colocation_per_month: Annotated[float, common.money(
+        "--colocation-per-month", help="Colocation fee per month.", zero_ok=True)] = "0",
+    maintenance_pct: Annotated[float, common.percent(
+        "--maintenance-pct", help="Maintenance, % of capex per year.")] = "0",
+    utilization: Annotated[float, common.fraction(
+        "--utilization", help="Share of GPU-hours used (0-1, or a %).", zero_ok=False)] = "1",
+    rent_per_gpu_hour: Annotated[float | None, common.money(
+        "--rent-per-gpu-hour", help="Rental price to compare with, per GPU-hour.",
+        hi=MAX_HOURLY)] = None,
     instance: InstanceOpt = None,
     catalog: CatalogOpt = None,
-    currency: Annotated[str, typer.Option(help="The currency of the amounts.")] = "USD",
+    currency: CurrencyOpt = "USD",
     json_: JsonOpt = False,
 ) -> None:
     """Buy vs rent: a year of owning, $ per used GPU-hour, and the utilization at which owning
@@ -237,7 +197,7 @@ def tco(
     from gpuaudit.cost.tco import tco as compute_tco
     from gpuaudit.report.pricing_view import tco_view
 
-    cur = _currency(currency)
+    cur = currency
     if power_w is not None and gpu_model is not None:
         raise BadInputError("give --power-w or --gpu-model, not both")
     if power_w is not None:
@@ -245,9 +205,11 @@ def tco(
     elif gpu_model is not None:
         from gpuaudit.specs import load_catalog as load_specs
 
-        spec = load_specs().get(gpu_model)
+        specs = load_specs()
+        spec = specs.get(gpu_model)
         if spec is None:
-            raise BadInputError(f"--gpu-model {gpu_model!r}: not in the GPU specs")
+            raise parse.unknown("--gpu-model", gpu_model, [g.id for g in specs.gpus],
+                                "GPU in the specs")
         watts = server_power_w(spec.tdp_w, gpus, host_power_w)
         source = (f"TDP: {gpus} × {spec.tdp_w:g} W"
                   + (f" + host {host_power_w:g} W" if host_power_w else ", GPUs only"))
@@ -285,17 +247,24 @@ def work(
     price_kind: KindOpt = PriceKind.ON_DEMAND,
     precision: Annotated[str, typer.Option(help="Matmul precision for $/PFLOP-hour and the "
                                                 "token estimate.")] = "bf16",
-    params: Annotated[str | None, typer.Option(
-        help="Model parameters for the training-token estimate, e.g. 7B.")] = None,
-    mfu: Annotated[float, typer.Option(help="Assumed model FLOPs utilization (0-1).")] = 0.40,
-    tokens_per_s: Annotated[float | None, typer.Option(
-        help="A measured training throughput of the whole instance.")] = None,
-    inferences_per_s: Annotated[float | None, typer.Option(
-        help="A measured inference throughput of the whole instance (at your SLO).")] = None,
-    samples_per_s: Annotated[float | None, typer.Option(
-        help="A measured training throughput in samples/s, for --dataset-samples.")] = None,
-    dataset_samples: Annotated[str | None, typer.Option(help="Epoch size in samples.")] = None,
-    dataset_tokens: Annotated[str | None, typer.Option(help="Epoch size in tokens.")] = None,
+    params: Annotated[float | None, common.count(
+        "--params", help="Model parameters for the training-token estimate, e.g. 7B.",
+        hi=1e15)] = None,
+    mfu: Annotated[float, common.fraction(
+        "--mfu", help="Assumed model FLOPs utilization (0-1, or a %).", zero_ok=False)] = "0.40",
+    tokens_per_s: Annotated[float | None, common.number(
+        "--tokens-per-s", help="A measured training throughput of the whole instance.", lo=0,
+        lo_open=True, hi=1e12)] = None,
+    inferences_per_s: Annotated[float | None, common.number(
+        "--inferences-per-s", help="A measured inference throughput of the whole instance (at "
+                                   "your SLO).", lo=0, lo_open=True, hi=1e12)] = None,
+    samples_per_s: Annotated[float | None, common.number(
+        "--samples-per-s", help="A measured training throughput in samples/s, for "
+                                "--dataset-samples.", lo=0, lo_open=True, hi=1e12)] = None,
+    dataset_samples: Annotated[float | None, common.count(
+        "--dataset-samples", help="Epoch size in samples.", hi=1e15)] = None,
+    dataset_tokens: Annotated[float | None, common.count(
+        "--dataset-tokens", help="Epoch size in tokens.", hi=1e16)] = None,
     db: DbOpt = None,
     json_: JsonOpt = False,
 ) -> None:
@@ -314,12 +283,9 @@ def work(
     try:
         result = price_performance(
             offer, kind=price_kind, run=stored, precision=precision,
-            model_params=count("--params", params) if params else None, mfu=mfu,
-            tokens_per_s=tokens_per_s, inferences_per_s=inferences_per_s,
-            samples_per_s=samples_per_s,
-            dataset_samples=count("--dataset-samples", dataset_samples)
-            if dataset_samples else None,
-            dataset_tokens=count("--dataset-tokens", dataset_tokens) if dataset_tokens else None)
+            model_params=params, mfu=mfu, tokens_per_s=tokens_per_s,
+            inferences_per_s=inferences_per_s, samples_per_s=samples_per_s,
+            dataset_samples=dataset_samples, dataset_tokens=dataset_tokens)
     except ValueError as exc:  # an unknown precision, from the specs
         if isinstance(exc, BadInputError):
             raise
@@ -329,19 +295,22 @@ def work(
 
 @cost_app.command()
 def idle(
-    since: Annotated[str, typer.Option(help="From (30m, 24h, 7d back, or an ISO time).")
-                     ] = "24h",
-    until: Annotated[str, typer.Option(help="To ('now' or an ISO time).")] = "now",
-    price_usd_per_gpu_hour: Annotated[float | None, typer.Option(
-        help="Price of a GPU-hour, USD.")] = None,
-    price_per_gpu_hour: Annotated[float | None, typer.Option(
-        help="Price of a GPU-hour in --currency.")] = None,
-    currency: Annotated[str, typer.Option(help="With --price-per-gpu-hour.")] = "USD",
+    since: Annotated[Any, common.time_point(
+        "--since", help="From (30m, 24h, 7d back, or an ISO time).")] = "24h",
+    until: Annotated[Any, common.time_point("--until", help="To ('now' or an ISO time).")
+                     ] = "now",
+    price_usd_per_gpu_hour: Annotated[float | None, common.money(
+        "--price-usd-per-gpu-hour", help="Price of a GPU-hour, USD.", hi=MAX_HOURLY)] = None,
+    price_per_gpu_hour: Annotated[float | None, common.money(
+        "--price-per-gpu-hour", help="Price of a GPU-hour in --currency.", hi=MAX_HOURLY)
+    ] = None,
+    currency: Annotated[str, common.currency(help="With --price-per-gpu-hour.")] = "USD",
     instance: InstanceOpt = None,
     catalog: CatalogOpt = None,
     price_kind: KindOpt = PriceKind.ON_DEMAND,
-    threshold_pct: Annotated[float, typer.Option(
-        help="Idle below this activity (SM activity, else GPU utilization), %.")] = 5.0,
+    threshold_pct: Annotated[float, common.percent(
+        "--threshold-pct", help="Idle below this activity (SM activity, else GPU "
+                                "utilization), %.", lo=0, lo_open=True)] = "5",
     host: Annotated[str | None, typer.Option(help="Only this host [default: all].")] = None,
     db: DbOpt = None,
     json_: JsonOpt = False,
@@ -349,17 +318,16 @@ def idle(
     """Idle GPU-hours in the monitor's history, and what they cost."""
     from gpuaudit.cost.work import idle_cost
     from gpuaudit.report.pricing_view import idle_view
-    from gpuaudit.store import Store, parse_time
+    from gpuaudit.store import Store
 
     given = [x for x in (price_usd_per_gpu_hour, price_per_gpu_hour, instance) if x is not None]
     if len(given) != 1:
         raise BadInputError("give one price: --price-usd-per-gpu-hour, --price-per-gpu-hour or "
                             "--instance")
-    now = datetime.now(timezone.utc)
-    start, end = parse_time(since, now), parse_time(until, now)
+    start, end = since, until
     offer = find_offer(instance, catalog) if instance is not None else None
     price = price_usd_per_gpu_hour if price_usd_per_gpu_hour is not None else price_per_gpu_hour
-    cur = "USD" if price_usd_per_gpu_hour is not None else _currency(currency)
+    cur = "USD" if price_usd_per_gpu_hour is not None else currency
     with Store(db, read_only=True) as store:
         points = store.history(since=start, until=end, hostname=host)
     result = idle_cost(points, since=start, until=end, price_per_gpu_hour=price, offer=offer,

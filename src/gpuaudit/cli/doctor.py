@@ -8,10 +8,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from gpuaudit import parse
+from gpuaudit.cli import common
 from gpuaudit.errors import BadInputError
 
 DOCTOR_CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True,
@@ -22,26 +24,28 @@ def doctor(
     command: Annotated[list[str] | None, typer.Argument(
         metavar="[-- COMMAND ...]", help="The job to run, after --; it runs unchanged (its "
                                          "output and exit status are its own).")] = None,
-    attach: Annotated[int | None, typer.Option(
+    attach: Annotated[int | None, common.integer(
         "--attach", metavar="PID", help="Watch a running process (and its children) until it "
-                                        "ends or Ctrl-C.")] = None,
-    interval: Annotated[str, typer.Option(help="Time between samples (500ms, 1s).")] = "500ms",
-    window: Annotated[str, typer.Option(help="Diagnose the last part of the job this long "
-                                             "(memory stays bounded).")] = "10m",
-    profile_steps: Annotated[int, typer.Option(
-        "--profile-steps", min=0, help="Record this many steps with torch.profiler (the job "
-                                       "must call gpuaudit.step()).")] = 0,
-    gpus: Annotated[str | None, typer.Option(help="GPUs to watch: '0,1' [default: all]")
-                    ] = None,
+                                        "ends or Ctrl-C.", hi=2**31 - 1)] = None,
+    interval: Annotated[float, common.duration(
+        "--interval", help="Time between samples (500ms, 1s).", lo_s=0.01, hi_s=parse.HOUR)
+    ] = "500ms",
+    window: Annotated[float, common.duration(
+        "--window", help="Diagnose the last part of the job this long (memory stays "
+                         "bounded).", lo_s=1, hi_s=parse.WEEK)] = "10m",
+    profile_steps: Annotated[int, common.integer(
+        "--profile-steps", help="Record this many steps with torch.profiler (the job must "
+                                "call gpuaudit.step()).", lo=0, hi=100_000)] = "0",
+    gpus: Annotated[Any, common.gpus(help="GPUs to watch: 0,1 [default: all]")] = None,
     trace: Annotated[Path | None, typer.Option(
         "--trace", help="Diagnose a telemetry trace (`gpuaudit monitor --record`) instead.",
         dir_okay=False)] = None,
     profile: Annotated[Path | None, typer.Option(
         "--profile", help="Diagnose a torch.profiler trace (.json or .json.gz) instead, or as "
                           "well as --trace.", dir_okay=False)] = None,
-    sm_clock_max: Annotated[int | None, typer.Option(
-        "--sm-clock-max", min=1, help="With --trace: the GPU's maximum SM clock in MHz "
-                                      "(for the throttling rule).")] = None,
+    sm_clock_max: Annotated[int | None, common.integer(
+        "--sm-clock-max", help="With --trace: the GPU's maximum SM clock in MHz (for the "
+                               "throttling rule).", hi=100_000)] = None,
     save: Annotated[Path | None, typer.Option(
         "--save", help="Also write the diagnosis as JSON to this file.", dir_okay=False)
                     ] = None,
@@ -56,8 +60,7 @@ def doctor(
 
     Example: gpuaudit doctor -- python train.py --epochs 1
     """
-    from gpuaudit.cli.app import _parse_gpus, err
-    from gpuaudit.cli.monitor import _seconds
+    from gpuaudit.cli.common import err
     from gpuaudit.diagnose import doctor as doc
     from gpuaudit.report.doctor_view import doctor_view
 
@@ -66,9 +69,9 @@ def doctor(
     if sum(chosen) != 1:
         raise BadInputError("give exactly one of: -- COMMAND, --attach PID, --trace/--profile "
                             "FILE")
-    interval_s = _seconds("--interval", interval)
-    keep = max(2, int(_seconds("--window", window) / interval_s))
-    opts = doc.WatchOptions(interval_s=interval_s, keep=keep, gpus=_parse_gpus(gpus),
+    common.writable(save, "--save")  # before the job runs, not after
+    keep = max(2, int(window / interval))
+    opts = doc.WatchOptions(interval_s=interval, keep=keep, gpus=gpus,
                             profile_steps=profile_steps)
     status = 0
     if argv:

@@ -8,7 +8,6 @@ import shlex
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
@@ -16,33 +15,15 @@ from typing import Annotated, Any
 
 import typer
 
+from gpuaudit import parse
+from gpuaudit.cli import common
+from gpuaudit.cli.common import DbOpt, err, out
 from gpuaudit.errors import BadInputError
 
-monitor_app = typer.Typer(help="Watch the GPUs: telemetry, Prometheus exporter, alert rules, "
-                               "idle policy.", no_args_is_help=False,
-                          context_settings={"help_option_names": ["-h", "--help"]})
+monitor_app = common.new_app("Watch the GPUs: telemetry, Prometheus exporter, alert rules, "
+                             "idle policy.", no_args_is_help=False)
 
 DEFAULT_LISTEN = "127.0.0.1:9835"
-
-
-def _seconds(option: str, text: str, *, allow_zero: bool = False) -> float:
-    from gpuaudit.telemetry.rules import parse_duration
-
-    try:
-        value = parse_duration(text)
-    except ValueError:
-        raise BadInputError(f"{option} {text!r}: expected a duration like 30s, 10m, 1h, 2d"
-                            ) from None
-    if value < 0 or (value == 0 and not allow_zero):
-        raise BadInputError(f"{option} {text!r}: must be more than zero")
-    return value
-
-
-def _listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise BadInputError(f"--listen {text!r}: expected HOST:PORT like {DEFAULT_LISTEN}")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def _argv(option: str, text: str) -> tuple[str, ...]:
@@ -71,26 +52,29 @@ class _Logs(logging.Handler):
 @monitor_app.callback(invoke_without_command=True)
 def monitor(
     ctx: typer.Context,
-    interval: Annotated[str, typer.Option(help="Time between samples (1s, 500ms, 1m).")] = "1s",
-    gpus: Annotated[str | None, typer.Option(help="GPUs to watch: '0,1' [default: all]")
+    interval: Annotated[float, common.duration(
+        "--interval", help="Time between samples (1s, 500ms, 1m).", lo_s=0.01, hi_s=parse.DAY)
+    ] = "1s",
+    gpus: Annotated[Any, common.gpus(help="GPUs to watch: 0,1 [default: all]")
                     ] = None,
     once: Annotated[bool, typer.Option("--once", help="Sample once, evaluate the rules, print, "
                                                       "exit (GPM rates need a second "
                                                       "sample: it waits one interval).")
                     ] = False,
-    count: Annotated[int | None, typer.Option(min=1, help="Stop after this many samples.")
+    count: Annotated[int | None, common.integer("--count", help="Stop after this many samples.")
                      ] = None,
     replay: Annotated[Path | None, typer.Option(
         help="Feed a recorded telemetry trace through the same path instead of this machine's "
              "GPUs.", dir_okay=False)] = None,
-    speed: Annotated[float, typer.Option(
-        min=0, help="With --replay: 1 = as recorded, 10 = ten times faster, 0 = at once.")
-    ] = 0.0,
+    speed: Annotated[float, common.number(
+        "--speed", help="With --replay: 1 = as recorded, 10 = ten times faster, 0 = at once "
+                        "(a pause between frames is at most a minute).", hi=1e6)] = "0",
     record: Annotated[Path | None, typer.Option(
         help="Write what was read as a telemetry trace (for --replay) when the monitor stops.",
         dir_okay=False)] = None,
-    listen: Annotated[str, typer.Option(help="Prometheus exporter address (HOST:PORT).")
-                      ] = DEFAULT_LISTEN,
+    listen: Annotated[Any, typer.Option(
+        "--listen", metavar="HOST:PORT", parser=lambda t: parse.host_port(t, "--listen"),
+        help="Prometheus exporter address.")] = DEFAULT_LISTEN,
     export: Annotated[bool, typer.Option("--export/--no-export",
                                          help="Serve the Prometheus exporter.")] = True,
     dcgm_names: Annotated[bool, typer.Option(
@@ -108,28 +92,33 @@ def monitor(
     history: Annotated[bool, typer.Option(
         "--history/--no-history", help="Keep the samples in the store (with --replay only "
                                        "in an explicit --db, as host replay:NAME).")] = True,
-    keep_raw: Annotated[str, typer.Option(help="Keep raw samples this long.")] = "1d",
-    keep_rollups: Annotated[str, typer.Option(help="Keep 1-minute means this long.")] = "30d",
-    idle_window: Annotated[str, typer.Option(help="Idle this long before the warning.")
-                           ] = "10m",
-    idle_grace: Annotated[str, typer.Option(help="Then this long before the action.")] = "5m",
+    keep_raw: Annotated[float, common.duration(
+        "--keep-raw", help="Keep raw samples this long.", lo_s=60)] = "1d",
+    keep_rollups: Annotated[float, common.duration(
+        "--keep-rollups", help="Keep 1-minute means this long.", lo_s=60)] = "30d",
+    idle_window: Annotated[float, common.duration(
+        "--idle-window", help="Idle this long before the warning.", lo_s=1, hi_s=parse.YEAR)
+    ] = "10m",
+    idle_grace: Annotated[float, common.duration(
+        "--idle-grace", help="Then this long before the action (0: at once).", zero_ok=True,
+        hi_s=parse.YEAR)] = "5m",
     idle_action: Annotated[str | None, typer.Option(
         help="Command to run when the host stays idle, e.g. 'sudo shutdown -h now'.")] = None,
     enable_actions: Annotated[bool, typer.Option(
         "--enable-actions", help="Really run --idle-action (without it: dry run, logged).")
     ] = False,
-    idle_scope: Annotated[str, typer.Option(help="host: act when every GPU is idle; gpu: per "
-                                                 "GPU ({gpu} in the action).")] = "host",
+    idle_scope: Annotated[str, common.choice(
+        "--idle-scope", choices=("host", "gpu"),
+        help="host: act when every GPU is idle; gpu: per GPU ({gpu} in the action).")
+    ] = "host",
     idle_log: Annotated[Path | None, typer.Option(
         help="Append every idle decision here as a JSON line.", dir_okay=False)] = None,
-    price: Annotated[float | None, typer.Option(
-        "--price-usd-per-gpu-hour", min=0, help="Price of a GPU-hour, for the cost of idle "
-                                                "time.")] = None,
+    price: Annotated[float | None, common.money(
+        "--price-usd-per-gpu-hour", help="Price of a GPU-hour, for the cost of idle time.",
+        zero_ok=True, hi=1e6)] = None,
     json_: Annotated[bool, typer.Option("--json", help="JSON on stdout: with --once the state, "
                                                        "else one line per sample.")] = False,
-    db: Annotated[str | None, typer.Option("--db", envvar="GPUAUDIT_DB", show_envvar=True,
-                                           help="Store URL (see `gpuaudit run --help`).")
-                  ] = None,
+    db: DbOpt = None,
 ) -> None:
     """Watch the GPUs: a live view in a terminal, a Prometheus exporter on 127.0.0.1:9835,
     alert rules with notifications, the idle policy, history in the store.
@@ -138,24 +127,27 @@ def monitor(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from gpuaudit.cli.app import _parse_gpus, err, out
-    from gpuaudit.hw.telemetry import Sampler
     from gpuaudit.report.monitor_view import monitor_view, sample_line
-    from gpuaudit.telemetry.idle import IdleConfig, IdlePolicy
-    from gpuaudit.telemetry.monitor import Monitor, Retention
+    from gpuaudit.telemetry.idle import IdleConfig
+    from gpuaudit.telemetry.monitor import Retention
+    from gpuaudit.telemetry.setup import MonitorOptions, open_monitor
 
-    interval_s = _seconds("--interval", interval)
-    gpu_list = _parse_gpus(gpus)
+    common.refuse_together(ctx, ("once", "count"), ("rules", "no_rules"))
+    common.needs(ctx, "speed", on="--replay", present=replay is not None)
+    common.needs(ctx, "enable_actions", on="--idle-action", present=idle_action is not None)
     if once:
         count = 2 if replay is None else 1  # live: the first sample only primes GPM
-    retention = Retention(raw=timedelta(seconds=_seconds("--keep-raw", keep_raw)),
-                          rollup=timedelta(seconds=_seconds("--keep-rollups", keep_rollups)))
-    idle_cfg = IdleConfig(window_s=_seconds("--idle-window", idle_window),
-                          grace_s=_seconds("--idle-grace", idle_grace, allow_zero=True),
-                          action=_argv("--idle-action", idle_action) if idle_action else (),
-                          enable_actions=enable_actions, scope=idle_scope,  # type: ignore[arg-type]
-                          price_per_gpu_hour=price)
-    host, port = _listen(listen)
+    options = MonitorOptions(
+        interval_s=interval, gpus=gpus, replay=replay, speed=speed or None, record=record,
+        rules=rules, evaluate_rules=not no_rules, webhooks=tuple(webhook or ()),
+        commands=[_argv("--notify-command", c) for c in notify_command or ()],
+        idle=IdleConfig(window_s=idle_window, grace_s=idle_grace,
+                        action=_argv("--idle-action", idle_action) if idle_action else (),
+                        enable_actions=enable_actions, scope=idle_scope,  # type: ignore[arg-type]
+                        price_per_gpu_hour=price),
+        idle_log=idle_log,
+        retention=Retention(raw=timedelta(seconds=keep_raw),
+                            rollup=timedelta(seconds=keep_rollups)))
     console = err if json_ or not out.is_terminal else out
     handler = _Logs(err)
     logging.getLogger("gpuaudit").addHandler(handler)
@@ -163,30 +155,15 @@ def monitor(
 
     with ExitStack() as stack:
         stack.callback(logging.getLogger("gpuaudit").removeHandler, handler)
-        source, hostname, times_of = _open_source(stack, replay, record, interval_s, speed)
-        sampler = Sampler(source, hostname=hostname, interval_s=interval_s, gpus=gpu_list)
-        if record is not None:
-            source.end_setup()
-        if not sampler.static:
-            raise BadInputError("no GPU to watch" + (f" among {gpus}" if gpus else ""))
-        evaluator, notifier = _alerting(stack, rules, no_rules, webhook, notify_command)
         store = _history(stack, db, keep=history and not once, replay=replay is not None,
-                         db_given=_given(ctx, "db"), asked=_given(ctx, "history"),
+                         db_given=common.given(ctx, "db"), asked=common.given(ctx, "history"),
                          console=console)
-        decisions_log = stack.enter_context(idle_log.open("a")) if idle_log else None
-
-        def on_decision(d: Any) -> None:  # the notifiers log it (as alert GpuIdlePolicy)
-            if decisions_log is not None:
-                decisions_log.write(d.model_dump_json() + "\n")
-                decisions_log.flush()
-
-        mon = Monitor(sampler, evaluator=evaluator, notifier=notifier,
-                      idle=IdlePolicy(idle_cfg), history=store, retention=retention,
-                      on_decision=on_decision)
+        session = stack.enter_context(open_monitor(options, history=store))
+        mon = session.monitor
         if export and not once:
             from gpuaudit.telemetry.exporter import serve
 
-            server = serve(mon.latest, host=host, port=port, dcgm_names=dcgm_names)
+            server = serve(mon.latest, host=listen[0], port=listen[1], dcgm_names=dcgm_names)
             stack.callback(server.close)
             console.print(f"Prometheus exporter on {server.url}", style="dim")
 
@@ -194,10 +171,7 @@ def monitor(
         interrupted = _on_ctrl_c(stop)
         ticks = 0
         view = None if json_ or once or not out.is_terminal else _live_view(stack, out)
-        for now in times_of(stop, count):
-            tick = mon.tick(now)
-            if record is not None:
-                source.end_frame(now)
+        for tick in session.ticks(stop, count):
             ticks += 1
             if json_ and not once:
                 sys.stdout.write(_state_json(tick.state, mon) + "\n")
@@ -207,8 +181,10 @@ def monitor(
                                          price_per_gpu_hour=price), refresh=True)
             elif not once:
                 console.print(sample_line(tick.sample), markup=False, highlight=False)
-        if record is not None:
-            console.print(f"recorded {source.frame_count} samples to {record}", style="dim")
+        session.close()
+        if session.recorded_to is not None:
+            console.print(f"recorded {session.frames} samples to {session.recorded_to}",
+                          style="dim")
 
     state = mon.latest.get()
     if once:
@@ -228,13 +204,6 @@ def monitor(
     console.print(summary, style="dim")
 
 
-def _given(ctx: typer.Context, name: str) -> bool:
-    """Whether the option was typed (not a default, not an environment variable). By name:
-    recent typer carries its own copy of click, whose enum is not click's."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name == "COMMANDLINE"
-
-
 def _history(stack: ExitStack, db: str | None, *, keep: bool, replay: bool, db_given: bool,
              asked: bool, console: Any) -> Any:
     """The store the samples go to, if any. A replay is not this machine's present: it goes
@@ -251,65 +220,6 @@ def _history(stack: ExitStack, db: str | None, *, keep: bool, replay: bool, db_g
         return None
     store = stack.enter_context(Store(db))
     return ReplayHistory(store) if replay else store
-
-
-def _open_source(stack: ExitStack, replay: Path | None, record: Path | None,
-                 interval_s: float, speed: float) -> tuple[Any, str, Any]:
-    """The NVML source (live or a trace), the hostname, and the tick times it runs on."""
-    from gpuaudit.hw.telemetry import TraceRecorder, TraceReplay
-    from gpuaudit.model import utc_now
-    from gpuaudit.telemetry.monitor import live_times, replay_times
-
-    if replay is not None:
-        trace = TraceReplay.from_file(replay)
-        src: Any = trace
-        hostname = str(trace.meta.get("hostname") or "replay")
-
-        def times(stop: threading.Event, count: int | None) -> Iterator[Any]:
-            return replay_times(trace, stop, count, speed or None)
-    else:
-        from gpuaudit.errors import GpuauditError
-        from gpuaudit.hw import LiveNvml, NvmlUnavailable
-        from gpuaudit.hw.host import read_host
-
-        try:
-            live = LiveNvml()
-        except NvmlUnavailable as exc:
-            raise GpuauditError(f"cannot monitor: {exc} (use --replay TRACE to replay a "
-                                "recording)") from None
-        stack.callback(live.close)
-        src = live
-        hostname = read_host().hostname
-
-        def times(stop: threading.Event, count: int | None) -> Iterator[Any]:
-            return live_times(interval_s, stop, count)
-    if record is not None:
-        # Opened now, before any sampling: a path that cannot be written fails at once. The
-        # trace is streamed, a line per tick (a crash loses at most the tick in progress).
-        try:
-            stream = stack.enter_context(record.open("w"))
-        except OSError as exc:
-            raise BadInputError(f"--record {record}: {exc.strerror or exc}") from None
-        src = TraceRecorder(src, stream, hostname=hostname, interval_s=interval_s,
-                            recorded_at=utc_now().isoformat())
-    return src, hostname, times
-
-
-def _alerting(stack: ExitStack, rules: Path | None, no_rules: bool,
-              webhooks: list[str] | None, commands: list[str] | None) -> tuple[Any, Any]:
-    from gpuaudit.telemetry.notify import notifiers
-    from gpuaudit.telemetry.rules import Evaluator, load_rules, load_shipped_rules
-
-    evaluator = None
-    if not no_rules:
-        ruleset = load_rules(rules) if rules else load_shipped_rules()
-        for problem in ruleset.unknown_metrics():
-            logging.getLogger("gpuaudit.rules").warning("%s", problem)
-        evaluator = Evaluator(ruleset)
-    notifier = notifiers(webhooks=webhooks or (),
-                         commands=[_argv("--notify-command", c) for c in commands or ()])
-    stack.callback(notifier.close, 10.0)
-    return evaluator, notifier
 
 
 def _on_ctrl_c(stop: threading.Event) -> threading.Event:
@@ -349,24 +259,25 @@ def _state_json(state: Any, mon: Any, indent: int | None = None) -> str:
 
 @monitor_app.command("history")
 def history_cmd(
-    gpu: Annotated[int | None, typer.Option(min=0, help="Only this GPU.")] = None,
-    since: Annotated[str, typer.Option(help="From: 1h, 30m, 2d ago, or an ISO time.")] = "1h",
-    until: Annotated[str | None, typer.Option(help="To (default: now).")] = None,
+    gpu: Annotated[int | None, common.integer("--gpu", help="Only this GPU.", lo=0, hi=1023)
+                   ] = None,
+    since: Annotated[Any, common.time_point(
+        "--since", help="From: 1h, 30m, 2d back, or an ISO time.")] = "1h",
+    until: Annotated[Any, common.time_point("--until", help="To [default: now].")] = None,
     hostname: Annotated[str | None, typer.Option(help="Only this host.")] = None,
-    resolution: Annotated[str, typer.Option(help="auto, raw or 1m.")] = "auto",
-    json_: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
-    db: Annotated[str | None, typer.Option("--db", envvar="GPUAUDIT_DB", show_envvar=True,
-                                           help="Store URL.")] = None,
+    resolution: Annotated[str, common.choice("--resolution", choices=("auto", "raw", "1m"),
+                                             help="Raw samples, 1-minute means, or auto.")
+                          ] = "auto",
+    json_: common.JsonOpt = False,
+    db: DbOpt = None,
 ) -> None:
     """Stored telemetry: raw samples where kept, 1-minute means beyond."""
-    from gpuaudit.cli.app import out
     from gpuaudit.report.monitor_view import history_table
-    from gpuaudit.store import Store, parse_time
+    from gpuaudit.store import Store
 
-    if resolution not in ("auto", "raw", "1m"):
-        raise BadInputError(f"--resolution {resolution!r}: choose auto, raw or 1m")
-    start = parse_time(since)
-    end = parse_time(until) if until else None
+    start, end = since, until
+    if end is not None and end < start:
+        raise BadInputError("--until is before --since")
     with Store(db, read_only=True) as store:  # replays too: shown as host replay:NAME
         points = store.history(gpu=gpu, since=start, until=end, hostname=hostname,
                                resolution=resolution, replays=True)  # type: ignore[arg-type]

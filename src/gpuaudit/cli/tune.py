@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from gpuaudit.cli import common
 from gpuaudit.errors import BadInputError
 
 
@@ -23,18 +24,24 @@ def tune(
              "that have it, fp32 on the CPU]")] = None,
     compare: Annotated[str, typer.Option(help="Precisions to compare at the chosen batch.")
                        ] = "fp32,tf32,bf16",
-    start_batch: Annotated[int, typer.Option(min=1, help="First batch size tried.")] = 1,
-    max_batch: Annotated[int, typer.Option(min=1, help="Largest batch size tried.")] = 4096,
-    margin: Annotated[float, typer.Option(
-        min=0.0, max=0.9, help="Share of GPU memory left free at the chosen batch.")] = 0.10,
-    tolerance: Annotated[float, typer.Option(
-        min=0.0, max=0.5, help="A smaller batch within this of the best throughput is "
-                               "preferred.")] = 0.03,
-    steps: Annotated[int, typer.Option(min=2, help="Timed steps per trial.")] = 10,
-    target_global_batch: Annotated[int | None, typer.Option(
-        min=1, help="Samples per optimizer step to reach with gradient accumulation.")] = None,
-    world_size: Annotated[int, typer.Option(min=1, help="GPUs the job trains on (for the "
-                                                        "accumulation plan).")] = 1,
+    start_batch: Annotated[int, common.integer(
+        "--start-batch", help="First batch size tried.", hi=1 << 24)] = "1",
+    max_batch: Annotated[int, common.integer(
+        "--max-batch", help="Largest batch size tried.", hi=1 << 24)] = "4096",
+    margin: Annotated[float, common.number(
+        "--margin", help="Share of GPU memory left free at the chosen batch (0-0.9).", lo=0,
+        hi=0.9)] = "0.10",
+    tolerance: Annotated[float, common.number(
+        "--tolerance", help="A smaller batch within this share of the best throughput is "
+                            "preferred (0-0.5).", lo=0, hi=0.5)] = "0.03",
+    steps: Annotated[int, common.integer("--steps", help="Timed steps per trial.", lo=2,
+                                         hi=100_000)] = "10",
+    target_global_batch: Annotated[int | None, common.integer(
+        "--target-global-batch", help="Samples per optimizer step to reach with gradient "
+                                      "accumulation.", hi=1 << 30)] = None,
+    world_size: Annotated[int, common.integer(
+        "--world-size", help="GPUs the job trains on (for the accumulation plan).",
+        hi=1_000_000)] = "1",
     dataset: Annotated[str | None, typer.Option(
         help="pkg.module:function returning the torch Dataset, for the loader workers "
              "sweep.")] = None,
@@ -51,7 +58,8 @@ def tune(
     with a memory margin (out-of-memory caught, memory checked between trials), a precision
     comparison, the gradient accumulation for a target global batch, a loader workers sweep,
     and the exact settings to paste."""
-    from gpuaudit.cli.app import err, out
+    from gpuaudit import parse
+    from gpuaudit.cli.common import err, out
     from gpuaudit.report.doctor_view import tune_view
     from gpuaudit.tune import TuneOptions
     from gpuaudit.tune import tune as run_tune
@@ -66,12 +74,9 @@ def tune(
         raise BadInputError("--start-batch is larger than --max-batch")
     counts: tuple[int, ...] = ()
     if workers:
-        try:
-            counts = tuple(int(w) for w in workers.split(",") if w.strip())
-        except ValueError:
-            raise BadInputError(f"--workers {workers!r}: expected counts like 0,2,4") from None
-        if any(c < 0 for c in counts):
-            raise BadInputError(f"--workers {workers!r}: counts cannot be negative")
+        counts = tuple(parse.integer(w, "--workers", lo=0, hi=1024, example="0,2,4")
+                       for w in workers.split(","))
+    common.writable(save, "--save")  # before the trials, not after
     opts = TuneOptions(device=device, precision=precision, compare=names, steps=steps,
                        search=SearchConfig(start=start_batch, max_batch=max_batch,
                                            margin=margin, tolerance=tolerance),

@@ -58,8 +58,12 @@ def model_shape(params: float, *, layers: int | None = None, hidden: int | None 
                 heads: int | None = None, kv_heads: int | None = None,
                 head_dim: int | None = None) -> ModelShape:
     """The transformer shape for ``params``; missing dimensions derived from N ≈ 12·L·h²."""
-    if params <= 0:
+    if not (params > 0 and math.isfinite(params)):
         raise BadInputError(f"parameters must be more than zero, not {params:g}")
+    for name, value in (("layers", layers), ("hidden size", hidden), ("heads", heads),
+                        ("KV heads", kv_heads), ("head dimension", head_dim)):
+        if value is not None and value < 1:
+            raise BadInputError(f"{name} must be at least 1, not {value}")
     derived = layers is None or hidden is None
     if layers is None and hidden is None:
         layers = max(1, round((params / (12 * _ASPECT**2)) ** (1 / 3)))

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpuaudit import parse
 from gpuaudit.errors import BadInputError
 
 log = logging.getLogger("gpuaudit.nvml")
@@ -507,11 +507,8 @@ class RecordingNvml:
 
 
 def read_json(path: Path, what: str) -> Any:
-    """A JSON file the user named; unreadable or garbled is bad input, in one line."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BadInputError(f"cannot read {what} {path}: {exc}") from None
+    """A JSON file the user named; unreadable, binary or garbled is bad input, in one line."""
+    return parse.read_json(path, what)
 
 
 class ReplayNvml:
@@ -530,6 +527,8 @@ class ReplayNvml:
         entry = self.calls.get(call_key(fn, args))
         if entry is None:
             raise Unsupported(NOT_RECORDED)
+        if not isinstance(entry, dict) or not ("error" in entry or "value" in entry):
+            raise BadInputError(f"NVML trace: {call_key(fn, args)}: not a recorded answer")
         if "error" in entry:
             raise Unsupported(entry["error"])
         return entry["value"]

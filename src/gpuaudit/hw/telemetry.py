@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import GpuSample, ProcessSample, Sample, XidEvent
+from gpuaudit.parse import read_text
 
 from . import decode as d
 from .gpus import Reader, running_processes
@@ -324,14 +325,11 @@ def _read_trace(path: Path) -> dict[str, Any]:
     """A telemetry trace file: one JSON document, or the JSON-lines form `TraceRecorder`
     streams (header line, then a line per frame). A last line cut short by a crash is left
     out; any other broken line is bad input."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInputError(f"cannot read telemetry trace {path}: {exc}") from None
+    text = read_text(path, "telemetry trace")  # missing, binary, not UTF-8: one line
     first, _, rest = text.partition("\n")
     try:
         header = json.loads(first)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return read_json(path, "telemetry trace")  # a document over several lines
     if not isinstance(header, dict) or "frames" in header:
         return header  # a whole document on one line (TraceReplay judges it)
@@ -342,10 +340,12 @@ def _read_trace(path: Path) -> dict[str, Any]:
     for n, line in enumerate(lines, start=2):
         try:
             frames.append(json.loads(line))
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:
             if n == len(lines) + 1:
                 break  # the tick in progress when the recorder stopped
-            raise BadInputError(f"telemetry trace {path} line {n}: {exc}") from None
+            raise BadInputError(f"telemetry trace {path} line {n}: "
+                                f"{'nested too deeply' if isinstance(exc, RecursionError) else exc}"
+                                ) from None
     return {**header, "frames": frames}
 
 
@@ -357,7 +357,10 @@ class TraceReplay:
         if not isinstance(trace, dict) or trace.get("format") != TELEMETRY_FORMAT \
                 or not isinstance(trace.get("frames"), list):
             raise BadInputError("not a gpuaudit telemetry trace")
-        if trace.get("version", 0) > TELEMETRY_VERSION:
+        version = trace.get("version", 0)
+        if not isinstance(version, int) or not isinstance(trace.get("setup", {}), dict):
+            raise BadInputError("not a gpuaudit telemetry trace (bad version or setup)")
+        if version > TELEMETRY_VERSION:
             raise BadInputError(f"telemetry trace version {trace['version']} is newer than "
                                 f"this gpuaudit reads ({TELEMETRY_VERSION}): upgrade gpuaudit")
         self.meta = {k: v for k, v in trace.items() if k not in ("setup", "frames")}
@@ -380,6 +383,7 @@ class TraceReplay:
         frame = self._frames[self._at]
         try:
             time = datetime.fromisoformat(frame["time"])
+            time = time if time.tzinfo else time.replace(tzinfo=timezone.utc)
             self._current = ReplayNvml({"format": TRACE_FORMAT, "calls": frame["calls"]})
         except (KeyError, TypeError, ValueError) as exc:
             raise BadInputError(f"telemetry trace frame {self._at}: {exc}") from None

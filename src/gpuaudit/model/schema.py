@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import ValidationError
 
 from gpuaudit.errors import BadInputError
+from gpuaudit.parse import load_json
 
 from .base import SCHEMA_VERSION
 from .run import Run
@@ -45,10 +45,7 @@ def describe_validation_error(err: ValidationError) -> str:
 def load_run(text: str | bytes, origin: str = "document", *, strict: bool = False) -> Run:
     """Parse a Run document, raising BadInputError with one line when it is not one. `strict`:
     a value of the wrong JSON type is an error instead of being converted ("5" for 5)."""
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadInputError(f"{origin} is not valid JSON: {exc}") from None
+    data = load_json(text, origin)
     if not isinstance(data, dict):
         raise BadInputError(f"{origin} is not a gpuaudit document (expected a JSON object)")
     version = data.get("schema_version")

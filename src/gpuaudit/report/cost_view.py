@@ -12,6 +12,7 @@ from rich.text import Text
 from gpuaudit.model.base import SCHEMA_VERSION
 from gpuaudit.model.cost import Offer
 from gpuaudit.model.finding import Finding, Severity
+from gpuaudit.report.layout import Fit
 from gpuaudit.report.terminal import severity_text
 
 NA = "—"
@@ -32,7 +33,9 @@ def per_gpu(offer: Offer, value: float | None) -> str:
     return price(offer.per_gpu(value))
 
 
-def offers_table(offers: Sequence[Offer], *, title: str | None = None) -> Table:
+def offers_table(offers: Sequence[Offer], *, title: str | None = None) -> Fit:
+    """Every offer with its prices; narrower terminals lose the spot per GPU-hour, billing and
+    date columns first (said below the table), never a price's digits."""
     t = Table(title=title, show_lines=False, header_style="bold")
     for name, justify in (("offer", "left"), ("GPU", "left"), ("n", "right"),
                           ("on-demand/h", "right"), ("per GPU-h", "right"),
@@ -44,6 +47,25 @@ def offers_table(offers: Sequence[Offer], *, title: str | None = None) -> Table:
                   price(o.on_demand_price_per_hour), per_gpu(o, o.on_demand_price_per_hour),
                   price(o.spot_price_per_hour), per_gpu(o, o.spot_price_per_hour), o.currency,
                   o.billing.value if o.billing else "unknown", o.price_date.isoformat())
+    return Fit(t, alternatives=[_compact_offers(offers, title)], optional=("spot",))
+
+
+def _compact_offers(offers: Sequence[Offer], title: str | None) -> Table:
+    """For 80 columns: the offer's key split at its region, its GPUs under it, and the prices
+    (all of them, whole) beside; billing and date are left to `catalog show` and --json."""
+    t = Table(title=title, header_style="bold", show_edge=False, show_lines=True,
+              caption="billing and price date: `gpuaudit catalog show OFFER` or --json",
+              caption_justify="left")
+    t.add_column("offer")
+    for name in ("on-demand", "per GPU", "spot"):
+        t.add_column(name, justify="right")
+    t.add_column("cur")
+    for o in offers:
+        name, at, region = o.key.partition("@")
+        cell = escape(name) + (f"\n@{escape(region)}" if at else "") \
+            + f"\n[dim]{o.gpu_count} × {escape(o.gpu_model)}[/]"
+        t.add_row(cell, price(o.on_demand_price_per_hour), per_gpu(o, o.on_demand_price_per_hour),
+                  price(o.spot_price_per_hour), o.currency)
     return t
 
 
@@ -77,7 +99,7 @@ def offer_view(o: Offer, location: str | None = None) -> Table:
     return t
 
 
-def findings_table(findings: Sequence[Finding]) -> Table:
+def findings_table(findings: Sequence[Finding]) -> Fit:
     t = Table(header_style="bold")
     t.add_column("severity")
     t.add_column("rule")
@@ -89,7 +111,7 @@ def findings_table(findings: Sequence[Finding]) -> Table:
                  else str(ev.get("file") or ""))
         t.add_row(severity_text(f.severity), f.code.removeprefix("catalog."), escape(where),
                   escape(f.message))
-    return t
+    return Fit(t)
 
 
 def findings_summary(findings: Sequence[Finding], offers: int) -> Text:

@@ -17,6 +17,7 @@ from rich.text import Text
 from gpuaudit.model import Alert, GpuSample, Sample
 from gpuaudit.model.history import HistoryPoint
 from gpuaudit.report.format import NA
+from gpuaudit.report.layout import Fit
 from gpuaudit.telemetry.metrics import IdleState, XidTally
 from gpuaudit.telemetry.state import MonitorState
 
@@ -70,12 +71,13 @@ def _na() -> Text:
     return Text(NA, style="dim")
 
 
-def activity_cell(g: GpuSample, history: Sequence[GpuSample]) -> Text:
+def activity_cell(g: GpuSample, history: Sequence[GpuSample], width: int = BAR_WIDTH
+                  ) -> Text:
     act = g.activity_pct
     if act is None:
         cell = _na()
     else:
-        cell = bar(act / 100, style="green")
+        cell = bar(act / 100, width=width, style="green")
         src = "sm" if g.sm_activity_pct is not None else "util"
         cell.append(f" {act:3.0f}% {src}")
     if g.tensor_activity_pct is not None:
@@ -86,26 +88,26 @@ def activity_cell(g: GpuSample, history: Sequence[GpuSample]) -> Text:
     return cell
 
 
-def memory_cell(g: GpuSample) -> Text:
+def memory_cell(g: GpuSample, width: int = BAR_WIDTH, digits: int = 1) -> Text:
     used, total = g.memory_used_bytes, g.memory_total_bytes
     if used is None:
         return _na()
     if not total:
-        return Text(f"{used / GIB:.1f} GiB / {NA}")
+        return Text(f"{used / GIB:.{digits}f} GiB / {NA}")
     f = used / total
-    cell = bar(f, style=_level_style(f))
-    cell.append(f" {used / GIB:.1f}/{total / GIB:.1f} GiB")
+    cell = bar(f, width=width, style=_level_style(f))
+    cell.append(f" {used / GIB:.{digits}f}/{total / GIB:.{digits}f} GiB")
     return cell
 
 
-def power_cell(g: GpuSample, history: Sequence[GpuSample]) -> Text:
+def power_cell(g: GpuSample, history: Sequence[GpuSample], width: int = BAR_WIDTH) -> Text:
     p, limit = g.power_w, g.power_limit_w
     if p is None:
         cell = _na()
     elif not limit:
         cell = Text(f"{p:.0f} W / {NA}")
     else:
-        cell = bar(p / limit, style=_level_style(p / limit, 0.95, 1.0))
+        cell = bar(p / limit, width=width, style=_level_style(p / limit, 0.95, 1.0))
         cell.append(f" {p:.0f}/{limit:.0f} W")
     if history:
         limits = [s.power_limit_w for s in history if s.power_limit_w]
@@ -115,13 +117,13 @@ def power_cell(g: GpuSample, history: Sequence[GpuSample]) -> Text:
     return cell
 
 
-def temperature_cell(g: GpuSample) -> Text:
+def temperature_cell(g: GpuSample, width: int = 5) -> Text:
     c = g.temperature_gpu_c
     if c is None:
         return _na()
     style = "red" if c > TEMP_CRIT_C else ("yellow" if c > TEMP_WARN_C else "green")
-    cell = bar(c / TEMP_SCALE_C, width=5, style=style)
-    cell.append(f" {c:.0f} °C", style=style if style != "green" else "")
+    cell = bar(c / TEMP_SCALE_C, width=width, style=style) if width else Text("")
+    cell.append(f"{' ' if width else ''}{c:.0f} °C", style=style if style != "green" else "")
     if g.temperature_memory_c is not None:
         cell.append(f"\nHBM {g.temperature_memory_c:.0f} °C")
     return cell
@@ -168,17 +170,22 @@ def xid_text(gpu: int, xids: XidTally) -> Text:
 
 
 def gpu_table(sample: Sample, history: Mapping[int, Sequence[GpuSample]],
-              idle: Mapping[int, IdleState], xids: XidTally) -> Table:
+              idle: Mapping[int, IdleState], xids: XidTally, *, compact: bool = False
+              ) -> Table:
+    """A row per GPU. `compact` (for 80 columns): shorter bars, whole GiB, the sparklines
+    cut to the bar's width, the model name left to the wide view; every reading stays."""
+    bar_w = 5 if compact else BAR_WIDTH
     t = Table(header_style="bold", expand=True, pad_edge=False)
-    t.add_column("GPU", no_wrap=True, max_width=16)
-    t.add_column("activity", no_wrap=True, min_width=BAR_WIDTH + 9)
-    t.add_column("memory used/total", no_wrap=True, min_width=BAR_WIDTH + 15)
-    t.add_column("power/limit", no_wrap=True, min_width=BAR_WIDTH + 10)
-    t.add_column("temp", no_wrap=True, min_width=11)
+    t.add_column("GPU", no_wrap=True, max_width=4 if compact else 16)
+    t.add_column("activity", no_wrap=True, min_width=bar_w + 9)
+    t.add_column("memory" if compact else "memory used/total", no_wrap=True,
+                 min_width=bar_w + (11 if compact else 15))
+    t.add_column("power" if compact else "power/limit", no_wrap=True, min_width=bar_w + 10)
+    t.add_column("temp", no_wrap=True, min_width=6 if compact else 11)
     t.add_column("status", ratio=1, overflow="fold")
     for g in sample.gpus:
         label = Text(str(g.index), style="bold red" if g.error else "bold")
-        if g.name:
+        if g.name and not compact:
             label.append("\n" + g.name.removeprefix("NVIDIA "),
                          style="red" if g.error else "")
         if g.error is not None:
@@ -191,8 +198,12 @@ def gpu_table(sample: Sample, history: Mapping[int, Sequence[GpuSample]],
             t.add_row(label, Text("error", style="red"), "", "", "", status)
             continue
         recent = list(history.get(g.index, ()))
-        t.add_row(label, activity_cell(g, recent), memory_cell(g), power_cell(g, recent),
-                  temperature_cell(g), status_cell(g, idle.get(g.index), xids))
+        if compact:
+            recent = recent[-(bar_w + 9):]
+        t.add_row(label, activity_cell(g, recent, bar_w),
+                  memory_cell(g, bar_w, 0 if compact else 1), power_cell(g, recent, bar_w),
+                  temperature_cell(g, 0 if compact else 5),
+                  status_cell(g, idle.get(g.index), xids))
     return t
 
 
@@ -235,11 +246,12 @@ def alerts_table(alerts: Sequence[Alert], now: datetime | None) -> RenderableTyp
         return Text("no active alerts", style="dim")
     t = Table(title="alerts", title_justify="left", header_style="bold", expand=True,
               pad_edge=False)
+    # The summary wraps (a sentence); the other cells are shown whole or stacked.
     t.add_column("alert", no_wrap=True)
     t.add_column("state", no_wrap=True)
     t.add_column("GPU", justify="right", no_wrap=True)
     t.add_column("value", justify="right", no_wrap=True)
-    t.add_column("since", no_wrap=True)
+    t.add_column("since")
     t.add_column("summary", ratio=1, overflow="fold")
     order = sorted(alerts, key=lambda a: (a.state != "firing", a.active_since, a.name))
     for a in order:
@@ -247,7 +259,7 @@ def alerts_table(alerts: Sequence[Alert], now: datetime | None) -> RenderableTyp
         t.add_row(Text(a.name), Text(a.state, style=style), a.labels.get("gpu", ""),
                   f"{a.value:g}", _ago(a.active_since, now),
                   Text(a.annotations.get("summary", "")))
-    return t
+    return Fit(t, turn=False)
 
 
 def idle_line(idle: Mapping[int, IdleState], price_per_gpu_hour: float | None,
@@ -288,7 +300,8 @@ def monitor_view(state: MonitorState,
     head.append(f"  every {sample.interval_s:g} s  {len(sample.gpus)} GPUs", style="dim")
     parts: list[RenderableType] = [head]
     if sample.gpus:
-        parts.append(gpu_table(sample, history, state.idle, state.xids))
+        parts.append(Fit(gpu_table(sample, history, state.idle, state.xids), alternatives=[
+            gpu_table(sample, history, state.idle, state.xids, compact=True)]))
     else:
         parts.append(Text("no GPUs in this sample", style="yellow"))
     parts += [processes_table(sample, max_processes), alerts_table(alerts, sample.time),
@@ -314,7 +327,7 @@ def sample_line(sample: Sample) -> str:
     return "  ".join(parts)
 
 
-def history_table(points: Sequence[HistoryPoint]) -> Table:
+def history_table(points: Sequence[HistoryPoint]) -> Fit:
     """Stored telemetry, a row per point (raw sample or 1-minute mean)."""
     t = Table(box=None, header_style="bold")
     for col in ("time", "host", "gpu", "res", "util %", "SM act %", "mem GB", "power W",
@@ -327,4 +340,4 @@ def history_table(points: Sequence[HistoryPoint]) -> Table:
                   _num(p.utilization_gpu_pct, ".0f"), _num(p.sm_activity_pct, ".0f"),
                   _num(mem, ".1f"), _num(p.power_w, ".0f"), _num(p.temperature_gpu_c, ".0f"),
                   _num(p.sm_clock_mhz, ".0f"), Text(events, style="red" if p.error else ""))
-    return t
+    return Fit(t, optional=("SM MHz", "res", "host"))

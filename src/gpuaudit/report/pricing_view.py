@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuaudit.model.pricing import IdleCost, JobComparison, PricePerformance, PriceRef, Tco
+from gpuaudit.report.layout import Fit
 
 _LABEL = {"on_demand": "on-demand", "reserved_1y": "reserved 1 y", "reserved_3y": "reserved 3 y",
           "spot": "spot"}
@@ -72,7 +73,7 @@ def job_view(c: JobComparison) -> RenderableType:
         table.add_row(_LABEL[o.name], money(d.price.price_per_hour, c.currency),  # type: ignore[union-attr]
                       hours(o.wall_hours), money(o.cost, c.currency), deadline, note,
                       style=style)
-    parts: list[RenderableType] = [head, table, Text(c.verdict, style="bold")]
+    parts: list[RenderableType] = [head, Fit(table), Text(c.verdict, style="bold")]
     for u in c.unpriced:
         parts.append(Text(f"{_LABEL[u.name]}: not priced ({u.reason})", style="dim"))
     if c.spot:
@@ -102,7 +103,7 @@ def tco_view(t: Tco) -> RenderableType:
     table.add_row("per GPU-hour, fully used", money(t.cost_per_gpu_hour_at_full_use, cur), "")
     table.add_row("per used GPU-hour", money(t.cost_per_used_gpu_hour, cur),
                   f"at {t.utilization:.0%} utilization", style="bold")
-    parts: list[RenderableType] = [table]
+    parts: list[RenderableType] = [Fit(table)]
     if t.rental_price_per_gpu_hour is not None and t.break_even_utilization is not None:
         be = t.break_even_utilization
         rent = money(t.rental_price_per_gpu_hour, cur)
@@ -129,7 +130,7 @@ def work_view(p: PricePerformance) -> RenderableType:
     ref = p.price
     head = Text(f"{ref.offer} ({ref.gpu_count} × {p.gpu_model}), {ref.kind.value.replace('_', '-')}"
                 f" {money(ref.price_per_hour, ref.currency)} per hour")
-    parts: list[RenderableType] = [head, table]
+    parts: list[RenderableType] = [head, Fit(table)]
     parts.extend(Text(n, style="yellow") for n in p.notes)
     parts.append(_source(ref))
     return Group(*parts)
@@ -150,5 +151,5 @@ def idle_view(c: IdleCost) -> RenderableType:
                    f"GPU-hour", style="bold")
     rule = Text(f"idle: activity (SM activity, else GPU utilization) under {c.threshold_pct:g} %;"
                 " readings missing or unreadable count as unknown, never idle", style="dim")
-    parts: list[RenderableType] = [table] if c.gpus else [Text("no telemetry in that range")]
+    parts: list[RenderableType] = [Fit(table)] if c.gpus else [Text("no telemetry in that range")]
     return Group(*parts, summary, rule, _source(source=c.price_source, price_date=c.price_date))

@@ -12,13 +12,28 @@ from rich.text import Text
 
 from gpuaudit.cost.pricing import mtbi_hours_from_rate
 from gpuaudit.model.recommendation import RecommendResult
+from gpuaudit.report.layout import Fit
 
 
 def _hours(h: float) -> str:
     return f"{h:,.1f} h" if h < 48 else f"{h / 24:,.1f} d"
 
 
-def ranked_table(result: RecommendResult) -> Table:
+def _gpus(r) -> str:
+    return (f"{r.nodes} × {r.offer.gpu_count} × {r.offer.gpu_model}" if r.nodes > 1
+            else f"{r.offer.gpu_count} × {r.offer.gpu_model}")
+
+
+def _memory(r) -> str:
+    mem = f"{r.memory_per_gpu_bytes / 1e9:.3g} GB" if r.memory_per_gpu_bytes else "n/a"
+    return mem + (f" ({r.sharding})" if r.sharding and r.sharding != "none" else "")
+
+
+def _rate(r) -> str:
+    return f"{r.rate:,.4g} {r.rate_unit}" + ("" if r.measured else " est.")
+
+
+def ranked_table(result: RecommendResult) -> Fit:
     cur = result.currency
     table = Table(title=f"Recommended offers ({cur})", title_justify="left")
     for name, justify in (("#", "right"), ("offer", "left"), ("GPUs", "left"),
@@ -27,14 +42,26 @@ def ranked_table(result: RecommendResult) -> Table:
                           ("memory/GPU", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in result.ranked:
-        gpus = f"{r.nodes} × {r.offer.gpu_count} × {r.offer.gpu_model}" if r.nodes > 1 else \
-            f"{r.offer.gpu_count} × {r.offer.gpu_model}"
-        mem = f"{r.memory_per_gpu_bytes / 1e9:.3g} GB" if r.memory_per_gpu_bytes else "n/a"
-        if r.sharding and r.sharding != "none":
-            mem += f" ({r.sharding})"
-        rate = f"{r.rate:,.4g} {r.rate_unit}" + ("" if r.measured else " est.")
-        table.add_row(str(r.rank), r.offer.key, gpus, r.pricing.label,
-                      f"{r.price_per_hour:,.2f}", _hours(r.hours), f"{r.cost:,.2f}", rate, mem)
+        table.add_row(str(r.rank), r.offer.key, _gpus(r), r.pricing.label,
+                      f"{r.price_per_hour:,.2f}", _hours(r.hours), f"{r.cost:,.2f}", _rate(r),
+                      _memory(r))
+    return Fit(table, alternatives=[_compact_ranked(result)], optional=("memory/GPU", "rate"))
+
+
+def _compact_ranked(result: RecommendResult) -> Table:
+    """For 80 columns: the offer, its GPUs and pricing in one cell (the key split at its
+    region); every figure whole beside it."""
+    cur = result.currency
+    table = Table(title=f"Recommended offers ({cur})", title_justify="left", show_lines=True)
+    for name, justify in (("#", "right"), ("offer", "left"), (f"{cur}/h", "right"),
+                          ("time", "right"), (f"cost {cur}", "right"), ("rate", "right"),
+                          ("memory/GPU", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in result.ranked:
+        name, at, region = r.offer.key.partition("@")
+        offer = "\n".join([name, *([f"@{region}"] if at else []), _gpus(r), r.pricing.label])
+        table.add_row(str(r.rank), offer, f"{r.price_per_hour:,.2f}", _hours(r.hours),
+                      f"{r.cost:,.2f}", _rate(r), _memory(r))
     return table
 
 
@@ -47,14 +74,14 @@ def reasons_text(result: RecommendResult) -> Text:
     return text
 
 
-def excluded_table(result: RecommendResult) -> Table:
+def excluded_table(result: RecommendResult) -> Fit:
     table = Table(title="Excluded (cheapest first)", title_justify="left")
     table.add_column("offer")
     table.add_column("GPUs")
     table.add_column("why not")
     for e in result.excluded:
         table.add_row(e.offer_key, f"{e.gpu_count} × {e.gpu_model}", f"{e.kind}: {e.reason}")
-    return table
+    return Fit(table)
 
 
 def recommend_view(result: RecommendResult) -> RenderableType:

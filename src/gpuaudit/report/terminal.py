@@ -9,10 +9,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from gpuaudit.model import Finding, Gpu, Machine, Measurement, Run, Severity
+from gpuaudit.model import Finding, Gpu, Machine, Measurement, Run, RunStatus, Severity
+from gpuaudit.parse import human_bytes
 from gpuaudit.report.format import NA, gib, num, ranges
+from gpuaudit.report.layout import Fit
 from gpuaudit.specs import GpuSpec, lookup
-from gpuaudit.units import human_bytes
 
 SEVERITY_STYLE = {Severity.PASS: "green", Severity.INFO: "cyan", Severity.WARN: "yellow",
                   Severity.FAIL: "bold red"}
@@ -56,7 +57,7 @@ def _pcie(g: Gpu) -> str:
     return now if now == best else f"{now} (max {best})"
 
 
-def gpu_table(m: Machine) -> Table:
+def gpu_table(m: Machine) -> Fit:
     t = Table(title="GPUs", title_justify="left", header_style="bold")
     for col in ("#", "model", "memory used/total", "PCIe now", "SM clock", "power",
                 "temp", "ECC", "NVLink", "util", "procs", "NUMA / CPUs"):
@@ -88,13 +89,13 @@ def gpu_table(m: Machine) -> Table:
             NA if g.processes is None else str(len(g.processes)),
             f"{num(g.numa_node)} / {affinity}",
         )
-    return t
+    return Fit(t, optional=("NUMA / CPUs", "procs", "util"))
 
 
 PEAK_COLUMNS = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
 
-def spec_table(specs: Sequence[GpuSpec]) -> Table:
+def spec_table(specs: Sequence[GpuSpec]) -> Fit:
     t = Table(title="Datasheet peaks (dense; TFLOP/s, int8 TOPS)", title_justify="left",
               header_style="bold")
     t.add_column("model")
@@ -108,10 +109,10 @@ def spec_table(specs: Sequence[GpuSpec]) -> Table:
         t.add_row(s.name, *peaks, f"{s.memory_gb:g} GB @ {s.memory_bandwidth_gbps:g} GB/s",
                   f"{s.nvlink_bandwidth_gbps:g} GB/s" if s.nvlink_bandwidth_gbps else "—",
                   f"{s.tdp_w:g} W")
-    return t
+    return Fit(t)  # at 80 columns: a block per model, every peak whole
 
 
-def topology_table(m: Machine) -> Table:
+def topology_table(m: Machine) -> Fit:
     """The GPU↔GPU matrix in nvidia-smi topo -m's notation, with peer access marked."""
     t = Table(title="Topology", title_justify="left", header_style="bold",
               caption="NV# = # NVLinks; PCIe paths: PIX one switch, PXB several switches, "
@@ -133,10 +134,10 @@ def topology_table(m: Machine) -> Table:
             cells.append(label + ("*" if link and link.p2p_read is False else ""))
         t.add_row(f"GPU{a.index}", *cells, num(a.numa_node),
                   ranges(a.cpu_affinity) if a.cpu_affinity else NA)
-    return t
+    return Fit(t)
 
 
-def unavailable_table(m: Machine) -> Table:
+def unavailable_table(m: Machine) -> Fit:
     """What could not be read, and why: the checks that depend on it were not made."""
     t = Table(title="Not readable here", title_justify="left", header_style="bold")
     t.add_column("GPU", justify="right")
@@ -148,10 +149,10 @@ def unavailable_table(m: Machine) -> Table:
             by_reason.setdefault(reason, []).append(fld)
         for reason, fields in sorted(by_reason.items()):
             t.add_row(str(g.index), escape(reason), ", ".join(fields))
-    return t
+    return Fit(t)
 
 
-def findings_table(findings: Iterable[Finding], *, show_pass: bool = False) -> Table:
+def findings_table(findings: Iterable[Finding], *, show_pass: bool = False) -> Fit:
     t = Table(title="Findings", title_justify="left", header_style="bold", show_lines=True)
     t.add_column("verdict")
     t.add_column("GPU", justify="right")
@@ -164,7 +165,7 @@ def findings_table(findings: Iterable[Finding], *, show_pass: bool = False) -> T
             continue
         t.add_row(severity_text(f.severity), "" if f.gpu_index is None else str(f.gpu_index),
                   f.code, escape(f.message), escape(f.advice or ""))
-    return t
+    return Fit(t, turn=False)
 
 
 def verdict_line(run: Run) -> Text:
@@ -178,12 +179,13 @@ def verdict_line(run: Run) -> Text:
     return text
 
 
-def inspect_view(run: Run, *, show_pass: bool = False) -> RenderableType:
+def machine_parts(run: Run, *, show_pass: bool = False) -> list[RenderableType]:
+    """The machine: host, GPUs, datasheet peaks, topology (and with --all what could not be
+    read)."""
     m = run.machine
-    parts: list[RenderableType] = []
     if m is None:
-        return verdict_line(run)
-    parts.append(host_view(m))
+        return []
+    parts: list[RenderableType] = [host_view(m)]
     if not m.gpus:
         parts.append(Text(f"\nNo NVIDIA GPU: {m.nvml_error or 'NVML reports none'}",
                           style="yellow"))
@@ -197,14 +199,25 @@ def inspect_view(run: Run, *, show_pass: bool = False) -> RenderableType:
             parts.append(topology_table(m))
     if show_pass and m.gpus:
         parts.append(unavailable_table(m))
+    return parts
+
+
+def findings_parts(run: Run, *, show_pass: bool = False) -> list[RenderableType]:
+    """The findings table (PASS only with --all) and the verdict: once per run."""
     shown = [f for f in run.findings if show_pass or f.severity is not Severity.PASS]
+    parts: list[RenderableType] = []
     if shown:
         parts.append(findings_table(run.findings, show_pass=show_pass))
     parts.append(verdict_line(run))
-    return Group(*parts)
+    return parts
 
 
-def runs_table(summaries: Sequence) -> Table:
+def inspect_view(run: Run, *, show_pass: bool = False) -> RenderableType:
+    return Group(*machine_parts(run, show_pass=show_pass),
+                 *findings_parts(run, show_pass=show_pass))
+
+
+def runs_table(summaries: Sequence) -> Fit:
     """Stored runs (store.RunSummary records), newest first."""
     t = Table(header_style="bold")
     # The id and time are what people copy: never cut them.
@@ -214,11 +227,12 @@ def runs_table(summaries: Sequence) -> Table:
         t.add_column(col)
     for s in summaries:
         verdict = severity_text(Severity(s.verdict))
-        if s.status != "complete":
-            verdict.append(f" ({s.status})", style="yellow")
+        status = RunStatus(s.status).value  # the word, not the enum's repr
+        if status != "complete":
+            verdict.append(f" ({status})", style="yellow")
         t.add_row(s.id, f"{s.started_at:%Y-%m-%d %H:%M:%S}", s.kind, s.hostname or NA,
                   s.gpu_summary or NA, verdict, f"{s.findings_fail}/{s.findings_warn}")
-    return t
+    return Fit(t, optional=("host",))
 
 
 def _brief_params(m: Measurement) -> str:
@@ -240,7 +254,7 @@ def _brief_params(m: Measurement) -> str:
     return " ".join(parts)
 
 
-def measurements_table(measurements: Sequence[Measurement], *, show_all: bool = False) -> Table:
+def measurements_table(measurements: Sequence[Measurement], *, show_all: bool = False) -> Fit:
     """Value, unit, spec, % of spec and spread for each figure; skipped ones with the reason.
     Per-size collective rows are left to --all: their peaks stand for them."""
     t = Table(title="Benchmarks", title_justify="left", header_style="bold")
@@ -266,10 +280,11 @@ def measurements_table(measurements: Sequence[Measurement], *, show_all: bool = 
         t.add_row(m.suite, m.name, gpu, f"{m.value:.4g} {m.unit}",
                   f"{m.spec_value:g}" if m.spec_value else "", pct, spread, _brief_params(m),
                   "; ".join(notes))
-    return t
+    return Fit(t, optional=("IQR",))
 
 
-def bench_view(run: Run, *, show_all: bool = False) -> RenderableType:
+def measurement_parts(run: Run, *, show_all: bool = False) -> list[RenderableType]:
+    """The micro-benchmark table and the workloads' view (train/infer), where there are any."""
     from gpuaudit.report.workloads_view import WORKLOAD_SUITES, workloads_view
 
     micro = [m for m in run.measurements if m.suite not in WORKLOAD_SUITES]
@@ -277,19 +292,21 @@ def bench_view(run: Run, *, show_all: bool = False) -> RenderableType:
     parts: list[RenderableType] = [measurements_table(micro, show_all=show_all)] if micro else []
     if work:
         parts.append(workloads_view(work))
-    problems = [f for f in run.findings if f.severity is not Severity.PASS]
-    if problems:
-        parts.append(findings_table(problems))
-    parts.append(verdict_line(run))
-    return Group(*parts)
+    return parts
+
+
+def bench_view(run: Run, *, show_all: bool = False) -> RenderableType:
+    return Group(*measurement_parts(run, show_all=show_all),
+                 *findings_parts(run, show_pass=False))
 
 
 def run_view(run: Run, *, show_all: bool = False) -> RenderableType:
-    """A whole run: the machine and its health, then the benchmarks where there are any."""
+    """A whole run: the machine, the benchmarks where there are any, then every finding
+    (health and benchmark) in one table and the verdict, once."""
     if not run.measurements:
         return inspect_view(run, show_pass=show_all)
     if run.kind == "bench":
         return bench_view(run, show_all=show_all)
-    health = run.model_copy(update={"findings": tuple(
-        f for f in run.findings if not f.code.startswith("bench."))})
-    return Group(inspect_view(health, show_pass=show_all), bench_view(run, show_all=show_all))
+    return Group(*machine_parts(run, show_pass=show_all),
+                 *measurement_parts(run, show_all=show_all),
+                 *findings_parts(run, show_pass=show_all))

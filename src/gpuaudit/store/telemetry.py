@@ -7,7 +7,6 @@ minute), so a day of 8 GPUs at 1 Hz (~700k rows) never passes through Python row
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -32,6 +31,7 @@ from sqlalchemy.sql.dml import Insert
 from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.model import GpuSample, Sample
 from gpuaudit.model.history import HistoryPoint, Resolution
+from gpuaudit.parse import time_point
 
 from .schema import MAX_READINGS, MEAN_READINGS, TELEMETRY_READINGS, UtcDateTime
 from .schema import telemetry_1m as rollups
@@ -68,35 +68,9 @@ def floor_minute(t: datetime) -> datetime:
     return as_utc(t).replace(second=0, microsecond=0)
 
 
-_DURATION = re.compile(r"(?:\d+(?:\.\d+)?[smhdw])+")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
 def parse_time(text: str, now: datetime | None = None) -> datetime:
-    """A `--since`/`--until` value as a UTC time: a duration back from `now` ('90s', '30m',
-    '1h', '2d', '1w', '1h30m'), 'now', or an ISO 8601 time ('2025-03-01T12:00:00Z',
-    '2025-03-01 14:00+02:00', '2025-03-01'). An ISO time without an offset is this machine's
-    local time, as a person typing it means. Anything else: a one-line BadInputError."""
-    s = text.strip().lower()
-    base = as_utc(now) if now is not None else datetime.now(timezone.utc)
-    try:
-        if s == "now":
-            return base
-        if _DURATION.fullmatch(s):
-            seconds = sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION_PART.findall(s))
-            return base - timedelta(seconds=seconds)
-        # Python 3.10's fromisoformat knows no "Z".
-        iso = text.strip()
-        iso = iso[:-1] + "+00:00" if iso[-1:] in ("Z", "z") else iso
-        parsed = datetime.fromisoformat(iso)
-        if parsed.tzinfo is None:
-            parsed = parsed.astimezone()  # local time
-        return parsed.astimezone(timezone.utc)
-    except (ValueError, OverflowError):
-        pass
-    raise BadInputError(f"bad time {text.strip()!r}: expected a duration back from now (30m, 1h,"
-                        " 2d, 1h30m) or an ISO time (2025-03-01T12:00:00Z)")
+    """A `--since`/`--until` value as a UTC time (the grammar: `gpuaudit.parse.time_point`)."""
+    return time_point(text, "bad time", now=now)
 
 
 # -- writing ----------------------------------------------------------------------------------

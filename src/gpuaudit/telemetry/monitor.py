@@ -159,10 +159,16 @@ def live_times(interval_s: float, stop: threading.Event, count: int | None = Non
             return
 
 
+# A replay paced "as recorded" waits at most this long between frames: a trace with a gap of
+# days (or a frame dated years ahead) is still replayed, and the log says where it was cut.
+MAX_REPLAY_PAUSE_S = 60.0
+
+
 def replay_times(replay: TraceReplay, stop: threading.Event, count: int | None = None,
-                 speed: float | None = None) -> Iterator[datetime]:
+                 speed: float | None = None,
+                 max_pause_s: float = MAX_REPLAY_PAUSE_S) -> Iterator[datetime]:
     """The trace's frame times; `speed` (e.g. 1.0 = as recorded) paces them for a demo,
-    None replays as fast as the ticks run."""
+    None replays as fast as the ticks run. No pause is longer than `max_pause_s`."""
     previous: datetime | None = None
     n = 0
     while not stop.is_set() and (count is None or n < count):
@@ -170,6 +176,10 @@ def replay_times(replay: TraceReplay, stop: threading.Event, count: int | None =
         if at is None:
             return
         pause = (at - previous).total_seconds() / speed if speed and previous else 0.0
+        if pause > max_pause_s:
+            log.warning("replay: frame at %s comes %.0f s after the previous one at this "
+                        "speed; waiting %g s instead", at.isoformat(), pause, max_pause_s)
+            pause = max_pause_s
         if pause > 0 and stop.wait(pause):
             return
         previous = at

@@ -491,9 +491,36 @@ def _binary(op: str, lhs: Node, rhs: Node, bool_mod: bool, on: tuple[str, ...] |
     return Binary(op, lhs, rhs, bool_mod, on, ignoring)
 
 
+# Deeper than any real rule; the evaluator walks the tree recursively, so a file of 10,000
+# nested parentheses must be refused here, in one line, not crash the monitor later.
+MAX_DEPTH = 100
+
+
 def parse_expr(text: str) -> Node:
-    """The syntax tree of a rule expression, or ExprError."""
-    return _Parser(text).parse()
+    """The syntax tree of a rule expression, or ExprError (also for nesting deeper than
+    MAX_DEPTH)."""
+    try:
+        node = _Parser(text).parse()
+    except RecursionError:
+        raise ExprError(f"expression nested too deeply (more than {MAX_DEPTH} levels)"
+                        ) from None
+    if _depth(node) > MAX_DEPTH:
+        raise ExprError(f"expression nested too deeply (more than {MAX_DEPTH} levels)")
+    return node
+
+
+def _depth(node: Node) -> int:
+    deepest, todo = 0, [(node, 1)]
+    while todo:
+        n, d = todo.pop()
+        deepest = max(deepest, d)
+        if isinstance(n, Call):
+            todo.extend((a, d + 1) for a in n.args)
+        elif isinstance(n, Neg):
+            todo.append((n.operand, d + 1))
+        elif isinstance(n, Binary):
+            todo += [(n.lhs, d + 1), (n.rhs, d + 1)]
+    return deepest
 
 
 def selectors(node: Node) -> Iterable[Selector]:

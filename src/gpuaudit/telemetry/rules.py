@@ -22,6 +22,7 @@ import yaml
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Alert
+from gpuaudit.parse import read_text
 
 from .metrics import Series, metric_names
 from .promql import (
@@ -253,6 +254,8 @@ def parse_rules(text: str, source: str = "<rules>") -> RuleSet:
     """A rule file's text → RuleSet; BadInputError "FILE:LINE: rule NAME: what is wrong"."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise BadInputError(f"{source}: YAML nested too deeply to read") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else 1
@@ -278,11 +281,7 @@ def parse_rules(text: str, source: str = "<rules>") -> RuleSet:
 
 def load_rules(path: Path | str) -> RuleSet:
     """Read and check a rule file; BadInputError names the file, line and rule."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInputError(f"cannot read rule file {path}: {exc}") from None
-    return parse_rules(text, str(path))
+    return parse_rules(read_text(path, "rule file"), str(path))
 
 
 def load_shipped_rules() -> RuleSet:

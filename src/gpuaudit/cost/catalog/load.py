@@ -6,6 +6,7 @@ the rest loads, because one typo in a 10,000-row file must not hide the other 9,
 
 from __future__ import annotations
 
+import csv
 import os
 from collections.abc import Sequence
 from importlib import resources
@@ -87,12 +88,25 @@ def read_catalog_file(path: str | os.PathLike[str], *, provider: str | None = No
         raise BadInputError(f"catalog {name}: not a text (UTF-8) CSV file") from None
     except OSError as exc:
         raise BadInputError(f"catalog {name}: cannot read: {exc.strerror or exc}") from None
+    if "\0" in text:
+        raise BadInputError(f"catalog {name}: a binary file, not a CSV file")
+    options = ReadOptions(provider=provider, include_local_zones=include_local_zones)
+    try:
+        return _read_text(name, p, text, options)
+    except csv.Error as exc:  # a field over csv's size limit, a stray quote at the end
+        raise BadInputError(f"catalog {name}: not a readable CSV file: {exc}") from None
+
+
+def _read_text(name: str, p: Path, text: str, options: ReadOptions) -> Catalog:
     rows = csv_rows(text)
     header_line, header = next(rows, (0, []))
     if not header:
         raise BadInputError(f"catalog {name}: empty (no header row)")
     fields = [h.strip() for h in header]
-    options = ReadOptions(provider=provider, include_local_zones=include_local_zones)
+    twice = sorted({f for f in fields if f and fields.count(f) > 1})
+    if twice:  # read as a dict, the last of them would win silently
+        raise BadInputError(f"catalog {name}:{header_line}: column(s) {', '.join(twice)} "
+                            "given twice in the header")
     for fmt in FORMATS:
         if fmt.matches(set(fields)):
             return fmt.read(Table(name, p, header_line, fields, rows), options)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuaudit import parse
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.cost import Offer
 
@@ -12,13 +13,9 @@ from gpuaudit.model.cost import Offer
 PRICE_FIELDS = ("on_demand_price_per_hour", "spot_price_per_hour",
                 "reserved_1y_price_per_hour", "reserved_3y_price_per_hour")
 
-# ISO 4217 codes a GPU price list is plausibly quoted in. A code outside this set is far more
-# often a typo ("UDS") or a symbol ("$") than a real currency, so validation calls it an error.
-ISO_CURRENCIES: frozenset[str] = frozenset({
-    "USD", "EUR", "GBP", "CNY", "JPY", "KRW", "INR", "SGD", "HKD", "TWD", "AUD", "CAD", "CHF",
-    "SEK", "NOK", "DKK", "PLN", "CZK", "BRL", "MXN", "ZAR", "AED", "SAR", "ILS", "NZD", "RUB",
-    "TRY", "IDR", "THB", "MYR", "VND", "PHP",
-})
+# ISO 4217 codes a GPU price list is plausibly quoted in: the same set the command line takes
+# (gpuaudit.parse); outside it, a code is far more often a typo ("UDS") or a symbol ("$").
+ISO_CURRENCIES: frozenset[str] = parse.ISO_CURRENCIES
 
 # Values catalogs use when a price is unknown: SkyPilot writes 0.0 (GCP a4 hosts) and 700.0
 # (unavailable TPU regions), a Mithril fetcher produced 0.01, hand-made sheets use 9999.

@@ -4,12 +4,12 @@ constraints (deadline, budget, currency, order), and the parsing of the quantiti
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from gpuaudit import parse
 from gpuaudit.cost.memory_fit import Checkpointing
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.run import Run
@@ -18,36 +18,17 @@ from gpuaudit.specs.catalog import PRECISIONS, SpecCatalog
 
 TRAIN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
-# --- parsing ---------------------------------------------------------------------------------
-
-_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
-_QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*$",
-                       re.IGNORECASE)
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h|d|w)?\s*$", re.IGNORECASE)
-_DURATION_HOURS = {"s": 1 / 3600, "m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0, "w": 168.0}
+# --- parsing (the one grammar, gpuaudit.parse; these names are kept for library users) ----
 
 
 def parse_quantity(text: str, what: str = "value") -> float:
     """'7B' → 7e9, '1.3B', '125M', '1T', '300B', '70k', '2e9'; more than zero."""
-    m = _QUANTITY.match(str(text))
-    if not m:
-        raise BadInputError(f"{what} {text!r}: expected a number with an optional K, M, B or T "
-                            "suffix, e.g. 7B, 125M, 1T")
-    value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
-    if not value > 0 or math.isinf(value):
-        raise BadInputError(f"{what} {text!r}: must be more than zero")
-    return value
+    return parse.count(text, what, whole=False)
 
 
 def parse_hours(text: str, what: str = "duration") -> float:
-    """'14d' → 336, '36h', '90m', '2w'; a bare number is hours. More than zero."""
-    m = _DURATION.match(str(text))
-    if not m:
-        raise BadInputError(f"{what} {text!r}: expected a duration like 36h, 14d, 2w")
-    value = float(m.group(1)) * _DURATION_HOURS[(m.group(2) or "h").lower()]
-    if value <= 0:
-        raise BadInputError(f"{what} {text!r}: must be more than zero")
-    return value
+    """'14d' → 336, '36h', '90m', '2w'; a bare number is hours here. More than zero."""
+    return parse.duration_s(text, what, bare_unit="h") / 3600
 
 
 def check_precision(precision: str, allowed: Sequence[str] = TRAIN_PRECISIONS) -> str:
