@@ -309,6 +309,8 @@ from gpuaudit.cli.doctor import DOCTOR_CONTEXT, doctor  # noqa: E402
 from gpuaudit.cli.monitor import monitor_app  # noqa: E402
 from gpuaudit.cli.recommend import recommend_app  # noqa: E402
 from gpuaudit.cli.tune import tune  # noqa: E402
+from gpuaudit.cli.report import compare_cmd, report_cmd  # noqa: E402
+from gpuaudit.cli.serve import serve_cmd  # noqa: E402
 
 app.add_typer(monitor_app, name="monitor")
 app.add_typer(cost_app, name="cost")
@@ -316,6 +318,9 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(recommend_app, name="recommend")
 app.command("doctor", context_settings=DOCTOR_CONTEXT)(doctor)
 app.command("tune")(tune)
+app.command("report")(report_cmd)
+app.command("compare")(compare_cmd)
+app.command("serve")(serve_cmd)
 
 
 def main() -> None:
