@@ -16,6 +16,8 @@ from gpuaudit.report.sections import Chart, Roofline
 # first, then plotly's defaults.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
            "#000000", "#636EFA", "#EF553B", "#00CC96", "#AB63FA")
+RATE_SCALE = [[0.0, "#f7fbff"], [0.5, "#6baed6"], [1.0, "#08306b"]]
+LATENCY_SCALE = [[0.0, "#fff5eb"], [0.5, "#fd8d3c"], [1.0, "#7f2704"]]
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
 
 
@@ -35,9 +37,9 @@ def plotly_version() -> str:
 
 def _layout(chart: Chart, **extra: Any) -> dict[str, Any]:
     layout: dict[str, Any] = {
-        "margin": {"l": 60, "r": 16, "t": 12, "b": 48},
+        "margin": {"l": 60, "r": 16, "t": 8, "b": 48},
         "font": {"family": FONT, "size": 12},
-        "legend": {"orientation": "h", "y": -0.22, "x": 0},
+        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
         "xaxis": {"title": {"text": chart.x_title}, "type": "log" if chart.log_x else "-",
                   "automargin": True},
         "yaxis": {"title": {"text": chart.y_title}, "type": "log" if chart.log_y else "-",
@@ -111,11 +113,13 @@ def figure(chart: Chart) -> dict[str, Any]:
         return {"data": traces, "layout": _layout(chart, **extra)}
     if chart.kind == "heatmap" and chart.matrix is not None:
         mx = chart.matrix
+        zs = [v for row in mx.values for v in row if v is not None and math.isfinite(v)]
         trace = {"type": "heatmap", "x": list(mx.cols), "y": list(mx.rows),
                  "z": [list(r) for r in mx.values], "text": [list(r) for r in mx.texts],
-                 "texttemplate": "%{text}", "hoverongaps": False, "zmin": 0,
-                 # Darker is more bandwidth (or, for a latency, more time: worse).
-                 "colorscale": "Oranges" if mx.unit in ("us", "ms", "ns") else "Blues",
+                 "texttemplate": "%{text}", "hoverongaps": False,
+                 "zauto": False, "zmin": 0, "zmax": max(zs) if zs else 1,
+                 # From zero, darker is more: bandwidth (blue) or, for a latency, time (orange).
+                 "colorscale": LATENCY_SCALE if mx.unit in ("us", "ms", "ns") else RATE_SCALE,
                  "colorbar": {"title": {"text": mx.unit}, "thickness": 12},
                  "hovertemplate": "%{y} → %{x}: %{z:.4g} " + mx.unit + "<extra></extra>"}
         layout = _layout(chart, yaxis={"autorange": "reversed", "automargin": True,
