@@ -114,7 +114,7 @@ def _check_outputs(html: Path | None, md: Path | None, json_: bool) -> None:
 
     if html is None and md is None:
         raise BadInputError("say where to write the report: --html FILE and/or --md FILE")
-    if str(html) == "-" and (str(md) == "-" or json_) or (str(md) == "-" and json_):
+    if (str(html) == "-" and (str(md) == "-" or json_)) or (str(md) == "-" and json_):
         raise BadInputError("only one of --html -, --md - and --json can use stdout")
     for p in (html, md):
         if p is not None and str(p) != "-":

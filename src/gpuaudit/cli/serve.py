@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuaudit.errors import BadInputError
+from gpuaudit.errors import BadInputError, GpuauditError
 
 DEFAULT_PORT = 8765
 # Addresses that need no token: this machine only.
@@ -82,12 +82,15 @@ def serve_cmd(
 
     Binds 127.0.0.1 by default. Stop with Ctrl-C.
     """
-    import uvicorn
-
-    from gpuaudit.web.app import LOCAL_HOSTS, create_app
-    from gpuaudit.web.live import nvml_feed, replay_feed
-
     check_bind(host, token)
+    try:
+        import uvicorn
+
+        from gpuaudit.web.app import LOCAL_HOSTS, create_app
+        from gpuaudit.web.live import nvml_feed, replay_feed
+    except ImportError as exc:
+        raise GpuauditError(f"gpuaudit serve needs {exc.name}: pip install 'gpuaudit[web]'"
+                            ) from None
     interval_s = _seconds(interval)
     feed: Any = None
     if replay is not None:

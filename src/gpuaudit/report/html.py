@@ -8,9 +8,9 @@ with plotly.js served once from its own /static/ path instead.
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
 import os
 import tempfile
+from collections import defaultdict
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -25,7 +25,7 @@ from gpuaudit.model import Run, Severity
 from gpuaudit.model.history import HistoryPoint
 from gpuaudit.model.pricing import PricePerformance
 from gpuaudit.report.charts import figure_json, plotly_js
-from gpuaudit.report.sections import Chart, Matrix, Report, Series, build_report
+from gpuaudit.report.sections import Chart, Matrix, Series, build_report
 
 TEMPLATES = Path(__file__).parent / "templates"
 # Telemetry a little before and after the run still shows what the GPUs did around it.

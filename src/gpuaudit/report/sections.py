@@ -260,7 +260,8 @@ def bench_row(m: Measurement) -> BenchRow:
     noisy = any(n.startswith("noisy") for n in m.notes)
     return BenchRow(m.suite, m.name, gpu, f"{fmt(m.value)} {m.unit}",
                     fmt(m.spec_value) if m.spec_value else "", m.pct_of_spec, spread,
-                    spread_pct, m.spread_kind or "", at, "; ".join(m.notes), False, m.verified is False, noisy)
+                    spread_pct, m.spread_kind or "", at, "; ".join(m.notes), False,
+                    m.verified is False, noisy)
 
 
 def _is_per_size(m: Measurement) -> bool:

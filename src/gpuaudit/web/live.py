@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from gpuaudit.errors import BadInputError
 from gpuaudit.hw.telemetry import Sampler, TraceReplay
 from gpuaudit.model import GpuSample
 
@@ -29,8 +30,11 @@ class LoopingReplay:
         self.trace, self.loop = trace, loop
         self._current = TraceReplay(trace)
         self.meta = self._current.meta
-        times = [datetime.fromisoformat(f["time"]) for f in trace["frames"] if "time" in f]
-        step = timedelta(seconds=float(trace.get("interval_s") or 1.0))
+        try:
+            times = [datetime.fromisoformat(f["time"]) for f in trace["frames"]]
+            step = timedelta(seconds=float(trace.get("interval_s") or 1.0))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadInputError(f"telemetry trace: bad frame time ({exc})") from None
         self._span = (max(times) - min(times) + step) if times else step
         self._lap = 0
 
