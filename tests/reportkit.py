@@ -60,9 +60,11 @@ def contended(run: Run) -> Run:
 def replayed_samples(trace: str, start: datetime) -> list:
     """A real telemetry trace's samples through the real sampler, re-timed to begin at `start`
     (the recordings were made beside, not during, the recorded runs)."""
+    import json
+
     from tests.telemetry_traces import replay
 
-    samples = replay(trace)
+    samples = replay(json.loads((FIXTURES / "telemetry-real" / f"{trace}.json").read_text()))
     t0 = samples[0].time
     return [s.model_copy(update={"time": start + (s.time - t0) + timedelta(seconds=1)})
             for s in samples]

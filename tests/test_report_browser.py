@@ -34,7 +34,7 @@ from tests.reportkit import (
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).parent.parent
 TOKEN = "browser-test-token-0123456789abcdef"
-TRACE = FIXTURES / "telemetry" / "h200-2gpu-ddp-real.json"
+TRACE = FIXTURES / "telemetry-real" / "h200-2gpu-ddp-lm-bf16.json"
 PHONE = {"width": 390, "height": 844}  # an iPhone 12-15's CSS pixels
 
 
@@ -121,7 +121,7 @@ def test_report_with_telemetry_and_caveats(page, tmp_path):
                            tensor_activity_pct=g.tensor_activity_pct,
                            utilization_gpu_pct=g.utilization_gpu_pct,
                            temperature_gpu_c=g.temperature_gpu_c)
-              for s in replayed_samples("h200-1gpu-matmul-real", run.started_at)
+              for s in replayed_samples("h200-1gpu-matmul", run.started_at)
               for g in s.gpus]
     path = tmp_path / "report.html"
     path.write_text(render_run_html(run, telemetry=points))

@@ -26,7 +26,7 @@ def stored(tmp_path: Path) -> tuple[str, dict[str, str]]:
         for name in (ONE_GPU, TWO_GPU):
             run = load(name)
             ids[name] = store.save(run)
-        for sample in replayed_samples("h200-1gpu-matmul-real", load(ONE_GPU).started_at):
+        for sample in replayed_samples("h200-1gpu-matmul", load(ONE_GPU).started_at):
             store.save_sample(sample)
     return url, ids
 
