@@ -64,7 +64,7 @@ def replayed_samples(trace: str, start: datetime) -> list:
 
     from tests.telemetry_traces import replay
 
-    samples = replay(json.loads((FIXTURES / "telemetry-real" / f"{trace}.json").read_text()))
+    samples = replay(json.loads((FIXTURES / "telemetry" / "real" / f"{trace}.json").read_text()))
     t0 = samples[0].time
     return [s.model_copy(update={"time": start + (s.time - t0) + timedelta(seconds=1)})
             for s in samples]

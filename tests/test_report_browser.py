@@ -34,7 +34,7 @@ from tests.reportkit import (
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).parent.parent
 TOKEN = "browser-test-token-0123456789abcdef"
-TRACE = FIXTURES / "telemetry-real" / "h200-2gpu-ddp-lm-bf16.json"
+TRACE = FIXTURES / "telemetry" / "real" / "ddp-2gpu-lm-bf16.json"
 PHONE = {"width": 390, "height": 844}  # an iPhone 12-15's CSS pixels
 
 

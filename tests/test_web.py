@@ -15,7 +15,7 @@ from tests.test_cli import assert_one_line_error, gpuaudit
 
 TestClient = pytest.importorskip("starlette.testclient").TestClient
 TOKEN = "t0ken-for-the-tests-0123456789"
-TRACE = FIXTURES / "telemetry-real" / "h200-2gpu-ddp-lm-bf16.json"
+TRACE = FIXTURES / "telemetry" / "real" / "ddp-2gpu-lm-bf16.json"
 
 
 @pytest.fixture
