@@ -68,6 +68,21 @@ def test_report_from_a_file_and_markdown_on_stdout(tmp_path):
     assert "bench.straggler" in proc.stdout
 
 
+def test_report_with_a_doctor_document(tmp_path):
+    from tests.test_report_html import diagnosis
+
+    doc = tmp_path / "diag.json"
+    doc.write_text(diagnosis().model_dump_json())
+    html = tmp_path / "r.html"
+    proc = gpuaudit("report", str(RUNS / f"{ONE_GPU}.json"), "--html", str(html), "--doctor",
+                    str(doc))
+    assert proc.returncode == 0, proc.stderr
+    assert 'id="bottlenecks"' in html.read_text()
+    doc.write_text('{"kind": "doctor", "schema_version": 1}')
+    assert_one_line_error(gpuaudit("report", str(RUNS / f"{ONE_GPU}.json"), "--html",
+                                   str(html), "--doctor", str(doc)), "does not match the schema")
+
+
 def test_report_with_a_price(tmp_path):
     html = tmp_path / "r.html"
     proc = gpuaudit("report", str(RUNS / f"{ONE_GPU}.json"), "--html", str(html),

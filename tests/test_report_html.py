@@ -108,44 +108,77 @@ def test_text_from_tools_is_escaped():
 
 
 def _workload_run():
-    """Training and inference figures as `bench train|infer` (issue 11) records them."""
+    """Training and inference figures named and parametrised as `bench train|infer` write
+    them (workloads/records.py, suite_infer.py, server.py)."""
     base = load(ONE_GPU)
     figures = []
-    for prec, rate in (("fp32", 90_000.0), ("tf32", 210_000.0), ("bf16", 520_000.0)):
-        figures.append(measure("train", "tokens_per_s", "tokens/s", [rate] * 5, warmup=2,
-                               params={"model": "gpt-124m", "precision": prec}))
-    for batch, p50 in ((1, 0.9), (8, 1.6), (64, 6.0), (256, 17.0)):
-        for name, f in (("latency_p50", 1.0), ("latency_p99", 1.3)):
-            figures.append(measure("infer", name, "ms", [p50 * f] * 5, warmup=2,
-                                   params={"model": "resnet50", "precision": "bf16",
-                                           "batch_size": batch}))
-    figures.append(measure("infer", "max_qps_at_slo", "QPS", [4200.0] * 3, warmup=0,
-                           params={"model": "resnet50", "slo_ms": 10}))
+    for mode, prec, rate in (("fp32", "fp32", 90.0), ("tf32", "tf32", 210.0),
+                             ("amp_bf16+compile", "bf16", 520.0)):
+        params = {"model": "gpt-124m", "mode": mode, "precision": prec, "batch": 32}
+        figures.append(measure("train", f"gpt-124m/{mode}/throughput", "samples/s",
+                               [rate] * 5, warmup=2, gpu_index=0, params=params))
+        figures.append(measure("train", f"gpt-124m/{mode}/tokens", "tokens/s",
+                               [rate * 1024] * 5, warmup=2, gpu_index=0, params=params))
+    figures.append(measure("train", "gpt-124m/ddp/n2/throughput", "samples/s", [1000.0] * 3,
+                           warmup=1, params={"model": "gpt-124m", "gpus": 2}))
+    for mode in ("eager", "cudagraph"):
+        for batch, p50 in ((1, 0.9), (8, 1.6), (64, 6.0), (256, 17.0)):
+            p50 = p50 * (0.5 if mode == "cudagraph" and batch == 1 else 1.0)
+            figures.append(measure(
+                "infer", f"resnet50/bf16/{mode}/b{batch}/latency", "ms", [p50] * 5, warmup=3,
+                gpu_index=0, params={"model": "resnet50", "precision": "bf16", "mode": mode,
+                                     "batch": batch, "p50_ms": p50, "p99_ms": p50 * 1.3}))
+    figures.append(measure("infer", "resnet50/bf16/serve/max_qps", "QPS", [4200.0],
+                           warmup=0, gpu_index=0, params={"model": "resnet50", "slo_ms": 10.0}))
     return base.model_copy(update={"measurements": (*base.measurements, *figures)})
 
 
 def test_workload_sections_appear_when_present():
     html = render_run_html(_workload_run())
     charts = charts_of(html)
-    assert charts["train-0"] == 1 and charts["infer-0"] == 2
+    # samples/s and tokens/s per model; eager and cudagraph, p50 and p99 each.
+    assert charts["train-0"] == 1 and charts["train-1"] == 1 and charts["infer-0"] == 4
     assert 'id="training"' in html and 'id="inference"' in html
-    assert "max_qps_at_slo" in html[html.index('id="inference"'):]
+    assert "resnet50/bf16/serve/max_qps" in html[html.index('id="inference"'):]
     report = build_report(_workload_run())
-    bars = figure(report.section("train")[0])["data"][0]
-    assert bars["x"] == ["fp32", "tf32", "bf16"] and bars["y"] == [90_000.0, 210_000.0,
-                                                                     520_000.0]
+    bars = figure(report.section("train")[0])["data"][0]  # samples/s (sorted before tokens/s)
+    assert bars["x"] == ["fp32", "tf32", "amp_bf16+compile"] and bars["y"] == [90.0, 210.0,
+                                                                                520.0]
+    lines = {t["name"]: t for t in figure(report.section("infer")[0])["data"]}
+    assert lines["cudagraph p50"]["x"] == [1, 8, 64, 256]
+    assert lines["cudagraph p50"]["y"][0] == pytest.approx(0.45)
+    assert lines["eager p99"]["y"][-1] == pytest.approx(17.0 * 1.3)
+    assert lines["eager p99"]["line"]["dash"] == "dash"
 
 
-def test_doctor_section_appears_with_its_findings():
+def diagnosis():
+    from datetime import datetime, timezone
+
+    from gpuaudit.model.diagnosis import Bottleneck, Change, Diagnosis, Observation
+
+    return Diagnosis(
+        command=("python", "train.py"), pid=4242, exit_code=0,
+        started_at=datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc), duration_s=20.0,
+        gpus=(0,), findings=(Bottleneck(
+            code="input-bound", title="the GPU waits for data", severity=Severity.WARN,
+            share=0.62, confidence="high", message="SM activity 0 % in 62 % of the samples "
+            "while the loader workers are busy", gpu_index=0,
+            evidence=(Observation(name="sm_activity_pct", value=0.0, unit="%",
+                                  source="NVML GPM"),)),),
+        changes=(Change(rank=1, finding="input-bound", action="more DataLoader workers",
+                        settings="DataLoader(num_workers=8, pin_memory=True)", gain_low=1.8,
+                        gain_high=2.5),))
+
+
+def test_diagnosis_section_appears_with_a_doctor_document():
     run = load(ONE_GPU)
-    html = render_run_html(run)
-    assert 'id="diagnosis"' not in html
-    diag = Finding(code="doctor.input-bound", severity=Severity.WARN,
-                   message="the GPU waits for data 62% of the time",
-                   advice="more DataLoader workers; pin_memory=True")
-    html = render_run_html(run.model_copy(update={"kind": "doctor", "findings": (diag,)}))
+    assert 'id="diagnosis"' not in render_run_html(run)
+    html = render_run_html(run, diagnosis=diagnosis())
     section = html[html.index('id="diagnosis"'):]
-    assert "doctor.input-bound" in section and "pin_memory=True" in section
+    assert "input-bound" in section and "62%" in section
+    assert "DataLoader(num_workers=8, pin_memory=True)" in section and "1.8–2.5× faster" in section
+    md = render_run_markdown(run, diagnosis=diagnosis())
+    assert "- **WARN `input-bound`** (62% of the time, high confidence)" in md
 
 
 def test_telemetry_section_from_history_points():

@@ -308,9 +308,9 @@ from gpuaudit.cli.cost import cost_app  # noqa: E402
 from gpuaudit.cli.doctor import DOCTOR_CONTEXT, doctor  # noqa: E402
 from gpuaudit.cli.monitor import monitor_app  # noqa: E402
 from gpuaudit.cli.recommend import recommend_app  # noqa: E402
-from gpuaudit.cli.tune import tune  # noqa: E402
 from gpuaudit.cli.report import compare_cmd, report_cmd  # noqa: E402
 from gpuaudit.cli.serve import serve_cmd  # noqa: E402
+from gpuaudit.cli.tune import tune  # noqa: E402
 
 app.add_typer(monitor_app, name="monitor")
 app.add_typer(cost_app, name="cost")

@@ -135,6 +135,9 @@ def report_cmd(
     price_per_gpu_hour: Annotated[float | None, typer.Option(
         min=0, help="Or: the price of one GPU-hour (× the run's GPUs).")] = None,
     currency: Annotated[str, typer.Option(help="Currency of --price-per-gpu-hour.")] = "USD",
+    doctor: Annotated[Path | None, typer.Option(
+        "--doctor", metavar="FILE", help="Add a diagnosis (`gpuaudit doctor --save FILE`).",
+        dir_okay=False)] = None,
     telemetry: Annotated[bool, typer.Option(
         "--telemetry/--no-telemetry", help="Show the telemetry the monitor stored during "
                                            "the run.")] = True,
@@ -142,25 +145,28 @@ def report_cmd(
     db: DbOpt = None,
 ) -> None:
     """A page people look at: machine, findings, benchmarks with % of spec, roofline,
-    transfers, collectives, workloads, telemetry and cost where the run has them.
+    transfers, collectives, workloads, telemetry, cost and a diagnosis where there are some.
 
     The HTML file is self-contained (charts included) and opens offline. Reading only: the
     store is not changed.
     """
     from gpuaudit.model import SCHEMA_VERSION
-    from gpuaudit.report.html import render_run_html, render_run_markdown
+    from gpuaudit.report.html import load_diagnosis, render_run_html, render_run_markdown
 
     _check_outputs(html, md, json_)
+    diagnosis = load_diagnosis(doctor) if doctor is not None else None
     (run,), from_store = load_runs([run_ref], db)
     points = run_telemetry(run, db) if telemetry and (from_store or db) else []
     cost = _price(run, instance, catalog, price_kind, price_per_gpu_hour, currency)
     written = []
     if html is not None:
         written.append(_emit(html, render_run_html(run, telemetry=points, cost=cost,
+                                                   diagnosis=diagnosis,
                                                    telemetry_checked=telemetry
                                                    and bool(from_store or db))))
     if md is not None:
-        written.append(_emit(md, render_run_markdown(run, telemetry=points, cost=cost)))
+        written.append(_emit(md, render_run_markdown(run, telemetry=points, cost=cost,
+                                                       diagnosis=diagnosis)))
     if json_:
         sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "report",
                                      "run": run.id, "files": written,

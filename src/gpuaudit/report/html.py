@@ -22,6 +22,7 @@ from markupsafe import Markup
 from gpuaudit.compare import Comparison, FigureChange
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Run, Severity
+from gpuaudit.model.diagnosis import Diagnosis
 from gpuaudit.model.history import HistoryPoint
 from gpuaudit.model.pricing import PricePerformance
 from gpuaudit.report.charts import figure_json, plotly_js
@@ -94,10 +95,11 @@ def _css() -> Markup:
 
 
 def render_run_html(run: Run, *, telemetry: Sequence[HistoryPoint] = (),
-                    cost: PricePerformance | None = None, plotly_src: str | None = None,
+                    cost: PricePerformance | None = None, diagnosis: Diagnosis | None = None,
+                    plotly_src: str | None = None,
                     nav: Sequence[tuple[str, str]] = (), template_dirs: tuple[str, ...] = (),
                     telemetry_checked: bool = True) -> str:
-    report = build_report(run, telemetry=telemetry, cost=cost)
+    report = build_report(run, telemetry=telemetry, cost=cost, diagnosis=diagnosis)
     if not telemetry:
         report.telemetry_note = (
             "No telemetry was recorded on this host during the run. Run `gpuaudit monitor` "
@@ -110,6 +112,34 @@ def render_run_html(run: Run, *, telemetry: Sequence[HistoryPoint] = (),
         css=_css(), nav=nav, **_plotly(plotly_src))
 
 
+def load_diagnosis(path: Path) -> Diagnosis:
+    """A `gpuaudit doctor --save FILE` document, or a one-line error."""
+    import json
+
+    from pydantic import ValidationError
+
+    from gpuaudit.model.base import SCHEMA_VERSION
+    from gpuaudit.model.schema import describe_validation_error
+
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise BadInputError(f"no diagnosis file {path}") from None
+    except (OSError, ValueError) as exc:
+        raise BadInputError(f"cannot read diagnosis {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("kind") != "doctor":
+        raise BadInputError(f"{path} is not a `gpuaudit doctor --save` document")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise BadInputError(f"{path} has schema_version {version}; this gpuaudit reads up to "
+                            f"{SCHEMA_VERSION}")
+    try:
+        return Diagnosis.model_validate(data)
+    except ValidationError as exc:
+        raise BadInputError(f"{path} does not match the schema: "
+                            f"{describe_validation_error(exc)}") from None
+
+
 def run_telemetry(store: Any, run: Run) -> list[HistoryPoint]:
     """What the monitor kept in `store` (a gpuaudit Store) for the run's host while it ran."""
     if run.machine is None:
@@ -120,8 +150,9 @@ def run_telemetry(store: Any, run: Run) -> list[HistoryPoint]:
 
 
 def render_run_markdown(run: Run, *, telemetry: Sequence[HistoryPoint] = (),
-                        cost: PricePerformance | None = None) -> str:
-    report = build_report(run, telemetry=telemetry, cost=cost)
+                        cost: PricePerformance | None = None,
+                        diagnosis: Diagnosis | None = None) -> str:
+    report = build_report(run, telemetry=telemetry, cost=cost, diagnosis=diagnosis)
     return markdown_environment().get_template("run.md.j2").render(
         r=report, matrix_rows=_matrix_rows, summary=_series_summary)
 

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from gpuaudit.compare import caveats, figure_label
 from gpuaudit.model import Finding, Machine, Measurement, Run, Severity
+from gpuaudit.model.diagnosis import Diagnosis
 from gpuaudit.model.history import HistoryPoint
 from gpuaudit.model.pricing import PricePerformance
 from gpuaudit.report.format import NA, gib, ranges
@@ -155,7 +156,7 @@ class Report:
     passed: list[Finding]
     bench_rows: list[BenchRow]
     charts: dict[str, list[Chart]] = field(default_factory=dict)  # section → charts
-    doctor: list[Finding] = field(default_factory=list)
+    diagnosis: Diagnosis | None = None
     qps_rows: list[BenchRow] = field(default_factory=list)
     cost: PricePerformance | None = None
     telemetry_note: str | None = None
@@ -401,61 +402,75 @@ def p2p_matrices(run: Run) -> list[Matrix]:
     return out
 
 
-# -- workloads, doctor ------------------------------------------------------------------------
+# -- workloads ------------------------------------------------------------------------
 
 
 def _workload_label(m: Measurement) -> str:
     p = m.params
-    return " ".join(str(p[k]) for k in ("precision", "mode", "compile") if p.get(k) is not None
-                    ) or m.name
+    return str(p.get("mode") or p.get("precision") or m.name.rsplit("/", 2)[-2])
 
 
 def train_charts(run: Run) -> list[Chart]:
+    """Per model, the one-GPU training rate of each mode (precision, compile, ...): bench
+    train's `<model>/<mode>/throughput` (samples/s) and `/tokens` (tokens/s) figures."""
     groups: dict[tuple[str, str], list[Measurement]] = defaultdict(list)
     for m in run.measurements:
-        if m.suite == "train" and m.value is not None and m.unit.endswith("/s"):
-            groups[(str(m.params.get("model") or "model"), m.unit)].append(m)
+        if m.suite != "train" or m.value is None or "/ddp/" in m.name \
+                or not m.name.endswith(("/throughput", "/tokens")):
+            continue
+        model = str(m.params.get("model") or m.name.split("/")[0])
+        groups[(model, m.unit)].append(m)
     charts = []
     for i, ((model, unit), ms) in enumerate(sorted(groups.items())):
-        series = [Series(model, tuple(_workload_label(m) for m in ms),
-                         tuple(m.value for m in ms))]
-        charts.append(Chart(f"train-{i}", f"Training throughput: {model}", "bars",
-                            tuple(series), x_title="precision / mode", y_title=unit))
+        by_gpu: dict[int | None, list[Measurement]] = defaultdict(list)
+        for m in ms:
+            by_gpu[m.gpu_index].append(m)
+        series = tuple(Series(model if len(by_gpu) == 1 else f"{model} GPU{g}",
+                              tuple(_workload_label(m) for m in gms),
+                              tuple(m.value for m in gms))
+                       for g, gms in sorted(by_gpu.items(), key=lambda kv: kv[0] or 0))
+        charts.append(Chart(f"train-{i}", f"Training throughput: {model} ({unit})", "bars",
+                            series, x_title="mode", y_title=unit))
     return charts
 
 
 def infer_charts(run: Run) -> list[Chart]:
-    lat: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
-    units: dict[str, str] = {}
+    """Per model and precision, latency vs batch for each mode (eager, compiled, CUDA graph):
+    bench infer's `<model>/<precision>/<mode>/b<batch>/latency` figures, p50 (the value) solid,
+    p99 (from the params) dashed."""
+    lat: dict[str, dict[str, list[tuple[float, float, float | None]]]] = defaultdict(
+        lambda: defaultdict(list))
     for m in run.measurements:
         batch = m.params.get("batch_size", m.params.get("batch"))
-        if m.suite != "infer" or m.value is None or not isinstance(batch, int | float):
+        if m.suite != "infer" or m.value is None or not m.name.endswith("/latency") \
+                or m.unit != "ms" or isinstance(batch, bool) \
+                or not isinstance(batch, int | float):
             continue
-        if m.unit not in ("ms", "us", "s"):
-            continue
-        model = " ".join(str(m.params[k]) for k in ("model", "precision", "mode")
-                         if m.params.get(k) is not None) or "model"
-        lat[model][m.name].append((float(batch), m.value))
-        units[model] = m.unit
+        model = " ".join(str(m.params[k]) for k in ("model", "precision")
+                         if m.params.get(k) is not None) or m.name.split("/")[0]
+        p99 = m.params.get("p99_ms")
+        lat[model][str(m.params.get("mode") or "")].append(
+            (float(batch), m.value, float(p99) if isinstance(p99, int | float) else None))
     charts = []
-    for i, (model, by_name) in enumerate(sorted(lat.items())):
-        series = tuple(Series(name, tuple(x for x, _ in sorted(pts)),
-                              tuple(y for _, y in sorted(pts)))
-                       for name, pts in sorted(by_name.items()))
+    for i, (model, by_mode) in enumerate(sorted(lat.items())):
+        series: list[Series] = []
+        for mode, pts in sorted(by_mode.items()):
+            pts.sort()
+            name = mode or "latency"
+            series.append(Series(f"{name} p50", tuple(x for x, _, _ in pts),
+                                 tuple(y for _, y, _ in pts), group=name))
+            if any(p is not None for _, _, p in pts):
+                series.append(Series(f"{name} p99", tuple(x for x, _, _ in pts),
+                                     tuple(p for _, _, p in pts), dashed=True, group=name))
         charts.append(Chart(f"infer-{i}", f"Inference latency vs batch: {model}", "lines",
-                            series, x_title="batch size", y_title=units[model], log_x=True))
+                            tuple(series), x_title="batch size", y_title="ms", log_x=True,
+                            log_y=True))
     return charts
 
 
 def qps_rows(run: Run) -> list[BenchRow]:
-    return [bench_row(m) for m in run.measurements
-            if m.suite == "infer" and ("qps" in m.name.lower() or m.unit.lower() == "qps")]
-
-
-def doctor_findings(run: Run) -> list[Finding]:
-    return [f for f in run.findings
-            if f.code.startswith("doctor.") or (run.kind == "doctor"
-                                                and f.severity is not Severity.PASS)]
+    return [bench_row(m) for m in run.measurements if m.suite == "infer"
+            and (m.unit.lower() == "qps" or m.name.endswith(("/max_qps", "/gpus_needed")))]
 
 
 # -- telemetry ------------------------------------------------------------------------------
@@ -488,7 +503,8 @@ def _iso(t: datetime) -> str:
 
 
 def build_report(run: Run, *, telemetry: Sequence[HistoryPoint] = (),
-                 cost: PricePerformance | None = None) -> Report:
+                 cost: PricePerformance | None = None,
+                 diagnosis: Diagnosis | None = None) -> Report:
     m = run.machine
     title = "gpuaudit report"
     if m is not None:
@@ -496,15 +512,14 @@ def build_report(run: Run, *, telemetry: Sequence[HistoryPoint] = (),
 
         gpus = ", ".join(f"{n}× {name}" for name, n in Counter(g.name for g in m.gpus).items())
         title += f": {m.host.hostname}" + (f", {gpus}" if gpus else ", no GPU")
-    problems = sorted((f for f in run.findings if f.severity is not Severity.PASS
-                       and not f.code.startswith("doctor.")),
+    problems = sorted((f for f in run.findings if f.severity is not Severity.PASS),
                       key=lambda f: (-f.severity.rank, -1 if f.gpu_index is None else f.gpu_index,
                                      f.code))
     report = Report(
         run=run, title=title, caveats=caveats(run), facts=machine_facts(run),
         gpus=gpu_rows(m), topology=topology(m), findings=problems,
         passed=[f for f in run.findings if f.severity is Severity.PASS],
-        bench_rows=bench_rows(run), doctor=doctor_findings(run), qps_rows=qps_rows(run),
+        bench_rows=bench_rows(run), diagnosis=diagnosis, qps_rows=qps_rows(run),
         cost=cost)
     charts = report.charts
     if (roof := roofline(run)) is not None:
