@@ -7,7 +7,6 @@ import pytest
 
 from gpuaudit.compare import caveats, compare_runs, figure_key
 from gpuaudit.model import RunStatus
-from gpuaudit.units import parse_percent
 from tests.reportkit import ONE_GPU, TWO_GPU, contended, figure, load, with_figure
 
 
@@ -100,10 +99,3 @@ def test_caveats_say_partial_contended_noisy():
     loud = run.model_copy(update={"measurements": (noisy,)})
     assert "noisy: 1 figure(s)" in caveats(loud)[0] and "matmul/bf16" in caveats(loud)[0]
 
-
-def test_percent_parser():
-    assert parse_percent("5%") == 5.0 and parse_percent(" 0.5 % ") == 0.5
-    assert parse_percent("12") == 12.0 and parse_percent("0%") == 0.0
-    for bad in ("", "%", "-1%", "five", "nan", "inf%", "5%%"):
-        with pytest.raises(ValueError):
-            parse_percent(bad)

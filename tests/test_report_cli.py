@@ -124,8 +124,11 @@ def test_bad_input_is_one_line_exit_2_and_the_store_is_unchanged(stored, tmp_pat
     if case != "no-output":
         args += ["--html", str(out)]
     proc = gpuaudit(*args)
+    # Checked before any work by the grammar's preflight (`--html FILE: ...`); as root, a
+    # directory that denies writing only fails at the write, which leaves nothing behind.
     expected = {"unknown": "no run 'feedbeef0000'", "damaged": "is not valid JSON",
-                "newer-schema": "schema_version 99", "unwritable": "cannot write",
+                "newer-schema": "schema_version 99",
+                "unwritable": "cannot write" if os.geteuid() == 0 else "--html",
                 "no-output": "--html FILE", "missing-dir": "does not exist"}[case]
     assert_one_line_error(proc, expected)
     assert not out.exists()
@@ -138,7 +141,7 @@ def test_unwritable_output_as_root_too(stored, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     proc = gpuaudit("report", ids[ONE_GPU], "--db", url, "--html", str(blocker / "r.html"))
-    assert_one_line_error(proc, "cannot write")
+    assert_one_line_error(proc, "--html", "does not exist")
 
 
 def test_compare_exit_codes_and_json(tmp_path):
@@ -168,4 +171,47 @@ def test_compare_bad_input(stored, tmp_path):
     assert_one_line_error(gpuaudit("compare", ids[ONE_GPU], ids[TWO_GPU], "--db", url,
                                    "--threshold", "lots"), "--threshold 'lots'")
     assert_one_line_error(gpuaudit("compare", str(tmp_path / "x.json"), ids[TWO_GPU],
-                                   "--db", url), "no run file")
+                                   "--db", url), "cannot read run file")
+    for bad in ("-1%", "nan", "5%%", "2000%"):
+        assert_one_line_error(gpuaudit("compare", ids[ONE_GPU], ids[TWO_GPU], "--db", url,
+                                       "--threshold", bad), "--threshold")
+    assert_one_line_error(gpuaudit("compare", ids[ONE_GPU], ids[TWO_GPU], "--db", url,
+                                   "--md", str(tmp_path / "no" / "c.md")),
+                          "--md", "does not exist")
+
+
+def test_a_latency_threshold_beyond_100_percent(tmp_path):
+    """A threshold is a share of A: a latency may double, so 150% is a threshold too."""
+    a = load(ONE_GPU)
+    fa, fb = tmp_path / "a.json", tmp_path / "b.json"
+    fa.write_text(a.model_dump_json())
+    fb.write_text(with_figure(a, "memory", "copy", 0.92).model_dump_json())
+    proc = gpuaudit("compare", str(fa), str(fb), "--threshold", "150%", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["threshold_pct"] == 150.0
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_a_mistyped_store_is_an_error_and_creates_nothing(tmp_path, command):
+    """Reading commands open the store read-only: a wrong --db path is not a new store."""
+    wrong = tmp_path / "typo.db"
+    args = ["report", "0123abcd", "--html", str(tmp_path / "r.html")] \
+        if command == "report" else ["compare", "0123abcd", "4567cdef"]
+    proc = gpuaudit(*args, "--db", str(wrong))
+    assert_one_line_error(proc, str(wrong))
+    assert not wrong.exists() and not (tmp_path / "r.html").exists()
+
+
+def test_price_options_go_together_and_are_checked_first(stored, tmp_path):
+    url, ids = stored
+    html = tmp_path / "r.html"
+    base = ["report", ids[ONE_GPU], "--db", url, "--html", str(html)]
+    assert_one_line_error(gpuaudit(*base, "--instance", "aws/p5.48xlarge",
+                                   "--price-per-gpu-hour", "3"), "not both")
+    assert_one_line_error(gpuaudit(*base, "--price-kind", "spot"), "goes with --instance")
+    assert_one_line_error(gpuaudit(*base, "--currency", "EUR"),
+                          "goes with --price-per-gpu-hour")
+    assert_one_line_error(gpuaudit(*base, "--price-per-gpu-hour", "-3"),
+                          "--price-per-gpu-hour")
+    assert_one_line_error(gpuaudit(*base, "--instance", "nowhere/x1"), "no offer")
+    assert not html.exists()

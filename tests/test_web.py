@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuaudit.errors import BadInputError
 from gpuaudit.store import Store
 from tests.reportkit import FIXTURES, NATIVE, ONE_GPU, TWO_GPU, load
 from tests.test_cli import assert_one_line_error, gpuaudit
@@ -91,6 +92,24 @@ def test_without_a_token_only_this_machines_names_are_answered(db):
         assert c.get("/healthz").status_code == 200
         assert c.get("/healthz", headers={"Host": "localhost:8765"}).status_code == 200
         assert c.get("/healthz", headers={"Host": "attacker.example"}).status_code == 400
+
+
+def test_the_ui_opens_the_store_read_only(db, tmp_path):
+    from gpuaudit.web.app import create_app
+
+    with client(db) as c:
+        assert c.app.state.store.read_only
+    wrong = tmp_path / "typo.db"
+    with pytest.raises(BadInputError, match=r"typo\.db"):
+        create_app(str(wrong))
+    assert not wrong.exists()  # a mistyped path is an error, not a new empty store
+
+
+def test_serve_options_through_the_grammar(db):
+    assert_one_line_error(gpuaudit("serve", "--port", "70000", "--db", db), "--port")
+    assert_one_line_error(gpuaudit("serve", "--interval", "5", "--db", db), "--interval")
+    assert_one_line_error(gpuaudit("serve", "--speed", "2", "--db", db),
+                          "goes with --replay")
 
 
 def test_serve_refuses_an_open_address_without_a_token(db):

@@ -18,6 +18,8 @@ from gpuaudit.model import Finding, Measurement, Run, RunStatus, Severity
 from gpuaudit.model.base import SCHEMA_VERSION, Record
 
 DEFAULT_THRESHOLD_PCT = 5.0
+# The largest threshold taken: a latency may well double (+100 %), a rate only fall 100 %.
+MAX_THRESHOLD_PCT = 1000.0
 # Units where less is better; every other figure (rates, bandwidths, throughputs) is better high.
 LOWER_IS_BETTER_UNITS = frozenset({"ns", "us", "µs", "ms", "s", "J", "W"})
 # The parameters that say *which* figure a measurement is (a size, a pair of GPUs, the tool
@@ -123,7 +125,7 @@ def figure_key(m: Measurement) -> str:
 
 
 def figure_label(m: Measurement) -> str:
-    from gpuaudit.units import human_bytes
+    from gpuaudit.parse import human_bytes
 
     p = m.params
     parts = []
@@ -219,14 +221,14 @@ def _facts(run: Run) -> list[tuple[str, str, str | None]]:
     if m is None:
         return facts
     h = m.host
-    uuids = ",".join(sorted(g.uuid for g in m.gpus if g.uuid)) or None
+    uuids = ", ".join(sorted(g.uuid for g in m.gpus if g.uuid)) or None
     facts += [
         ("host", "machine", h.hostname),
         ("GPUs", "machine", ", ".join(f"{n}× {name}" for name, n in
                                       Counter(g.name for g in m.gpus).items()) or "no GPU"),
         ("GPU serials/UUIDs", "machine", uuids),
         ("CPU", "machine", h.cpu_model),
-        ("VBIOS", "software", ",".join(sorted({g.vbios_version or "?" for g in m.gpus}))
+        ("VBIOS", "software", ", ".join(sorted({g.vbios_version or "?" for g in m.gpus}))
          if m.gpus else None),
         ("driver", "software", m.driver_version),
         ("CUDA (driver)", "software", m.cuda_driver_version),

@@ -11,16 +11,4 @@ def parse_bytes(text: str) -> int:
     return size_bytes(text, "size")
 
 
-def parse_percent(text: str) -> float:
-    """'5%', '5', '0.5 %' → 5.0, 5.0, 0.5 (a percentage, ≥ 0)."""
-    s = text.strip().removesuffix("%").strip()
-    try:
-        value = float(s)
-    except ValueError:
-        raise ValueError(text) from None
-    if not s or value != value or value in (float("inf"), float("-inf")) or value < 0:
-        raise ValueError(text)
-    return value
-
-
-__all__ = ["human_bytes", "parse_bytes", "parse_percent"]
+__all__ = ["human_bytes", "parse_bytes"]

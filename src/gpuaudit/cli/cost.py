@@ -5,9 +5,7 @@ store."""
 from __future__ import annotations
 
 import json
-import math
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +15,7 @@ from gpuaudit import parse
 from gpuaudit.cli import common
 from gpuaudit.cli.common import CatalogOpt, DbOpt, InstanceOpt, JsonOpt, out
 from gpuaudit.errors import BadInputError
-from gpuaudit.model import Billing, Offer
+from gpuaudit.model import Offer
 from gpuaudit.model.base import SCHEMA_VERSION, Record
 from gpuaudit.model.pricing import PriceKind
 
@@ -32,34 +30,10 @@ MAX_HOURLY = 1e6
 
 
 def find_offer(instance: str, catalog: Path | None) -> Offer:
-    """The catalog's offer for PROVIDER/TYPE[@REGION]; without a region, the region with the
-    lowest on-demand price (then spot), as `sky show-gpus` shows the cheapest region."""
-    from gpuaudit.cost.catalog import parse_key
+    """The catalog's offer for PROVIDER/TYPE[@REGION] (the cheapest region without one)."""
+    from gpuaudit.cost.offers import pick_offer
 
-    provider, instance_type, region = parse_key(instance)
-    cat = common.load_catalog(catalog)
-    found = cat.find(provider, instance_type, region)
-    if not found:
-        raise BadInputError(f"no offer {instance!r} in the price catalog"
-                            + (f" {catalog}" if catalog else "")
-                            + ": `gpuaudit catalog list` shows them")
-
-    def rank(o: Offer) -> tuple[float, float]:
-        inf = math.inf
-        return (o.on_demand_price_per_hour or inf, o.spot_price_per_hour or inf)
-
-    return min(found, key=rank)
-
-
-def _manual_offer(price: float, gpus: int, currency: str, *, spot: float | None = None,
-                  reserved_1y: float | None = None, reserved_3y: float | None = None,
-                  billing: Billing = Billing.SECOND, minimum_s: float = 0.0) -> Offer:
-    return Offer(provider="user", instance_type=f"{gpus}-gpu", gpu_model="unknown",
-                 gpu_count=gpus, currency=currency, on_demand_price_per_hour=price,
-                 spot_price_per_hour=spot, reserved_1y_price_per_hour=reserved_1y,
-                 reserved_3y_price_per_hour=reserved_3y, billing=billing,
-                 billing_minimum_s=minimum_s, source="user (command-line options)",
-                 price_date=datetime.now(timezone.utc).date())
+    return pick_offer(common.load_catalog(catalog), instance, str(catalog) if catalog else "")
 
 
 def _emit(record: Record, kind: str, view: Any, json_: bool) -> None:
@@ -144,14 +118,16 @@ def job(
 
 def _offer_from_options(instance: str | None, catalog: Path | None, price: float | None,
                         gpus: int, currency: str, **prices: float | None) -> Offer:
+    from gpuaudit.cost.offers import manual_offer
+
     if instance is not None and price is not None:
         raise BadInputError("give --instance or --price, not both")
     if instance is not None:
         return find_offer(instance, catalog)
     if price is None:
         raise BadInputError("give --instance PROVIDER/TYPE[@REGION] or --price")
-    return _manual_offer(price, gpus, currency, spot=prices.get("spot"),
-                         reserved_1y=prices.get("reserved_1y"))
+    return manual_offer(price, gpus, currency, spot=prices.get("spot"),
+                        reserved_1y=prices.get("reserved_1y"))
 
 
 @cost_app.command()

@@ -1,20 +1,24 @@
-"""`gpuaudit report` (HTML and Markdown pages of a run) and `gpuaudit compare` (two runs)."""
+"""`gpuaudit report` (HTML and Markdown pages of a run) and `gpuaudit compare` (two runs).
+Both only read: the store is opened read-only, so a mistyped --db creates nothing."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpuaudit import parse
+from gpuaudit.cli import common
+from gpuaudit.cli.common import CatalogOpt, DbOpt, InstanceOpt, JsonOpt
+from gpuaudit.compare import MAX_THRESHOLD_PCT
 from gpuaudit.errors import BadInputError
+from gpuaudit.model.pricing import PriceKind
 
 if TYPE_CHECKING:
-    from gpuaudit.model import Run
-    from gpuaudit.model.history import HistoryPoint
-    from gpuaudit.model.pricing import PricePerformance
+    from gpuaudit.model import Offer, Run
+    from gpuaudit.store import Store
 
 RunArg = Annotated[str, typer.Argument(
     metavar="RUN", help="A stored run id (or a unique prefix), or a run's JSON file "
@@ -24,79 +28,57 @@ HtmlOpt = Annotated[Path | None, typer.Option(
     dir_okay=False)]
 MdOpt = Annotated[Path | None, typer.Option(
     "--md", metavar="FILE", help="Write Markdown ('-': on stdout).", dir_okay=False)]
-DbOpt = Annotated[str | None, typer.Option(
-    "--db", envvar="GPUAUDIT_DB", show_envvar=True,
-    help="Store URL: a SQLite path or sqlite:///…, postgresql://… "
-         "[default: a SQLite file in the user data directory]")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+
+# A GPU-hour dearer than this is a typo, not a price.
+MAX_GPU_HOUR = 1e5
 
 
 def _is_file_ref(ref: str) -> bool:
     return ref.endswith(".json") or "/" in ref or Path(ref).is_file()
 
 
-def load_runs(refs: list[str], db: str | None) -> tuple[list[Run], bool]:
-    """The runs named by id/prefix (from the store) or by JSON file; and whether the store
-    was read (so its telemetry can be). Only reads: nothing is saved or changed."""
+def _read_run_file(ref: str) -> Run:
     from gpuaudit.model import load_run
 
-    runs: list[Run | None] = [None] * len(refs)
-    stored = [i for i, r in enumerate(refs) if not _is_file_ref(r)]
-    for i, ref in enumerate(refs):
-        if i in stored:
-            continue
-        path = Path(ref).expanduser()
-        try:
-            text = path.read_bytes()
-        except FileNotFoundError:
-            raise BadInputError(f"no run file {ref}") from None
-        except OSError as exc:
-            raise BadInputError(f"cannot read {ref}: {exc.strerror or exc}") from None
-        runs[i] = load_run(text, origin=str(ref))
-    if stored:
-        from gpuaudit.store import Store
-
-        with Store(db) as store:
-            for i in stored:
-                runs[i] = store.get(refs[i])
-    return [r for r in runs if r is not None], bool(stored)
+    path = Path(ref).expanduser()
+    return load_run(parse.read_text(path, "run file"), origin=str(ref))
 
 
-def run_telemetry(run: Run, db: str | None) -> list[HistoryPoint]:
-    """What the monitor kept for this run's host between its start and end."""
-    from gpuaudit.report.html import run_telemetry as from_store
+def load_runs(refs: list[str], store: Store | None) -> list[Run]:
+    """The runs named by id/prefix (from `store`) or by JSON file. Only reads."""
+    runs = []
+    for ref in refs:
+        if _is_file_ref(ref):
+            runs.append(_read_run_file(ref))
+        else:
+            assert store is not None, "a stored run needs the store"
+            runs.append(store.get(ref))
+    return runs
+
+
+def _open_store(db: str | None, needed: bool) -> Store | None:
+    """The store, read-only (a mistyped path is an error, never a new empty store), when a
+    run or its telemetry is to come from it."""
+    if not needed:
+        return None
     from gpuaudit.store import Store
 
-    with Store(db) as store:
-        return from_store(store, run)
+    return Store(db, read_only=True)
 
 
-def _price(run: Run, instance: str | None, catalog: Path | None, price_kind: str,
-           price_per_gpu_hour: float | None, currency: str) -> PricePerformance | None:
-    if instance is None and price_per_gpu_hour is None:
+def _price_offer(ctx: typer.Context, instance: str | None, catalog: Path | None,
+                 price_per_gpu_hour: float | None) -> Offer | None:
+    """The offer named by --instance (looked up before any run is read), else None."""
+    common.refuse_together(ctx, ("instance", "price_per_gpu_hour"))
+    common.needs(ctx, "catalog", on="--instance", present=instance is not None)
+    common.needs(ctx, "price_kind", on="--instance", present=instance is not None)
+    common.needs(ctx, "currency", on="--price-per-gpu-hour",
+                 present=price_per_gpu_hour is not None)
+    if instance is None:
         return None
-    from gpuaudit.cli.cost import _currency, _manual_offer, find_offer
-    from gpuaudit.cost.work import price_performance
-    from gpuaudit.model.pricing import PriceKind
+    from gpuaudit.cost.offers import pick_offer
 
-    try:
-        kind = PriceKind(price_kind)
-    except ValueError:
-        choices = ", ".join(k.value for k in PriceKind)
-        raise BadInputError(f"--price-kind {price_kind!r}: choose {choices}") from None
-    if instance is not None:
-        offer = find_offer(instance, catalog)
-    else:
-        gpus = len(run.machine.gpus) if run.machine and run.machine.gpus else 1
-        offer = _manual_offer(price_per_gpu_hour * gpus, gpus,  # type: ignore[operator]
-                              _currency(currency))
-        if run.machine and run.machine.gpus:
-            from gpuaudit.specs import lookup
-
-            g = run.machine.gpus[0]
-            spec = lookup(nvml_name=g.name, pci_device_id=g.pci_device_id)
-            offer = offer.model_copy(update={"gpu_model": spec.id if spec else g.name})
-    return price_performance(offer, kind=kind, run=run)
+    return pick_offer(common.load_catalog(catalog), instance, str(catalog) if catalog else "")
 
 
 def _emit(path: Path, text: str) -> str:
@@ -110,31 +92,32 @@ def _emit(path: Path, text: str) -> str:
 
 
 def _check_outputs(html: Path | None, md: Path | None, json_: bool) -> None:
-    from gpuaudit.report.html import check_writable
-
+    """Before any work: an output is named, stdout has one use, and each file can be
+    written (its folder exists and takes files)."""
     if html is None and md is None:
         raise BadInputError("say where to write the report: --html FILE and/or --md FILE")
     if (str(html) == "-" and (str(md) == "-" or json_)) or (str(md) == "-" and json_):
         raise BadInputError("only one of --html -, --md - and --json can use stdout")
-    for p in (html, md):
-        if p is not None and str(p) != "-":
-            check_writable(p)
+    for path, option in ((html, "--html"), (md, "--md")):
+        if path is not None and str(path) != "-":
+            common.writable(path.expanduser(), option)
 
 
 def report_cmd(
+    ctx: typer.Context,
     run_ref: RunArg,
     html: HtmlOpt = None,
     md: MdOpt = None,
-    instance: Annotated[str | None, typer.Option(
-        "--instance", metavar="PROVIDER/TYPE[@REGION]",
-        help="Price the run's work at this catalog instance (cost per unit of work).")] = None,
-    catalog: Annotated[Path | None, typer.Option(
-        help="Price catalog file for --instance.", dir_okay=False)] = None,
-    price_kind: Annotated[str, typer.Option(help="on_demand, spot, reserved_1y, reserved_3y."
-                                            )] = "on_demand",
-    price_per_gpu_hour: Annotated[float | None, typer.Option(
-        min=0, help="Or: the price of one GPU-hour (× the run's GPUs).")] = None,
-    currency: Annotated[str, typer.Option(help="Currency of --price-per-gpu-hour.")] = "USD",
+    instance: InstanceOpt = None,
+    catalog: CatalogOpt = None,
+    price_kind: Annotated[PriceKind, typer.Option(
+        "--price-kind", help="With --instance: which of the offer's prices.")
+    ] = PriceKind.ON_DEMAND,
+    price_per_gpu_hour: Annotated[float | None, common.money(
+        "--price-per-gpu-hour", help="Or: the price of one GPU-hour (× the run's GPUs).",
+        hi=MAX_GPU_HOUR)] = None,
+    currency: Annotated[str, common.currency(help="The currency of --price-per-gpu-hour.")
+                        ] = "USD",
     doctor: Annotated[Path | None, typer.Option(
         "--doctor", metavar="FILE", help="Add a diagnosis (`gpuaudit doctor --save FILE`).",
         dir_okay=False)] = None,
@@ -150,49 +133,56 @@ def report_cmd(
     The HTML file is self-contained (charts included) and opens offline. Reading only: the
     store is not changed.
     """
+    from gpuaudit.cost.offers import run_machine_offer
+    from gpuaudit.cost.work import price_performance
     from gpuaudit.model import SCHEMA_VERSION
-    from gpuaudit.report.html import load_diagnosis, render_run_html, render_run_markdown
+    from gpuaudit.report.html import (
+        load_diagnosis,
+        render_run_html,
+        render_run_markdown,
+        run_telemetry,
+    )
 
     _check_outputs(html, md, json_)
+    offer = _price_offer(ctx, instance, catalog, price_per_gpu_hour)
     diagnosis = load_diagnosis(doctor) if doctor is not None else None
-    (run,), from_store = load_runs([run_ref], db)
-    points = run_telemetry(run, db) if telemetry and (from_store or db) else []
-    cost = _price(run, instance, catalog, price_kind, price_per_gpu_hour, currency)
+    from_store = not _is_file_ref(run_ref)
+    # A run read from a file has telemetry only in a store named for it.
+    look = telemetry and (from_store or db is not None)
+    store = _open_store(db, from_store or look)
+    try:
+        (run,) = load_runs([run_ref], store)
+        points = run_telemetry(store, run) if look and store is not None else []
+    finally:
+        if store is not None:
+            store.close()
+    if price_per_gpu_hour is not None:
+        offer = run_machine_offer(run, price_per_gpu_hour, currency)
+    cost = price_performance(offer, kind=price_kind, run=run) if offer is not None else None
     written = []
     if html is not None:
         written.append(_emit(html, render_run_html(run, telemetry=points, cost=cost,
                                                    diagnosis=diagnosis,
-                                                   telemetry_checked=telemetry
-                                                   and bool(from_store or db))))
+                                                   telemetry_checked=look)))
     if md is not None:
         written.append(_emit(md, render_run_markdown(run, telemetry=points, cost=cost,
                                                        diagnosis=diagnosis)))
     if json_:
-        sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "report",
-                                     "run": run.id, "files": written,
-                                     "telemetry_points": len(points)}, indent=2) + "\n")
+        common.print_json({"schema_version": SCHEMA_VERSION, "kind": "report", "run": run.id,
+                           "files": written, "telemetry_points": len(points)})
     else:
         for path in written:
             if path != "-":
-                sys.stderr.write(f"wrote {path} (run {run.id})\n")
-
-
-def parse_threshold(text: str) -> float:
-    from gpuaudit.units import parse_percent
-
-    try:
-        return parse_percent(text)
-    except ValueError:
-        raise BadInputError(f"--threshold {text!r}: expected a percentage like 5%") from None
+                common.err.print(f"wrote {path} (run {run.id})", markup=False)
 
 
 def compare_cmd(
     a_ref: Annotated[str, typer.Argument(metavar="A", help="The baseline run (id, prefix or "
                                                            "JSON file).")],
     b_ref: Annotated[str, typer.Argument(metavar="B", help="The run to judge against it.")],
-    threshold: Annotated[str, typer.Option(
-        help="Exit 1 when a figure got worse by more than this (and more than its noise).")
-    ] = "5%",
+    threshold: Annotated[float, common.percent(
+        "--threshold", help="Exit 1 when a figure got worse by more than this (and more than "
+                            "its noise).", hi=MAX_THRESHOLD_PCT)] = "5%",
     html: HtmlOpt = None,
     md: MdOpt = None,
     json_: JsonOpt = False,
@@ -203,17 +193,20 @@ def compare_cmd(
 
     Exit code 1 on a regression beyond --threshold (for CI and fleet scripts), else 0.
     """
-    from rich.console import Console
-
     from gpuaudit.compare import compare_runs
     from gpuaudit.report.compare_view import compare_view
     from gpuaudit.report.html import render_compare_html, render_compare_markdown
 
-    threshold_pct = parse_threshold(threshold)
     if html is not None or md is not None:
         _check_outputs(html, md, json_)
-    (a, b), _ = load_runs([a_ref, b_ref], db)
-    comparison = compare_runs(a, b, threshold_pct)
+    refs = [a_ref, b_ref]
+    store = _open_store(db, any(not _is_file_ref(r) for r in refs))
+    try:
+        a, b = load_runs(refs, store)
+    finally:
+        if store is not None:
+            store.close()
+    comparison = compare_runs(a, b, threshold)
     if html is not None:
         _emit(html, render_compare_html(comparison))
     if md is not None:
@@ -223,7 +216,7 @@ def compare_cmd(
         doc["regressions"] = [f.key for f in comparison.regressions]
         doc["improvements"] = [f.key for f in comparison.improvements]
         doc["failed"] = comparison.failed
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        common.print_json(doc)
     elif str(html) != "-" and str(md) != "-":
-        Console(highlight=False).print(compare_view(comparison))
+        common.out.print(compare_view(comparison))
     raise typer.Exit(1 if comparison.failed else 0)

@@ -9,6 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
+from gpuaudit import parse
+from gpuaudit.cli import common
+from gpuaudit.cli.common import DbOpt
 from gpuaudit.errors import BadInputError, GpuauditError
 
 DEFAULT_PORT = 8765
@@ -41,24 +44,12 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _seconds(text: str) -> float:
-    from gpuaudit.telemetry.rules import parse_duration
-
-    try:
-        value = parse_duration(text)
-    except ValueError:
-        raise BadInputError(f"--interval {text!r}: expected a duration like 1s, 500ms"
-                            ) from None
-    if value <= 0:
-        raise BadInputError(f"--interval {text!r}: must be more than zero")
-    return value
-
-
 def serve_cmd(
+    ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Address to listen on. Anything but 127.0.0.1 "
                                            "needs --token.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")
-                    ] = DEFAULT_PORT,
+    port: Annotated[int, common.integer("--port", help="Port (0: any free one).", lo=0,
+                                        hi=65535)] = str(DEFAULT_PORT),
     token: Annotated[str | None, typer.Option(
         envvar="GPUAUDIT_TOKEN", show_envvar=True,
         help="Require this token on every request (Authorization: Bearer, or ?token= once "
@@ -66,22 +57,26 @@ def serve_cmd(
     replay: Annotated[Path | None, typer.Option(
         help="Feed the live page from a recorded telemetry trace instead of the GPUs.",
         dir_okay=False)] = None,
-    speed: Annotated[float, typer.Option(min=0, help="With --replay: 1 = as recorded, 0 = at "
-                                                     "once.")] = 1.0,
+    speed: Annotated[float, common.number(
+        "--speed", help="With --replay: 1 = as recorded, 10 = ten times faster, 0 = at once.",
+        hi=1e6)] = "1",
     loop: Annotated[bool, typer.Option("--loop/--once", help="With --replay: start again at "
                                                              "the end.")] = True,
     live: Annotated[bool, typer.Option("--live/--no-live", help="Watch this machine's GPUs "
                                                                 "for the live page.")] = True,
-    interval: Annotated[str, typer.Option(help="Live sampling interval.")] = "1s",
-    db: Annotated[str | None, typer.Option(
-        "--db", envvar="GPUAUDIT_DB", show_envvar=True,
-        help="Store URL [default: a SQLite file in the user data directory]")] = None,
+    interval: Annotated[float, common.duration(
+        "--interval", help="Live sampling interval (1s, 500ms).", lo_s=0.01, hi_s=parse.HOUR)
+    ] = "1s",
+    db: DbOpt = None,
 ) -> None:
     """A local web UI over the store: runs with filters, each run's report, two runs
     compared, and a live page of the GPUs fed by the monitor.
 
-    Binds 127.0.0.1 by default. Stop with Ctrl-C.
+    Binds 127.0.0.1 by default. Reads the store only (opened read-only). Stop with Ctrl-C.
     """
+    common.needs(ctx, "speed", on="--replay", present=replay is not None)
+    common.needs(ctx, "loop", on="--replay", present=replay is not None)
+    common.refuse_together(ctx, ("replay", "interval"))
     check_bind(host, token)
     try:
         import uvicorn
@@ -91,12 +86,11 @@ def serve_cmd(
     except ImportError as exc:
         raise GpuauditError(f"gpuaudit serve needs {exc.name}: pip install 'gpuaudit[web]'"
                             ) from None
-    interval_s = _seconds(interval)
     feed: Any = None
     if replay is not None:
         feed = replay_feed(replay, speed=speed or None, loop=loop)
     elif live:
-        feed = nvml_feed(interval_s)
+        feed = nvml_feed(interval)
     app = create_app(db, token=token, feed=feed,
                      allowed_hosts=[*LOCAL_HOSTS, host] if host not in LOCAL else None)
     sock = bind(host, port)

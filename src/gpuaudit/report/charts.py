@@ -146,7 +146,7 @@ def figure(chart: Chart) -> dict[str, Any]:
 
 
 def _size(n: int) -> str:
-    from gpuaudit.units import human_bytes
+    from gpuaudit.parse import human_bytes
 
     return human_bytes(n).replace(" ", "")
 

@@ -90,7 +90,7 @@ def _plotly(plotly_src: str | None) -> dict[str, Any]:
     return {"plotly_inline": None, "plotly_src": plotly_src}
 
 
-def _css() -> Markup:
+def css() -> Markup:
     return Markup((TEMPLATES / "report.css").read_text())
 
 
@@ -109,24 +109,18 @@ def render_run_html(run: Run, *, telemetry: Sequence[HistoryPoint] = (),
     charts.update({k: chart_payload(v) for k, v in report.charts.items()})
     return environment(template_dirs).get_template("run.html.j2").render(
         r=report, charts=charts, all_charts=[c for cs in charts.values() for c in cs],
-        css=_css(), nav=nav, **_plotly(plotly_src))
+        css=css(), nav=nav, **_plotly(plotly_src))
 
 
 def load_diagnosis(path: Path) -> Diagnosis:
     """A `gpuaudit doctor --save FILE` document, or a one-line error."""
-    import json
-
     from pydantic import ValidationError
 
     from gpuaudit.model.base import SCHEMA_VERSION
     from gpuaudit.model.schema import describe_validation_error
+    from gpuaudit.parse import read_json
 
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise BadInputError(f"no diagnosis file {path}") from None
-    except (OSError, ValueError) as exc:
-        raise BadInputError(f"cannot read diagnosis {path}: {exc}") from None
+    data = read_json(path, "diagnosis")  # missing, binary, not JSON: one line
     if not isinstance(data, dict) or data.get("kind") != "doctor":
         raise BadInputError(f"{path} is not a `gpuaudit doctor --save` document")
     version = data.get("schema_version")
@@ -217,7 +211,7 @@ def render_compare_html(comparison: Comparison, *, plotly_src: str | None = None
         charts.append({"id": chart.id, "title": chart.title, "caption": "", "series": 1,
                        "kind": "bars", "json": Markup(_change_figure(comparison, chart))})
     return environment(template_dirs).get_template("compare.html.j2").render(
-        c=comparison, charts=charts, all_charts=charts, css=_css(), nav=nav,
+        c=comparison, charts=charts, all_charts=charts, css=css(), nav=nav,
         row_name=_row_name,
         **_plotly(plotly_src))
 
@@ -248,15 +242,3 @@ def write_text(path: Path, text: str) -> None:
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise BadInputError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def check_writable(path: Path) -> None:
-    """Fail early (before any work) when `path` cannot be written."""
-    target = path.expanduser()
-    if target.is_dir():
-        raise BadInputError(f"cannot write {path}: it is a directory")
-    if not target.parent.is_dir():
-        raise BadInputError(f"cannot write {path}: directory {target.parent} does not exist")
-    if not os.access(target.parent, os.W_OK) or (target.exists()
-                                                 and not os.access(target, os.W_OK)):
-        raise BadInputError(f"cannot write {path}: permission denied")

@@ -16,8 +16,8 @@ from gpuaudit.model import Finding, Machine, Measurement, Run, Severity
 from gpuaudit.model.diagnosis import Diagnosis
 from gpuaudit.model.history import HistoryPoint
 from gpuaudit.model.pricing import PricePerformance
+from gpuaudit.parse import human_bytes
 from gpuaudit.report.format import NA, gib, ranges
-from gpuaudit.units import human_bytes
 
 # Matmul precisions and the bytes of one input and one output element (fp8 writes bf16,
 # int8 accumulates into int32), for the arithmetic intensity of a measured shape.

@@ -33,6 +33,7 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gpuaudit import parse
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Severity
 from gpuaudit.web.live import LiveFeed
@@ -91,9 +92,9 @@ def _env() -> Any:
 
 
 def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
-    from gpuaudit.report.html import _css
+    from gpuaudit.report.html import css
 
-    html = _env().get_template(name).render(css=_css(), nav=NAV, plotly_inline=None,
+    html = _env().get_template(name).render(css=css(), nav=NAV, plotly_inline=None,
                                             **context)
     return HTMLResponse(html, status_code=status)
 
@@ -112,11 +113,12 @@ def _bad(exc: BadInputError) -> HTMLResponse:
 def create_app(db: str | None = None, *, token: str | None = None,
                feed: LiveFeed | None = None, allowed_hosts: list[str] | None = None,
                ) -> Starlette:
-    """The ASGI app over the store at `db`. Opening the store is checked here (one-line
-    error) rather than at the first request."""
+    """The ASGI app over the store at `db`, opened read-only: the UI changes nothing, and a
+    mistyped path is a one-line error here (not an empty store, nor an error at the first
+    request)."""
     from gpuaudit.store import Store
 
-    store = Store(db)
+    store = Store(db, read_only=True)
 
     def runs_page(request: Request) -> Response:
         q = request.query_params
@@ -284,9 +286,6 @@ def _telemetry(store: Any, run: Any) -> list[Any]:
 
 
 def _threshold(text: str) -> float:
-    from gpuaudit.units import parse_percent
+    from gpuaudit.compare import MAX_THRESHOLD_PCT
 
-    try:
-        return parse_percent(text)
-    except ValueError:
-        raise BadInputError(f"threshold {text!r}: expected a percentage like 5%") from None
+    return parse.percent(text, "threshold", hi=MAX_THRESHOLD_PCT)
