@@ -1,9 +1,10 @@
 """Planted faults: copies of the real two-H200 snapshot with one fault each.
 
-A GPU fault is planted on one GPU only (GPU 0; GPU 1 for ECC, since GPU 0 of the real machine
-warns of a historic ECC error); the other stays as recorded and must be judged exactly as
-before. Machine-wide faults change the host or the box. Each fault names its
-control: the PASS its check gives on the real snapshot, which the fault must take away.
+A GPU fault is planted on one GPU only (GPU 0, which also has no historic ECC error: GPU 1 of
+the real machine warns of one, so an ECC fault planted on GPU 0 is the only ECC problem there);
+the other GPU stays as recorded and must be judged exactly as before. Machine-wide faults
+change the host or the box. Each fault names its control: the PASS its check gives on the
+real snapshot, which the fault must take away.
 
 `python -m tests.faults` rewrites tests/fixtures/faults/*.json from the real fixtures;
 tests check the committed copies are exactly what these functions produce.
@@ -117,13 +118,17 @@ def app_clocks(doc: Doc) -> None:
         _gpu(doc)["unavailable"].pop(f"clocks.{key}", None)
 
 
-# ECC faults go on GPU 1: GPU 0 of the real machine already warns of a historic error.
+# ECC faults go on the GPU without a historic uncorrectable error in the recording (GPU 1 of
+# the 2026-11-30 20:34 box has 2), so that the planted fault is the only ECC problem there.
+ECC_CLEAN_GPU = 0
+
+
 def ecc_off(doc: Doc) -> None:
-    _gpu(doc, 1)["ecc"].update(enabled=False, pending_enabled=False)
+    _gpu(doc, ECC_CLEAN_GPU)["ecc"].update(enabled=False, pending_enabled=False)
 
 
 def ecc_uncorrectable(doc: Doc) -> None:
-    _gpu(doc, 1)["ecc"].update(volatile_uncorrected=2, aggregate_uncorrected=3)
+    _gpu(doc, ECC_CLEAN_GPU)["ecc"].update(volatile_uncorrected=2, aggregate_uncorrected=3)
 
 
 def power_unreadable(doc: Doc) -> None:
@@ -310,9 +315,9 @@ FAULTS = [
           control="thermal"),
     Fault("power-unreadable", power_unreadable, {"power.unreadable": "WARN"}),
     # memory errors and use
-    Fault("ecc-off", ecc_off, {"ecc.disabled": "WARN"}, gpu=1, control="ecc"),
+    Fault("ecc-off", ecc_off, {"ecc.disabled": "WARN"}, gpu=ECC_CLEAN_GPU, control="ecc"),
     Fault("ecc-uncorrectable", ecc_uncorrectable, {"ecc.uncorrectable-volatile": "FAIL"},
-          gpu=1, control="ecc"),
+          gpu=ECC_CLEAN_GPU, control="ecc"),
     Fault("remapped-rows-pending", remap_pending, {"remapped-rows.pending": "WARN"},
           control="remapped-rows"),
     Fault("remapped-rows-failed", remap_failed, {"remapped-rows.failed": "FAIL"},

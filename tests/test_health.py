@@ -39,15 +39,19 @@ def test_healthy_h200_passes_every_check_and_notes_its_nvlink_is_unused():
         "remapped-rows", "memory", "xid", "torch"}
 
 
-def test_two_gpu_box_real_finding_one_historic_uncorrectable_ecc_error():
-    # Recorded as found: nvidia-smi -q on that host shows GPU 0 with one aggregate
-    # uncorrectable SRAM SEC-DED error (L2) and no volatile ones; everything else passes.
+def test_two_gpu_box_real_finding_historic_uncorrectable_ecc_errors_on_gpu_1():
+    # Recorded as found (2026-11-30 20:34): nvidia-smi -q on that host shows GPU 1 with two
+    # aggregate DRAM uncorrectable errors, no volatile ones, and one row remapped for them
+    # (none pending, no remap failure); GPU 0 has none. Everything else passes.
     found = findings_of(base_doc("h200-2gpu"))
     problems = {k: v for k, v in found.items() if v != "PASS"}
-    assert problems == {("ecc.uncorrectable-history", 0): "WARN"}
-    assert ("ecc", 1) in found
+    assert problems == {("ecc.uncorrectable-history", 1): "WARN"}
+    assert found[("ecc", 0)] == "PASS"
+    assert found[("remapped-rows", 1)] == "PASS"  # the remap worked: a spare row took over
     for gpu in (0, 1):
         assert found[("nvlink", gpu)] == found[("fabric", gpu)] == "PASS"
+        # Read on this recording, "not recorded" on the one before it.
+        assert found[("inforom", gpu)] == found[("recovery", gpu)] == "PASS"
 
 
 def test_every_datasheet_figure_is_checked_with_its_spec_and_source():
@@ -103,8 +107,12 @@ def test_a_lost_gpu_fails_on_that_gpu_with_its_xid_not_as_an_unknown_model():
     assert gpu0[0].evidence["xids_on_unknown_bus"].startswith("XID 79×1 (GPU has fallen off")
     codes = {f.code for f in run_findings}
     assert not codes & {"spec.unknown-model", "box.mixed-models", "xid.critical"}
-    # GPU 1 is still judged in full.
-    assert {f.code for f in run_findings if f.gpu_index == 1} >= {"memory-size", "ecc", "nvlink"}
+    # GPU 1 is still judged in full, its real historic ECC warning included.
+    base = check_machine(Machine.model_validate(base_doc("h200-2gpu")["machine"]))
+    gpu1 = {(f.code, f.severity) for f in run_findings if f.gpu_index == 1}
+    assert gpu1 == {(f.code, f.severity) for f in base if f.gpu_index == 1}
+    assert {"memory-size", "nvlink"} <= {code for code, _ in gpu1}
+    assert ("ecc.uncorrectable-history", Severity.WARN) in gpu1
 
 
 def test_a_lost_gpu_makes_the_run_fail(tmp_path):
@@ -140,8 +148,9 @@ def test_gpu_count_control_and_missing_gpu_on_a_box_with_no_gpu_left():
     doc["machine"]["gpus"] = []
     doc["machine"]["links"] = []
     found = findings_of(doc, expect_gpus=2)
+    # The host checks stay: torch against the driver, and the CUDA environment (recorded empty).
     assert found == {("gpu.none", None): "INFO", ("gpu-count.missing", None): "FAIL",
-                     ("torch", None): "PASS"}
+                     ("torch", None): "PASS", ("env", None): "PASS"}
 
 
 @pytest.mark.parametrize("name", ["reading-nan", "reading-negative", "reading-infinite",
@@ -251,7 +260,7 @@ def test_read_snapshot_reads_a_fault_copy():
     machine = read_snapshot(fault_path(fault))
     (finding,) = [f for f in check_machine(machine) if f.code == "ecc.uncorrectable-volatile"]
     assert finding.severity is Severity.FAIL
-    assert finding.gpu_index == 1
+    assert finding.gpu_index == fault.gpu
     assert finding.evidence["volatile_uncorrected"] == 2
     assert finding.advice
 

@@ -96,6 +96,10 @@ def test_inforom_recovery_action_and_application_clocks_are_read():
         "nvmlDeviceGetDefaultApplicationsClock(gpu0,0)": {"value": 1980},
         "nvmlDeviceGetMaxClockInfo(gpu0,0)": {"value": 1980},
     })
+    # GPU 1's application clocks as a trace from before these queries has them: absent.
+    for key in ("nvmlDeviceGetApplicationsClock(gpu1,0)",
+                "nvmlDeviceGetDefaultApplicationsClock(gpu1,0)"):
+        del t["calls"][key]
     g0, g1 = read_nvml(ReplayNvml(t)).gpus
     assert (g0.inforom_valid, g1.inforom_valid) == (True, False)
     assert "inforom_valid" not in g1.unavailable

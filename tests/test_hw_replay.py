@@ -66,6 +66,72 @@ def test_two_h200s_joined_by_18_nvlinks_through_nvswitch():
     assert link.p2p_read is True
 
 
+def smi_q(name: str) -> dict[str, dict[str, str]]:
+    """`nvidia-smi -q` of a fixture, per PCI bus id: "Section/Sub/Key" → value."""
+    gpus: dict[str, dict[str, str]] = {}
+    fields: dict[str, str] = {}
+    path: list[tuple[int, str]] = []
+    for line in (FIXTURES / name / "nvidia-smi.txt").read_text().splitlines():
+        if line.startswith("GPU 0000"):
+            fields = gpus.setdefault(line.split()[1], {})
+            path = []
+            continue
+        if not line.startswith(" ") or not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        key, _, value = (part.strip() for part in line.partition(":"))
+        path = [(i, k) for i, k in path if i < indent]
+        if value:
+            fields["/".join([k for _, k in path] + [key])] = value
+        else:
+            path.append((indent, key))
+    return gpus
+
+
+def number(text: str) -> int:
+    return int(text.split()[0])
+
+
+def test_two_h200s_as_nvidia_smi_saw_them():
+    # Our readings against nvidia-smi -q from the same recording, GPU by GPU.
+    smi = smi_q("h200-2gpu")
+    gpus = read_nvml(ReplayNvml(trace("h200-2gpu"))).gpus
+    assert [g.pci_bus_id for g in gpus] == [b[4:].lower() for b in smi]
+    for gpu, q in zip(gpus, smi.values(), strict=True):
+        agg = "ECC Errors/Aggregate/"
+        assert gpu.ecc.aggregate_uncorrected == sum(number(q[agg + k]) for k in (
+            "SRAM Uncorrectable Parity", "SRAM Uncorrectable SEC-DED", "DRAM Uncorrectable"))
+        assert gpu.ecc.aggregate_corrected == (number(q[agg + "SRAM Correctable"])
+                                               + number(q[agg + "DRAM Correctable"]))
+        vol = "ECC Errors/Volatile/"
+        assert gpu.ecc.volatile_uncorrected == number(q[vol + "DRAM Uncorrectable"]) == 0
+        rr = gpu.remapped_rows
+        assert rr.uncorrectable == number(q["Remapped Rows/Uncorrectable Error"])
+        assert rr.correctable == number(q["Remapped Rows/Correctable Error"])
+        assert (rr.pending, rr.failed) == (
+            q["Remapped Rows/Pending"] == "Yes",
+            q["Remapped Rows/Remapping Failure Occurred"] == "Yes")
+        clk = gpu.clocks
+        assert (clk.applications_graphics_mhz, clk.applications_memory_mhz) == (
+            number(q["Applications Clocks/Graphics"]), number(q["Applications Clocks/Memory"]))
+        assert (clk.default_applications_graphics_mhz, clk.default_applications_memory_mhz) == (
+            number(q["Default Applications Clocks/Graphics"]),
+            number(q["Default Applications Clocks/Memory"]))
+        assert (clk.graphics_max_mhz, clk.sm_max_mhz) == (
+            number(q["Max Clocks/Graphics"]), number(q["Max Clocks/SM"]))
+        assert gpu.recovery_action == q["GPU Recovery Action"].lower() == "none"
+        # This driver prints temperatures against T.Limit (the max operating temperature):
+        # the margin now, and the slowdown and shutdown points as offsets from it.
+        t = "Temperature/"
+        t_limit = number(q[t + "GPU Current Temp"]) + number(q[t + "GPU T.Limit Temp"])
+        assert gpu.thermal.gpu_max_operating_c == t_limit
+        assert gpu.thermal.slowdown_c == t_limit - number(q[t + "GPU Slowdown T.Limit Temp"])
+        assert gpu.thermal.shutdown_c == t_limit - number(q[t + "GPU Shutdown T.Limit Temp"])
+    # The one real problem on that box: GPU 1's two historic DRAM errors, one row remapped.
+    assert [(g.ecc.aggregate_uncorrected, g.remapped_rows.uncorrectable) for g in gpus] == [
+        (0, 0), (2, 1)]
+
+
 def test_a_link_down_in_the_trace_shows_in_the_topology():
     t = copy.deepcopy(trace("h200-2gpu"))
     for k in range(4):
