@@ -300,6 +300,19 @@ def target_params(t: StorageTarget) -> Params:
             "rotational": t.rotational, "network_fs": t.network_fs}
 
 
+def describe(t: StorageTarget, method: str) -> str:
+    """'/data: xfs on nvme0n1 (nvme, SAMSUNG MZQL23T8, 3.5 TiB), O_DIRECT'."""
+    if t.device:
+        facts = ", ".join(x for x in (t.transport, t.device_model,
+                                      human_bytes(t.device_size_bytes)
+                                      if t.device_size_bytes else None,
+                                      "rotational" if t.rotational else None) if x)
+        where = f"{t.fs_type} on {t.device}" + (f" ({facts})" if facts else "")
+    else:
+        where = f"{t.fs_type} from {t.mount_source}"
+    return f"{t.path}: {where}, page cache bypassed with {method}"
+
+
 def random_measurements(r: RandomResult, depth: int, params: Params, warmup: int = 0,
                         suite: str = SUITE, notes: Sequence[str] = ()) -> list[Measurement]:
     """IOPS (spread over time windows) and latency percentiles of one random-read run."""
@@ -345,8 +358,9 @@ def _one_path(ctx: BenchContext, p: Plan, target: StorageTarget) -> Iterator[Mea
                 seconds, good = seq_pass(f, p.seq_jobs, write, i)
                 samples.append(gb_per_s(p.file_bytes, seconds))
                 ok = ok and good
+            first = (describe(target, f.method),) if write else ()
             yield measure(SUITE, name, "GB/s", samples, warmup=0, params=seq,
-                          verified=None if write else ok, notes=notes)
+                          verified=None if write else ok, notes=first + notes)
         for depth in p.depths:
             ctx.step(f"storage {target.path}: random 4 KiB reads, depth {depth}")
             r = random_reads(f, depth, p.rand_seconds, p.window_s, seed=depth)

@@ -68,7 +68,7 @@ def parse_job(text: str) -> FeedJob:
         raise bad from None
     if not rate > 0:
         raise bad
-    job = FeedJob(samples_per_s=rate, stored_bytes_per_sample=stored)
+    job = FeedJob(samples_per_s=rate, stored_bytes_per_sample=stored, source="--job")
     for token in parts[2:]:
         word = token.lower()
         if word in KINDS:
@@ -124,7 +124,7 @@ def _ours(measured: Sequence[Measurement], suite: str, name: str) -> list[Measur
 def storage_stage(measured: Sequence[Measurement], job: FeedJob) -> Stage:
     seq = _ours(measured, "storage", "seq_read")
     if not seq:
-        return Stage("storage", None, "not measured (`gpuaudit bench storage PATH`)")
+        return Stage("storage", None, "`gpuaudit bench storage PATH`")
     first = seq[0]  # the first PATH given is where the data lives
     where = str(first.params.get("path", "?"))
     gbps = float(first.value or 0.0)
@@ -147,10 +147,10 @@ def storage_stage(measured: Sequence[Measurement], job: FeedJob) -> Stage:
 def decode_stage(measured: Sequence[Measurement], job: FeedJob) -> Stage | None:
     if job.kind != "jpeg":
         return None
-    rates = [m for m in measured if m.suite == "host" and m.name.startswith("jpeg_decode")
+    rates = [m for m in measured if m.suite == "host" and m.name.startswith("jpeg_")
              and m.params.get("cores") == "all" and m.value is not None]
     if not rates:
-        return Stage("decode", None, "not measured (`gpuaudit bench host`)")
+        return Stage("decode", None, "`gpuaudit bench host`")
     best = max(rates, key=lambda m: m.value or 0.0)
     size = best.params.get("jpeg_bytes")
     scale = size / job.stored_bytes_per_sample if isinstance(size, int | float) else 1.0
@@ -171,8 +171,7 @@ def h2d_stage(measured: Sequence[Measurement], job: FeedJob, kind: str = "pinned
         per_gpu = {m.gpu_index: float(m.value or 0.0)
                    for m in _ours(measured, "transfer", f"h2d_{kind}")}
         if not per_gpu:
-            return Stage("host→device", None,
-                         "not measured (`gpuaudit bench transfer` on the GPU machine)")
+            return Stage("host→device", None, "`gpuaudit bench transfer` on the GPU machine")
         gbps = sum(per_gpu.values())
         how = "one GPU" if len(per_gpu) == 1 else f"sum of {len(per_gpu)} GPUs alone"
     return Stage("host→device", gbps * 1e9 / job.device_bytes,
@@ -219,11 +218,11 @@ def feed_findings(measured: Sequence[Measurement], job: FeedJob | None = None
            for s in stages},
         **{f"{s.name}_basis": s.basis for s in stages},
     }
-    unmeasured = "; ".join(f"{s.name} {s.basis}" for s in missing)
+    unmeasured = ", ".join(f"{s.name} ({s.basis})" for s in missing)
     if not known:
         return [Finding(code="feed.not-measured", severity=Severity.INFO,
                         message=f"cannot judge whether this server feeds {_fmt(job.samples_per_s)}"
-                                f" samples/s: {unmeasured}",
+                                f" samples/s: not measured: {unmeasured}",
                         evidence=evidence)]
     limit = min(known, key=lambda s: s.capacity or 0.0)
     cap = float(limit.capacity or 0.0)
@@ -249,7 +248,8 @@ def feed_findings(measured: Sequence[Measurement], job: FeedJob | None = None
         return [Finding(code="feed.tight", severity=Severity.INFO,
                         message=message + f": less than {TIGHT:.2f}× headroom",
                         advice=advice or ADVICE[limit.name], evidence=evidence)]
-    return [Finding(code="feed.ok", severity=Severity.PASS, message=message, advice=advice,
+    # INFO, not PASS: the figures behind it are what the user asked for, so it is shown.
+    return [Finding(code="feed.ok", severity=Severity.INFO, message=message, advice=advice,
                     evidence=evidence)]
 
 
