@@ -180,6 +180,7 @@ def hello(host: str, port: int, timeout_s: float) -> dict[str, Any]:
 class Throughput:
     bytes: int  # counted by the receiver
     seconds: float
+    sent: int  # counted by the sender where we send (it must equal bytes: TCP loses nothing)
     window_gbit: list[float]  # per-window rates at the sender: the spread over time
 
 
@@ -230,7 +231,8 @@ def send(host: str, port: int, streams: int, seconds: float, timeout_s: float,
     _run_threads(run, streams, socks)
     if errors:
         raise errors[0]
-    return Throughput(sum(counted), max(ends) - start, _windows(marks, start, window_s))
+    return Throughput(sum(counted), max(ends) - start, sum(m[-1][1] for m in marks if m),
+                      _windows(marks, start, window_s))
 
 
 def receive(host: str, port: int, streams: int, seconds: float, timeout_s: float,
@@ -261,7 +263,7 @@ def receive(host: str, port: int, streams: int, seconds: float, timeout_s: float
     _run_threads(run, streams, socks)
     if errors:
         raise errors[0]
-    return Throughput(sum(got), max(ends) - start, _windows(marks, start, window_s))
+    return Throughput(sum(got), max(ends) - start, sum(got), _windows(marks, start, window_s))
 
 
 def _run_threads(run: Callable[[int], None], n: int, socks: list[socket.socket]) -> None:

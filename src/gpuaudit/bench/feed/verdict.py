@@ -151,13 +151,19 @@ def decode_stage(measured: Sequence[Measurement], job: FeedJob) -> Stage | None:
              and m.params.get("cores") == "all" and m.value is not None]
     if not rates:
         return Stage("decode", None, "`gpuaudit bench host`")
-    best = max(rates, key=lambda m: m.value or 0.0)
+
+    def scaled(m: Measurement) -> float:
+        """Decode time grows with the image: a rate on our JPEGs, moved to the job's size."""
+        size = m.params.get("jpeg_bytes")
+        scale = size / job.stored_bytes_per_sample if isinstance(size, int | float) else 1.0
+        return float(m.value or 0.0) * scale
+
+    best = max(rates, key=scaled)
+    cap = scaled(best)
     size = best.params.get("jpeg_bytes")
-    scale = size / job.stored_bytes_per_sample if isinstance(size, int | float) else 1.0
-    cap = float(best.value or 0.0) * scale
     basis = (f"JPEG decode + augment on all {best.params.get('threads', '?')} CPUs with "
              f"{best.params.get('library')}: {best.value:,.0f} images/s")
-    if isinstance(size, int | float) and scale != 1.0:
+    if isinstance(size, int | float) and size != job.stored_bytes_per_sample:
         basis += (f" of {human_bytes(int(size))}, scaled by size to "
                   f"{human_bytes(job.stored_bytes_per_sample)}")
     return Stage("decode", cap, basis)
