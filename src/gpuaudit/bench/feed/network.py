@@ -127,9 +127,10 @@ def run(ctx: BenchContext) -> Iterator[Measurement]:
         ctx.step(f"network: {name.replace('_', ' ')} to {host}:{port}, {streams} streams, "
                  f"{seconds:g} s")
         t = fn(host, port, streams, seconds, timeout)
-        value = gbit_per_s(t.bytes, t.seconds)
+        value = gbit_per_s(t.bytes, round(t.seconds, 6))
         m = measure(SUITE, name, "Gbit/s", t.window_gbit or [value], warmup=0,
-                    spec_value=spec, params={**base, "bytes": t.bytes}, notes=notes)
+                    spec_value=spec, params={**base, "bytes": t.bytes,
+                                             "elapsed_s": round(t.seconds, 6)}, notes=notes)
         yield m.model_copy(update={"value": value, "statistic": "bytes received / time",
                                    "pct_of_spec": round(100 * value / spec, 2) if spec
                                    else None})
