@@ -20,11 +20,22 @@ job=${FEED_JOB:-6800:110K:jpeg:random}
 profile=${FEED_PROFILE:-quick}
 now() { python3 -c 'import time; print(time.time())'; }
 
+# fio is rarely on a rented image and nothing can be downloaded there: build the carried source
+# (.peers/fio, not ours: fetch axboe/fio into it and name .peers in the call's carry).
+if ! command -v fio > /dev/null && [ -z "${GPUAUDIT_FIO:-}" ] && [ -d .peers/fio ]; then
+  rm -rf /tmp/fio-src && cp -r .peers/fio /tmp/fio-src &&
+    (cd /tmp/fio-src && ./configure --disable-native > /tmp/fio-build.log 2>&1 &&
+     make -j"$(nproc)" fio >> /tmp/fio-build.log 2>&1) &&
+    export GPUAUDIT_FIO=/tmp/fio-src/fio
+  echo "fio built from .peers/fio: ${GPUAUDIT_FIO:-FAILED (see /tmp/fio-build.log)}"
+fi
+
 { echo "== $(date -u +%FT%TZ) $(hostname)"; nproc; free -g | head -2
   lscpu | grep -E "Model name|Socket|NUMA|L3" ; nvidia-smi -L 2>&1 | head -8
   echo "== lsblk"; lsblk -o NAME,SIZE,TYPE,ROTA,MODEL,TRAN,MOUNTPOINTS 2>&1
   echo "== df"; df -hT 2>&1 | grep -v -E "^(overlay|tmpfs|shm)" | head -20
   echo "== tools"; for t in fio iperf3 ib_write_bw ibv_devinfo; do echo "$t: $(command -v $t || echo missing)"; done
+  echo "GPUAUDIT_FIO=${GPUAUDIT_FIO:-}"; tail -2 /tmp/fio-build.log 2>/dev/null
   python3 -c 'import torch, PIL; print("torch", torch.__version__, "PIL", PIL.__version__)' 2>&1
   python3 -c 'import torchvision; print("torchvision", torchvision.__version__)' 2>&1 | tail -1
 } > "$o/facts.txt" 2>&1
