@@ -83,7 +83,7 @@ def decode(ctx: BenchContext) -> Iterator[Measurement]:
                 yield skipped(SUITE, name, "images/s", reason_of(exc), params=params)
                 continue
             rate = per_second(len(done), done[-1] - start)
-            m = measure(SUITE, name, "images/s", window_rates(done, start, 0.5) or [rate],
+            m = measure(SUITE, name, "images/s", window_rates(done, start, 0.25) or [rate],
                         warmup=1, params={**params, "per_core": round(rate / len(chosen), 1)})
             yield m.model_copy(update={"value": rate, "statistic": "images / wall time"})
     yield from gpu_decode(ctx, images)
