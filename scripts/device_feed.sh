@@ -61,7 +61,7 @@ t0=$(now)
 python3 -m gpuaudit bench network --peer 127.0.0.1:5301 --with-native --profile "$profile" \
   --json --no-save > "$o/net.json" 2> /tmp/net.err
 echo "gpuaudit bench network --peer 127.0.0.1 --with-native: rc=$? wall_s=$(python3 -c "import time; print(round(time.time() - $t0, 1))")" >> "$o/summary.txt"
-kill -INT $srv; wait $srv; echo "serve exit: $?" >> "$o/summary.txt"
+kill -TERM $srv; wait $srv; echo "serve exit (SIGTERM): $?" >> "$o/summary.txt"
 python3 - "$o/net.json" >> "$o/feed.txt" 2>&1 <<'PY'
 import sys
 from rich.console import Console

@@ -122,8 +122,9 @@ def _serve(*prefix: str, bind: str = "127.0.0.1") -> tuple[subprocess.Popen[str]
     return proc, json.loads(line)["serving"]
 
 
-def _stop(proc: subprocess.Popen[str]) -> int:
-    proc.send_signal(signal.SIGINT)
+def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGINT) -> int:
+    """Ctrl-C, or SIGTERM (what a script's `kill` sends: background jobs ignore SIGINT)."""
+    proc.send_signal(sig)
     return proc.wait(timeout=20)
 
 
@@ -214,4 +215,4 @@ def test_rate_limited_veth_between_namespaces_is_measured(namespaces):
         if shutil.which("iperf3"):
             assert {("tcp_send", "iperf3"), ("tcp_recv", "iperf3")} <= names
     finally:
-        assert _stop(server) == 0
+        assert _stop(server, signal.SIGTERM) == 0
