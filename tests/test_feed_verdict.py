@@ -162,3 +162,15 @@ def test_the_train_suites_fastest_rate_is_the_job():
     (f,) = feed_findings(STORAGE + DECODE + H200_TRANSFER + train)
     assert f.evidence["job_source"] == "train/resnet50_bf16 (resnet50)"
     assert f.code == "feed.ok"
+
+
+def test_run_bench_takes_the_job_as_text_and_refuses_bad_text_before_measuring():
+    from gpuaudit.bench import runner
+
+    from .test_feed_storage import machine
+
+    with pytest.raises(BadInputError, match="--job"):
+        runner.run_bench(["latency"], machine=machine(), options={"job": "fast"})
+    run = runner.run_bench(["latency"], machine=machine(), options={"job": "100:1M"})
+    (f,) = [f for f in run.findings if f.code.startswith("feed.")]
+    assert f.code == "feed.not-measured" and f.evidence["job_samples_per_s"] == 100.0
