@@ -70,9 +70,15 @@ from gpuaudit.report.terminal import bench_view
 Console(width=200).print(bench_view(load_run(open(sys.argv[1]).read()), show_all=True))
 PY
 
+# Ours and fio on the same file, test by test, 3 rounds (the within-3 % check of docs/feed.md).
+echo "== scripts/feed_compare.py $path 3 ${FEED_COMPARE_SIZE:-2G}" >> "$o/feed.txt"
+timeout 400 python3 scripts/feed_compare.py "$path" 3 "${FEED_COMPARE_SIZE:-2G}" >> "$o/feed.txt" 2>&1
+echo "feed_compare: rc=$?" >> "$o/summary.txt"
+
 timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_feed_logic.py \
   tests/test_feed_verdict.py tests/test_feed_storage.py tests/test_feed_network.py \
   tests/test_feed_host.py > "$o/pytest.txt" 2>&1
 echo "feed tests: rc=$?" >> "$o/summary.txt"
 tail -3 /tmp/feed.err /tmp/net.err /tmp/serve.err >> "$o/summary.txt" 2>/dev/null
-cat "$o/summary.txt"; grep -E "^(INFO|WARN|FAIL|PASS) feed" "$o/feed.txt"; tail -3 "$o/pytest.txt"
+cat "$o/summary.txt"; grep -E "^(INFO|WARN|FAIL|PASS) feed" "$o/feed.txt"
+grep -A12 "^figure " "$o/feed.txt"; tail -3 "$o/pytest.txt"
