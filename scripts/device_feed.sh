@@ -71,8 +71,8 @@ Console(width=200).print(bench_view(load_run(open(sys.argv[1]).read()), show_all
 PY
 
 # Ours and fio on the same file, test by test, 3 rounds (the within-3 % check of docs/feed.md).
-echo "== scripts/feed_compare.py $path 3 ${FEED_COMPARE_SIZE:-2G}" >> "$o/feed.txt"
-timeout 400 python3 scripts/feed_compare.py "$path" 3 "${FEED_COMPARE_SIZE:-2G}" >> "$o/feed.txt" 2>&1
+echo "== scripts/feed_compare.py $path 3 ${FEED_COMPARE_SIZE:-$size}" >> "$o/feed.txt"
+timeout 400 python3 scripts/feed_compare.py "$path" 3 "${FEED_COMPARE_SIZE:-$size}" >> "$o/feed.txt" 2>&1
 echo "feed_compare: rc=$?" >> "$o/summary.txt"
 
 timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_feed_logic.py \
