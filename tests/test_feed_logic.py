@@ -19,7 +19,7 @@ from gpuaudit.bench.feed.storage import Plan
 from gpuaudit.bench.feed.stream import stream_bytes, working_set_bytes
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.cpus import last_level_cache_bytes, numa_cpus, parse_cpulist
-from gpuaudit.hw.net import parse_ibv_devinfo, rdma_ports, read_nics
+from gpuaudit.hw.net import merge_ports, parse_ibv_devinfo, rdma_ports, read_nics
 from gpuaudit.hw.storage import is_network_fs, mount_of, parse_mountinfo, storage_target
 
 from .conftest import FIXTURES
@@ -229,6 +229,16 @@ def test_ibv_devinfo_parsing():
     assert [(p.device, p.port, p.state, p.link_layer, p.firmware) for p in ports] == [
         ("mlx5_0", 1, "ACTIVE", "InfiniBand", "28.39.1002"),
         ("mlx5_1", 1, "DOWN", "Ethernet", "28.39.1002")]
+
+
+def test_ibv_devinfo_fills_what_sysfs_lacks_and_adds_what_only_it_sees(tmp_path: Path):
+    _fake_net(tmp_path)
+    sysfs = [p.model_copy(update={"firmware": None}) for p in rdma_ports(str(tmp_path))]
+    merged = merge_ports(sysfs, parse_ibv_devinfo(IBV_DEVINFO))
+    assert [(p.device, p.state, p.rate_gbps, p.link_layer, p.firmware, p.netdevs)
+            for p in merged] == [
+        ("mlx5_0", "ACTIVE", 400.0, "Ethernet", "28.39.1002", ("ens1np0",)),  # sysfs wins
+        ("mlx5_1", "DOWN", None, "Ethernet", "28.39.1002", ())]
 
 
 def test_numa_cpus_and_last_level_cache_from_sysfs(tmp_path: Path):

@@ -131,6 +131,21 @@ def parse_ibv_devinfo(text: str) -> list[RdmaPort]:
     return ports
 
 
+def merge_ports(sysfs: list[RdmaPort], ibv: list[RdmaPort]) -> list[RdmaPort]:
+    """sysfs's ports (it has the rate and the netdevs), with ibv_devinfo filling what sysfs
+    lacks (firmware, state) and adding ports only it sees (e.g. sysfs hidden in a container)."""
+    by_key = {(p.device, p.port): p for p in ibv}
+    merged = []
+    for p in sysfs:
+        other = by_key.pop((p.device, p.port), None)
+        if other is not None:
+            p = p.model_copy(update={"firmware": p.firmware or other.firmware,
+                                     "state": p.state or other.state,
+                                     "link_layer": p.link_layer or other.link_layer})
+        merged.append(p)
+    return merged + sorted(by_key.values(), key=lambda p: (p.device, p.port))
+
+
 def ibv_devinfo() -> tuple[list[RdmaPort] | None, str | None]:
     """(ports as ibv_devinfo reports them, None) or (None, why not)."""
     exe = shutil.which("ibv_devinfo")

@@ -18,7 +18,7 @@ from gpuaudit.bench.feed import netproto
 from gpuaudit.bench.feed.rates import gbit_per_s, mbps_to_gbit, percentile_name, percentiles
 from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.errors import BadInputError
-from gpuaudit.hw.net import rdma_ports, read_nics
+from gpuaudit.hw.net import ibv_devinfo, merge_ports, rdma_ports, read_nics
 from gpuaudit.model import Measurement, Nic, Params
 
 SUITE = "network"
@@ -72,8 +72,10 @@ def nic_params(n: Nic) -> Params:
 
 
 def inventory() -> Iterator[Measurement]:
-    """Each physical NIC's link speed and each RDMA port's rate, as the host reports them."""
-    ports = rdma_ports()
+    """Each physical NIC's link speed and each RDMA port's rate, as the host reports them
+    (sysfs, and ibv_devinfo where installed)."""
+    ibv, _why = ibv_devinfo()
+    ports = merge_ports(rdma_ports(), ibv or [])
     for n in read_nics(rdma=ports):
         if n.kind != "physical":
             continue
