@@ -203,6 +203,10 @@ def test_nics_and_rdma_ports_from_sysfs(tmp_path: Path):
     assert nics["veth0"].kind == "virtual" and nics["veth0"].speed_mbps is None
     assert "virtual" in nics["veth0"].unavailable["speed_mbps"]
     assert nics["lo"].kind == "loopback"
+    (tmp_path / "sys/class/net/ens1np0/operstate").write_text("down")
+    (tmp_path / "sys/class/net/ens1np0/speed").write_text("-1")
+    down = next(n for n in read_nics(str(tmp_path)) if n.name == "ens1np0")
+    assert down.speed_mbps is None and down.unavailable["speed_mbps"] == "link down: no speed"
 
 
 IBV_DEVINFO = """\

@@ -71,10 +71,13 @@ def read_nics(root: str = "/", rdma: list[RdmaPort] | None = None) -> list[Nic]:
         else:
             kind = "virtual"
         speed = _int(_read(iface / "speed"))
+        operstate = _read(iface / "operstate")
         if speed is None or speed < 0:
             speed = None
-            unavailable["speed_mbps"] = ("the driver does not report a link speed"
-                                         + (" (virtual device)" if kind != "physical" else ""))
+            unavailable["speed_mbps"] = (
+                "link down: no speed" if operstate == "down" and kind == "physical" else
+                "the driver does not report a link speed"
+                + (" (virtual device)" if kind != "physical" else ""))
         driver = pci = numa = None
         if device.exists():
             driver = os.path.basename(os.path.realpath(device / "driver")) \
@@ -87,7 +90,7 @@ def read_nics(root: str = "/", rdma: list[RdmaPort] | None = None) -> list[Nic]:
             if numa is not None and numa < 0:
                 numa = None  # -1: the platform does not say
         nics.append(Nic(
-            name=iface.name, kind=kind, operstate=_read(iface / "operstate"),
+            name=iface.name, kind=kind, operstate=operstate,
             speed_mbps=speed, mtu=_int(_read(iface / "mtu")), driver=driver, pci_address=pci,
             numa_node=numa,
             rdma_devices=tuple(sorted({p.device for p in rdma if iface.name in p.netdevs})),
