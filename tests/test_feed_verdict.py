@@ -146,22 +146,33 @@ def test_without_a_job_the_capacity_for_imagenet_style_input_is_reported():
 
 
 def test_the_train_suites_fastest_rate_is_the_job():
+    # named and parametrised as the workloads package records them
     train = [
-        m("train", "resnet50_bf16", "samples/s", 2_900.0, model="resnet50"),
-        m("train", "resnet50_fp32", "samples/s", 1_100.0, model="resnet50"),
-        m("train", "gpt124m_bf16", "tokens/s", 500_000.0),
+        m("train", "resnet50/bf16_compile_cl/throughput", "samples/s", 2_900.0,
+          model="resnet50", image_size=224),
+        m("train", "resnet50/fp32/throughput", "samples/s", 1_100.0, model="resnet50",
+          image_size=224),
+        m("train", "gpt-124m/bf16/tokens", "tokens/s", 500_000.0, model="gpt-124m"),
+        m("train", "data/jpeg/w8", "samples/s", 9_000.0),  # a loader, not a job
+        m("train", "resnet50/ddp/n2/throughput", "samples/s", 5_600.0, model="resnet50"),
     ]
     job = job_from_train(train)
-    assert (job.samples_per_s, job.kind, job.access, job.stored_bytes_per_sample) == (
-        2_900.0, "jpeg", "random", IMAGENET_JPEG_BYTES)
-    assert job.source == "train/resnet50_bf16 (resnet50)"
-    lm = job_from_train([m("train", "gpt_124m", "samples/s", 480.0,
-                           input_bytes_per_sample=8192, data="tokens")])
-    assert (lm.kind, lm.stored_bytes_per_sample, lm.device_bytes) == ("raw", 8192, 8192)
-    assert job_from_train([m("train", "mystery", "samples/s", 10.0)]) is None
-    (f,) = feed_findings(STORAGE + DECODE + H200_TRANSFER + train)
-    assert f.evidence["job_source"] == "train/resnet50_bf16 (resnet50)"
-    assert f.code == "feed.ok"
+    assert (job.samples_per_s, job.kind, job.access, job.stored_bytes_per_sample,
+            job.device_bytes) == (2_900.0, "jpeg", "random", IMAGENET_JPEG_BYTES, 150_528)
+    assert job.source == "train/resnet50/bf16_compile_cl/throughput"
+    two = job_from_train(train, gpus=2)
+    assert two.samples_per_s == 5_800.0 and two.source.endswith("× 2 GPUs")
+    lm = job_from_train([m("train", "gpt-124m/bf16/throughput", "samples/s", 480.0,
+                           model="gpt-124m", seq_len=1024)])
+    assert (lm.kind, lm.access, lm.stored_bytes_per_sample, lm.device_bytes) == (
+        "raw", "seq", 2048, 8192)
+    given = job_from_train([m("train", "mine/bf16/throughput", "samples/s", 10.0,
+                              stored_bytes_per_sample=5000, input_bytes_per_sample=4000)])
+    assert (given.stored_bytes_per_sample, given.device_bytes) == (5000, 4000)
+    assert job_from_train([m("train", "mystery/fp32/throughput", "samples/s", 10.0)]) is None
+    (f,) = feed_findings(STORAGE + DECODE + H200_TRANSFER + train, gpus=2)
+    assert f.evidence["job_source"].startswith("train/resnet50/bf16_compile_cl/throughput")
+    assert f.evidence["job_samples_per_s"] == 5_800.0 and f.code == "feed.ok"
 
 
 def test_run_bench_takes_the_job_as_text_and_refuses_bad_text_before_measuring():

@@ -178,7 +178,8 @@ def feed_findings(measured: Sequence[Measurement], ctx: BenchContext) -> list[Fi
     job = ctx.options.get("job")
     if isinstance(job, str):  # library callers may pass the command line's text
         job = parse_job(job)
-    return verdict(measured, job if isinstance(job, FeedJob) else None)
+    return verdict(measured, job if isinstance(job, FeedJob) else None,
+                   gpus=max(1, len(ctx.devices)))
 
 
 def _live_watch(ctx: BenchContext, exclusive: bool) -> contention.Watch | None:

@@ -1,12 +1,13 @@
 """Can this server feed a training job? Storage, CPU decode and host→device copies, each turned
 into the samples per second it can deliver, against the job's rate.
 
-The job comes from the user (`--job 2500:110K:jpeg:random`) or from a `train` suite figure:
-a Measurement with suite "train" and unit "samples/s". From its params the verdict reads
-`stored_bytes_per_sample` (read from storage per sample), `input_bytes_per_sample` (copied to
-the GPU per sample) and `data` ("jpeg", "tokens", ...); an image model without
-`stored_bytes_per_sample` is taken as ImageNet-like JPEGs (110 KB stored, 3×224×224 uint8 on
-the GPU). The fastest train figure is the one judged: it is the hardest to feed.
+The job comes from the user (`--job 2500:110K:jpeg:random`) or from the `train` suite: its
+`MODEL/MODE/throughput` figures (samples/s on one GPU); the fastest is judged (the hardest to
+feed), times the GPUs benchmarked. From its params: `stored_bytes_per_sample`,
+`input_bytes_per_sample` and `data` where given; else an image model (`image_size`, or a
+resnet/vit/... name) is ImageNet-like JPEGs (110 KB stored, 3×side² uint8 on the GPU, read at
+random) and a language model (`seq_len`) reads uint16 token ids in order (2×seq_len bytes)
+and copies int64 ones (8×seq_len bytes).
 
 Pure functions over Measurements: CI tests them with exact values.
 """
@@ -83,29 +84,41 @@ def parse_job(text: str) -> FeedJob:
     return job
 
 
-def job_from_train(measured: Sequence[Measurement]) -> FeedJob | None:
-    """The job the train suite measured (its fastest samples/s figure), or None."""
+def job_from_train(measured: Sequence[Measurement], gpus: int = 1) -> FeedJob | None:
+    """The job the train suite measured: its fastest single-GPU `MODEL/MODE/throughput`
+    figure, times the GPUs the run benchmarks (a job on the whole box). Data-loading and DDP
+    figures are not jobs. None when there is none, or when a sample's size cannot be told."""
     rates = [m for m in measured if m.suite == "train" and m.unit == "samples/s"
-             and m.value is not None and m.value > 0]
+             and m.value is not None and m.value > 0 and m.name.endswith("/throughput")
+             and not m.name.startswith("data/") and "/ddp/" not in m.name]
+    n = max(1, gpus)
     for m in sorted(rates, key=lambda m: -(m.value or 0.0)):
         p = m.params
         stored = p.get("stored_bytes_per_sample")
         device = p.get("input_bytes_per_sample")
         data = str(p.get("data") or "")
-        image = data in ("jpeg", "image") or bool(IMAGE_MODEL.search(
-            f"{p.get('model', '')} {m.name}"))
-        kind = "jpeg" if image else "raw"
-        if not isinstance(stored, int):
-            if image:
+        model = str(p.get("model") or m.name.split("/", 1)[0])
+        image = data in ("jpeg", "image") or "image_size" in p or bool(IMAGE_MODEL.search(model))
+        seq_len = p.get("seq_len")
+        if image:
+            side = p.get("image_size")
+            if not isinstance(device, int) and isinstance(side, int):
+                device = 3 * side * side  # uint8 RGB crop, normalised on the GPU
+            if not isinstance(stored, int):
                 stored = IMAGENET_JPEG_BYTES
-            elif isinstance(device, int):
-                stored = device
-            else:
+        elif isinstance(seq_len, int):
+            # token ids: uint16 on disk (nanoGPT-style shards), int64 on the GPU
+            stored = stored if isinstance(stored, int) else 2 * seq_len
+            device = device if isinstance(device, int) else 8 * seq_len
+        elif not isinstance(stored, int):
+            if not isinstance(device, int):
                 continue  # no idea what a sample weighs
-        return FeedJob(samples_per_s=float(m.value or 0.0), stored_bytes_per_sample=stored,
-                       kind=kind, access="random" if image else "seq",
+            stored = device
+        source = f"train/{m.name}" + (f" × {n} GPUs" if n > 1 else "")
+        return FeedJob(samples_per_s=float(m.value or 0.0) * n, stored_bytes_per_sample=stored,
+                       kind="jpeg" if image else "raw", access="random" if image else "seq",
                        device_bytes_per_sample=device if isinstance(device, int) else None,
-                       source=f"train/{m.name}" + (f" ({p['model']})" if p.get("model") else ""))
+                       source=source)
     return None
 
 
@@ -204,10 +217,11 @@ def _relevant(measured: Sequence[Measurement]) -> bool:
     return any(m.suite in ("host", "storage") and m.value is not None for m in measured)
 
 
-def feed_findings(measured: Sequence[Measurement], job: FeedJob | None = None
-                  ) -> list[Finding]:
-    """The feed verdict: one Finding, or none when neither a job nor a feed figure is known."""
-    job = job or job_from_train(measured)
+def feed_findings(measured: Sequence[Measurement], job: FeedJob | None = None,
+                  gpus: int = 1) -> list[Finding]:
+    """The feed verdict: one Finding, or none when neither a job nor a feed figure is known.
+    Without a job, the train suite's rate on one GPU times `gpus` is the job."""
+    job = job or job_from_train(measured, gpus)
     if job is None:
         if not _relevant(measured):
             return []
