@@ -160,8 +160,10 @@ def test_fio_runs_the_same_jobs_beside_ours(tmp_path: Path):
     assert set(fio) == set(ours)
     for name in ("seq_write", "seq_read"):
         ratio = ours[name].value / fio[name].value
-        # a shared VM disk is noisy; a factor past this means one side hit the page cache
-        assert 0.5 < ratio < 2.0, (name, ours[name].value, fio[name].value)
+        # A shared VM disk under a full test run swings 2× between two runs of one tool; a
+        # page-cache hit on either side would be 5-20×. docs/feed.md has the interleaved
+        # comparison (within 3 % on medians).
+        assert 0.25 < ratio < 4.0, (name, ours[name].value, fio[name].value)
     assert os.listdir(tmp_path) == []
 
 
