@@ -128,7 +128,7 @@ def test_bad_paths_and_sizes_are_refused_before_anything_runs(tmp_path: Path):
 def test_cli_errors_are_one_line_and_exit_2(tmp_path: Path):
     one_line_error(gpuaudit("bench", "storage", str(tmp_path / "nope"), "--no-save"),
                    "does not exist")
-    one_line_error(gpuaudit("bench", "storage", str(tmp_path), "--file-size", "64T",
+    one_line_error(gpuaudit("bench", "storage", str(tmp_path), "--file-size", "1000G",
                             "--no-save"), "use --file-size to test with less")
     one_line_error(gpuaudit("bench", "storage", str(tmp_path), "--file-size", "lots",
                             "--no-save"), "--file-size")

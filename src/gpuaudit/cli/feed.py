@@ -51,7 +51,7 @@ def feed_options(*, paths: Sequence[str] = (), file_size: str | None = None,
     if file_size is not None:
         try:
             options["file_bytes"] = parse_bytes(file_size)
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, BadInputError):
             raise BadInputError(f"--file-size {file_size!r}: expected a size like 512M or "
                                 "4G") from None
     if peer is not None:

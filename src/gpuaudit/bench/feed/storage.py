@@ -248,16 +248,30 @@ class _Workers:
         self.ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         self.barrier = self.ctx.Barrier(len(args) + 1)
         self.conns = []
+        self.child_ends = []
         self.procs = []
         for a in args:
             parent, child = self.ctx.Pipe(duplex=False)
             self.conns.append(parent)
+            self.child_ends.append(child)
             self.procs.append(self.ctx.Process(target=target, args=(*a, self.barrier, child),
                                                daemon=True))
 
     def __enter__(self) -> _Workers:
-        for p in self.procs:
-            p.start()
+        # Ctrl-C is held back while forking: landing in an at-fork hook it would be swallowed
+        # ("Exception ignored"), and the run would go on. It is delivered right after.
+        import signal
+
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for p in self.procs:
+                p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        # The workers hold their ends; closing ours now (not in a finaliser, where a Ctrl-C
+        # would be swallowed as "Exception ignored") also lets a dead worker read as EOF.
+        for c in self.child_ends:
+            c.close()
         try:
             self.barrier.wait(timeout=60)
         except threading.BrokenBarrierError:

@@ -56,6 +56,14 @@ JOB_HELP = ("RATE:BYTES[:jpeg|raw][:seq|random][:DEVICE_BYTES] — samples/s, st
             "read each, bytes copied to the GPU per sample; e.g. 2500:110K:jpeg:random")
 
 
+def _bytes(text: str) -> int:
+    """A byte size, ValueError when it is not one (parse_bytes may say so either way)."""
+    try:
+        return parse_bytes(text)
+    except BadInputError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def parse_job(text: str) -> FeedJob:
     """'2500:110K:jpeg:random' → FeedJob. Bad text is bad input (exit 2)."""
     parts = [p.strip() for p in text.split(":")]
@@ -64,7 +72,7 @@ def parse_job(text: str) -> FeedJob:
         raise bad
     try:
         rate = float(parts[0])
-        stored = parse_bytes(parts[1])
+        stored = _bytes(parts[1])
     except ValueError:
         raise bad from None
     if not rate > 0:
@@ -78,7 +86,7 @@ def parse_job(text: str) -> FeedJob:
             job = replace(job, access=word)
         else:
             try:
-                job = replace(job, device_bytes_per_sample=parse_bytes(token))
+                job = replace(job, device_bytes_per_sample=_bytes(token))
             except ValueError:
                 raise bad from None
     return job
