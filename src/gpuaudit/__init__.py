@@ -22,6 +22,9 @@ from .inspect import check_machine, inspect_machine, read_snapshot
 _LAZY = {
     "audit": ("gpuaudit.audit", "audit"),
     "run_bench": ("gpuaudit.bench.runner", "run_bench"),
+    "feed_findings": ("gpuaudit.bench.feed.verdict", "feed_findings"),
+    "FeedJob": ("gpuaudit.bench.feed.verdict", "FeedJob"),
+    "serve_network": ("gpuaudit.bench.feed.serve", "serve"),
     "Monitor": ("gpuaudit.telemetry.monitor", "Monitor"),
     "Sampler": ("gpuaudit.hw.telemetry", "Sampler"),
     "IdlePolicy": ("gpuaudit.telemetry.idle", "IdlePolicy"),

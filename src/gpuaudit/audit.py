@@ -13,15 +13,18 @@ from gpuaudit.model import Measurement, Run
 def audit(*, profile: Profile = Profile.QUICK, bench: bool = True,
           step: Callable[[str], None] | None = None,
           on_measurement: Callable[[Measurement], None] | None = None,
-          on_suite: Callable[[int, int], None] | None = None, exclusive: bool = False) -> Run:
-    """`gpuaudit run`: the inspect findings and the benchmark figures of this machine."""
+          on_suite: Callable[[int, int], None] | None = None, exclusive: bool = False,
+          options: dict[str, object] | None = None) -> Run:
+    """`gpuaudit run`: the inspect findings and the benchmark figures of this machine.
+    `options` go to the suites (e.g. storage `paths`, the feed verdict's `job`)."""
     if step:
         step("inspect")
     inspected = inspect_machine()
     if not bench:
         return inspected.model_copy(update={"kind": "run"})
     benched = run_bench(machine=inspected.machine, profile=profile, step=step,
-                        on_measurement=on_measurement, on_suite=on_suite, exclusive=exclusive)
+                        on_measurement=on_measurement, on_suite=on_suite, exclusive=exclusive,
+                        options=options)
     return benched.model_copy(update={
         "kind": "run",
         "started_at": inspected.started_at,

@@ -15,12 +15,26 @@ from gpuaudit.bench.stragglers import find_stragglers
 from gpuaudit.bench.suites import SUITES, suite
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.torch_env import CudaDevice, cuda_devices
-from gpuaudit.model import Finding, Machine, Measurement, Run, RunStatus, Severity, utc_now
+from gpuaudit.model import (
+    Finding,
+    Host,
+    Machine,
+    Measurement,
+    Run,
+    RunStatus,
+    Severity,
+    utc_now,
+)
 
 NATIVE = {  # suite → modules with run_native(ctx), for --with-native
     "collectives": ("gpuaudit.bench.nccl_tests",),
     "transfer": ("gpuaudit.bench.nvbandwidth", "gpuaudit.bench.dcgm"),
+    "storage": ("gpuaudit.bench.feed.fio",),
+    "network": ("gpuaudit.bench.feed.native_net",),
 }
+# suite → module with preflight(ctx): bad input (a missing path, a silent peer) is refused
+# before anything runs, so no measured figure is thrown away.
+PREFLIGHT = {"storage": "gpuaudit.bench.feed.storage", "network": "gpuaudit.bench.feed.network"}
 
 
 def check_suites(names: Sequence[str]) -> list[str]:
@@ -87,6 +101,7 @@ def run_bench(
     the GPUs are busy. `watch` replaces the live NVML look (tests replay traces through it)."""
     started = utc_now()
     names = check_suites(suites)
+    preflight(names, profile=profile, timeout_s=timeout_s, options=options or {})
     if machine is None:
         from gpuaudit.hw import take_snapshot
 
@@ -133,7 +148,38 @@ def run_bench(
     return Run(kind="bench", started_at=started, finished_at=utc_now(),
                tool_version=__version__, status=status, command=tuple(sys.argv),
                source="live", machine=machine, measurements=tuple(final),
-               findings=tuple(bench_findings(final)))
+               findings=tuple(bench_findings(final) + feed_findings(final, ctx)))
+
+
+def preflight(names: Sequence[str], *, profile: Profile, timeout_s: float,
+              options: dict[str, object]) -> None:
+    """Refuse bad input to the chosen suites before the machine is even read: a missing or
+    read-only path, no room for the test file, a peer that does not answer, a bad job."""
+    if isinstance(options.get("job"), str):
+        from gpuaudit.bench.feed.verdict import parse_job
+
+        parse_job(str(options["job"]))  # bad text fails now, not after the measuring
+    checks = [importlib.import_module(PREFLIGHT[n]).preflight for n in names if n in PREFLIGHT]
+    if not checks:
+        return
+    # The checks need the options and the profile only, not the machine.
+    ctx = BenchContext(machine=Machine(captured_at=utc_now(), host=Host(
+        hostname="", python_version="")), devices=(), profile=profile, timeout_s=timeout_s,
+        options=dict(options))
+    for check in checks:
+        check(ctx)
+
+
+def feed_findings(measured: Sequence[Measurement], ctx: BenchContext) -> list[Finding]:
+    """Can this server feed a training job (`options["job"]`, or the train suite's rate)?"""
+    from gpuaudit.bench.feed.verdict import FeedJob, parse_job
+    from gpuaudit.bench.feed.verdict import feed_findings as verdict
+
+    job = ctx.options.get("job")
+    if isinstance(job, str):  # library callers may pass the command line's text
+        job = parse_job(job)
+    return verdict(measured, job if isinstance(job, FeedJob) else None,
+                   gpus=max(1, len(ctx.devices)))
 
 
 def _live_watch(ctx: BenchContext, exclusive: bool) -> contention.Watch | None:

@@ -21,6 +21,9 @@ SUITES: dict[str, str] = {
     "collectives": "gpuaudit.bench.collectives",
     "train": "gpuaudit.workloads.suite_train",
     "infer": "gpuaudit.workloads.suite_infer",
+    "host": "gpuaudit.bench.feed.host",
+    "storage": "gpuaudit.bench.feed.storage",
+    "network": "gpuaudit.bench.feed.network",
 }
 
 DESCRIPTIONS = {
@@ -34,6 +37,10 @@ DESCRIPTIONS = {
              "percentiles, MFU, memory; data loading; DDP scaling (full)",
     "infer": "latency percentiles and throughput vs batch per precision, eager vs compiled vs "
              "CUDA graphs; max QPS under a p99 SLO with dynamic batching",
+    "host": "host memory bandwidth (STREAM copy/triad per NUMA node), JPEG decode + augment",
+    "storage": "sequential 1 MiB read/write and random 4 KiB reads under PATH, page cache "
+               "bypassed",
+    "network": "NICs and RDMA devices; TCP throughput and latency to --peer",
 }
 
 

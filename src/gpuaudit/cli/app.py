@@ -24,7 +24,9 @@ from gpuaudit._version import __version__
 from gpuaudit.bench.context import Profile
 from gpuaudit.bench.suites import SUITES
 from gpuaudit.cli import common
+from gpuaudit.cli import feed as feed_cli
 from gpuaudit.cli.common import DbOpt, JsonOpt, err, out, print_json
+from gpuaudit.errors import BadInputError
 from gpuaudit.model import Run, RunStatus, Severity
 
 app = common.new_app(
@@ -97,6 +99,10 @@ def run(
     profile: ProfileOpt = Profile.QUICK,
     no_bench: Annotated[bool, typer.Option("--no-bench", help="Inspect only, no benchmarks.")
                         ] = False,
+    data: Annotated[list[str] | None, typer.Option(
+        "--data", help="Also test the storage under this directory (where the training data "
+                       "lives; a temporary file is written there).")] = None,
+    job: Annotated[str | None, typer.Option(help=feed_cli.JOB_HELP)] = None,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep the run in the store.")
                     ] = True,
     exclusive: ExclusiveOpt = False,
@@ -109,16 +115,18 @@ def run(
     from gpuaudit.audit import audit
 
     _check_store(save, db)
+    options = feed_cli.feed_options(paths=data or (), job=job)
     with _progress(err if json_ else out) as bar:
         result = audit(profile=profile, bench=not no_bench, step=bar.step, on_suite=bar.suite,
-                       exclusive=exclusive)
+                       exclusive=exclusive, options=options)
     _finish(result, json_=json_, save=save, db=db)
 
 
 @app.command()
 def bench(
     suites: Annotated[list[str] | None, typer.Argument(
-        metavar="[SUITE]...", help="Suites to run (default: all): " + ", ".join(SUITES))] = None,
+        metavar="[SUITE]...", help="Suites to run (default: all): " + ", ".join(SUITES)
+        + "; `storage PATH...` tests the storage under each PATH")] = None,
     profile: ProfileOpt = Profile.QUICK,
     gpus: Annotated[Any, common.gpus(
         help="GPUs to benchmark, as inspect numbers them: 0,1 [default: all]")] = None,
@@ -130,8 +138,9 @@ def bench(
         "--timeout", help="Before a hung collective is killed (a bare number is seconds).",
         lo_s=1, hi_s=parse.DAY, bare_unit="s")] = "300s",
     with_native: Annotated[bool, typer.Option(
-        "--with-native", help="Also run NVIDIA's tools where installed (nccl-tests, "
-                              "nvbandwidth, dcgmi diag) and show their figures beside ours.")
+        "--with-native", help="Also run the reference tools where installed (nccl-tests, "
+                              "nvbandwidth, dcgmi diag, fio, iperf3, ib_write_bw) and show "
+                              "their figures beside ours.")
     ] = False,
     model: Annotated[list[str] | None, typer.Option(
         "--model", metavar="MODEL",
@@ -150,6 +159,14 @@ def bench(
     target_qps: Annotated[float | None, common.number(
         "--target-qps", help="infer: the load to size a fleet for (default 100,000 QPS)", lo=1,
         hi=1e12)] = None,
+    file_size: Annotated[str | None, typer.Option(help=feed_cli.FILE_SIZE_HELP)] = None,
+    peer: Annotated[str | None, typer.Option(help=feed_cli.PEER_HELP)] = None,
+    serve: Annotated[bool, typer.Option(
+        "--serve", help="Be the peer of `bench network --peer`: serve until Ctrl-C.")] = False,
+    bind: Annotated[str, typer.Option(help="Address --serve listens on.")] = "127.0.0.1",
+    port: Annotated[int | None, typer.Option(
+        min=0, max=65535, help="Port of --serve / --peer [default: 5301]")] = None,
+    job: Annotated[str | None, typer.Option(help=feed_cli.JOB_HELP)] = None,
     json_: JsonOpt = False,
     show_all: Annotated[bool, typer.Option("--all", help="Every figure, each collective size "
                                                          "too.")] = False,
@@ -165,8 +182,17 @@ def bench(
     """
     from gpuaudit.bench.runner import check_suites, run_bench
 
-    names = check_suites(suites or [])
+    words, paths = feed_cli.split_args(suites or [])
+    names = check_suites(words)
+    if serve:
+        if words not in ([], ["network"]):
+            raise BadInputError("--serve is for the network suite: `gpuaudit bench network "
+                                "--serve`")
+        feed_cli.serve(bind, port, json_=json_, console=err if json_ else out)
+        raise typer.Exit(0)
     options = _workload_options(model, precision, batch_size, slo_ms, target_qps)
+    options.update(feed_cli.feed_options(paths=paths, file_size=file_size, peer=peer, port=port,
+                                         job=job))
     _check_store(save, db)
     with _progress(err if json_ else out) as bar:
         result = run_bench(names, gpus=gpus, profile=profile, size_range=sizes,

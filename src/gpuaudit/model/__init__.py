@@ -3,6 +3,7 @@
 from .base import SCHEMA_VERSION, Record
 from .cost import Billing, Offer
 from .diagnosis import Bottleneck, Change, Diagnosis, Observation
+from .feed import Nic, RdmaPort, StorageTarget
 from .finding import Evidence, Finding, Severity, worst
 from .machine import (
     Clocks,
@@ -50,6 +51,7 @@ __all__ = [
     "Machine",
     "Measurement",
     "MigInstance",
+    "Nic",
     "NvLink",
     "Observation",
     "Offer",
@@ -57,6 +59,7 @@ __all__ = [
     "PcieLink",
     "Power",
     "ProcessSample",
+    "RdmaPort",
     "Record",
     "RemappedRows",
     "RetiredPages",
@@ -64,6 +67,7 @@ __all__ = [
     "RunStatus",
     "Sample",
     "Severity",
+    "StorageTarget",
     "Thermal",
     "TrialResult",
     "TuneResult",

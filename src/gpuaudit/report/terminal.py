@@ -247,6 +247,10 @@ def _brief_params(m: Measurement) -> str:
         parts.append(human_bytes(p["size_bytes"]))
     elif "buffer_bytes" in p and isinstance(p["buffer_bytes"], int):
         parts.append(human_bytes(p["buffer_bytes"]))
+    for key in ("path", "nic", "rdma_device", "peer", "numa_node", "cores"):  # feed suites
+        if p.get(key) is not None and not (key == "nic" and "peer" in p):
+            parts.append(("node " if key == "numa_node" else "cores " if key == "cores"
+                          else "") + str(p[key]))
     if p.get("tool"):
         parts.append(str(p["tool"]))
     if p.get("device") == "cpu":

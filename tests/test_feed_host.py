@@ -1,0 +1,93 @@
+"""The host suite on this machine's CPUs: STREAM kernels checked, synthetic JPEGs decoded and
+augmented in pinned worker processes; and the feed verdict in `gpuaudit run`'s summary."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from gpuaudit.bench import runner
+from gpuaudit.bench.feed import jpeg, stream
+
+from .test_feed_storage import gpuaudit, machine
+
+pytest.importorskip("numpy")
+pytest.importorskip("PIL")
+
+
+def test_stream_kernels_are_checked_and_counted_as_stream_does():
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    results = stream.run_stream(cpus, 24 << 20, iters=3, warmup=1)
+    assert set(results) == {"copy", "triad"}
+    for rates, ok, elements in results.values():
+        assert ok and len(rates) == 3 and all(r > 0 for r in rates)
+        assert elements % stream.BLOCK == 0
+        assert 3 * 8 * elements * len(cpus) <= 24 << 20
+
+
+def test_synthetic_jpegs_look_like_imagenet_photos():
+    from PIL import Image
+
+    images = jpeg.make_jpegs(4, seed=1)
+    assert len(set(images)) == 4
+    assert 60_000 < sum(map(len, images)) / 4 < 160_000  # ImageNet's average is ~110 KB
+    with Image.open(io.BytesIO(images[0])) as img:
+        assert img.size == (jpeg.WIDTH, jpeg.HEIGHT) and img.format == "JPEG"
+
+
+def test_augment_gives_a_normalised_224_crop():
+    out = jpeg.augment_pil(jpeg.make_jpegs(1)[0], random.Random(3))
+    assert out.shape == (224, 224, 3) and str(out.dtype) == "float32"
+    lo = min((0 - m) / s for m, s in zip(jpeg.MEAN, jpeg.STD, strict=True))
+    hi = max((1 - m) / s for m, s in zip(jpeg.MEAN, jpeg.STD, strict=True))
+    assert lo - 1e-5 <= float(out.min()) < float(out.max()) <= hi + 1e-5
+
+
+def test_pinned_workers_report_every_completion():
+    images = jpeg.make_jpegs(4)
+    start, done = jpeg.run_workers("pil", images, 0.3, sorted(os.sched_getaffinity(0))[:2],
+                                   timeout_s=60)
+    assert len(done) >= 2 and done == sorted(done) and done[0] > start
+    assert done[-1] - start >= 0.3
+
+
+def test_a_failing_worker_is_an_error_not_a_hang():
+    with pytest.raises(RuntimeError, match="JPEG worker failed"):
+        jpeg.run_workers("pil", [b"not a jpeg"], 0.2, [sorted(os.sched_getaffinity(0))[0]],
+                         timeout_s=60)
+
+
+def test_host_suite_and_its_capacity_finding():
+    run = runner.run_bench(["host"], machine=machine())
+    found = {m.name: m for m in run.measurements}
+    for name in ("stream_copy", "stream_triad"):
+        assert found[name].value > 0 and found[name].verified is True
+        assert found[name].params["numa_node"] == "0"
+    one, every = found["jpeg_pil_1core"], found["jpeg_pil_all"]
+    assert one.value > 0 and every.value > 0 and every.params["cores"] == "all"
+    assert every.params["threads"] == len(os.sched_getaffinity(0))
+    assert found["jpeg_nvjpeg"].skipped  # no GPU here: said why
+    (cap,) = [f for f in run.findings if f.code.startswith("feed.")]
+    assert cap.code == "feed.capacity" and cap.evidence["limiting_stage"] == "decode"
+
+
+def test_run_judges_a_job_against_storage_and_decode(tmp_path: Path):
+    data = tmp_path / "data"
+    data.mkdir()
+    db = tmp_path / "runs.db"
+    # 1,000,000 samples/s of 110 KB JPEGs: no machine of this size can feed that
+    done = gpuaudit("run", "--json", "--db", str(db), "--data", str(data), "--job",
+                    "1000000:110K:jpeg:random", timeout=600)
+    assert done.returncode in (0, 1), done.stderr
+    doc = json.loads(done.stdout)
+    (f,) = [f for f in doc["findings"] if f["code"].startswith("feed.")]
+    assert f["code"] == "feed.input-bound" and f["severity"] == "WARN"
+    assert f["evidence"]["job_source"] == "--job"
+    assert f["evidence"]["storage_samples_per_s"] > 0 and f["evidence"]["decode_samples_per_s"]
+    assert os.listdir(data) == []
+    assert any(m["suite"] == "storage" and m["value"] for m in doc["measurements"])
