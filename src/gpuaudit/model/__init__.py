@@ -4,6 +4,7 @@ from .base import SCHEMA_VERSION, Record
 from .cost import Billing, Offer
 from .diagnosis import Bottleneck, Change, Diagnosis, Observation
 from .finding import Evidence, Finding, Severity, worst
+from .fleet import NodeIdentity
 from .machine import (
     Clocks,
     Ecc,
@@ -50,6 +51,7 @@ __all__ = [
     "Machine",
     "Measurement",
     "MigInstance",
+    "NodeIdentity",
     "NvLink",
     "Observation",
     "Offer",

@@ -1,0 +1,298 @@
+"""Judging a fleet by itself: each figure's median over the GPUs of one model, a robust spread
+around it (the median absolute deviation, MAD), and the GPUs and nodes outside it.
+
+Pure functions from the store's rows to a FleetReport; nothing here reads a database.
+
+Why the median and MAD: a fleet's figures are mostly alike with a few bad ones, and a mean or
+a standard deviation is pulled by exactly those. A value is outside the spread when its
+modified z-score (Iglewicz & Hoaglin: (x − median) / (1.4826 · MAD)) passes OUTSIDE_Z *and* it
+is more than MIN_GAP away from the median: a fleet of identical GPUs has a MAD near zero, and a
+0.5 % wobble must not make a node bad.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from statistics import median
+
+from gpuaudit.model import RunStatus, Severity
+
+from .records import (
+    BadNode,
+    Deviation,
+    FailFinding,
+    FigureRow,
+    FigureSpread,
+    FleetReport,
+    FleetRows,
+    FleetRun,
+    GpuRow,
+    NodeChange,
+    NodeRow,
+    NodeSummary,
+)
+
+OUTSIDE_Z = 3.5  # Iglewicz & Hoaglin's cut for an outlier by the modified z-score
+MAD_SCALE = 1.4826  # MAD × this estimates the standard deviation of normal data
+MIN_GAP = 0.05  # never outside within 5 % of the median (run-to-run noise of our benches)
+MIN_MEMBERS = 3  # a median of two says nothing about which one is off
+LOWER_IS_BETTER_UNITS = frozenset({"us", "ms", "s", "ns"})
+MAX_CHANGES_LISTED = 6
+
+FigureKey = tuple[str, str, str, str]  # (model, suite, name, unit)
+
+
+def lower_is_better(unit: str) -> bool:
+    return unit in LOWER_IS_BETTER_UNITS
+
+
+def _unique(figures: Iterable[FigureRow]) -> list[FigureRow]:
+    """A run's figures that it holds once per GPU (or once per node): a size sweep repeats a
+    name with different sizes, which are not comparable without the size, so they are left
+    out (their peak figure, e.g. all_reduce_busbw_peak, is kept)."""
+    figures = list(figures)
+    counts = Counter((f.run_id, f.suite, f.name, f.gpu_index) for f in figures)
+    return [f for f in figures if counts[(f.run_id, f.suite, f.name, f.gpu_index)] == 1]
+
+
+def spread(values: Sequence[float], unit: str) -> tuple[float, float, float, float]:
+    """(median, MAD, low, high) of `values`; outside [low, high] is outside the spread."""
+    mid = median(values)
+    mad = median(abs(v - mid) for v in values)
+    half = max(OUTSIDE_Z * MAD_SCALE * mad, MIN_GAP * abs(mid))
+    return mid, mad, mid - half, mid + half
+
+
+class _Index:
+    """The rows of one report, indexed the ways the judging needs."""
+
+    def __init__(self, rows: FleetRows) -> None:
+        self.latest = {n.run_id: n for n in rows.latest}
+        self.previous_of = {}
+        prev_by_host = {n.hostname: n for n in rows.previous}
+        for n in rows.latest:
+            if n.hostname in prev_by_host:
+                self.previous_of[n.run_id] = prev_by_host[n.hostname]
+        self.gpus: dict[tuple[str, int], GpuRow] = {(g.run_id, g.gpu_index): g
+                                                    for g in rows.gpus}
+        self.gpus_of: dict[str, list[GpuRow]] = defaultdict(list)
+        for g in sorted(rows.gpus, key=lambda g: g.gpu_index):
+            self.gpus_of[g.run_id].append(g)
+        self.figures_of: dict[str, list[FigureRow]] = defaultdict(list)
+        for f in _unique(rows.figures):
+            self.figures_of[f.run_id].append(f)
+        self.findings_of = defaultdict(list)
+        for x in rows.findings:
+            self.findings_of[x.run_id].append(x)
+
+    def model(self, f: FigureRow) -> tuple[str, str] | None:
+        """(model, scope) a figure is compared within."""
+        if f.gpu_index is None:
+            node = self.latest.get(f.run_id) or self.prev_node(f.run_id)
+            return ((node.gpu_summary or "no GPU"), "node") if node else None
+        gpu = self.gpus.get((f.run_id, f.gpu_index))
+        return (gpu.name, "gpu") if gpu else None
+
+    def prev_node(self, run_id: str) -> NodeRow | None:
+        return next((p for p in self.previous_of.values() if p.run_id == run_id), None)
+
+
+def _spreads(ix: _Index) -> tuple[list[FigureSpread], list[str]]:
+    groups: dict[tuple[FigureKey, str], list[FigureRow]] = defaultdict(list)
+    for run_id in ix.latest:
+        for f in ix.figures_of.get(run_id, ()):
+            where = ix.model(f)
+            if where is not None:
+                groups[((where[0], f.suite, f.name, f.unit), where[1])].append(f)
+    spreads, thin = [], Counter()
+    for ((model, suite, name, unit), scope), members in sorted(groups.items()):
+        if len(members) < MIN_MEMBERS:
+            thin[(model, scope)] += 1
+            continue
+        mid, mad, low, high = spread([f.value for f in members], unit)
+        lower = lower_is_better(unit)
+        outside = []
+        for f in members:
+            if low <= f.value <= high:
+                continue
+            node = ix.latest[f.run_id]
+            gpu = ix.gpus.get((f.run_id, f.gpu_index)) if f.gpu_index is not None else None
+            outside.append(Deviation(
+                hostname=node.hostname, run_id=f.run_id, gpu_index=f.gpu_index,
+                uuid=gpu.uuid if gpu else None, serial=gpu.serial if gpu else None,
+                value=f.value, deviation_pct=_pct(f.value, mid),
+                robust_z=(f.value - mid) / (MAD_SCALE * mad) if mad else None,
+                worse=f.value > high if lower else f.value < low))
+        spreads.append(FigureSpread(
+            model=model, scope=scope, suite=suite, name=name, unit=unit, lower_is_better=lower,
+            count=len(members), median=mid, mad=mad, low=low, high=high,
+            outside=tuple(sorted(outside, key=lambda d: -abs(d.deviation_pct)))))
+    notes = [f"{n} figure(s) of {model} not judged: fewer than {MIN_MEMBERS} "
+             f"{'GPUs' if scope == 'gpu' else 'nodes'} of it measured them"
+             for (model, scope), n in sorted(thin.items())]
+    return spreads, notes
+
+
+def _pct(value: float, reference: float) -> float:
+    return round(100 * (value - reference) / reference, 2) if reference else 0.0
+
+
+def _figure_reasons(spreads: list[FigureSpread]) -> dict[str, list[str]]:
+    """Per host: one reason per GPU (or per node) that is worse than the fleet."""
+    worse: dict[tuple[str, int | None], list[tuple[Deviation, FigureSpread]]] = defaultdict(list)
+    for s in spreads:
+        for d in s.outside:
+            if d.worse:
+                worse[(d.hostname, d.gpu_index)].append((d, s))
+    reasons: dict[str, list[str]] = defaultdict(list)
+    for (host, gpu_index), items in sorted(worse.items(), key=lambda kv: (kv[0][0],
+                                                                          kv[0][1] or -1)):
+        d, s = max(items, key=lambda item: abs(item[0].deviation_pct))
+        who = (f"GPU {gpu_index}" + (f" ({d.uuid})" if d.uuid else "")
+               if gpu_index is not None else "the node")
+        side = "above" if s.lower_is_better else "below"
+        reasons[host].append(
+            f"{who}: {len(items)} figure(s) {side} the fleet's {s.model} spread, worst "
+            f"{s.suite}/{s.name} {d.value:.4g} {s.unit} ({d.deviation_pct:+.0f}% vs median "
+            f"{s.median:.4g})")
+    return reasons
+
+
+def _changes(ix: _Index, spreads: list[FigureSpread]) -> list[NodeChange]:
+    noise = {(s.model, s.suite, s.name): (s.high - s.median) / abs(s.median)
+             for s in spreads if s.median}
+    changed = []
+    for run_id, node in sorted(ix.latest.items(), key=lambda kv: kv[1].hostname):
+        prev = ix.previous_of.get(run_id)
+        if prev is None:
+            continue
+        lines = _identity_changes(ix.gpus_of.get(run_id, []), ix.gpus_of.get(prev.run_id, []))
+        if node.driver_version != prev.driver_version:
+            lines.append(f"driver {prev.driver_version} → {node.driver_version}")
+        codes_now = {(x.code, x.gpu_index): x.severity for x in ix.findings_of.get(run_id, [])}
+        codes_then = {(x.code, x.gpu_index): x.severity
+                      for x in ix.findings_of.get(prev.run_id, [])}
+        for (code, gpu), sev in sorted(codes_now.items(), key=str):
+            if (code, gpu) not in codes_then:
+                lines.append(f"new {sev} {code}" + (f" on GPU {gpu}" if gpu is not None else ""))
+        for (code, gpu), sev in sorted(codes_then.items(), key=str):
+            if (code, gpu) not in codes_now:
+                lines.append(f"cleared {sev} {code}"
+                             + (f" on GPU {gpu}" if gpu is not None else ""))
+        lines += _figure_changes(ix, run_id, prev.run_id, noise)
+        if lines:
+            changed.append(NodeChange(hostname=node.hostname, run_id=run_id,
+                                      previous_run_id=prev.run_id,
+                                      previous_started_at=prev.started_at,
+                                      changes=tuple(lines)))
+    return changed
+
+
+def _identity_changes(now: list[GpuRow], then: list[GpuRow]) -> list[str]:
+    lines = []
+    if len(now) != len(then):
+        lines.append(f"GPU count {len(then)} → {len(now)}")
+    before = {g.gpu_index: g for g in then}
+    for g in now:
+        old = before.get(g.gpu_index)
+        if old is None:
+            continue
+        if g.uuid != old.uuid or g.serial != old.serial:
+            lines.append(f"GPU {g.gpu_index} is other hardware: {old.uuid} (serial "
+                         f"{old.serial}) → {g.uuid} (serial {g.serial})")
+        elif g.vbios_version != old.vbios_version:
+            lines.append(f"GPU {g.gpu_index} VBIOS {old.vbios_version} → {g.vbios_version}")
+    return lines
+
+
+def _figure_changes(ix: _Index, run_id: str, prev_id: str,
+                    noise: dict[tuple[str, str, str], float]) -> list[str]:
+    def figures(rid: str) -> dict[tuple[str, str, int | None], FigureRow]:
+        return {(f.suite, f.name, f.gpu_index): f for f in ix.figures_of.get(rid, [])}
+
+    now, then = figures(run_id), figures(prev_id)
+    moved = []
+    for key, f in now.items():
+        old = then.get(key)
+        if old is None or not old.value:
+            continue
+        where = ix.model(f)
+        rel = noise.get((where[0], f.suite, f.name), MIN_GAP) if where else MIN_GAP
+        change = (f.value - old.value) / abs(old.value)
+        if abs(change) > max(rel, MIN_GAP):
+            moved.append((abs(change), f, old, change))
+    moved.sort(key=lambda m: -m[0])
+    lines = [f"{f.suite}/{f.name}" + (f" GPU {f.gpu_index}" if f.gpu_index is not None else "")
+             + f": {old.value:.4g} → {f.value:.4g} {f.unit} ({100 * change:+.0f}%)"
+             for _, f, old, change in moved[:MAX_CHANGES_LISTED]]
+    if len(moved) > MAX_CHANGES_LISTED:
+        lines.append(f"... and {len(moved) - MAX_CHANGES_LISTED} more figure(s) moved")
+    return lines
+
+
+def _last_fleet_run(documents: list[str]) -> FleetRun | None:
+    for doc in documents:  # newest first; one that does not parse is skipped, not fatal
+        try:
+            data = json.loads(doc)
+            return FleetRun.model_validate(data)
+        except ValueError:
+            continue
+    return None
+
+
+def analyse(rows: FleetRows, *, now: datetime, since: datetime | None = None) -> FleetReport:
+    """The fleet report from the store's rows (`Store.fleet_rows`)."""
+    ix = _Index(rows)
+    spreads, notes = _spreads(ix)
+    fails = [FailFinding(hostname=ix.latest[x.run_id].hostname, run_id=x.run_id, code=x.code,
+                         gpu_index=x.gpu_index, message=x.message)
+             for run_id in ix.latest for x in ix.findings_of.get(run_id, [])
+             if x.severity == Severity.FAIL.value]
+    fails.sort(key=lambda f: (f.hostname, f.gpu_index or -1, f.code))
+    reasons: dict[str, list[str]] = defaultdict(list)
+    for f in fails:
+        reasons[f.hostname].append(f"FAIL {f.code}"
+                                   + (f" on GPU {f.gpu_index}" if f.gpu_index is not None
+                                      else "") + f": {f.message}")
+    for host, why in _figure_reasons(spreads).items():
+        reasons[host].extend(why)
+    by_host = {n.hostname: n for n in ix.latest.values()}
+    last = _last_fleet_run(rows.fleet_runs)
+    failed_nodes = {}
+    if last is not None:
+        for outcome in last.failed():
+            audit = by_host.get(outcome.hostname)
+            if audit is not None and audit.started_at > last.started_at:
+                continue  # audited again since: that audit speaks for it
+            failed_nodes[outcome.hostname] = outcome
+            reasons[outcome.hostname].append(
+                f"{outcome.state.value} in fleet run {last.id}: {outcome.reason or 'unknown'}"
+                + (f" (at: {outcome.last_step})" if outcome.last_step else ""))
+        if last.status is RunStatus.PARTIAL:
+            notes.append(f"fleet run {last.id} was interrupted")
+    bad = []
+    for host in sorted(reasons):
+        node = by_host.get(host)
+        outcome = failed_nodes.get(host)
+        bad.append(BadNode(
+            hostname=host, run_id=node.run_id if node else None,
+            ray_node_id=(node.ray_node_id if node and node.ray_node_id
+                         else outcome.ray_node_id if outcome else None),
+            node_ip=(node.node_ip if node and node.node_ip
+                     else outcome.node_ip if outcome else None),
+            reasons=tuple(reasons[host])))
+    nodes = tuple(NodeSummary(hostname=n.hostname, run_id=n.run_id, started_at=n.started_at,
+                              ray_node_id=n.ray_node_id, node_ip=n.node_ip,
+                              gpu_summary=n.gpu_summary, verdict=Severity(n.verdict))
+                  for n in sorted(ix.latest.values(), key=lambda n: n.hostname))
+    return FleetReport(
+        generated_at=now, since=since, nodes=nodes,
+        gpus=sum(len(ix.gpus_of.get(r, [])) for r in ix.latest),
+        spreads=tuple(spreads), fail_findings=tuple(fails), changed=tuple(_changes(ix, spreads)),
+        bad_nodes=tuple(bad), last_fleet_run=last, notes=tuple(notes))
+
+
+__all__ = ["MIN_GAP", "MIN_MEMBERS", "OUTSIDE_Z", "analyse", "lower_is_better", "spread"]
