@@ -306,6 +306,7 @@ def schema() -> None:
 from gpuaudit.cli.catalog import catalog_app  # noqa: E402
 from gpuaudit.cli.cost import cost_app  # noqa: E402
 from gpuaudit.cli.doctor import DOCTOR_CONTEXT, doctor  # noqa: E402
+from gpuaudit.cli.fleet import fleet_app  # noqa: E402
 from gpuaudit.cli.monitor import monitor_app  # noqa: E402
 from gpuaudit.cli.recommend import recommend_app  # noqa: E402
 from gpuaudit.cli.tune import tune  # noqa: E402
@@ -316,6 +317,7 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(recommend_app, name="recommend")
 app.command("doctor", context_settings=DOCTOR_CONTEXT)(doctor)
 app.command("tune")(tune)
+app.add_typer(fleet_app, name="fleet")
 
 
 def main() -> None:

@@ -233,14 +233,16 @@ def _figure_changes(ix: _Index, run_id: str, prev_id: str,
     return lines
 
 
-def _last_fleet_run(documents: list[str]) -> FleetRun | None:
-    for doc in documents:  # newest first; one that does not parse is skipped, not fatal
+def _fleet_runs(documents: list[str]) -> list[FleetRun]:
+    """The fleet runs, newest first; one that does not parse (a newer gpuaudit's) is left
+    out, not fatal."""
+    found = []
+    for doc in documents:
         try:
-            data = json.loads(doc)
-            return FleetRun.model_validate(data)
+            found.append(FleetRun.model_validate(json.loads(doc)))
         except ValueError:
             continue
-    return None
+    return found
 
 
 def analyse(rows: FleetRows, *, now: datetime, since: datetime | None = None) -> FleetReport:
@@ -260,7 +262,10 @@ def analyse(rows: FleetRows, *, now: datetime, since: datetime | None = None) ->
     for host, why in _figure_reasons(spreads).items():
         reasons[host].extend(why)
     by_host = {n.hostname: n for n in ix.latest.values()}
-    last = _last_fleet_run(rows.fleet_runs)
+    fleet_runs = _fleet_runs(rows.fleet_runs)
+    last = fleet_runs[0] if fleet_runs else None
+    cross = next((f for f in fleet_runs if any(m.value is not None for m in f.collectives)),
+                 None)
     failed_nodes = {}
     if last is not None:
         for outcome in last.failed():
@@ -292,7 +297,9 @@ def analyse(rows: FleetRows, *, now: datetime, since: datetime | None = None) ->
         generated_at=now, since=since, nodes=nodes,
         gpus=sum(len(ix.gpus_of.get(r, [])) for r in ix.latest),
         spreads=tuple(spreads), fail_findings=tuple(fails), changed=tuple(_changes(ix, spreads)),
-        bad_nodes=tuple(bad), last_fleet_run=last, notes=tuple(notes))
+        bad_nodes=tuple(bad), last_fleet_run=last,
+        cross_node=cross.collectives if cross else (),
+        cross_node_fleet_id=cross.id if cross else None, notes=tuple(notes))
 
 
 __all__ = ["MIN_GAP", "MIN_MEMBERS", "OUTSIDE_Z", "analyse", "lower_is_better", "spread"]

@@ -203,6 +203,9 @@ class FleetReport(Record):
     changed: tuple[NodeChange, ...] = ()
     bad_nodes: tuple[BadNode, ...] = ()
     last_fleet_run: FleetRun | None = None
+    # The newest all-reduce across nodes in the period (suite "fleet"), and its fleet run.
+    cross_node: tuple[Measurement, ...] = ()
+    cross_node_fleet_id: str | None = None
     notes: tuple[str, ...] = Field(default=())
 
     @property
