@@ -182,8 +182,8 @@ def run(
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
         console.print(fleet_run_view(result))
-    if saver.problem:
-        raise GpuauditError(f"{saver.problem}"
+    if saver.problem:  # bad input: the store given cannot take what it is for
+        raise BadInputError(f"{saver.problem}"
                             + (f" ({len(saver.unsaved)} run(s) in all)"
                                if len(saver.unsaved) > 1 else ""))
     if result.status is RunStatus.PARTIAL:

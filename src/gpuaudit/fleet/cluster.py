@@ -73,8 +73,9 @@ def connect(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> Any:
     return ray
 
 
-def gpu_nodes(ray: Any, resource: str = GPU_RESOURCE) -> list[ClusterNode]:
-    """The alive nodes that offer GPUs, by host name then IP."""
+def gpu_nodes(ray: Any, resource: str | None = None) -> list[ClusterNode]:
+    """The alive nodes that offer GPUs (the `resource`, default GPU), by host name then IP."""
+    resource = resource or GPU_RESOURCE
     found = []
     for n in ray.nodes():
         gpus = int(n.get("Resources", {}).get(resource, 0))
