@@ -13,6 +13,7 @@ is more than MIN_GAP away from the median: a fleet of identical GPUs has a MAD n
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -24,14 +25,12 @@ from .records import (
     BadNode,
     Deviation,
     FailFinding,
-    FigureRow,
     FigureSpread,
     FleetReport,
     FleetRows,
     FleetRun,
     GpuRow,
     NodeChange,
-    NodeRow,
     NodeSummary,
 )
 
@@ -41,6 +40,7 @@ MIN_GAP = 0.05  # never outside within 5 % of the median (run-to-run noise of ou
 MIN_MEMBERS = 3  # a median of two says nothing about which one is off
 LOWER_IS_BETTER_UNITS = frozenset({"us", "ms", "s", "ns"})
 MAX_CHANGES_LISTED = 6
+SQRT2 = math.sqrt(2)
 
 FigureKey = tuple[str, str, str, str]  # (model, suite, name, unit)
 
@@ -49,13 +49,29 @@ def lower_is_better(unit: str) -> bool:
     return unit in LOWER_IS_BETTER_UNITS
 
 
-def _unique(figures: Iterable[FigureRow]) -> list[FigureRow]:
-    """A run's figures that it holds once per GPU (or once per node): a size sweep repeats a
-    name with different sizes, which are not comparable without the size, so they are left
-    out (their peak figure, e.g. all_reduce_busbw_peak, is kept)."""
-    figures = list(figures)
-    counts = Counter((f.run_id, f.suite, f.name, f.gpu_index) for f in figures)
-    return [f for f in figures if counts[(f.run_id, f.suite, f.name, f.gpu_index)] == 1]
+# A figure row, positionally: (run_id, suite, name, unit, value, gpu_index) (FigureRow's
+# shape; the store hands plain tuples: a third of a million named tuples cost a second).
+RUN, SUITE, NAME, UNIT, VALUE, GPU = range(6)
+
+
+def _by_run(figures: Iterable[tuple]) -> dict[str, dict[tuple, tuple]]:
+    """run → (suite, name, gpu_index) → figure, for the figures a run holds once per GPU (or
+    once per node): a size sweep repeats a name with different sizes, which are not
+    comparable without the size, so they are left out (their peak figure, e.g.
+    all_reduce_busbw_peak, is kept)."""
+    runs: dict[str, dict[tuple, tuple]] = {}
+    repeated: set[tuple] = set()
+    for f in figures:
+        mine = runs.get(f[RUN])
+        if mine is None:
+            mine = runs[f[RUN]] = {}
+        key = (f[SUITE], f[NAME], f[GPU])
+        if key in mine:
+            repeated.add((f[RUN], key))
+        mine[key] = f
+    for run, key in repeated:
+        del runs[run][key]
+    return runs
 
 
 def spread(values: Sequence[float], unit: str) -> tuple[float, float, float, float]:
@@ -81,51 +97,47 @@ class _Index:
         self.gpus_of: dict[str, list[GpuRow]] = defaultdict(list)
         for g in sorted(rows.gpus, key=lambda g: g.gpu_index):
             self.gpus_of[g.run_id].append(g)
-        self.figures_of: dict[str, list[FigureRow]] = defaultdict(list)
-        for f in _unique(rows.figures):
-            self.figures_of[f.run_id].append(f)
+        self.figures_of = _by_run(rows.figures)
         self.findings_of = defaultdict(list)
         for x in rows.findings:
             self.findings_of[x.run_id].append(x)
 
-    def model(self, f: FigureRow) -> tuple[str, str] | None:
-        """(model, scope) a figure is compared within."""
-        if f.gpu_index is None:
-            node = self.latest.get(f.run_id) or self.prev_node(f.run_id)
+    def model(self, f: tuple) -> tuple[str, str] | None:
+        """(model, scope) a figure of a latest run is compared within."""
+        if f[GPU] is None:
+            node = self.latest.get(f[RUN])
             return ((node.gpu_summary or "no GPU"), "node") if node else None
-        gpu = self.gpus.get((f.run_id, f.gpu_index))
+        gpu = self.gpus.get((f[RUN], f[GPU]))
         return (gpu.name, "gpu") if gpu else None
-
-    def prev_node(self, run_id: str) -> NodeRow | None:
-        return next((p for p in self.previous_of.values() if p.run_id == run_id), None)
 
 
 def _spreads(ix: _Index) -> tuple[list[FigureSpread], list[str]]:
-    groups: dict[tuple[FigureKey, str], list[FigureRow]] = defaultdict(list)
+    groups: dict[tuple[FigureKey, str], list[tuple]] = defaultdict(list)
     for run_id in ix.latest:
-        for f in ix.figures_of.get(run_id, ()):
+        for f in ix.figures_of.get(run_id, {}).values():
             where = ix.model(f)
             if where is not None:
-                groups[((where[0], f.suite, f.name, f.unit), where[1])].append(f)
+                groups[((where[0], f[SUITE], f[NAME], f[UNIT]), where[1])].append(f)
     spreads, thin = [], Counter()
     for ((model, suite, name, unit), scope), members in sorted(groups.items()):
         if len(members) < MIN_MEMBERS:
             thin[(model, scope)] += 1
             continue
-        mid, mad, low, high = spread([f.value for f in members], unit)
+        mid, mad, low, high = spread([f[VALUE] for f in members], unit)
         lower = lower_is_better(unit)
         outside = []
         for f in members:
-            if low <= f.value <= high:
+            value = f[VALUE]
+            if low <= value <= high:
                 continue
-            node = ix.latest[f.run_id]
-            gpu = ix.gpus.get((f.run_id, f.gpu_index)) if f.gpu_index is not None else None
+            node = ix.latest[f[RUN]]
+            gpu = ix.gpus.get((f[RUN], f[GPU])) if f[GPU] is not None else None
             outside.append(Deviation(
-                hostname=node.hostname, run_id=f.run_id, gpu_index=f.gpu_index,
+                hostname=node.hostname, run_id=f[RUN], gpu_index=f[GPU],
                 uuid=gpu.uuid if gpu else None, serial=gpu.serial if gpu else None,
-                value=f.value, deviation_pct=_pct(f.value, mid),
-                robust_z=(f.value - mid) / (MAD_SCALE * mad) if mad else None,
-                worse=f.value > high if lower else f.value < low))
+                value=value, deviation_pct=_pct(value, mid),
+                robust_z=(value - mid) / (MAD_SCALE * mad) if mad else None,
+                worse=value > high if lower else value < low))
         spreads.append(FigureSpread(
             model=model, scope=scope, suite=suite, name=name, unit=unit, lower_is_better=lower,
             count=len(members), median=mid, mad=mad, low=low, high=high,
@@ -210,23 +222,23 @@ def _identity_changes(now: list[GpuRow], then: list[GpuRow]) -> list[str]:
 
 def _figure_changes(ix: _Index, run_id: str, prev_id: str,
                     noise: dict[tuple[str, str, str], float]) -> list[str]:
-    def figures(rid: str) -> dict[tuple[str, str, int | None], FigureRow]:
-        return {(f.suite, f.name, f.gpu_index): f for f in ix.figures_of.get(rid, [])}
-
-    now, then = figures(run_id), figures(prev_id)
+    now, then = ix.figures_of.get(run_id, {}), ix.figures_of.get(prev_id, {})
     moved = []
     for key, f in now.items():
         old = then.get(key)
-        if old is None or not old.value:
+        if old is None or not old[VALUE]:
             continue
+        change = (f[VALUE] - old[VALUE]) / abs(old[VALUE])
+        if abs(change) <= SQRT2 * MIN_GAP:
+            continue  # within any figure's noise: the common case, decided cheaply
         where = ix.model(f)
-        rel = noise.get((where[0], f.suite, f.name), MIN_GAP) if where else MIN_GAP
-        change = (f.value - old.value) / abs(old.value)
-        if abs(change) > max(rel, MIN_GAP):
+        rel = noise.get((where[0], f[SUITE], f[NAME]), MIN_GAP) if where else MIN_GAP
+        # A difference of two noisy figures spreads √2 times as wide as one of them.
+        if abs(change) > SQRT2 * max(rel, MIN_GAP):
             moved.append((abs(change), f, old, change))
     moved.sort(key=lambda m: -m[0])
-    lines = [f"{f.suite}/{f.name}" + (f" GPU {f.gpu_index}" if f.gpu_index is not None else "")
-             + f": {old.value:.4g} → {f.value:.4g} {f.unit} ({100 * change:+.0f}%)"
+    lines = [f"{f[SUITE]}/{f[NAME]}" + (f" GPU {f[GPU]}" if f[GPU] is not None else "")
+             + f": {old[VALUE]:.4g} → {f[VALUE]:.4g} {f[UNIT]} ({100 * change:+.0f}%)"
              for _, f, old, change in moved[:MAX_CHANGES_LISTED]]
     if len(moved) > MAX_CHANGES_LISTED:
         lines.append(f"... and {len(moved) - MAX_CHANGES_LISTED} more figure(s) moved")

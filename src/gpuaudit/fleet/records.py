@@ -90,6 +90,8 @@ class GpuRow(NamedTuple):
 
 
 class FigureRow(NamedTuple):
+    """A figure's row. The store hands plain tuples of this shape (see store.fleet)."""
+
     run_id: str
     suite: str
     name: str
@@ -113,7 +115,7 @@ class FleetRows(NamedTuple):
     latest: list[NodeRow]
     previous: list[NodeRow]
     gpus: list[GpuRow]
-    figures: list[FigureRow]
+    figures: list[tuple]  # FigureRow-shaped: (run_id, suite, name, unit, value, gpu_index)
     findings: list[FindingRow]
     fleet_runs: list[str]
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Select, select
 
-from gpuaudit.fleet.records import FigureRow, FindingRow, FleetRows, GpuRow, NodeRow
+from gpuaudit.fleet.records import FindingRow, FleetRows, GpuRow, NodeRow
 from gpuaudit.model import Run
 
 from .schema import findings, fleet_runs, measurements, run_gpus, run_nodes, runs
@@ -43,6 +43,20 @@ def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
         yield ids[start:start + _CHUNK]
 
 
+def _plain_rows(conn: Connection, query: Select[Any]) -> list[tuple[Any, ...]]:
+    """The rows of `query` as the driver's own tuples, fetched at once. For the figures: a
+    thousand 8-GPU nodes are a third of a million rows, and wrapping each in a SQLAlchemy Row
+    (then a named tuple) costs more than the query. The values are literals rendered by
+    SQLAlchemy (run ids from the store itself), so no parameters cross the driver here."""
+    sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(sql)
+        return list(cursor.fetchall())
+    finally:
+        cursor.close()
+
+
 def fleet_rows(conn: Connection, *, since: datetime | None, kind: str = "run",
                has_fleet_runs: bool = True) -> FleetRows:
     """Each host's latest `kind` run since `since` and the one before it (at any time), with
@@ -71,21 +85,22 @@ def fleet_rows(conn: Connection, *, since: datetime | None, kind: str = "run",
         seen[node.hostname] = count + 1
     ids = [n.run_id for n in latest] + [n.run_id for n in previous]
     gpus: list[GpuRow] = []
-    figures: list[FigureRow] = []
+    figures: list[tuple[Any, ...]] = []
     found: list[FindingRow] = []
     for part in _chunks(ids):
-        gpus += [GpuRow(*r) for r in conn.execute(
+        gpus += map(GpuRow._make, conn.execute(
             select(run_gpus.c.run_id, run_gpus.c.gpu_index, run_gpus.c.name, run_gpus.c.uuid,
                    run_gpus.c.serial, run_gpus.c.vbios_version)
-            .where(run_gpus.c.run_id.in_(part)))]
-        figures += [FigureRow(*r) for r in conn.execute(
-            select(measurements.c.run_id, measurements.c.suite, measurements.c.name,
-                   measurements.c.unit, measurements.c.value, measurements.c.gpu_index)
-            .where(measurements.c.run_id.in_(part), measurements.c.value.is_not(None)))]
-        found += [FindingRow(*r) for r in conn.execute(
+            .where(run_gpus.c.run_id.in_(part))).all())
+        figures += _plain_rows(conn, select(
+            measurements.c.run_id, measurements.c.suite, measurements.c.name,
+            measurements.c.unit, measurements.c.value, measurements.c.gpu_index)
+            .where(measurements.c.run_id.in_(part), measurements.c.value.is_not(None)))
+        found += map(FindingRow._make, conn.execute(
             select(findings.c.run_id, findings.c.code, findings.c.severity,
                    findings.c.gpu_index, findings.c.message)
-            .where(findings.c.run_id.in_(part), findings.c.severity.in_(("WARN", "FAIL"))))]
+            .where(findings.c.run_id.in_(part), findings.c.severity.in_(("WARN", "FAIL"))))
+            .all())
     documents: list[str] = []
     if has_fleet_runs:
         q = select(fleet_runs.c.document).order_by(fleet_runs.c.started_at.desc()).limit(20)
