@@ -150,9 +150,11 @@ def test_a_store_that_stops_taking_writes_keeps_what_it_took(cluster, tmp_path, 
 
     def save_then_refuse(self, run):
         outcome = real_call(self, run)
-        with admin.connect() as conn:  # the server turns read-only for new sessions
+        with admin.connect() as conn:  # the server comes back read-only (a failover)
             conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET default_transaction_read_only'
                                  " = on")
+            conn.exec_driver_sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                                 f" WHERE datname = '{name}' AND pid <> pg_backend_pid()")
         return outcome
 
     monkeypatch.setattr(cli_fleet._Saver, "__call__", save_then_refuse)

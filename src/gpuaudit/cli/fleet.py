@@ -51,34 +51,52 @@ def _duration(option: str, text: str) -> float:
 
 
 class _Saver:
-    """Saves each node's run as it arrives; a store that refuses one keeps it in a file
-    (store.keep) and the fleet run goes on: the other nodes' results still matter."""
+    """Saves each node's run as it arrives, through one open store (a thousand nodes finish
+    within minutes of each other). A store that refuses a run gets it kept in a file
+    (store.keep) and the fleet run goes on: the other nodes' results still matter. After a
+    failure the next run tries a fresh connection."""
 
     def __init__(self, db: str | None) -> None:
         self.db = db
+        self.store: Any = None
         self.unsaved: list[str] = []
         self.problem: str | None = None
 
-    def __call__(self, run: Any) -> tuple[bool, str | None]:
-        from gpuaudit.store import UnsavedRunError, save_or_keep
-
-        try:
-            save_or_keep(run, self.db)
-        except UnsavedRunError as exc:
-            self.problem = self.problem or str(exc)
-            self.unsaved.append(run.id)
-            return False, str(exc.kept_at) if exc.kept_at else None
-        return True, None
-
-    def save_fleet(self, fleet_run: Any) -> None:
+    def _open(self) -> Any:
         from gpuaudit.store import Store
 
+        if self.store is None:
+            self.store = Store(self.db)
+        return self.store
+
+    def _drop(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def __call__(self, run: Any) -> tuple[bool, str | None]:
+        from gpuaudit.store import keep_run
+
         try:
-            with Store(self.db) as store:
-                store.save_fleet_run(fleet_run.id, fleet_run.started_at, fleet_run.finished_at,
-                                     fleet_run.model_dump_json())
+            self._open().save(run)
+            return True, None
         except GpuauditError as exc:
+            self._drop()
+            kept = keep_run(run)
+            where = f"kept in {kept}" if kept else "not kept in a file either"
+            self.problem = self.problem or f"run {run.id} was not saved ({exc}); {where}"
+            self.unsaved.append(run.id)
+            return False, str(kept) if kept else None
+
+    def save_fleet(self, fleet_run: Any) -> None:
+        try:
+            self._open().save_fleet_run(fleet_run.id, fleet_run.started_at,
+                                        fleet_run.finished_at, fleet_run.model_dump_json())
+        except GpuauditError as exc:
+            self._drop()
             self.problem = self.problem or f"fleet run {fleet_run.id} was not saved ({exc})"
+        finally:
+            self._drop()
 
 
 class _NodeLines:

@@ -168,9 +168,9 @@ class _Fleet:
         next_liveness = time.monotonic() + LIVENESS_EVERY_S
         while pending := [t for t in self.tasks if t.outcome is None]:
             ready, _ = self.ray.wait([t.gen for t in pending], num_returns=1, timeout=poll_s)
+            by_gen = {id(t.gen): t for t in pending}
             for gen in ready:
-                task = next(t for t in pending if t.gen is gen)
-                self._step_task(task)
+                self._step_task(by_gen[id(gen)])
             now = time.monotonic()
             for task in pending:
                 if task.outcome is None and now - task.submitted > self.timeout_s:
