@@ -39,6 +39,8 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--full-size-runs", type=int, default=100,
+                    help="also save this many runs of a real audit's document size, timed")
     ap.add_argument("--pg", default=os.environ.get("GPUAUDIT_TEST_PG_URL"))
     args = ap.parse_args()
     if not args.pg:
@@ -61,8 +63,7 @@ def main() -> int:
                     store.save(run)
                     saved += 1
             write_s = time.perf_counter() - started
-        with admin.connect() as conn:
-            size = conn.exec_driver_sql(f"SELECT pg_database_size('{name}')").scalar()
+        size = _db_bytes(admin, name)
         eng = sa.create_engine(base.set(database=name))
         with eng.connect() as conn:
             rows = {t: conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar()
@@ -75,6 +76,17 @@ def main() -> int:
                 t = time.perf_counter()
                 report = fleet_report(store)
                 times.append(time.perf_counter() - t)
+        # The write load of documents the size of real 8-GPU audits (after the report was
+        # timed: these are other nodes' runs).
+        full = SyntheticFleet(nodes=args.full_size_runs, gpus_per_node=args.gpus, seed=2,
+                              samples=200, prefix="full-node")
+        full_runs = list(full.runs(T0 + timedelta(days=14), round_=2))
+        doc_bytes = [len(r.model_dump_json()) for r in full_runs]
+        with Store(url) as store:
+            started = time.perf_counter()
+            for run in full_runs:
+                store.save(run)
+            full_s = time.perf_counter() - started
         bad = sorted(b.hostname for b in report.bad_nodes)
         doc = {
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
@@ -85,6 +97,12 @@ def main() -> int:
             "write": {"runs": saved, "seconds": round(write_s, 1),
                       "runs_per_s": round(saved / write_s, 1), "rows": rows,
                       "database_bytes": size},
+            "write_full_size": {"runs": len(full_runs),
+                                "document_bytes_mean": round(statistics.mean(doc_bytes)),
+                                "seconds": round(full_s, 1),
+                                "runs_per_s": round(len(full_runs) / full_s, 1),
+                                "mb_per_s": round(sum(doc_bytes) / full_s / 1e6, 1),
+                                "database_bytes_added": _db_bytes(admin, name) - size},
             "report": {"seconds_median": round(statistics.median(times), 3),
                        "seconds_max": round(max(times), 3), "repeats": len(times),
                        "figures_judged": len(report.spreads), "gpus": report.gpus,
@@ -96,6 +114,11 @@ def main() -> int:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.dispose()
     return 0
+
+
+def _db_bytes(admin: sa.Engine, name: str) -> int:
+    with admin.connect() as conn:
+        return int(conn.exec_driver_sql(f"SELECT pg_database_size('{name}')").scalar())
 
 
 def _pg_version(admin: sa.Engine) -> str:

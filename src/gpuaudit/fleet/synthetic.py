@@ -71,9 +71,13 @@ class SyntheticFleet:
     gpus_per_node: int = 8
     seed: int = 0
     plants: dict[int, Plant] = field(default_factory=dict)  # node number → its faults
+    # Samples kept per figure: 0 for speed; ~200 makes a document the size of a real 8-GPU
+    # quick audit (about 0.7 MB of JSON, most of it the matmul shape search's samples).
+    samples: int = 0
+    prefix: str = "gpu-node"
 
     def hostname(self, node: int) -> str:
-        return f"gpu-node-{node:04d}"
+        return f"{self.prefix}-{node:04d}"
 
     def runs(self, started: datetime, *, round_: int = 0, fleet_id: str | None = None
              ) -> Iterator[Run]:
@@ -99,8 +103,10 @@ class SyntheticFleet:
                     factor *= plant.slow_factor
                 if plant.narrow_pcie_gpu == g.index and suite == "transfer":
                     factor *= 0.5
-                measured.append(Measurement(suite=suite, name=name, unit=unit,
-                                            value=value * factor, gpu_index=g.index))
+                measured.append(Measurement(
+                    suite=suite, name=name, unit=unit, value=value * factor, gpu_index=g.index,
+                    samples=tuple(value * factor * rng.gauss(1.0, NOISE)
+                                  for _ in range(self.samples))))
         for suite, name, unit, value in NODE_FIGURES:
             measured.append(Measurement(suite=suite, name=name, unit=unit,
                                         value=value * rng.gauss(1.0, NOISE)))
