@@ -181,6 +181,29 @@ def test_a_store_that_stops_taking_writes_keeps_what_it_took(cluster, tmp_path, 
         admin.dispose()
 
 
+def test_ctrl_c_keeps_the_runs_already_saved(cluster, tmp_path):
+    from gpuaudit.cli.fleet import _Saver
+    from gpuaudit.fleet.runner import run_fleet
+    from gpuaudit.model import RunStatus
+
+    saver = _Saver(str(tmp_path / "fleet.db"))
+
+    def interrupt_after_first(p) -> None:
+        if p.state == "done":
+            raise KeyboardInterrupt
+
+    fleet = run_fleet(cluster.address, save=saver, save_fleet=saver.save_fleet,
+                      on_progress=interrupt_after_first, timeout_s=120.0)
+    assert fleet.status is RunStatus.PARTIAL and fleet.collectives_skipped == "interrupted"
+    assert len(fleet.nodes) == 3  # every node accounted for
+    done = [n for n in fleet.nodes if n.state is NodeState.DONE]
+    assert len(done) >= 1 and all(n.saved for n in done)
+    assert {n.state for n in fleet.nodes} <= {NodeState.DONE, NodeState.INTERRUPTED}
+    with Store(tmp_path / "fleet.db", read_only=True) as store:
+        assert {s.id for s in store.list_runs()} == {n.run_id for n in done}
+        assert store.fleet_rows().fleet_runs  # the partial fleet run is kept too
+
+
 def test_a_killed_node_and_a_hung_node_are_reported_and_nothing_else_is_lost(
         cluster, plans, tmp_path):
     from gpuaudit.cli.fleet import _Saver

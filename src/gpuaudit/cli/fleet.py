@@ -140,8 +140,18 @@ def _is_sqlite(db: str | None) -> bool:
 
 
 def _local(address: str) -> bool:
+    """The cluster's head is this machine (an address of ours: we can bind to it)."""
+    import socket
+
     host = address.removeprefix("ray://").rpartition(":")[0].strip("[]")
-    return address in ("auto", "local") or host in ("127.0.0.1", "localhost", "::1")
+    if address in ("auto", "local") or host in ("127.0.0.1", "localhost", "::1"):
+        return True
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.bind((host, 0))
+    except OSError:
+        return False
+    return True
 
 
 @fleet_app.command("run")
