@@ -26,7 +26,8 @@ COMMANDS = [(), ("inspect",), ("run",), ("bench",), ("runs",), ("show",), ("sche
             ("cost", "work"), ("cost", "idle"), ("catalog",), ("catalog", "list"),
             ("catalog", "show"), ("catalog", "validate"), ("catalog", "import"),
             ("recommend",), ("recommend", "train"), ("recommend", "finetune"),
-            ("recommend", "serve"), ("doctor",), ("tune",)]
+            ("recommend", "serve"), ("doctor",), ("tune",), ("fleet",), ("fleet", "run"),
+            ("fleet", "report")]
 
 
 @pytest.mark.parametrize("args", [

@@ -8,11 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
+from gpuaudit.cli import common
 from gpuaudit.errors import BadInputError, GpuauditError
 
-fleet_app = typer.Typer(help="Audit every GPU node of a Ray cluster into one store, and find "
-                             "the bad nodes.", no_args_is_help=True,
-                        context_settings={"help_option_names": ["-h", "--help"]})
+fleet_app = common.new_app("Audit every GPU node of a Ray cluster into one store, and find the "
+                           "bad nodes.", no_args_is_help=True)
 
 # Above this many nodes the progress shows counts, not a line per node.
 MAX_NODE_LINES = 24
@@ -21,33 +21,6 @@ MAX_NODE_LINES = 24
 class FleetProfile(str, Enum):
     quick = "quick"
     standard = "standard"
-
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (human text on "
-                                                      "stderr).")]
-DbOpt = Annotated[str | None, typer.Option(
-    "--db", envvar="GPUAUDIT_DB", show_envvar=True,
-    help="Store URL: postgresql://… for a fleet (SQLite: a path, for a local cluster) "
-         "[default: a SQLite file in the user data directory]")]
-
-
-def _consoles(json_: bool) -> Any:
-    from rich.console import Console
-
-    return Console(stderr=json_, highlight=False)
-
-
-def _duration(option: str, text: str) -> float:
-    from gpuaudit.telemetry.rules import parse_duration
-
-    try:
-        value = parse_duration(text)
-    except ValueError:
-        raise BadInputError(f"{option} {text!r}: expected a duration like 90s, 30m, 1h"
-                            ) from None
-    if value <= 0:
-        raise BadInputError(f"{option} {text!r}: must be more than zero")
-    return value
 
 
 class _Saver:
@@ -156,25 +129,26 @@ def _local(address: str) -> bool:
 
 @fleet_app.command("run")
 def run(
+    ctx: typer.Context,
     address: Annotated[str, typer.Option(
-        "--address", envvar="RAY_ADDRESS", show_envvar=True,
+        "--address", envvar="RAY_ADDRESS", show_envvar=True, metavar="ADDR",
         help="The Ray cluster: HOST:PORT of its head (GCS), ray://HOST:10001, or auto.")],
     profile: Annotated[FleetProfile, typer.Option(
         help="The bench profile each node runs (quick: about a minute per GPU).")
     ] = FleetProfile.quick,
-    nodes: Annotated[int | None, typer.Option(
-        "--nodes", min=1, help="Audit only the first N GPU nodes (by host name).")] = None,
+    nodes: Annotated[int | None, common.integer(
+        "--nodes", help="Audit only the first N GPU nodes (by host name).")] = None,
     all_nodes: Annotated[bool, typer.Option("--all", help="Audit every GPU node (the default)."
                                             )] = False,
-    timeout: Annotated[str, typer.Option(
-        help="Per-node time limit (from submission): a node past it is reported and "
-             "cancelled.")] = "30m",
+    timeout: Annotated[float, common.duration(
+        "--timeout", help="Per-node time limit (from submission): a node past it is reported "
+                          "and cancelled.", lo_s=1.0)] = "30m",
     no_bench: Annotated[bool, typer.Option("--no-bench", help="Inspect only.")] = False,
     collectives: Annotated[bool, typer.Option(
         "--collectives/--no-collectives",
         help="All-reduce across the audited nodes afterwards.")] = True,
-    db: DbOpt = None,
-    json_: JsonOpt = False,
+    db: common.DbOpt = None,
+    json_: common.JsonOpt = False,
 ) -> None:
     """Audit every GPU node of a Ray cluster (inspect + bench), one task per node.
 
@@ -189,10 +163,9 @@ def run(
     from gpuaudit.report.fleet_view import fleet_run_view
     from gpuaudit.store import check_store
 
-    if nodes is not None and all_nodes:
-        raise BadInputError("--nodes and --all together: choose one")
-    limit_s = _duration("--timeout", timeout)
-    console = _consoles(json_)
+    common.refuse_together(ctx, ("nodes", "all_nodes"))
+    limit_s = float(timeout)
+    console, _ = common.consoles(json_)
     where = check_store(db)  # before any work: results need somewhere to go
     if _is_sqlite(db) and not _local(address):
         console.print(f"note: results go to {where}, a file on this machine; use --db "
@@ -223,26 +196,25 @@ def run(
 
 @fleet_app.command("report")
 def report(
-    since: Annotated[str | None, typer.Option(
-        help="Only nodes audited since: 7d, 24h, or an ISO time [default: every node's "
-             "latest audit].")] = None,
+    since: Annotated[Any, common.time_point(
+        "--since", help="Only nodes audited since: 7d, 24h back, or an ISO time [default: "
+                        "every node's latest audit].")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="Every figure's spread, not only "
                                                          "those with nodes outside it.")
                         ] = False,
-    db: DbOpt = None,
-    json_: JsonOpt = False,
+    db: common.DbOpt = None,
+    json_: common.JsonOpt = False,
 ) -> None:
     """Judge each node's latest audit against the fleet: per GPU model, each figure's median
     and robust spread (MAD), the GPUs outside it, FAIL findings, what changed since a node's
     previous audit, and the bad nodes with reasons. Exit 1 when a node is bad."""
     from gpuaudit.report.fleet_view import fleet_report, fleet_report_view
-    from gpuaudit.store import Store, parse_time
+    from gpuaudit.store import Store
 
-    start = parse_time(since) if since else None
     with Store(db, read_only=True) as store:
-        result = fleet_report(store, since=start)
+        result = fleet_report(store, since=since)
     if json_:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
-        _consoles(False).print(fleet_report_view(result, show_all=show_all))
+        common.out.print(fleet_report_view(result, show_all=show_all))
     raise typer.Exit(1 if result.bad else 0)
