@@ -27,7 +27,7 @@ COMMANDS = [(), ("inspect",), ("run",), ("bench",), ("runs",), ("show",), ("sche
             ("catalog", "show"), ("catalog", "validate"), ("catalog", "import"),
             ("recommend",), ("recommend", "train"), ("recommend", "finetune"),
             ("recommend", "serve"), ("doctor",), ("tune",), ("report",), ("compare",),
-            ("serve",)]
+            ("serve",), ("fleet",), ("fleet", "run"), ("fleet", "report")]
 
 
 @pytest.mark.parametrize("args", [

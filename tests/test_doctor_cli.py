@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuaudit.model import SCHEMA_VERSION
+
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "fixtures" / "telemetry" / "real"
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "100"}
@@ -105,7 +107,8 @@ def test_json_after_the_jobs_output_and_saved_copy(tmp_path):
     assert first == "job"
     doc = json.loads(rest)
     assert doc == json.loads(save.read_text())
-    assert doc["kind"] == "doctor" and doc["schema_version"] == 1 and doc["exit_code"] == 0
+    assert doc["kind"] == "doctor" and doc["schema_version"] == SCHEMA_VERSION
+    assert doc["exit_code"] == 0
     assert doc["command"][1:] == ["-c", "print('job')"]
     assert "process" in doc["sources"]
 

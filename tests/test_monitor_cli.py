@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuaudit.model import SCHEMA_VERSION
+
 from . import telemetry_traces as tt
 from .test_cli import ROOT, assert_one_line_error, gpuaudit
 
@@ -42,7 +44,7 @@ def test_replay_json_one_line_per_sample_and_history_kept(db):
     hist = gpuaudit("monitor", "history", "--since", start, "--gpu", "0", "--json", "--db", db)
     assert hist.returncode == 0, hist.stderr
     doc = json.loads(hist.stdout)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == SCHEMA_VERSION
     points = doc["points"]
     assert [p["utilization_gpu_pct"] for p in points] == util
     assert {p["resolution"] for p in points} == {"raw"}

@@ -228,7 +228,7 @@ def test_a_database_failure_after_opening_is_one_line(store_url: str) -> None:
     with Store(store_url) as store:
         engine = raw_engine(store_url)
         with engine.begin() as conn:  # someone else wrecks the database under the store
-            for table in ("measurements", "findings", "runs"):
+            for table in ("measurements", "findings", "run_gpus", "run_nodes", "runs"):
                 conn.execute(sa.text(f"DROP TABLE {table}"))
         engine.dispose()
         for action in (store.list_runs, lambda: store.get("abcd"),

@@ -436,17 +436,18 @@ def test_a_version_1_database_is_upgraded_in_place(
         store.save_sample(tick(T0, full_gpu(0, 3)))
         assert store.history()[0].power_w == 303.0
     version, tables = stored_version_and_tables(store_url)
-    assert version == str(store_schema.STORE_SCHEMA_VERSION) == "2"
-    assert tables == {*V1_TABLES, "telemetry_raw", "telemetry_1m"}
+    assert version == str(store_schema.STORE_SCHEMA_VERSION) == "3"
+    assert tables == {*V1_TABLES, "telemetry_raw", "telemetry_1m", "run_nodes", "run_gpus",
+                      "fleet_runs"}
 
     with Store(store_url) as again:  # opening an upgraded database changes nothing
         assert len(again.list_runs()) == 2 and len(again.history()) == 1
-    assert stored_version_and_tables(store_url)[0] == "2"
+    assert stored_version_and_tables(store_url)[0] == "3"
 
     # The schema-1 gpuaudit now refuses it rather than ignore what it cannot read.
     with monkeypatch.context() as patch:
         patch.setattr(store_module, "STORE_SCHEMA_VERSION", 1)
-        with pytest.raises(BadInputError, match="has store schema 2; this gpuaudit reads up to 1"):
+        with pytest.raises(BadInputError, match="has store schema 3; this gpuaudit reads up to 1"):
             Store(store_url)
 
 
@@ -472,21 +473,21 @@ def test_several_processes_upgrade_one_database_at_once(
     with Store(store_url) as store:
         assert [p.power_w for p in store.history()] == [float(w) for w in range(workers)]
         assert [store.get(run.id) for run in runs] == runs
-    assert stored_version_and_tables(store_url)[0] == "2"
+    assert stored_version_and_tables(store_url)[0] == "3"
 
 
 def test_a_newer_database_is_refused_and_left_untouched(store_url: str) -> None:
     Store(store_url).close()
     engine = raw_engine(store_url)
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE gpuaudit_meta SET value = '3'"
+        conn.execute(sa.text("UPDATE gpuaudit_meta SET value = '4'"
                              " WHERE key = 'store_schema_version'"))
-        conn.execute(sa.text("DROP TABLE telemetry_1m"))  # as if version 3 had replaced it
+        conn.execute(sa.text("DROP TABLE telemetry_1m"))  # as if version 4 had replaced it
     engine.dispose()
-    with pytest.raises(BadInputError, match=r"store schema 3.*upgrade gpuaudit"):
+    with pytest.raises(BadInputError, match=r"store schema 4.*upgrade gpuaudit"):
         Store(store_url)
-    assert stored_version_and_tables(store_url) == (
-        "3", {*V1_TABLES, "telemetry_raw"})  # nothing created, nothing rewritten
+    assert stored_version_and_tables(store_url) == (  # nothing created, nothing rewritten
+        "4", {*V1_TABLES, "telemetry_raw", "run_nodes", "run_gpus", "fleet_runs"})
 
 
 def test_an_unreadable_schema_version_is_one_line(store_url: str) -> None:

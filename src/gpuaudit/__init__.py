@@ -36,6 +36,7 @@ _LAZY = {
     "price_performance": ("gpuaudit.cost.work", "price_performance"),
     "idle_cost": ("gpuaudit.cost.work", "idle_cost"),
     "recommend": ("gpuaudit.cost.recommend", "recommend"),
+    "run_fleet": ("gpuaudit.fleet.runner", "run_fleet"),
     "Store": ("gpuaudit.store", "Store"),
     "check_store": ("gpuaudit.store", "check_store"),
     "save_or_keep": ("gpuaudit.store", "save_or_keep"),

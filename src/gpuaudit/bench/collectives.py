@@ -162,10 +162,15 @@ class Workers:
     def __init__(self, config: dict[str, Any], n: int, *, timeout_s: float,
                  extra_env: dict[str, str] | None = None,
                  module: str = "gpuaudit.bench.collectives_worker",
-                 marker: str = MARKER) -> None:
+                 marker: str = MARKER,
+                 master: tuple[str, int] | None = None, first_rank: int = 0,
+                 world_size: int | None = None) -> None:
+        """`n` local ranks. Across hosts (`gpuaudit fleet`), as torchrun starts them: ranks
+        `first_rank`.. of `world_size`, meeting at `master` (rank 0's host and port)."""
         self.timeout_s = timeout_s
         self.marker = marker
         self.failure: str | None = None
+        self.first_rank = first_rank
         self._dir = tempfile.TemporaryDirectory(prefix="gpuaudit-collectives-")
         self._procs: list[subprocess.Popen[str]] = []
         self._stderr: list[Path] = []
@@ -176,17 +181,18 @@ class Workers:
         src = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         env.update(extra_env or {})
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-                   WORLD_SIZE=str(n))
+        addr, port = master or ("127.0.0.1", _free_port())
+        env.update(MASTER_ADDR=addr, MASTER_PORT=str(port), WORLD_SIZE=str(world_size or n))
         cmd = [sys.executable, "-m", module, json.dumps(config)]
         try:
-            for rank in range(n):
+            for local in range(n):
+                rank = first_rank + local
                 err_path = Path(self._dir.name) / f"rank{rank}.err"
                 err = open(err_path, "w")  # noqa: SIM115 - closed in close()
                 self._files.append(err)
                 self._stderr.append(err_path)
                 self._procs.append(subprocess.Popen(
-                    cmd, env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                    cmd, env={**env, "RANK": str(rank), "LOCAL_RANK": str(local)},
                     stdin=subprocess.DEVNULL, stderr=err, text=True,
                     stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
                     start_new_session=True))
@@ -203,6 +209,18 @@ class Workers:
                 self._lines.put(line)
         self._lines.put(None)
 
+    def wait(self) -> str | None:
+        """For ranks that do not report (no rank 0 here): wait until they exit; why they
+        failed (a crash, or the timeout), or None."""
+        deadline = time.monotonic() + self.timeout_s
+        while any(p.poll() is None for p in self._procs):
+            if (crashed := self._crashed()) is not None:
+                return crashed
+            if time.monotonic() > deadline:
+                return f"timed out after {self.timeout_s:g} s (hung collective?)"
+            time.sleep(0.2)
+        return self._crashed()
+
     def _crashed(self) -> str | None:
         """Why the run failed, from the worker that failed first: when one rank dies the others
         fail next ("connection closed by peer"), so the earliest-written stderr tells the cause."""
@@ -214,9 +232,9 @@ class Workers:
                     failed.append((self._stderr[rank].stat().st_mtime, rank, rc))
         if not failed:
             return None
-        _, rank, rc = min(failed)
-        why = _last_line(self._stderr[rank]) or f"exit status {rc}"
-        return f"worker rank {rank} failed: {why}"
+        _, local, rc = min(failed)
+        why = _last_line(self._stderr[local]) or f"exit status {rc}"
+        return f"worker rank {self.first_rank + local} failed: {why}"
 
     def events(self) -> Iterator[dict[str, Any]]:
         # Renewed by every report (progress). Before the first one the workers import torch

@@ -160,7 +160,9 @@ class Rank:
         self.n = int(os.environ["WORLD_SIZE"])
         self.cuda = cfg["backend"] == "nccl"
         if self.cuda:
-            self.device = torch.device("cuda", cfg["cuda_indices"][self.rank])
+            # LOCAL_RANK: the rank on this host (ranks span hosts in a fleet run)
+            local = int(os.environ.get("LOCAL_RANK", self.rank))
+            self.device = torch.device("cuda", cfg["cuda_indices"][local])
             torch.cuda.set_device(self.device)
         else:
             self.device = torch.device("cpu")

@@ -332,6 +332,7 @@ def schema() -> None:
 from gpuaudit.cli.catalog import catalog_app  # noqa: E402
 from gpuaudit.cli.cost import cost_app  # noqa: E402
 from gpuaudit.cli.doctor import DOCTOR_CONTEXT, doctor  # noqa: E402
+from gpuaudit.cli.fleet import fleet_app  # noqa: E402
 from gpuaudit.cli.monitor import monitor_app  # noqa: E402
 from gpuaudit.cli.recommend import recommend_app  # noqa: E402
 from gpuaudit.cli.report import compare_cmd, report_cmd  # noqa: E402
@@ -347,6 +348,7 @@ app.command("tune")(tune)
 app.command("report")(report_cmd)
 app.command("compare")(compare_cmd)
 app.command("serve")(serve_cmd)
+app.add_typer(fleet_app, name="fleet")
 
 
 def main() -> None:

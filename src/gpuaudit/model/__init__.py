@@ -5,6 +5,7 @@ from .cost import Billing, Offer
 from .diagnosis import Bottleneck, Change, Diagnosis, Observation
 from .feed import Nic, RdmaPort, StorageTarget
 from .finding import Evidence, Finding, Severity, worst
+from .fleet import NodeIdentity
 from .machine import (
     Clocks,
     Ecc,
@@ -52,6 +53,7 @@ __all__ = [
     "Measurement",
     "MigInstance",
     "Nic",
+    "NodeIdentity",
     "NvLink",
     "Observation",
     "Offer",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 # Bumped whenever a stored or printed document changes shape incompatibly.
-SCHEMA_VERSION = 1
+#   2: Run.node (the fleet node a run was measured on)
+SCHEMA_VERSION = 2
 
 
 class Record(BaseModel):

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from .base import SCHEMA_VERSION, Record
 from .finding import Finding, Severity, worst
+from .fleet import NodeIdentity
 from .machine import Machine
 from .measurement import Measurement
 
@@ -38,6 +39,7 @@ class Run(Record):
     command: tuple[str, ...] = ()
     source: str | None = None  # where the machine facts came from: "live" or a snapshot path
     machine: Machine | None = None
+    node: NodeIdentity | None = None  # set when a fleet audit made the run (schema 2)
     findings: tuple[Finding, ...] = ()
     measurements: tuple[Measurement, ...] = ()
 

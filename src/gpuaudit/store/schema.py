@@ -27,7 +27,8 @@ from sqlalchemy.types import TypeDecorator
 # upgraded in place when opened (Store._init_schema).
 #   1: runs, findings, measurements
 #   2: + telemetry_raw, telemetry_1m
-STORE_SCHEMA_VERSION = 2
+#   3: + run_nodes, run_gpus, fleet_runs (the fleet report's index; runs saved before have none)
+STORE_SCHEMA_VERSION = 3
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -175,4 +176,49 @@ telemetry_1m = Table(
     Column("error", Text),  # the minute's last error
     PrimaryKeyConstraint("hostname", "gpu", "time", name="pk_telemetry_1m"),
     Index("ix_telemetry_1m_time", "time"),
+)
+
+# -- the fleet's index (schema 3) -------------------------------------------------------------
+
+# One row per run that has a machine: which node it was measured on. The fleet report picks
+# each node's latest audits from here without reading the documents.
+run_nodes = Table(
+    "run_nodes",
+    metadata,
+    Column("run_id", String(64), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("hostname", String(255), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("ray_node_id", String(64)),
+    Column("node_ip", String(64)),
+    Column("fleet_id", String(64)),
+    Column("driver_version", String(64)),
+    Column("gpu_summary", Text),
+    Index("ix_run_nodes_host_time", "hostname", "started_at"),
+    Index("ix_run_nodes_fleet_id", "fleet_id"),
+)
+
+# One row per GPU of such a run: the model each per-GPU figure is compared within, and the
+# identity that follows the hardware (UUID, serial).
+run_gpus = Table(
+    "run_gpus",
+    metadata,
+    Column("run_id", String(64), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("gpu_index", Integer, nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("uuid", String(96)),
+    Column("serial", String(96)),
+    Column("vbios_version", String(64)),
+    PrimaryKeyConstraint("run_id", "gpu_index", name="pk_run_gpus"),
+)
+
+# One row per `gpuaudit fleet run`: which nodes were asked, which failed and why, and the
+# figures measured across nodes. The document is the FleetRun record as JSON.
+fleet_runs = Table(
+    "fleet_runs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("started_at", UtcDateTime, nullable=False, index=True),
+    Column("finished_at", UtcDateTime),
+    Column("document", Text, nullable=False),
 )

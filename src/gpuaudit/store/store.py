@@ -28,7 +28,7 @@ from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.model import Machine, Record, Run, RunStatus, Sample, Severity, load_run, utc_now
 from gpuaudit.model.history import Compaction, HistoryPoint
 
-from . import schema, telemetry
+from . import fleet, schema, telemetry
 from .opening import (
     configured_db_url,
     default_db_path,
@@ -40,7 +40,16 @@ from .opening import (
     reason,
     sqlite_uri,
 )
-from .schema import STORE_SCHEMA_VERSION, findings, measurements, meta, runs
+from .schema import (
+    STORE_SCHEMA_VERSION,
+    findings,
+    fleet_runs,
+    measurements,
+    meta,
+    run_gpus,
+    run_nodes,
+    runs,
+)
 from .telemetry import RAW_RETENTION, ROLLUP_RETENTION, HistoryResolution
 
 # How long SQLite waits for another process's lock before giving up with an error that names
@@ -377,7 +386,36 @@ class Store:
                 conn.execute(insert(findings), finding_rows)
             if measurement_rows:
                 conn.execute(insert(measurements), measurement_rows)
+            # An upgraded store has these tables; a store opened by an older schema's code
+            # path (tests of upgrading) may not.
+            node_row, gpu_rows = (fleet.index_rows(run) if run_nodes.name in self._tables
+                                  else (None, []))
+            if node_row is not None:
+                conn.execute(insert(run_nodes).values({**node_row,
+                                                       "gpu_summary": row["gpu_summary"]}))
+            if gpu_rows:
+                conn.execute(insert(run_gpus), gpu_rows)
         return run.id
+
+    # -- fleet ---------------------------------------------------------------------------
+
+    def save_fleet_run(self, fleet_id: str, started_at: datetime, finished_at: datetime | None,
+                       document: str) -> None:
+        """Keep one `fleet run`'s outcome (the FleetRun document); saving it again replaces
+        it, so the driver can save as it goes and once more at the end."""
+        with self._errors(f"saving fleet run {fleet_id}"), self._writing().begin() as conn:
+            conn.execute(fleet_runs.delete().where(fleet_runs.c.id == fleet_id))
+            conn.execute(insert(fleet_runs).values(id=fleet_id, started_at=started_at,
+                                                   finished_at=finished_at, document=document))
+
+    def fleet_rows(self, since: datetime | None = None) -> fleet.FleetRows:
+        """What `fleet report` judges: each host's latest audit since `since` and the one
+        before it, with figures, GPUs and findings (see store.fleet.fleet_rows)."""
+        if self._engine is None or run_nodes.name not in self._tables:
+            return fleet.FleetRows([], [], [], [], [], [])  # nothing saved, or an older store
+        with self._errors("reading the fleet"), self._engine.connect() as conn:
+            return fleet.fleet_rows(conn, since=since,
+                                    has_fleet_runs=fleet_runs.name in self._tables)
 
     def get(self, run_id: str) -> Run:
         """The run with this id, or the only one whose id starts with it (≥4 characters)."""

@@ -1,0 +1,106 @@
+"""Reaching a Ray cluster and finding its GPU nodes. Ray is imported here, inside functions."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from gpuaudit.errors import BadInputError
+
+CONNECT_TIMEOUT_S = 10.0
+GPU_RESOURCE = "GPU"
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    node_id: str
+    hostname: str
+    ip: str
+    gpus: int  # the GPU resource Ray offers on the node
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise BadInputError("Ray is not installed: pip install 'gpuaudit[fleet]'") from None
+    return ray
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """The host and port a Ray address names, when it names one ("auto" and "local" do
+    not); for `ray://` (Ray Client) too."""
+    text = address.strip().removeprefix("ray://")
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A one-line error now for an address nothing listens on: Ray itself retries for a long
+    time (a minute or more) before it gives up."""
+    target = _host_port(address)
+    if target is None:
+        return
+    try:
+        with socket.create_connection(target, timeout=timeout_s):
+            pass
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        if isinstance(exc, TimeoutError | socket.timeout):
+            why = f"no answer within {timeout_s:g} s"
+        raise BadInputError(f"cannot reach the Ray cluster at {address}: {why}") from None
+
+
+def connect(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> Any:
+    """ray, connected to the cluster at `address` ("auto", HOST:PORT of the GCS, or
+    ray://HOST:PORT for Ray Client). Any failure is a one-line BadInputError."""
+    if not address.strip():
+        raise BadInputError("--address is empty (give HOST:PORT, ray://HOST:PORT or auto)")
+    ray = import_ray()
+    check_reachable(address, timeout_s)
+    if ray.is_initialized():
+        ray.shutdown()
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BadInputError(f"cannot connect to the Ray cluster at {address}: {first}"
+                            ) from None
+    return ray
+
+
+def gpu_nodes(ray: Any, resource: str | None = None) -> list[ClusterNode]:
+    """The alive nodes that offer GPUs (the `resource`, default GPU), by host name then IP."""
+    resource = resource or GPU_RESOURCE
+    found = []
+    for n in ray.nodes():
+        gpus = int(n.get("Resources", {}).get(resource, 0))
+        if n.get("Alive") and gpus > 0:
+            found.append(ClusterNode(node_id=n["NodeID"], hostname=n.get("NodeManagerHostname")
+                                     or n.get("NodeManagerAddress", "?"),
+                                     ip=n.get("NodeManagerAddress", ""), gpus=gpus))
+    return sorted(found, key=lambda c: (c.hostname, c.ip, c.node_id))
+
+
+def alive_node_ids(ray: Any) -> set[str]:
+    return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+
+def choose(nodes: list[ClusterNode], count: int | None, address: str) -> list[ClusterNode]:
+    """`count` of the GPU nodes (all of them when None); bad input when there are none or
+    fewer than asked."""
+    if not nodes:
+        raise BadInputError(f"the Ray cluster at {address} has no node with GPUs (no alive "
+                            f"node offers the {GPU_RESOURCE} resource)")
+    if count is None:
+        return nodes
+    if count < 1:
+        raise BadInputError(f"--nodes {count}: must be at least 1")
+    if count > len(nodes):
+        raise BadInputError(f"--nodes {count}: the Ray cluster at {address} has "
+                            f"{len(nodes)} GPU node(s)")
+    return nodes[:count]
