@@ -150,6 +150,9 @@ def bench(
     target_qps: Annotated[float | None, common.number(
         "--target-qps", help="infer: the load to size a fleet for (default 100,000 QPS)", lo=1,
         hi=1e12)] = None,
+    op_profile: Annotated[bool, typer.Option(
+        "--op-profile", help="train: also record each mode's per-operator profile (FLOPs, "
+                             "bytes, kernel times) for `gpuaudit predict`")] = False,
     json_: JsonOpt = False,
     show_all: Annotated[bool, typer.Option("--all", help="Every figure, each collective size "
                                                          "too.")] = False,
@@ -167,6 +170,8 @@ def bench(
 
     names = check_suites(suites or [])
     options = _workload_options(model, precision, batch_size, slo_ms, target_qps)
+    if op_profile:
+        options["op_profile"] = True
     _check_store(save, db)
     with _progress(err if json_ else out) as bar:
         result = run_bench(names, gpus=gpus, profile=profile, size_range=sizes,
@@ -307,6 +312,7 @@ from gpuaudit.cli.catalog import catalog_app  # noqa: E402
 from gpuaudit.cli.cost import cost_app  # noqa: E402
 from gpuaudit.cli.doctor import DOCTOR_CONTEXT, doctor  # noqa: E402
 from gpuaudit.cli.monitor import monitor_app  # noqa: E402
+from gpuaudit.cli.predict import predict as _predict  # noqa: E402
 from gpuaudit.cli.recommend import recommend_app  # noqa: E402
 from gpuaudit.cli.tune import tune  # noqa: E402
 
@@ -316,6 +322,7 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(recommend_app, name="recommend")
 app.command("doctor", context_settings=DOCTOR_CONTEXT)(doctor)
 app.command("tune")(tune)
+app.command("predict")(_predict)
 
 
 def main() -> None:

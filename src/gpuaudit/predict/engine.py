@@ -427,8 +427,9 @@ def _scenario(state: _State, profile: StepProfile, mode: str) -> Scenario:
 def _spec(specs: SpecCatalog, gpu: str) -> GpuSpec:
     spec = specs.get(gpu.strip().lower())
     if spec is None:
-        known = ", ".join(g.id for g in specs.gpus)
-        raise BadInputError(f"--gpu {gpu!r}: unknown GPU; known: {known}")
+        from gpuaudit import parse
+
+        raise parse.unknown("--gpu", gpu, (g.id for g in specs.gpus), "GPU")
     return spec
 
 
