@@ -26,6 +26,7 @@ quadrature); the band is the sum of the classes at their low and high ends.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 from gpuaudit.errors import BadInputError
@@ -35,7 +36,7 @@ from gpuaudit.workloads.ops import MEMORY_CLASSES, TENSOR_CLASSES
 from .ddp import simulate
 from .hardware import Roofs, habitat_gamma, scaled_roofs, waves
 from .hardware import wave_efficiency as wave_eff
-from .profile import Gemm, OpWork, StepProfile
+from .profile import Gemm, OpWork, StepProfile, Timed
 from .rates import AllReduce, MachineRates
 from .records import ClassTime, Prediction, Scenario
 
@@ -50,6 +51,7 @@ U_BYTES_GUESSED = 0.25
 U_GPU = {True: {"tensor": 0.12, "memory": 0.08}, False: {"tensor": 0.30, "memory": 0.15}}
 U_ALLREDUCE = 0.30
 U_IDLE = 0.50
+EPILOGUE_DEFAULT = 0.5  # where no shape was timed to fit it
 
 # Where no all-reduce was measured: a ring reaches this share of one direction of the GPU's
 # link at large sizes, and this share of that at 1 MiB (both measured on 2 × H200, NV18:
@@ -103,6 +105,7 @@ class _State:
     buckets: tuple[tuple[int, float], ...]
     grad_bytes: int
     allreduce: AllReduce | None
+    speeds: Speeds = field(default_factory=lambda: Speeds())
     changes: list[str] = field(default_factory=list)
     basis: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -121,36 +124,89 @@ def matmul_rate(roofs: Roofs, precision: str) -> float:
     return r
 
 
-def tensor_seconds(work: OpWork, roofs: Roofs, precision: str) -> float:
-    """Ideal time of a matmul-bound class: each shape at the matmul rate derated by its
-    wave efficiency, or its traffic at the memory rate if longer; FLOPs without a recorded
-    shape (attention, the shapes past the kept ones) at the plain matmul rate."""
-    rate = matmul_rate(roofs, precision) * 1e12
-    bw = roofs.memory_gbps * 1e9
+@dataclass
+class Speeds:
+    """Matmul and attention rates at the workload's own shapes on the current GPU (TFLOP/s,
+    measured alone on the recorded one), and the epilogue constant fitted to them."""
+
+    timed: dict[tuple[object, ...], float] = field(default_factory=dict)
+    epilogue: float = EPILOGUE_DEFAULT
+
+
+def model_rate(g: Gemm, roofs: Roofs, precision: str, epilogue: float) -> float:
+    """A matmul's rate where it was not timed: the GPU's matmul rate × its wave efficiency ×
+    an epilogue factor 1/(1 + c·R/(BW·k)) (writing each output tile costs about the tile's
+    bytes at the memory rate, against a K-long main loop: it matters for small K, and more
+    the faster the tensor cores are), capped by the roofline on its bytes."""
+    rate = matmul_rate(roofs, precision)
+    ridge = rate * 1e12 / (roofs.memory_gbps * 1e9)
+    r = rate * wave_eff(g.m, g.n, g.k, g.batch, roofs.sms) / (1 + epilogue * ridge / max(g.k, 1))
+    if g.bytes > 0 and g.flops > 0:
+        r = min(r, g.flops / g.bytes * roofs.memory_gbps / 1e3)
+    return r
+
+
+def fit_epilogue(timed: list[Timed], roofs: Roofs) -> float:
+    """The epilogue constant that makes the model meet the timed shapes (median)."""
+    found = []
+    for t in timed:
+        if t.kind != "gemm" or t.tflops <= 0 or roofs.matmul(t.precision) is None:
+            continue
+        m, n, k, b = (int(x) for x in t.shape[:4])
+        rate = matmul_rate(roofs, t.precision)
+        ridge = rate * 1e12 / (roofs.memory_gbps * 1e9)
+        ratio = rate * wave_eff(m, n, k, b, roofs.sms) / t.tflops
+        found.append(max(0.0, (ratio - 1) * k / ridge))
+    return statistics.median(found) if found else EPILOGUE_DEFAULT
+
+
+def gemm_rate(g: Gemm, roofs: Roofs, precision: str, speeds: Speeds) -> float:
+    timed = speeds.timed.get(("gemm", g.m, g.n, g.k, g.batch, precision))
+    return timed if timed else model_rate(g, roofs, precision, speeds.epilogue)
+
+
+def attention_rate(work: OpWork, roofs: Roofs, precision: str, speeds: Speeds) -> float:
+    """The timed attention rate of the workload's attention shapes (FLOP-weighted), else
+    the matmul rate."""
+    flops, seconds = 0.0, 0.0
+    for shape, _count, f in work.attention:
+        r = speeds.timed.get(("attention", *shape, precision))
+        if r:
+            flops += f
+            seconds += f / r
+    return flops / seconds if seconds else matmul_rate(roofs, precision)
+
+
+def tensor_seconds(cls: str, work: OpWork, roofs: Roofs, precision: str,
+                   speeds: Speeds) -> float:
+    """Ideal time of a matmul-bound class: each shape at its rate (timed, or modeled);
+    attention at its timed rate; FLOPs past the kept shapes at the plain matmul rate."""
+    if cls == "attention":
+        return work.flops / (attention_rate(work, roofs, precision, speeds) * 1e12)
     t, covered = 0.0, 0.0
     for g in work.shapes:
-        eff = wave_eff(g.m, g.n, g.k, g.batch, roofs.sms)
-        t += max(g.flops / (rate * eff), g.bytes / bw)
+        t += g.flops / (gemm_rate(g, roofs, precision, speeds) * 1e12)
         covered += g.flops
-    return t + max(0.0, work.flops - covered) / rate
+    return t + max(0.0, work.flops - covered) / (matmul_rate(roofs, precision) * 1e12)
 
 
 def memory_seconds(work: OpWork, roofs: Roofs) -> float:
     return work.bytes / (roofs.memory_gbps * 1e9)
 
 
-def ideal_seconds(cls: str, work: OpWork, roofs: Roofs, precision: str) -> float:
+def ideal_seconds(cls: str, work: OpWork, roofs: Roofs, precision: str,
+                  speeds: Speeds) -> float:
     if cls in TENSOR_CLASSES:
-        return tensor_seconds(work, roofs, precision)
+        return tensor_seconds(cls, work, roofs, precision, speeds)
     if cls in MEMORY_CLASSES:
         return memory_seconds(work, roofs)
     return 0.0
 
 
-def _retime(c: _Class, cls: str, roofs: Roofs, precision: str, fallback_ratio: float
-            ) -> float:
+def _retime(c: _Class, cls: str, state: _State, roofs: Roofs, precision: str,
+            fallback_ratio: float) -> float:
     if c.achieved:
-        return ideal_seconds(cls, c.work, roofs, precision) * 1e3 / c.achieved
+        return ideal_seconds(cls, c.work, roofs, precision, state.speeds) * 1e3 / c.achieved
     return c.ms * fallback_ratio
 
 
@@ -166,10 +222,13 @@ def _start(profile: StepProfile, rates: MachineRates) -> _State:
     total = sum(w.ms for w in profile.classes.values())
     # The profiler's steps can outlast the timed ones; never let the classes exceed them.
     scale = min(1.0, profile.step_ms / total) if total else 1.0
+    timed = [t for w in profile.classes.values() for t in w.timed]
+    speeds = Speeds(timed={(t.kind, *t.shape, t.precision): t.tflops for t in timed},
+                    epilogue=fit_epilogue(timed, roofs))
     classes = {}
     for cls, w in profile.classes.items():
         ms = w.ms * scale
-        ideal = ideal_seconds(cls, w, roofs, profile.precision) * 1e3
+        ideal = ideal_seconds(cls, w, roofs, profile.precision, speeds) * 1e3
         classes[cls] = _Class(work=w, measured_ms=ms, ms=ms,
                               achieved=ideal / ms if ideal > 0 and ms > 0 else None)
     state = _State(classes=classes, idle_ms=max(0.0, profile.step_ms - total * scale),
@@ -178,11 +237,21 @@ def _start(profile: StepProfile, rates: MachineRates) -> _State:
                    model=profile.model,
                    matmul_params=_int(profile.model_params.get("matmul_params")),
                    buckets=profile.buckets, grad_bytes=profile.grad_bytes,
-                   allreduce=rates.allreduce)
+                   allreduce=rates.allreduce, speeds=speeds)
+    if timed:
+        gemms = sum(1 for t in timed if t.kind == "gemm")
+        precisions = ", ".join(sorted({t.precision for t in timed}))
+        state.basis.append(f"{gemms} matmul shapes and {len(timed) - gemms} attention shapes "
+                           f"of the step timed alone in {precisions}; "
+                           f"untimed shapes modeled (wave quantization, epilogue c = "
+                           f"{speeds.epilogue:.3g} fitted to the timed ones)")
     state.basis.append(f"recorded step: {profile.workload} in run {profile.run_id}, "
                        f"{profile.step_ms:.3g} ms (p50), GPU busy {profile.busy_ms:.3g} ms "
                        f"({profile.kernel_source or 'kernels'})")
     state.basis.extend(roofs.basis)
+    if profile.device == "cpu":
+        state.notes.append("recorded on the CPU: its operator times and timed shapes are the "
+                           "CPU's, the GPU rates only scale them (a dry run, not a forecast)")
     if scale < 1.0:
         state.notes.append(f"profiled kernels summed to {total:.3g} ms, more than the timed "
                            f"step: scaled by {scale:.3f}")
@@ -204,7 +273,7 @@ def _resize(state: _State, profile: StepProfile, change: Change) -> None:
     for cls, c in state.classes.items():
         work = r.classes.get(cls, c.work)
         c.work = work
-        c.ms = _retime(c, cls, state.roofs, state.precision, r.ratios.get(cls, 1.0))
+        c.ms = _retime(c, cls, state, state.roofs, state.precision, r.ratios.get(cls, 1.0))
         c.add_unc(U_PARAMS)
         c.basis.append(f"{r.source.name} → {r.target.name}: work ×{r.ratios.get(cls, 1):.3g}")
     state.idle_ms *= r.op_ratio
@@ -234,12 +303,14 @@ def _precision(state: _State, target: str) -> None:
                            for g in w.shapes)
             c.work = w.with_(shapes=shapes, kernels=(),
                              bytes=w.bytes * width / ELEMENT_BYTES[src])
-            c.ms = _retime(c, cls, state.roofs, target,
+            c.ms = _retime(c, cls, state, state.roofs, target,
                            matmul_rate(state.roofs, src) / matmul_rate(state.roofs, target))
-            c.add_unc(U_PRECISION)
-            c.basis.append(f"{src} → {target}: matmul rate "
-                           f"{matmul_rate(state.roofs, target):.4g} TFLOP/s, "
-                           f"{width}-byte operands")
+            timed = sum(1 for t in w.timed if t.precision == target)
+            c.add_unc(U_PRECISION / (2 if timed else 1))
+            c.basis.append(f"{src} → {target}: " + (
+                f"{timed} shapes timed in {target}" if timed else
+                f"matmul rate {matmul_rate(state.roofs, target):.4g} TFLOP/s, modeled shapes")
+                + f", {width}-byte operands")
             continue
         if same_family:
             new, how, u = w.bytes, "same traffic", 0.02
@@ -270,6 +341,7 @@ def _gpu(state: _State, target: GpuSpec) -> None:
     same_arch = target.architecture == here.gpu.architecture
     r_here, r_there = matmul_rate(here, state.precision), matmul_rate(theirs, state.precision)
     s_here, s_there = here.sms, theirs.sms
+    state.speeds = _moved_speeds(state.speeds, here, theirs)
     for cls, c in state.classes.items():
         w = c.work
         if cls in TENSOR_CLASSES:
@@ -277,7 +349,7 @@ def _gpu(state: _State, target: GpuSpec) -> None:
                 c.ms = _wave_scaled(c, w, r_here, r_there, s_here, s_there)
                 how = f"{len(w.kernels)} recorded kernel grids re-quantized into waves"
             else:
-                c.ms = _retime(c, cls, theirs, state.precision, r_here / r_there)
+                c.ms = _retime(c, cls, state, theirs, state.precision, r_here / r_there)
                 how = "shapes re-quantized into waves" if s_there else "no SM count: no waves"
             c.add_unc(U_GPU[same_arch]["tensor"])
             c.basis.append(f"{here.gpu.id} → {target.id}: {how}, matmul "
@@ -305,6 +377,24 @@ def _gpu(state: _State, target: GpuSpec) -> None:
     if not same_arch:
         state.notes.append(f"{here.gpu.architecture} → {target.architecture}: other kernels, "
                            "other efficiencies; a wide band")
+
+
+def _moved_speeds(speeds: Speeds, here: Roofs, there: Roofs) -> Speeds:
+    """The timed rates carried to another GPU: each keeps its share of the matmul rate of its
+    precision, re-quantized into the other GPU's waves (matmuls)."""
+    moved = {}
+    for key, rate in speeds.timed.items():
+        p = str(key[-1])
+        a, b = here.matmul(p), there.matmul(p)
+        if not a or not b:
+            continue
+        r = rate * b / a
+        if key[0] == "gemm":
+            m, n, k, batch = (int(x) for x in key[1:5])  # type: ignore[call-overload]
+            w_here = wave_eff(m, n, k, batch, here.sms)
+            r *= wave_eff(m, n, k, batch, there.sms) / w_here if w_here else 1.0
+        moved[key] = r
+    return Speeds(timed=moved, epilogue=speeds.epilogue)
 
 
 def _wave_scaled(c: _Class, w: OpWork, r_here: float, r_there: float, s_here: int,

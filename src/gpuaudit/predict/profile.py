@@ -44,6 +44,16 @@ class KernelGrid:
 
 
 @dataclass(frozen=True)
+class Timed:
+    """A matmul shape or an attention shape timed alone on the recorded GPU."""
+
+    kind: str  # "gemm" or "attention"
+    shape: tuple[Any, ...]  # (m, n, k, batch) or (B, H, T, S, Q, causal)
+    precision: str
+    tflops: float
+
+
+@dataclass(frozen=True)
 class OpWork:
     """One operator class of a step."""
 
@@ -57,6 +67,9 @@ class OpWork:
     op_bytes: dict[str, float] = field(default_factory=dict)
     shapes: tuple[Gemm, ...] = ()
     kernels: tuple[KernelGrid, ...] = ()
+    timed: tuple[Timed, ...] = ()
+    # attention forward calls: ((B, H, T, S, Q, causal), count, forward FLOPs)
+    attention: tuple[tuple[tuple[Any, ...], float, float], ...] = ()
 
     def with_(self, **changes: Any) -> OpWork:
         return replace(self, **changes)
@@ -120,6 +133,8 @@ def choose(run: Run, workload: str | None) -> str:
 
 def _gemms(rows: list[list[Any]], fields: list[str]) -> tuple[Gemm, ...]:
     idx = {f: i for i, f in enumerate(fields)}
+    if "m" not in idx:
+        return ()
     return tuple(Gemm(m=int(r[idx["m"]]), n=int(r[idx["n"]]), k=int(r[idx["k"]]),
                       batch=int(r[idx["batch"]]), dtype_bytes=int(r[idx["dtype_bytes"]]),
                       count=float(r[idx["count"]]), flops=float(r[idx["flops"]]))
@@ -132,6 +147,24 @@ def _kernels(rows: list[list[Any]], fields: list[str]) -> tuple[KernelGrid, ...]
                             per_sm=float(r[idx["blocks_per_sm"]]),
                             count=float(r[idx["count_per_step"]]),
                             us=float(r[idx["us_per_step"]])) for r in rows)
+
+
+def _timed(rows: list[list[Any]]) -> tuple[Timed, ...]:
+    out = []
+    for r in rows:
+        kind = str(r[0])
+        shape = tuple(int(x) for x in r[1:5]) if kind == "gemm" else \
+            (*(int(x) for x in r[1:6]), bool(r[6]))
+        out.append(Timed(kind, shape, str(r[7]), float(r[8])))
+    return tuple(out)
+
+
+def _attention(rows: list[list[Any]], fields: list[str]
+               ) -> tuple[tuple[tuple[Any, ...], float, float], ...]:
+    if "B" not in fields:
+        return ()
+    return tuple(((*(int(x) for x in r[:5]), bool(r[5])), float(r[6]), float(r[7]))
+                 for r in rows)
 
 
 def op_work(m: Measurement) -> OpWork:
@@ -152,7 +185,9 @@ def op_work(m: Measurement) -> OpWork:
         alt_bytes=float(alt) if isinstance(alt, int | float) else None,
         op_bytes={str(r[0]): float(r[1]) for r in detail.get("ops", [])},
         shapes=_gemms(detail.get("shapes", []), detail.get("shape_fields", [])),
-        kernels=_kernels(detail.get("kernels", []), detail.get("kernel_fields", [])))
+        kernels=_kernels(detail.get("kernels", []), detail.get("kernel_fields", [])),
+        timed=_timed(detail.get("timed", [])),
+        attention=_attention(detail.get("shapes", []), detail.get("shape_fields", [])))
 
 
 def _buckets(text: object) -> tuple[tuple[int, float], ...]:

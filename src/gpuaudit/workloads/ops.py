@@ -74,7 +74,8 @@ def kernel_class(name: str) -> str:
     if any(k in n for k in ("multi_tensor_apply", "fused_adam", "adamw", "fused_sgd",
                             "foreach")):
         return "optimizer"
-    if any(k in n for k in ("gemm", "xmma", "cutlass", "cublas", "wgmma", "matmul",
+    if any(k in n for k in ("gemm", "gemv", "nvjet", "splitkreduce", "xmma", "cutlass",
+                            "cublas", "wgmma", "matmul",
                             "sm90_", "sm80_", "sm89_", "sm100_", "ampere_", "volta_",
                             "turing_", "triton_tem_fused_mm", "triton_tem_fused_addmm",
                             "triton_tem_fused_bmm", "_scaled_mm")):
@@ -98,6 +99,9 @@ class OpTally:
     shapes: dict[tuple[str, int, int, int, int, int], list[int]] = field(
         default_factory=lambda: defaultdict(lambda: [0, 0]))
     gemm_dtype: str | None = None
+    # (B, H, T, S, Q, causal) of attention forward calls → [count, forward FLOPs]
+    attention: dict[tuple[int, int, int, int, int, bool], list[int]] = field(
+        default_factory=lambda: defaultdict(lambda: [0, 0]))
 
     @property
     def total_ops(self) -> int:
@@ -170,6 +174,24 @@ def gemm_shape(name: str, args: tuple[Any, ...], out: Any, torch: Any
     return None
 
 
+def attention_shape(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+                    ) -> tuple[int, int, int, int, int, bool] | None:
+    """(batch, heads, query length, key length, head size, causal) of an SDPA forward."""
+    try:
+        q, k = args[0], args[1]
+        b, h, t, d = (int(x) for x in q.shape)
+        kv = int(k.shape[2])
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+    causal = kwargs.get("is_causal")
+    if causal is None:
+        # flash / cpu flash: (q, k, v, dropout_p, is_causal, …); efficient: (q, k, v,
+        # attn_bias, compute_log_sumexp, dropout_p, is_causal, …)
+        pos = 6 if "efficient" in name else 4
+        causal = args[pos] if len(args) > pos else False
+    return b, h, t, kv, d, bool(causal)
+
+
 def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | None = None
               ) -> OpTally:
     """Run `fn` (eager) and tally what each aten operator asks for. `force_class()`, when
@@ -213,6 +235,12 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
                     entry[1] += flops
                 if cls == "gemm" and first is not None and tally.gemm_dtype is None:
                     tally.gemm_dtype = str(first.dtype).removeprefix("torch.")
+            if cls == "attention" and flops and "backward" not in name:
+                key = attention_shape(packet.__name__, args, kwargs)
+                if key is not None:
+                    entry = tally.attention[key]
+                    entry[0] += 1
+                    entry[1] += flops
             return out
 
     with Counter():
@@ -327,6 +355,101 @@ def profile_kernels(torch: Any, device: Any, fn: Callable[[], Any], steps: int) 
     return tally
 
 
+# --- matmul and attention rates at the workload's own shapes ---------------------------------
+
+TIMED_SHAPES = 16  # the shapes with the most FLOPs; they hold nearly all of a model's
+
+
+def _timed(torch: Any, device: Any, fn: Callable[[], Any], iters: int) -> float:
+    """Seconds per call, median of `iters` after two warm-ups."""
+    import statistics
+    import time
+
+    from gpuaudit.workloads.timing import is_cuda, sync
+
+    for _ in range(2):
+        fn()
+    if is_cuda(device):
+        times = []
+        for _ in range(iters):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        return statistics.median(times)
+    out = []
+    for _ in range(iters):
+        sync(torch, device)
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def time_shapes(torch: Any, device: Any, tally: OpTally, precisions: Iterable[str],
+                iters: int = 5) -> list[list[Any]]:
+    """The workload's biggest matmul shapes and its attention, timed alone on this device in
+    each precision: [kind, m|B, n|H, k|T, batch|S, -|Q, causal, precision, TFLOP/s]. This
+    is the machine's matmul rate per precision and shape the predictions start from."""
+    from gpuaudit.workloads.precision import float32_matmuls
+
+    dtypes = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+              "fp16": torch.float16}
+    gemms = sorted(((k, v) for k, v in tally.shapes.items() if k[0] == "gemm"),
+                   key=lambda kv: kv[1][1], reverse=True)[:TIMED_SHAPES]
+    rows: list[list[Any]] = []
+    for p in precisions:
+        if p not in dtypes:
+            continue
+        dt = dtypes[p]
+        with float32_matmuls(torch, tf32=p == "tf32"):
+            for (_, m, n, k, batch, _size), _ in gemms:
+                try:
+                    a = torch.randn(batch, m, k, device=device, dtype=dt)
+                    b = torch.randn(batch, k, n, device=device, dtype=dt)
+                    fn = (lambda a=a, b=b: torch.bmm(a, b)) if batch > 1 else \
+                        (lambda a=a[0], b=b[0]: torch.mm(a, b))
+                    sec = _timed(torch, device, fn, iters)
+                except RuntimeError:
+                    continue
+                finally:
+                    a = b = None
+                rows.append(["gemm", m, n, k, batch, 0, False, p,
+                             round(2.0 * batch * m * n * k / sec / 1e12, 4)])
+            for (b_, h, t, s, d, causal), _ in sorted(tally.attention.items(),
+                                                       key=lambda kv: kv[1][1],
+                                                       reverse=True)[:2]:
+                rate = _time_attention(torch, device, (b_, h, t, s, d), causal, dt, iters)
+                if rate is not None:
+                    rows.append(["attention", b_, h, t, s, d, causal, p, round(rate, 4)])
+    return rows
+
+
+def _time_attention(torch: Any, device: Any, shape: tuple[int, int, int, int, int],
+                    causal: bool, dtype: Any, iters: int) -> float | None:
+    """Forward + backward of scaled_dot_product_attention at this shape, in TFLOP/s as
+    FlopCounterMode counts them (forward 4·B·H·T·S·Q, backward 2.5 × that)."""
+    import torch.nn.functional as F
+
+    b, h, t, s, d = shape
+    try:
+        q = torch.randn(b, h, t, d, device=device, dtype=dtype, requires_grad=True)
+        k = torch.randn(b, h, s, d, device=device, dtype=dtype, requires_grad=True)
+        v = torch.randn(b, h, s, d, device=device, dtype=dtype, requires_grad=True)
+        g = torch.randn(b, h, t, d, device=device, dtype=dtype)
+
+        def step() -> None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            out.backward(g)
+
+        sec = _timed(torch, device, step, iters)
+    except RuntimeError:
+        return None
+    return 3.5 * 4.0 * b * h * t * s * d / sec / 1e12
+
+
 # --- when: phases and DDP buckets ------------------------------------------------------------
 
 
@@ -407,6 +530,7 @@ class OpProfile:
     params: int
     alt_precision: str | None = None
     alt_bytes: dict[str, int] = field(default_factory=dict)
+    timed: list[list[Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -449,13 +573,14 @@ def capture(trainer: Any, *, steps: int = 3) -> OpProfile:
         alt = None  # type: ignore[assignment]
     kernels = profile_kernels(torch, device, trainer.step, steps)
     phases = phase_times_ms(torch, device, trainer, steps)
+    timed = time_shapes(torch, device, tally, [mode.precision] + ([alt] if alt else []))
     params = list(trainer.net.parameters())
     unique = {id(p): p for p in params if p.requires_grad}
     grad_bytes = sum(p.numel() * p.element_size() for p in unique.values())
     return OpProfile(precision=mode.precision, tally=tally, kernels=kernels,
                      phases_ms=phases, buckets=ddp_buckets(params), grad_bytes=grad_bytes,
                      params=sum(p.numel() for p in unique.values()), alt_precision=alt,
-                     alt_bytes=alt_bytes, notes=notes)
+                     alt_bytes=alt_bytes, timed=timed, notes=notes)
 
 
 class _null:
@@ -482,6 +607,13 @@ def class_detail(prof: OpProfile, cls: str) -> str:
         shapes = [[*k[1:], v[0], v[1]] for k, v in t.shapes.items() if k[0] == cls]
         detail["shapes"] = _top(shapes, lambda r: r[6], 48)
         detail["shape_fields"] = ["m", "n", "k", "batch", "dtype_bytes", "count", "flops"]
+    if cls in ("gemm", "attention"):
+        detail["timed"] = [r for r in prof.timed if r[0] == cls]
+        detail["timed_fields"] = ["kind", "m|B", "n|H", "k|T", "batch|S", "Q", "causal",
+                                  "precision", "tflops"]
+    if cls == "attention":
+        detail["shapes"] = [[*k, v[0], v[1]] for k, v in prof.tally.attention.items()]
+        detail["shape_fields"] = ["B", "H", "T", "S", "Q", "causal", "count", "forward_flops"]
     if cls in TENSOR_CLASSES:
         steps = prof.kernels.steps
         grids = [[name, blocks, per_sm, round(v[0] / steps, 3), round(v[1] / steps, 3)]
