@@ -2,7 +2,8 @@
 gpt-tiny in fp32 and bf16 on this machine's CPU (a real run, one intra-op thread), with the
 machine of the recorded H200 inspect fixture so that the run names an H200.
 
-    PYTHONPATH=src python3 scripts/record_predict_fixture.py tests/fixtures/predict/cpu-gpt-tiny-op-profile.json
+    PYTHONPATH=src python3 scripts/record_predict_fixture.py \
+        tests/fixtures/predict/cpu-gpt-tiny-op-profile.json
 """
 
 from __future__ import annotations
