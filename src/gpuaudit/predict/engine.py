@@ -40,8 +40,8 @@ from .profile import Gemm, OpWork, StepProfile, Timed
 from .rates import AllReduce, MachineRates
 from .records import ClassTime, Prediction, Scenario
 
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
-TRAIN_PRECISIONS = tuple(ELEMENT_BYTES)
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+TRAIN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # what --precision may ask for
 
 # Relative uncertainty each change adds to a class (combined in quadrature). Set from how far
 # each rule reaches; docs/predict.md records how they compare with measurements.
@@ -215,9 +215,9 @@ def _retime(c: _Class, cls: str, state: _State, roofs: Roofs, precision: str,
 
 def _start(profile: StepProfile, rates: MachineRates) -> _State:
     roofs = rates.roofs
-    if profile.precision not in TRAIN_PRECISIONS:
-        raise BadInputError(f"{profile.workload}: precision {profile.precision!r} is not a "
-                            "training precision this model knows")
+    if profile.precision not in ELEMENT_BYTES:
+        raise BadInputError(f"{profile.workload}: precision {profile.precision!r} is not one "
+                            f"this model knows ({', '.join(ELEMENT_BYTES)})")
     matmul_rate(roofs, profile.precision)
     total = sum(w.ms for w in profile.classes.values())
     # The profiler's steps can outlast the timed ones; never let the classes exceed them.
@@ -238,6 +238,9 @@ def _start(profile: StepProfile, rates: MachineRates) -> _State:
                    matmul_params=_int(profile.model_params.get("matmul_params")),
                    buckets=profile.buckets, grad_bytes=profile.grad_bytes,
                    allreduce=rates.allreduce, speeds=speeds)
+    state.basis.append(f"recorded step: {profile.workload} in run {profile.run_id}, "
+                       f"{profile.step_ms:.3g} ms (p50), GPU busy {profile.busy_ms:.3g} ms "
+                       f"({profile.kernel_source or 'kernels'})")
     if timed:
         gemms = sum(1 for t in timed if t.kind == "gemm")
         precisions = ", ".join(sorted({t.precision for t in timed}))
@@ -245,9 +248,6 @@ def _start(profile: StepProfile, rates: MachineRates) -> _State:
                            f"of the step timed alone in {precisions}; "
                            f"untimed shapes modeled (wave quantization, epilogue c = "
                            f"{speeds.epilogue:.3g} fitted to the timed ones)")
-    state.basis.append(f"recorded step: {profile.workload} in run {profile.run_id}, "
-                       f"{profile.step_ms:.3g} ms (p50), GPU busy {profile.busy_ms:.3g} ms "
-                       f"({profile.kernel_source or 'kernels'})")
     state.basis.extend(roofs.basis)
     if profile.device == "cpu":
         state.notes.append("recorded on the CPU: its operator times and timed shapes are the "
@@ -350,7 +350,8 @@ def _gpu(state: _State, target: GpuSpec) -> None:
                 how = f"{len(w.kernels)} recorded kernel grids re-quantized into waves"
             else:
                 c.ms = _retime(c, cls, state, theirs, state.precision, r_here / r_there)
-                how = "shapes re-quantized into waves" if s_there else "no SM count: no waves"
+                how = ("its timed rate moved by the matmul rate" if cls == "attention" else
+                       "shapes re-quantized into waves" if s_there else "no SM count: no waves")
             c.add_unc(U_GPU[same_arch]["tensor"])
             c.basis.append(f"{here.gpu.id} → {target.id}: {how}, matmul "
                            f"{r_here:.4g} → {r_there:.4g} TFLOP/s")
@@ -467,7 +468,7 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
         low += exposed * (1 - U_ALLREDUCE)
         high += exposed * (1 + U_ALLREDUCE) + 0.2 * hidden
         state.changes.append("gpus")
-        state.basis.append(f"DDP on {gpus} GPUs: {ov.buckets} gradient buckets "
+        state.basis.append(f"DDP on {gpus} GPUs: {ov.buckets} gradient bucket(s) "
                            f"({state.grad_bytes / 1e6:,.0f} MB) all-reduced during a "
                            f"{backward:.3g} ms backward: {ov.allreduce_ms:.3g} ms of "
                            f"all-reduce, {ov.exposed_ms:.3g} ms past its end")
