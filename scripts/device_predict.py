@@ -45,7 +45,8 @@ SRC = HERE.parent / "src"
 sys.path.insert(0, str(SRC))
 H200_RATES = HERE.parent / "tests" / "fixtures" / "predict" / "h200-2gpu-bench-quick.json"
 
-LIMITS = {"R": 150, "P0": 240, "P1": 240, "D": 150}
+# Phase limits (s): within one 10-minute device call, R + max(P0, P1) + D + the comparison.
+LIMITS = {"R": 100, "P0": 270, "P1": 270, "D": 120}
 
 
 def gpu_count() -> int:

@@ -18,6 +18,8 @@ from gpuaudit.model import load_run
 from gpuaudit.predict import Change, load_profile, machine_rates, predict, workloads_in
 from gpuaudit.predict.ddp import simulate
 from gpuaudit.predict.engine import (
+    EPILOGUE_DEFAULT,
+    EPILOGUE_MAX,
     U_ALLREDUCE,
     U_PRECISION,
     Speeds,
@@ -225,8 +227,13 @@ def test_the_epilogue_constant_is_fitted_to_the_timed_shapes():
     eff = wave_efficiency(N, N, 1024, 1, 132)
     # A shape timed at 700·eff/(1 + 0.8·ridge/1024) is met by c = 0.8.
     rate = 700 * eff / (1 + 0.8 * ridge / 1024)
-    c = fit_epilogue([Timed("gemm", (N, N, 1024, 1), "bf16", rate)], roofs)
+    timed = [Timed("gemm", (N, N, 1024, 1), "bf16", rate)] * 3
+    c = fit_epilogue(timed, roofs)
     assert c == pytest.approx(0.8)
+    # Too few shapes, or a fit that says they are slow for other reasons: bounded.
+    assert fit_epilogue(timed[:2], roofs) == EPILOGUE_DEFAULT
+    assert fit_epilogue([Timed("gemm", (N, N, 1024, 1), "bf16", 1.0)] * 3, roofs) == \
+        EPILOGUE_MAX
     g = Gemm(N, N, 1024, 1, 2, 1, 2.0 * N * N * 1024)
     assert model_rate(g, roofs, "bf16", c) == pytest.approx(rate)
 

@@ -51,7 +51,9 @@ U_BYTES_GUESSED = 0.25
 U_GPU = {True: {"tensor": 0.12, "memory": 0.08}, False: {"tensor": 0.30, "memory": 0.15}}
 U_ALLREDUCE = 0.30
 U_IDLE = 0.50
-EPILOGUE_DEFAULT = 0.5  # where no shape was timed to fit it
+EPILOGUE_DEFAULT = 0.5  # where too few shapes were timed to fit it
+EPILOGUE_MAX = 4.0  # a fit beyond this says the shapes are slow for other reasons
+EPILOGUE_MIN_SHAPES = 3
 
 # Where no all-reduce was measured: a ring reaches this share of one direction of the GPU's
 # link at large sizes, and this share of that at 1 MiB (both measured on 2 × H200, NV18:
@@ -157,7 +159,9 @@ def fit_epilogue(timed: list[Timed], roofs: Roofs) -> float:
         ridge = rate * 1e12 / (roofs.memory_gbps * 1e9)
         ratio = rate * wave_eff(m, n, k, b, roofs.sms) / t.tflops
         found.append(max(0.0, (ratio - 1) * k / ridge))
-    return statistics.median(found) if found else EPILOGUE_DEFAULT
+    if len(found) < EPILOGUE_MIN_SHAPES:
+        return EPILOGUE_DEFAULT
+    return min(EPILOGUE_MAX, statistics.median(found))
 
 
 def gemm_rate(g: Gemm, roofs: Roofs, precision: str, speeds: Speeds) -> float:
