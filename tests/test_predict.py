@@ -289,7 +289,9 @@ def test_bad_changes_are_bad_input():
     rates = rates_of(roofs_h200())
     with pytest.raises(BadInputError, match="nothing to predict"):
         predict(step(), rates, Change(), SPECS)
-    with pytest.raises(BadInputError, match="unknown GPU; known: v100"):
+    with pytest.raises(BadInputError, match=r"no such GPU; did you mean h100-sxm.* known: a10"):
+        predict(step(), rates, Change(gpu="h100-sx"), SPECS)
+    with pytest.raises(BadInputError, match=r"no such GPU.* known: a10, a100-pcie-40gb"):
         predict(step(), rates, Change(gpu="h300"), SPECS)
     with pytest.raises(BadInputError, match="no tf32 matmul rate measured"):
         predict(step(), rates, Change(precision="tf32"), SPECS)
@@ -379,8 +381,10 @@ def test_cli_terminal_view_fits_80_columns():
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--gpu", "h300"], "unknown GPU; known: v100-sxm2-16gb"),
+    (["--gpu", "h300"], "no such GPU known: a10, a100-pcie-40gb"),
+    (["--gpu", "h200"], "no such GPU; did you mean h200-nvl, h200-sxm"),
     (["--params", "lots"], "--params 'lots': expected a number"),
+    (["--gpus", "0"], "--gpus '0'"),
     ([], "nothing to predict"),
     (["--batch-size", "4"], "--batch-size and --seq-len go with --params"),
 ])
