@@ -434,3 +434,18 @@ def test_recommend_from_run_ranks_offers_by_the_predicted_rate(tmp_path):
     bad = gpuaudit("recommend", "--from-run", str(CPU_PROFILE), "--workload", "gpt-tiny/fp32",
                    "--rates", str(H200_2GPU), "--catalog", str(catalog))
     assert bad.returncode == 2 and "--from-run needs one of --hours" in bad.stderr
+
+
+def test_cli_finds_the_rates_in_the_newest_stored_run_of_that_gpu(tmp_path):
+    from gpuaudit.store import Store
+
+    db = tmp_path / "store.db"
+    rates_run = h200_rates_run()
+    with Store(str(db)) as store:
+        store.save(rates_run)
+    r = gpuaudit("predict", str(CPU_PROFILE), "--workload", "gpt-tiny/fp32", "--gpus", "2",
+                 "--db", str(db), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["rates_run_id"] == rates_run.id
+    assert any(rates_run.id in b for b in doc["basis"])
