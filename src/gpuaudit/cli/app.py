@@ -167,6 +167,9 @@ def bench(
     port: Annotated[int | None, typer.Option(
         min=0, max=65535, help="Port of --serve / --peer [default: 5301]")] = None,
     job: Annotated[str | None, typer.Option(help=feed_cli.JOB_HELP)] = None,
+    op_profile: Annotated[bool, typer.Option(
+        "--op-profile", help="train: also record each mode's per-operator profile (FLOPs, "
+                             "bytes, kernel times) for `gpuaudit predict`")] = False,
     json_: JsonOpt = False,
     show_all: Annotated[bool, typer.Option("--all", help="Every figure, each collective size "
                                                          "too.")] = False,
@@ -193,6 +196,8 @@ def bench(
     options = _workload_options(model, precision, batch_size, slo_ms, target_qps)
     options.update(feed_cli.feed_options(paths=paths, file_size=file_size, peer=peer, port=port,
                                          job=job))
+    if op_profile:
+        options["op_profile"] = True
     _check_store(save, db)
     with _progress(err if json_ else out) as bar:
         result = run_bench(names, gpus=gpus, profile=profile, size_range=sizes,
@@ -334,6 +339,7 @@ from gpuaudit.cli.cost import cost_app  # noqa: E402
 from gpuaudit.cli.doctor import DOCTOR_CONTEXT, doctor  # noqa: E402
 from gpuaudit.cli.fleet import fleet_app  # noqa: E402
 from gpuaudit.cli.monitor import monitor_app  # noqa: E402
+from gpuaudit.cli.predict import predict as _predict  # noqa: E402
 from gpuaudit.cli.recommend import recommend_app  # noqa: E402
 from gpuaudit.cli.report import compare_cmd, report_cmd  # noqa: E402
 from gpuaudit.cli.serve import serve_cmd  # noqa: E402
@@ -349,6 +355,7 @@ app.command("report")(report_cmd)
 app.command("compare")(compare_cmd)
 app.command("serve")(serve_cmd)
 app.add_typer(fleet_app, name="fleet")
+app.command("predict")(_predict)
 
 
 def main() -> None:

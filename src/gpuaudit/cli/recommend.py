@@ -4,6 +4,7 @@
     gpuaudit recommend finetune --params 70B --method lora
     gpuaudit recommend serve --params 70B --qps 20 --latency-ms 200 --context 4096
     gpuaudit recommend --run RUN_ID --hours 12
+    gpuaudit recommend --from-run RUN --tokens 10B      # predicted per offer (gpuaudit predict)
 """
 
 from __future__ import annotations
@@ -89,6 +90,20 @@ def recommend(
     metric: Annotated[str, typer.Option(
         "--metric", help="With --run: the measurement that stands for the workload's speed "
                          "(suite/name).")] = "matmul/bf16",
+    from_run: Annotated[str | None, typer.Option(
+        "--from-run", metavar="RUN",
+        help="A run with an op profile (bench train --op-profile): its step predicted on "
+             "each offer's GPUs (gpuaudit predict).")] = None,
+    workload: Annotated[str | None, typer.Option(
+        "--workload", metavar="MODEL/MODE", help="With --from-run: which op profile.")] = None,
+    rates: Annotated[str | None, typer.Option(
+        "--rates", metavar="RUN", help="With --from-run: the bench run with the machine's "
+                                       "rates (as gpuaudit predict).")] = None,
+    samples: Annotated[float | None, common.count(
+        "--samples", help="With --from-run: the job's size in samples (1M, 2e9).", hi=1e18)
+    ] = None,
+    tokens: Annotated[float | None, common.count(
+        "--tokens", help="With --from-run: the job's size in tokens (10B).", hi=1e18)] = None,
     deadline: DeadlineOpt = None,
     budget: BudgetOpt = None,
     currency: CurrencyOpt = "USD",
@@ -100,8 +115,15 @@ def recommend(
 ) -> None:
     """Which instance to rent for a task. Subcommands: train, finetune, serve; or --run."""
     if ctx.invoked_subcommand is not None:
+        if run is not None or from_run is not None:
+            raise BadInputError("--run and --from-run go without a subcommand")
+        return
+    if from_run is not None:
         if run is not None:
-            raise BadInputError("--run goes without a subcommand")
+            raise BadInputError("give --run or --from-run, not both")
+        cons = _constraints(deadline, budget, currency, sort)
+        task = _predicted_task(from_run, workload, rates, hours, samples, tokens, catalog, db)
+        _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_)
         return
     if run is None:
         typer.echo(ctx.get_help())
@@ -117,6 +139,45 @@ def recommend(
         stored = store.get(run)
     task = task_from_run(stored, hours, metric)
     _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_)
+
+
+def _predicted_task(from_run: str, workload: str | None, rates: str | None,
+                    hours: float | None, samples: float | None, tokens: float | None,
+                    catalog: Path | None, db: str | None) -> Task:
+    """The recorded step predicted on every (GPU model, count) of the catalog's offers."""
+    from gpuaudit.cli.predict import load_run_arg, resolve_rates
+    from gpuaudit.cost.recommend import PredictedTask
+    from gpuaudit.predict import load_profile
+    from gpuaudit.predict.offers import predicted_rates
+    from gpuaudit.specs.catalog import load_catalog
+
+    given = [name for name, v in (("--hours", hours), ("--samples", samples),
+                                  ("--tokens", tokens)) if v is not None]
+    if len(given) != 1:
+        raise BadInputError("--from-run needs one of --hours (on the recorded GPU), "
+                            "--samples or --tokens: the job's size")
+    specs = load_catalog()
+    stored = load_run_arg(from_run, db)
+    profile = load_profile(stored, workload)
+    machine = resolve_rates(stored, rates, db, specs, (profile.precision,))
+    rate = profile.samples_per_s
+    if hours is not None:
+        job_hours = hours
+    elif samples is not None:
+        job_hours = samples / rate / 3600
+    else:
+        assert tokens is not None
+        if not profile.tokens_per_sample:
+            raise BadInputError(f"--tokens: {profile.model} is not a language model; give "
+                                "--samples")
+        job_hours = tokens / profile.tokens_per_sample / rate / 3600
+    offers = load_offers(catalog)
+    predicted = predicted_rates(profile, machine, specs,
+                                {(o.gpu_model, o.gpu_count) for o in offers})
+    return PredictedTask(run_id=stored.id, gpu_model=machine.roofs.gpu.id, gpus=1,
+                         rate_per_gpu=rate, unit="samples/s",
+                         metric=f"{profile.workload} step", hours=job_hours,
+                         scale_by="prediction", predicted=predicted)
 
 
 @recommend_app.command()

@@ -72,6 +72,7 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
     backend = str(ctx.options.get("compile_backend", "inductor"))
     compile_mode = ctx.options.get("compile_mode")
     profile_to = ctx.options.get("profile_to")
+    op_profile = bool(ctx.options.get("op_profile"))
     batch = quick_batch(ctx, name)
     precisions = opt_list(ctx, "precisions") or []
     for p in precisions:
@@ -93,7 +94,8 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
             name, mode, tgt.device, batch_size=batch, steps=steps, warmup_steps=warmup,
             min_warmup_s=min_warm, count=not counted and not mode.compile,
             compile_backend=backend, compile_mode=str(compile_mode) if compile_mode else None,
-            profile_to=str(profile_to) if profile_to and mode.compile else None)
+            profile_to=str(profile_to) if profile_to and mode.compile else None,
+            op_profile=op_profile)
         if isinstance(result, str):
             yield records.train_skipped(name, mode.id, result, gpu_index=tgt.gpu_index,
                                         device=tgt.label)
@@ -114,3 +116,10 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
         yield from records.train_measurements(
             result, peak_tflops=peak_tflops(ctx, tgt.gpu_index, mode.precision),
             fp32_rate=fp32_rate, gpu_index=tgt.gpu_index, device=tgt.label)
+        if result.ops is not None:
+            from gpuaudit.workloads.ops import measurements
+
+            yield from measurements(result.ops, model=result.model, mode_id=mode.id,
+                                    base=records.mode_params(result, tgt.label),
+                                    gpu_index=tgt.gpu_index,
+                                    step_ms=1e3 * percentile(result.step_times_s, 50))

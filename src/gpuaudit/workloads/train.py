@@ -35,6 +35,7 @@ class TrainResult:
     expected_count_per_sample: int | None = None
     notes: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
+    ops: Any = None  # workloads.ops.OpProfile when the op profile was asked for
 
 
 def to_device(torch: Any, x: Any, device: Any, channels_last: bool) -> Any:
@@ -106,7 +107,9 @@ class Trainer:
             return contextlib.nullcontext()
         return self.torch.autocast(self.device.type, dtype=self.amp)
 
-    def step(self, accum: int = 1) -> None:
+    def step(self, accum: int = 1, mark: Callable[[str], None] | None = None) -> None:
+        """`mark(phase)` is called as each phase (forward, backward, optimizer) is queued:
+        the op profile times the phases with it."""
         for i in range(accum):
             quiet = self.ddp is not None and i < accum - 1  # all-reduce on the last only
             with self.ddp.no_sync() if quiet else contextlib.nullcontext():
@@ -114,13 +117,19 @@ class Trainer:
                     loss = self.runner(*self.inputs, self.target)
                     if accum > 1:
                         loss = loss / accum
+                if mark:
+                    mark("forward")
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
+                if mark:
+                    mark("backward")
         if self.scaler:
             self.scaler.step(self.opt)
             self.scaler.update()
         else:
             self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        if mark:
+            mark("optimizer")
         self.last_loss = loss
 
     def count_flops(self) -> FlopCount:
@@ -151,7 +160,7 @@ class Trainer:
 def run_mode(model: str, mode: TrainMode, device: Any, *, batch_size: int | None, steps: int,
              warmup_steps: int, min_warmup_s: float, count: bool, seq_len: int | None = None,
              compile_backend: str = "inductor", compile_mode: str | None = None,
-             profile_to: str | None = None) -> TrainResult:
+             profile_to: str | None = None, op_profile: bool = False) -> TrainResult:
     import torch
 
     with float32_matmuls(torch, tf32=mode.precision != "fp32"):
@@ -166,6 +175,11 @@ def run_mode(model: str, mode: TrainMode, device: Any, *, batch_size: int | None
         peak = int(torch.cuda.max_memory_allocated(device)) if is_cuda(device) else None
         if profile_to:
             kernel_table(torch, device, t.step, f"{model} {mode.id}", profile_to)
+        ops = None
+        if op_profile:
+            from gpuaudit.workloads.ops import capture
+
+            ops = capture(t)
     w = t.workload
     per_step = (w.train_flops_per_sample * w.batch_size if w.train_flops_per_sample
                 else (counted.model if counted else None))
@@ -178,7 +192,7 @@ def run_mode(model: str, mode: TrainMode, device: Any, *, batch_size: int | None
                        warmup_s=warm_s, warmup_steps=warm_n, peak_memory_bytes=peak,
                        final_loss=loss, model_flops_per_step=per_step, flops_source=source,
                        flop_count=counted, notes=notes, params=dict(w.params or {}),
-                       expected_count_per_sample=w.expected_count_per_sample)
+                       expected_count_per_sample=w.expected_count_per_sample, ops=ops)
 
 
 def measure_mode(model: str, mode: TrainMode, device: Any, **kwargs: Any) -> TrainResult | str:

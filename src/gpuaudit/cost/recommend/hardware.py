@@ -19,7 +19,7 @@ from gpuaudit.model.recommendation import Assumptions, MemoryEstimate
 from gpuaudit.specs.catalog import GpuSpec
 
 from .context import Context
-from .tasks import BenchmarkedTask, FinetuneTask, ServeTask, TrainTask
+from .tasks import BenchmarkedTask, FinetuneTask, PredictedTask, ServeTask, TrainTask
 
 
 def gpu_memory(offer: Offer, spec: GpuSpec) -> tuple[float, str]:
@@ -157,7 +157,15 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
     count = offer.gpu_count
 
     measured = False
-    if isinstance(t, BenchmarkedTask):
+    predicted = isinstance(t, PredictedTask)
+    if isinstance(t, PredictedTask):
+        guess, why = t.rate_on(offer.gpu_model, count)
+        if guess is None:
+            return "prediction", lambda: why
+        per_gpu = guess
+        measured = offer.gpu_model == t.gpu_model and count == t.gpus
+        unit_scale = 1.0
+    elif isinstance(t, BenchmarkedTask):
         base = ctx.specs.get(t.gpu_model)
         if offer.gpu_model == t.gpu_model:
             per_gpu, measured = t.rate_per_gpu, True
@@ -197,14 +205,17 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
                                           f"{count} × {mem_label}")
 
     def rate(n: int) -> float:
-        return per_gpu * n * count * efficiency(spec, count, n, ass)
+        # A predicted rate already holds its GPUs' scaling; only the nodes' is added.
+        eff = (ass.inter_node_efficiency if n > 1 else 1.0) if predicted else \
+            efficiency(spec, count, n, ass)
+        return per_gpu * n * count * eff
 
     work = ctx.flops * recompute_factor(ctx, plan)
     hours = work / (rate(nodes) * unit_scale) / 3600
     deadline = ctx.cons.deadline_hours
     if deadline is not None and hours > deadline:
         # Solve n·count·per_gpu·eff ≥ work/deadline with the multi-node efficiency.
-        eff = efficiency(spec, count, 2, ass)
+        eff = ass.inter_node_efficiency if predicted else efficiency(spec, count, 2, ass)
         wanted = math.ceil(work / (deadline * 3600 * unit_scale * per_gpu * count * eff)
                            - 1e-9)
         if wanted > ass.max_nodes:

@@ -24,7 +24,15 @@ from gpuaudit.specs.catalog import SpecCatalog
 from .context import Context
 from .hardware import cached_hardware, compute_hw, efficiency, recompute_factor, serve_hw
 from .prices import compare, pick_price, price_options, pricing_reasons, unit_costs
-from .tasks import BenchmarkedTask, Constraints, FinetuneTask, ServeTask, Task, TrainTask
+from .tasks import (
+    BenchmarkedTask,
+    Constraints,
+    FinetuneTask,
+    PredictedTask,
+    ServeTask,
+    Task,
+    TrainTask,
+)
 
 # --- per-offer evaluation --------------------------------------------------------------------
 
@@ -97,7 +105,9 @@ def _eval_compute(offer: Offer, ctx: Context) -> Feasible | Excluded:
     def notes() -> list[str]:
         out = []
         plan = hw.plan
-        if isinstance(t, BenchmarkedTask):
+        if isinstance(t, PredictedTask):
+            out.append(t.rate_on(offer.gpu_model, offer.gpu_count)[1])
+        elif isinstance(t, BenchmarkedTask):
             out.append(f"measured {t.metric} on {t.gpu_model}" if hw.measured else
                        f"scaled from {t.gpu_model} by the {t.scale_by} spec ratio (estimate)")
             base = ctx.specs.get(t.gpu_model)
@@ -198,7 +208,8 @@ def _prepare(task: Task, ctx: Context) -> tuple[Evaluator, str, str]:
         raise BadInputError(f"GPU {task.gpu_model!r} of run {task.run_id} is not in the specs")
     base = ctx.specs.get(task.gpu_model)
     assert base is not None
-    eff = efficiency(base, task.gpus, 1, ctx.ass)
+    # A predicted task's rate is the recorded one: no assumed scaling to take out.
+    eff = 1.0 if isinstance(task, PredictedTask) else efficiency(base, task.gpus, 1, ctx.ass)
     # The work the job does, in the measurement's unit × seconds: H hours on the benchmarked
     # machine at its measured rate.
     ctx.flops = task.hours * 3600 * task.rate_per_gpu * task.gpus * eff
@@ -240,6 +251,8 @@ def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints |
                      for o in shown_out)
     notes = [basis, "all times and costs are estimates from datasheet figures and the stated "
                     "assumptions" if not isinstance(task, BenchmarkedTask) else
+             "predicted per operator class from the recorded step (gpuaudit predict): "
+             "estimates with the bands it gives" if isinstance(task, PredictedTask) else
              "same-GPU figures are measured; other GPUs are scaled by spec ratio (estimates)"]
     if ctx.shape is not None and ctx.shape.derived:
         s = ctx.shape

@@ -129,6 +129,22 @@ class BenchmarkedTask:
         positive(rate_per_gpu=self.rate_per_gpu, hours=self.hours, gpus=self.gpus)
 
 
+@dataclass(frozen=True)
+class PredictedTask(BenchmarkedTask):
+    """A benchmarked workload whose speed on each (GPU model, GPU count) is predicted from
+    its recorded per-operator profile (`gpuaudit.predict`) instead of scaled by a spec
+    ratio. ``predicted`` holds (GPU model, GPUs, samples/s per GPU or None, why): the rate
+    includes that many GPUs' data-parallel scaling; None means it cannot run there."""
+
+    predicted: tuple[tuple[str, int, float | None, str], ...] = ()
+
+    def rate_on(self, gpu_model: str, gpus: int) -> tuple[float | None, str]:
+        for model, count, rate, why in self.predicted:
+            if model == gpu_model and count == gpus:
+                return rate, why
+        return None, f"no prediction for {gpus} × {gpu_model}"
+
+
 Task = TrainTask | FinetuneTask | ServeTask | BenchmarkedTask
 
 

@@ -1,0 +1,537 @@
+"""The prediction: a recorded step, changed one thing at a time (model size, precision, GPU
+model, GPU count), each operator class re-timed from the rates it is bound by.
+
+Calibration. Every class of the recorded step is compared with what this machine's measured
+rates allow for its work: matmul-bound classes (gemm, attention, conv) with the measured
+matmul rate of the precision, each matmul shape derated by its wave quantization and capped
+by the roofline (its bytes at the measured memory bandwidth); memory-bound classes
+(elementwise, optimizer, copies) with the measured copy bandwidth. The ratio, the share of
+the measured rate the class achieved, is kept; a changed step is its new ideal time divided
+by that share.
+
+- size (`params`): the family's other model, its work from `family.resize`;
+- precision: the matmul rate of the other precision (measured here), matmul operands of
+  its width, the elementwise traffic recorded under that precision family;
+- GPU model: its datasheet roofs × the efficiencies measured here (`hardware.scaled_roofs`);
+  matmul kernels re-quantized into waves on its SM count (Habitat's wave scaling, with the
+  recorded grids), the others scaled by bandwidth^γ × compute^(1−γ) (Habitat's roofline γ);
+- GPU count: DDP, the same per-GPU batch; the gradient buckets all-reduced at the measured
+  bus bandwidth for their size, overlapping the backward (`ddp.simulate`).
+
+The host's launch gaps (timed step − GPU busy time) are carried over, scaled by the number
+of operators. Each class carries a relative uncertainty per change (combined in
+quadrature); the band is the sum of the classes at their low and high ends.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from gpuaudit.errors import BadInputError
+from gpuaudit.specs.catalog import GpuSpec, SpecCatalog
+from gpuaudit.workloads.ops import MEMORY_CLASSES, TENSOR_CLASSES
+
+from .ddp import simulate
+from .hardware import Roofs, habitat_gamma, scaled_roofs, waves
+from .hardware import wave_efficiency as wave_eff
+from .profile import Gemm, OpWork, StepProfile, Timed
+from .rates import AllReduce, MachineRates
+from .records import ClassTime, Prediction, Scenario
+
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+TRAIN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # what --precision may ask for
+
+# Relative uncertainty each change adds to a class (combined in quadrature). Set from how far
+# each rule reaches; docs/predict.md records how they compare with measurements.
+U_PARAMS = 0.08
+U_PRECISION = 0.10
+U_BYTES_GUESSED = 0.25
+U_GPU = {True: {"tensor": 0.12, "memory": 0.08}, False: {"tensor": 0.30, "memory": 0.15}}
+U_ALLREDUCE = 0.30
+U_IDLE = 0.50
+EPILOGUE_DEFAULT = 0.5  # where too few shapes were timed to fit it
+EPILOGUE_MAX = 4.0  # a fit beyond this says the shapes are slow for other reasons
+EPILOGUE_MIN_SHAPES = 3
+
+# Where no all-reduce was measured: a ring reaches this share of one direction of the GPU's
+# link at large sizes, and this share of that at 1 MiB (both measured on 2 × H200, NV18:
+# 342 GB/s busbw at 4 GiB of 450 GB/s per direction; 59 GB/s at 1 MiB).
+RING_EFFICIENCY = 0.76
+SMALL_MESSAGE_SHARE = 0.17
+PCIE_GBPS = {3: 15.75, 4: 31.5, 5: 63.0, 6: 126.0}  # per direction, x16
+
+
+@dataclass(frozen=True)
+class Change:
+    """What to change; None keeps the recorded value."""
+
+    gpus: int | None = None
+    precision: str | None = None
+    gpu: str | None = None
+    params: float | None = None
+    batch: int | None = None
+    seq_len: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return all(v is None for v in (self.gpus, self.precision, self.gpu, self.params))
+
+
+@dataclass
+class _Class:
+    work: OpWork
+    measured_ms: float
+    ms: float
+    achieved: float | None  # ideal ÷ measured on the source: the calibration
+    unc: float = 0.0
+    basis: list[str] = field(default_factory=list)
+
+    def add_unc(self, u: float) -> None:
+        self.unc = math.sqrt(self.unc**2 + u**2)
+
+
+@dataclass
+class _State:
+    classes: dict[str, _Class]
+    idle_ms: float
+    idle_unc: float
+    precision: str
+    roofs: Roofs
+    gpus: int
+    batch: int
+    tokens: int | None
+    model: str
+    matmul_params: int | None
+    buckets: tuple[tuple[int, float], ...]
+    grad_bytes: int
+    allreduce: AllReduce | None
+    speeds: Speeds = field(default_factory=lambda: Speeds())
+    changes: list[str] = field(default_factory=list)
+    basis: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def compute_ms(self) -> float:
+        return sum(c.ms for c in self.classes.values())
+
+
+def matmul_rate(roofs: Roofs, precision: str) -> float:
+    r = roofs.matmul(precision)
+    if r is None:
+        where = "measured" if roofs.measured else "published"
+        raise BadInputError(f"no {precision} matmul rate {where} for {roofs.gpu.name}: "
+                            f"cannot time matmuls in {precision} there")
+    return r
+
+
+@dataclass
+class Speeds:
+    """Matmul and attention rates at the workload's own shapes on the current GPU (TFLOP/s,
+    measured alone on the recorded one), and the epilogue constant fitted to them."""
+
+    timed: dict[tuple[object, ...], float] = field(default_factory=dict)
+    epilogue: float = EPILOGUE_DEFAULT
+
+
+def model_rate(g: Gemm, roofs: Roofs, precision: str, epilogue: float) -> float:
+    """A matmul's rate where it was not timed: the GPU's matmul rate × its wave efficiency ×
+    an epilogue factor 1/(1 + c·R/(BW·k)) (writing each output tile costs about the tile's
+    bytes at the memory rate, against a K-long main loop: it matters for small K, and more
+    the faster the tensor cores are), capped by the roofline on its bytes."""
+    rate = matmul_rate(roofs, precision)
+    ridge = rate * 1e12 / (roofs.memory_gbps * 1e9)
+    r = rate * wave_eff(g.m, g.n, g.k, g.batch, roofs.sms) / (1 + epilogue * ridge / max(g.k, 1))
+    if g.bytes > 0 and g.flops > 0:
+        r = min(r, g.flops / g.bytes * roofs.memory_gbps / 1e3)
+    return r
+
+
+def fit_epilogue(timed: list[Timed], roofs: Roofs) -> float:
+    """The epilogue constant that makes the model meet the timed shapes (median)."""
+    found = []
+    for t in timed:
+        if t.kind != "gemm" or t.tflops <= 0 or roofs.matmul(t.precision) is None:
+            continue
+        m, n, k, b = (int(x) for x in t.shape[:4])
+        rate = matmul_rate(roofs, t.precision)
+        ridge = rate * 1e12 / (roofs.memory_gbps * 1e9)
+        ratio = rate * wave_eff(m, n, k, b, roofs.sms) / t.tflops
+        found.append(max(0.0, (ratio - 1) * k / ridge))
+    if len(found) < EPILOGUE_MIN_SHAPES:
+        return EPILOGUE_DEFAULT
+    return min(EPILOGUE_MAX, statistics.median(found))
+
+
+def gemm_rate(g: Gemm, roofs: Roofs, precision: str, speeds: Speeds) -> float:
+    timed = speeds.timed.get(("gemm", g.m, g.n, g.k, g.batch, precision))
+    return timed if timed else model_rate(g, roofs, precision, speeds.epilogue)
+
+
+def attention_rate(work: OpWork, roofs: Roofs, precision: str, speeds: Speeds) -> float:
+    """The timed attention rate of the workload's attention shapes (FLOP-weighted), else
+    the matmul rate."""
+    flops, seconds = 0.0, 0.0
+    for shape, _count, f in work.attention:
+        r = speeds.timed.get(("attention", *shape, precision))
+        if r:
+            flops += f
+            seconds += f / r
+    return flops / seconds if seconds else matmul_rate(roofs, precision)
+
+
+def tensor_seconds(cls: str, work: OpWork, roofs: Roofs, precision: str,
+                   speeds: Speeds) -> float:
+    """Ideal time of a matmul-bound class: each shape at its rate (timed, or modeled);
+    attention at its timed rate; FLOPs past the kept shapes at the plain matmul rate."""
+    if cls == "attention":
+        return work.flops / (attention_rate(work, roofs, precision, speeds) * 1e12)
+    t, covered = 0.0, 0.0
+    for g in work.shapes:
+        t += g.flops / (gemm_rate(g, roofs, precision, speeds) * 1e12)
+        covered += g.flops
+    return t + max(0.0, work.flops - covered) / (matmul_rate(roofs, precision) * 1e12)
+
+
+def memory_seconds(work: OpWork, roofs: Roofs) -> float:
+    return work.bytes / (roofs.memory_gbps * 1e9)
+
+
+def ideal_seconds(cls: str, work: OpWork, roofs: Roofs, precision: str,
+                  speeds: Speeds) -> float:
+    if cls in TENSOR_CLASSES:
+        return tensor_seconds(cls, work, roofs, precision, speeds)
+    if cls in MEMORY_CLASSES:
+        return memory_seconds(work, roofs)
+    return 0.0
+
+
+def _retime(c: _Class, cls: str, state: _State, roofs: Roofs, precision: str,
+            fallback_ratio: float) -> float:
+    if c.achieved:
+        return ideal_seconds(cls, c.work, roofs, precision, state.speeds) * 1e3 / c.achieved
+    return c.ms * fallback_ratio
+
+
+# --- the source ------------------------------------------------------------------------------
+
+
+def _start(profile: StepProfile, rates: MachineRates) -> _State:
+    roofs = rates.roofs
+    if profile.precision not in ELEMENT_BYTES:
+        raise BadInputError(f"{profile.workload}: precision {profile.precision!r} is not one "
+                            f"this model knows ({', '.join(ELEMENT_BYTES)})")
+    matmul_rate(roofs, profile.precision)
+    total = sum(w.ms for w in profile.classes.values())
+    # The profiler's steps can outlast the timed ones; never let the classes exceed them.
+    scale = min(1.0, profile.step_ms / total) if total else 1.0
+    timed = [t for w in profile.classes.values() for t in w.timed]
+    speeds = Speeds(timed={(t.kind, *t.shape, t.precision): t.tflops for t in timed},
+                    epilogue=fit_epilogue(timed, roofs))
+    classes = {}
+    for cls, w in profile.classes.items():
+        ms = w.ms * scale
+        ideal = ideal_seconds(cls, w, roofs, profile.precision, speeds) * 1e3
+        classes[cls] = _Class(work=w, measured_ms=ms, ms=ms,
+                              achieved=ideal / ms if ideal > 0 and ms > 0 else None)
+    state = _State(classes=classes, idle_ms=max(0.0, profile.step_ms - total * scale),
+                   idle_unc=0.0, precision=profile.precision, roofs=roofs, gpus=1,
+                   batch=profile.batch, tokens=profile.tokens_per_sample,
+                   model=profile.model,
+                   matmul_params=_int(profile.model_params.get("matmul_params")),
+                   buckets=profile.buckets, grad_bytes=profile.grad_bytes,
+                   allreduce=rates.allreduce, speeds=speeds)
+    state.basis.append(f"recorded step: {profile.workload} in run {profile.run_id}, "
+                       f"{profile.step_ms:.3g} ms (p50), GPU busy {profile.busy_ms:.3g} ms "
+                       f"({profile.kernel_source or 'kernels'})")
+    if timed:
+        gemms = sum(1 for t in timed if t.kind == "gemm")
+        precisions = ", ".join(sorted({t.precision for t in timed}))
+        state.basis.append(f"{gemms} matmul shapes and {len(timed) - gemms} attention shapes "
+                           f"of the step timed alone in {precisions}; "
+                           f"untimed shapes modeled (wave quantization, epilogue c = "
+                           f"{speeds.epilogue:.3g} fitted to the timed ones)")
+    state.basis.extend(roofs.basis)
+    if profile.device == "cpu":
+        state.notes.append("recorded on the CPU: its operator times and timed shapes are the "
+                           "CPU's, the GPU rates only scale them (a dry run, not a forecast)")
+    if scale < 1.0:
+        state.notes.append(f"profiled kernels summed to {total:.3g} ms, more than the timed "
+                           f"step: scaled by {scale:.3f}")
+    return state
+
+
+def _int(v: object) -> int | None:
+    return int(v) if isinstance(v, int | float) else None
+
+
+# --- the changes -----------------------------------------------------------------------------
+
+
+def _resize(state: _State, profile: StepProfile, change: Change) -> None:
+    from .family import resize
+
+    assert change.params is not None
+    r = resize(profile, change.params, batch=change.batch, seq_len=change.seq_len)
+    for cls, c in state.classes.items():
+        work = r.classes.get(cls, c.work)
+        c.work = work
+        c.ms = _retime(c, cls, state, state.roofs, state.precision, r.ratios.get(cls, 1.0))
+        c.add_unc(U_PARAMS)
+        c.basis.append(f"{r.source.name} → {r.target.name}: work ×{r.ratios.get(cls, 1):.3g}")
+    state.idle_ms *= r.op_ratio
+    state.idle_unc = math.sqrt(state.idle_unc**2 + U_PARAMS**2)
+    state.batch, state.tokens = r.target.batch, r.target.seq_len
+    state.model, state.matmul_params = r.target.name, r.target.matmul_params
+    state.buckets = r.buckets
+    state.grad_bytes = sum(b for b, _ in r.buckets) or r.grad_bytes
+    state.changes.append("params")
+    state.basis.extend(r.basis)
+
+
+def _precision(state: _State, target: str) -> None:
+    if target not in TRAIN_PRECISIONS:
+        raise BadInputError(f"--precision {target!r}: expected one of "
+                            f"{', '.join(TRAIN_PRECISIONS)}")
+    src = state.precision
+    if target == src:
+        return
+    matmul_rate(state.roofs, target)
+    width = ELEMENT_BYTES[target]
+    same_family = ELEMENT_BYTES[src] == width
+    for cls, c in state.classes.items():
+        w = c.work
+        if cls in TENSOR_CLASSES:
+            shapes = tuple(Gemm(g.m, g.n, g.k, g.batch, width, g.count, g.flops)
+                           for g in w.shapes)
+            c.work = w.with_(shapes=shapes, kernels=(),
+                             bytes=w.bytes * width / ELEMENT_BYTES[src])
+            c.ms = _retime(c, cls, state, state.roofs, target,
+                           matmul_rate(state.roofs, src) / matmul_rate(state.roofs, target))
+            timed = sum(1 for t in w.timed if t.precision == target)
+            c.add_unc(U_PRECISION / (2 if timed else 1))
+            c.basis.append(f"{src} → {target}: " + (
+                f"{timed} shapes timed in {target}" if timed else
+                f"matmul rate {matmul_rate(state.roofs, target):.4g} TFLOP/s, modeled shapes")
+                + f", {width}-byte operands")
+            continue
+        if same_family:
+            new, how, u = w.bytes, "same traffic", 0.02
+        elif w.alt_bytes is not None and w.alt_precision is not None and \
+                ELEMENT_BYTES.get(w.alt_precision) == width:
+            new, how, u = w.alt_bytes, f"traffic recorded under {w.alt_precision}", 0.05
+        else:
+            new, how, u = w.bytes * (0.6 if width < ELEMENT_BYTES[src] else 1.6), \
+                "traffic not recorded for it: ×0.6 / ×1.6 assumed", U_BYTES_GUESSED
+        ratio = new / w.bytes if w.bytes else 1.0
+        c.work = w.with_(bytes=new, alt_bytes=w.bytes, alt_precision=src)
+        c.ms *= ratio
+        c.add_unc(u)
+        c.basis.append(f"{src} → {target}: {how} (×{ratio:.3g})")
+    state.precision = target
+    state.changes.append("precision")
+    state.basis.append(f"precision {src} → {target}: matmuls at the measured {target} rate "
+                       "with the source's achieved share; traffic of the other precision as "
+                       "recorded")
+
+
+def _gpu(state: _State, target: GpuSpec) -> None:
+    here = state.roofs
+    if target.id == here.gpu.id:
+        return
+    theirs = scaled_roofs(target, here)
+    matmul_rate(theirs, state.precision)
+    same_arch = target.architecture == here.gpu.architecture
+    r_here, r_there = matmul_rate(here, state.precision), matmul_rate(theirs, state.precision)
+    s_here, s_there = here.sms, theirs.sms
+    state.speeds = _moved_speeds(state.speeds, here, theirs)
+    for cls, c in state.classes.items():
+        w = c.work
+        if cls in TENSOR_CLASSES:
+            if w.kernels and s_here and s_there:
+                c.ms = _wave_scaled(c, w, r_here, r_there, s_here, s_there)
+                how = f"{len(w.kernels)} recorded kernel grids re-quantized into waves"
+            else:
+                c.ms = _retime(c, cls, state, theirs, state.precision, r_here / r_there)
+                how = ("its timed rate moved by the matmul rate" if cls == "attention" else
+                       "shapes re-quantized into waves" if s_there else "no SM count: no waves")
+            c.add_unc(U_GPU[same_arch]["tensor"])
+            c.basis.append(f"{here.gpu.id} → {target.id}: {how}, matmul "
+                           f"{r_here:.4g} → {r_there:.4g} TFLOP/s")
+        elif cls in MEMORY_CLASSES:
+            gamma = habitat_gamma(w.flops, w.bytes, theirs.vector_tflops, theirs.memory_gbps)
+            compute = ((here.vector_tflops or 1.0) / (theirs.vector_tflops or 1.0))
+            factor = (here.memory_gbps / theirs.memory_gbps) ** gamma * compute ** (1 - gamma)
+            c.ms *= factor
+            c.add_unc(U_GPU[same_arch]["memory"])
+            c.basis.append(f"{here.gpu.id} → {target.id}: bandwidth^{gamma:.2g} "
+                           f"{here.memory_gbps:.4g} → {theirs.memory_gbps:.4g} GB/s "
+                           f"(×{factor:.3g})")
+    state.idle_unc = math.sqrt(state.idle_unc**2 + U_IDLE**2)
+    if state.allreduce is not None:
+        ratio = _link_gbps(target) / _link_gbps(here.gpu)
+        state.allreduce = state.allreduce.scaled(
+            ratio, f"{state.allreduce.source}, × {ratio:.3g} ({target.name}'s link ÷ "
+                   f"{here.gpu.name}'s)")
+    state.roofs = theirs
+    state.changes.append("gpu")
+    state.basis.extend(theirs.basis)
+    state.notes.append("the host is taken to be as fast as the recorded one (its launch gaps "
+                       "are kept)")
+    if not same_arch:
+        state.notes.append(f"{here.gpu.architecture} → {target.architecture}: other kernels, "
+                           "other efficiencies; a wide band")
+
+
+def _moved_speeds(speeds: Speeds, here: Roofs, there: Roofs) -> Speeds:
+    """The timed rates carried to another GPU: each keeps its share of the matmul rate of its
+    precision, re-quantized into the other GPU's waves (matmuls)."""
+    moved = {}
+    for key, rate in speeds.timed.items():
+        p = str(key[-1])
+        a, b = here.matmul(p), there.matmul(p)
+        if not a or not b:
+            continue
+        r = rate * b / a
+        if key[0] == "gemm":
+            m, n, k, batch = (int(x) for x in key[1:5])  # type: ignore[call-overload]
+            w_here = wave_eff(m, n, k, batch, here.sms)
+            r *= wave_eff(m, n, k, batch, there.sms) / w_here if w_here else 1.0
+        moved[key] = r
+    return Speeds(timed=moved, epilogue=speeds.epilogue)
+
+
+def _wave_scaled(c: _Class, w: OpWork, r_here: float, r_there: float, s_here: int,
+                 s_there: int) -> float:
+    """Habitat's wave scaling: a kernel's time × its waves there ÷ here × the time of one
+    wave there ÷ here (the per-SM rate: matmul rate ÷ SMs)."""
+    per_wave = (r_here / s_here) / (r_there / s_there)
+    seen = sum(k.us for k in w.kernels) / 1e3
+    out = 0.0
+    for k in w.kernels:
+        ratio = waves(k.blocks, s_there, k.per_sm) / waves(k.blocks, s_here, k.per_sm)
+        out += k.us / 1e3 * ratio * per_wave
+    rest = max(0.0, c.ms - seen)
+    return out + rest * r_here / r_there
+
+
+def _link_gbps(gpu: GpuSpec) -> float:
+    """One direction of the GPU's fastest link to its peers (GB/s)."""
+    if gpu.nvlink_bandwidth_gbps:
+        return gpu.nvlink_bandwidth_gbps / 2
+    return PCIE_GBPS.get(gpu.pcie_generation, 15.75) * gpu.pcie_width / 16
+
+
+def spec_allreduce(gpu: GpuSpec) -> AllReduce:
+    large = RING_EFFICIENCY * _link_gbps(gpu)
+    return AllReduce((2**20, 2**32), (large * SMALL_MESSAGE_SHARE, large), 2,
+                     f"no all-reduce measured: {RING_EFFICIENCY:.0%} of {gpu.name}'s link "
+                     f"({_link_gbps(gpu):.4g} GB/s per direction) assumed at large sizes")
+
+
+# --- the entry point -------------------------------------------------------------------------
+
+
+def predict(profile: StepProfile, rates: MachineRates, change: Change,
+            specs: SpecCatalog) -> Prediction:
+    """`profile` with `change` applied (module docstring)."""
+    if change.empty:
+        raise BadInputError("nothing to predict: give --gpus, --precision, --gpu or --params")
+    state = _start(profile, rates)
+    source = _scenario(state, profile, profile.mode)
+    source_compute = state.compute_ms
+    measured = {cls: c.measured_ms for cls, c in state.classes.items()}
+    if change.params is not None:
+        _resize(state, profile, change)
+    if change.precision is not None:
+        _precision(state, change.precision.strip().lower())
+    if change.gpu is not None:
+        _gpu(state, _spec(specs, change.gpu))
+    gpus = change.gpus or 1
+    if gpus < 1:
+        raise BadInputError(f"--gpus {gpus}: must be at least 1")
+    compute = state.compute_ms
+    step = compute + state.idle_ms
+    low = sum(c.ms * (1 - c.unc) for c in state.classes.values()) + \
+        state.idle_ms * max(0.0, 1 - state.idle_unc)
+    high = sum(c.ms * (1 + c.unc) for c in state.classes.values()) + \
+        state.idle_ms * (1 + state.idle_unc)
+    ar_ms = exposed = None
+    if gpus > 1:
+        ar = state.allreduce or spec_allreduce(state.roofs.gpu)
+        backward = profile.phases_ms.get("backward", 0.0) * (compute / source_compute
+                                                             if source_compute else 1.0)
+        if not state.buckets:
+            raise BadInputError(f"run {profile.run_id}: {profile.workload}/op/step has no "
+                                "ddp_buckets: cannot place the all-reduces")
+        ov = simulate(state.buckets, backward, gpus, ar)
+        ar_ms, exposed = ov.allreduce_ms, ov.exposed_ms
+        hidden = ov.allreduce_ms - ov.exposed_ms
+        step += exposed
+        low += exposed * (1 - U_ALLREDUCE)
+        high += exposed * (1 + U_ALLREDUCE) + 0.2 * hidden
+        state.changes.append("gpus")
+        state.basis.append(f"DDP on {gpus} GPUs: {ov.buckets} gradient bucket(s) "
+                           f"({state.grad_bytes / 1e6:,.0f} MB) all-reduced during a "
+                           f"{backward:.3g} ms backward: {ov.allreduce_ms:.3g} ms of "
+                           f"all-reduce, {ov.exposed_ms:.3g} ms past its end")
+        state.basis.append(ar.source)
+        state.gpus = gpus
+        if gpus > 8:
+            state.notes.append("more than 8 GPUs: one NVLink domain assumed (no inter-node "
+                               "bandwidth measured)")
+    target = _scenario(state, profile, _mode_of(profile, state.precision))
+    samples = state.gpus * state.batch * 1e3
+    tokens = state.tokens
+    classes = tuple(ClassTime(op_class=cls, measured_ms=round(measured[cls], 6),
+                              predicted_ms=round(c.ms, 6),
+                              uncertainty_pct=round(100 * c.unc, 2),
+                              achieved_pct=round(100 * c.achieved, 2) if c.achieved else None,
+                              basis="; ".join(c.basis) or "unchanged")
+                    for cls, c in state.classes.items())
+    _memory_note(state, profile, change)
+    return Prediction(
+        run_id=profile.run_id, rates_run_id=rates.run_id, source=source, target=target,
+        changes=tuple(state.changes), measured_step_ms=profile.step_ms,
+        step_ms=round(step, 6), step_ms_low=round(low, 6), step_ms_high=round(high, 6),
+        samples_per_s=samples / step, samples_per_s_low=samples / high,
+        samples_per_s_high=samples / low,
+        tokens_per_s=samples * tokens / step if tokens else None,
+        tokens_per_s_low=samples * tokens / high if tokens else None,
+        tokens_per_s_high=samples * tokens / low if tokens else None,
+        uncertainty_pct=round(100 * (high - low) / 2 / step, 2),
+        idle_ms=round(state.idle_ms, 6),
+        allreduce_ms=round(ar_ms, 6) if ar_ms is not None else None,
+        exposed_allreduce_ms=round(exposed, 6) if exposed is not None else None,
+        classes=classes, basis=tuple(state.basis), notes=tuple(state.notes))
+
+
+def _mode_of(profile: StepProfile, precision: str) -> str:
+    _, *flags = profile.mode.split("+")
+    return "+".join([precision, *flags])
+
+
+def _scenario(state: _State, profile: StepProfile, mode: str) -> Scenario:
+    return Scenario(gpu=state.roofs.gpu.id, gpu_name=state.roofs.gpu.name, gpus=state.gpus,
+                    precision=state.precision, model=state.model, mode=mode,
+                    batch_per_gpu=state.batch, tokens_per_sample=state.tokens,
+                    matmul_params=state.matmul_params)
+
+
+def _spec(specs: SpecCatalog, gpu: str) -> GpuSpec:
+    spec = specs.get(gpu.strip().lower())
+    if spec is None:
+        from gpuaudit import parse
+
+        raise parse.unknown("--gpu", gpu, (g.id for g in specs.gpus), "GPU")
+    return spec
+
+
+def _memory_note(state: _State, profile: StepProfile, change: Change) -> None:
+    if profile.peak_memory_gb is None or change.params is not None:
+        return
+    have = state.roofs.gpu.memory_gb
+    if profile.peak_memory_gb > 0.95 * have:
+        state.notes.append(f"the recorded step used {profile.peak_memory_gb:.3g} GB; "
+                           f"{state.roofs.gpu.name} has {have:g} GB: it may not fit")

@@ -1,0 +1,181 @@
+"""The op profile's capture on the CPU with tiny models: operator classes and traffic, FLOPs
+against FlopCounterMode, matmul shapes, the kernel trace parser, DDP buckets, the measurements
+`bench train --op-profile` stores, and the family resize on the meta device."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuaudit.workloads import ops  # noqa: E402
+
+MB = 2**20
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("name", "cls"), [
+    ("aten.mm", "gemm"), ("aten.addmm", "gemm"), ("aten.bmm", "gemm"),
+    ("aten._scaled_dot_product_flash_attention", "attention"),
+    ("aten._scaled_dot_product_efficient_attention_backward", "attention"),
+    ("aten.convolution_backward", "conv"), ("aten._fused_adamw_", "optimizer"),
+    ("aten._foreach_mul_", "optimizer"), ("aten.native_layer_norm", "elementwise"),
+    ("aten.add", "elementwise"), ("c10d.allreduce_", "comm"),
+])
+def test_aten_operators_fall_in_their_class(name, cls):
+    assert ops.op_class(name) == cls
+
+
+@pytest.mark.parametrize(("name", "cls"), [
+    ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNT", "gemm"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "gemm"),
+    ("ampere_sgemm_128x64_tn", "gemm"), ("void splitKreduce_kernel<32, 16>", "gemm"),
+    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<64>>", "attention"),
+    ("fmha_cutlassB_f32_aligned_64x64_k64_sm80", "attention"),
+    ("sm90_xmma_fprop_implicit_gemm_bf16", "conv"),
+    ("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "comm"),
+    ("triton_poi_fused_add_gelu_0", "elementwise"),
+    ("void at::native::vectorized_elementwise_kernel<4>", "elementwise"),
+])
+def test_kernels_fall_in_their_class(name, cls):
+    assert ops.kernel_class(name) == cls
+
+
+def test_traffic_counts_reads_and_writes_and_views_nothing():
+    a = torch.randn(64, 32)
+    b = torch.randn(64, 32)
+    w = torch.randn(32, 16)
+    tally = ops.count_ops(lambda: (a + b, a.t(), a.view(32, 64), a.mul_(2.0), a @ w))
+    nbytes = 64 * 32 * 4
+    # add: read a, b, write the sum; mul_: read a, write a; mm: read a and w, write 64×16.
+    assert tally.op_bytes["aten.add"] == 3 * nbytes
+    assert tally.op_bytes["aten.mul_"] == 2 * nbytes
+    assert tally.op_bytes["aten.mm"] == nbytes + 32 * 16 * 4 + 64 * 16 * 4
+    assert "aten.t" not in tally.op_bytes and "aten.view" not in tally.op_bytes
+    assert tally.flops["gemm"] == 2 * 64 * 32 * 16
+    assert dict(tally.shapes) == {("gemm", 64, 16, 32, 1, 4): [1, 2 * 64 * 32 * 16]}
+
+
+def test_counted_flops_equal_flop_counter_mode_on_a_tiny_gpt():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from gpuaudit.workloads import nets
+    from gpuaudit.workloads.flops import _cpu_attention_formulas
+
+    torch.manual_seed(0)
+    net = nets.WithLoss(nets.Gpt(128, 32, 2, 2, 32), nets.lm_loss)
+    idx = torch.randint(128, (2, 32))
+
+    def step():
+        net(idx, idx).backward()
+
+    tally = ops.count_ops(step)
+    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas(torch)) as m:
+        step()
+    assert sum(tally.flops.values()) == m.get_total_flops()
+    assert tally.flops["attention"] > 0 and tally.bytes["elementwise"] > 0
+    # Two causal attention calls of (B 2, H 2, T 32, S 32, Q 16), one per layer.
+    assert dict(tally.attention) == {(2, 2, 32, 32, 16, True): [2, 2 * 4 * 2 * 2 * 32 * 32 * 16]}
+
+
+def test_the_trace_parser_sums_classes_per_step_and_the_busy_union():
+    # A chrome trace as torch.profiler exports it (made up: two profiled steps).
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "nvjet_tst_128x128", "ts": 0, "dur": 100,
+         "args": {"grid": [8, 4, 1], "blocks per SM": 0.24}},
+        {"ph": "X", "cat": "kernel", "name": "flash_fwd_kernel", "ts": 50, "dur": 100,
+         "args": {"grid": [2, 2, 1]}},
+        {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "ts": 300,
+         "dur": 40},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 400, "dur": 20},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 1000},
+        {"ph": "i", "cat": "kernel", "name": "nvjet", "ts": 0},
+    ]
+    t = ops.parse_trace(events, steps=2)
+    assert t.per_step_ms("gemm") == pytest.approx(0.05)
+    assert t.per_step_ms("attention") == pytest.approx(0.05)
+    assert t.per_step_ms("copy") == pytest.approx(0.01)
+    assert t.busy_us == pytest.approx(150 + 40 + 20) and t.span_us == pytest.approx(420)
+    assert dict(t.grids) == {("nvjet_tst_128x128", 32, 0.24): [1, 100.0],
+                             ("flash_fwd_kernel", 4, 0.0): [1, 100.0]}
+
+
+def test_ddp_buckets_follow_registration_order_reversed_and_the_caps():
+    params = [torch.nn.Parameter(torch.empty(n // 4)) for n in (30 * MB, 2 * MB, MB // 2, 8)]
+    shared = params[0]
+    buckets = ops.ddp_buckets([*params, shared])  # a tied weight counts once
+    total = 30 * MB + 2 * MB + MB // 2 + 8
+    # Reverse order: 8 B + 0.5 MiB + 2 MiB closes the 1 MiB first bucket; 30 MiB alone.
+    assert buckets == [(8 + MB // 2 + 2 * MB, (8 + MB // 2 + 2 * MB) / total),
+                       (30 * MB, 1.0)]
+
+
+def test_bench_train_records_the_op_profile_measurements():
+    import json
+
+    from gpuaudit.bench.context import Profile
+    from gpuaudit.bench.runner import run_bench
+    from gpuaudit.model import Machine
+
+    from .conftest import FIXTURES
+
+    machine = Machine.model_validate(json.loads(
+        (FIXTURES / "h200-1gpu" / "inspect.json").read_text())["machine"])
+    run = run_bench(["train"], machine=machine, profile=Profile.STANDARD,
+                    options={"models": ["gpt-tiny"], "modes": ["fp32"], "steps": 2,
+                             "parts": ["modes"], "op_profile": True})
+    got = {m.name: m for m in run.measurements}
+    step = got["gpt-tiny/fp32/op/step"]
+    assert step.unit == "ms" and step.params["grad_bytes"] == step.params["param_count"] * 4
+    assert step.params["step_ms"] == pytest.approx(got["gpt-tiny/fp32/step_time"].value,
+                                                   rel=1e-3)
+    assert {"forward_ms", "backward_ms", "optimizer_ms", "ddp_buckets"} <= set(step.params)
+    gemm = got["gpt-tiny/fp32/op/gemm"]
+    detail = json.loads(gemm.params["detail"])
+    assert detail["shapes"] and {r[7] for r in detail["timed"]} == {"fp32", "bf16"}
+    assert gemm.params["alt_precision"] == "bf16" and gemm.params["alt_bytes_per_step"] > 0
+    counted = got["gpt-tiny/flop_count"].params["counted_total_per_sample"] * 4
+    assert sum(m.params["flops_per_step"] for n, m in got.items()
+               if "/op/" in n and "op_class" in m.params) == counted
+    # Without the option nothing of it is recorded.
+    plain = run_bench(["train"], machine=machine, profile=Profile.STANDARD,
+                      options={"models": ["gpt-tiny"], "modes": ["fp32"], "steps": 2,
+                               "parts": ["modes"]})
+    assert not [m for m in plain.measurements if "/op/" in m.name]
+
+
+def test_family_resize_builds_the_target_on_the_meta_device():
+    from gpuaudit.model import load_run
+    from gpuaudit.predict import load_profile
+    from gpuaudit.predict.family import resize
+    from gpuaudit.workloads.models import PRESETS
+
+    from .test_predict import CPU_PROFILE
+
+    prof = load_profile(load_run(CPU_PROFILE.read_text()), "gpt-tiny/bf16")
+    r = resize(prof, 350e6)
+    preset = PRESETS["gpt-350m"]
+    assert r.target.name == "gpt-350m" and r.target.batch == preset.batch_size
+    tokens = preset.batch_size * preset.seq_len
+    # PaLM's 6N per token for the matmuls (the formula FlopCounterMode meets exactly).
+    assert r.classes["gemm"].flops == 6 * preset.matmul_params * tokens
+    assert r.ratios["attention"] == pytest.approx(
+        (16 * 24 * 1024 * 1024**2) / (4 * 2 * 64 * 64**2))
+    # The optimizer scales with the parameters: all of them, not only the matmul weights.
+    assert r.param_ratio > preset.matmul_params / PRESETS["gpt-tiny"].matmul_params * 0.9
+    # fp32 gradients of every target parameter, in DDP's buckets.
+    assert sum(b for b, _ in r.buckets) == pytest.approx(4 * prof.param_count * r.param_ratio)
+    assert r.buckets[-1][1] == 1.0
+    own = resize(prof, 1.3e9, batch=2, seq_len=512)
+    assert own.target.name == "gpt-1.3b" and own.target.batch == 2 and own.target.seq_len == 512
+    odd = resize(prof, 3e9)
+    assert odd.target.name == "gpt-3b" and odd.target.kind == "gpt"
+    assert abs(odd.target.matmul_params - 3e9) / 3e9 < 0.2
