@@ -27,7 +27,7 @@ COMMANDS = [(), ("inspect",), ("run",), ("bench",), ("runs",), ("show",), ("sche
             ("catalog", "show"), ("catalog", "validate"), ("catalog", "import"),
             ("recommend",), ("recommend", "train"), ("recommend", "finetune"),
             ("recommend", "serve"), ("doctor",), ("tune",), ("report",), ("compare",),
-            ("serve",), ("fleet",), ("fleet", "run"), ("fleet", "report")]
+            ("serve",), ("fleet",), ("fleet", "run"), ("fleet", "report"), ("predict",)]
 
 
 @pytest.mark.parametrize("args", [

@@ -159,3 +159,20 @@ def test_live_events_stream_ends_with_the_trace(db):
     events = [ln.removeprefix("event: ") for ln in body if ln.startswith("event: ")]
     assert events[0] == "hello" and events[-1] == "end"
     assert events.count("tick") == 20  # the trace's 20 frames, once
+
+
+def test_the_live_page_replays_a_streamed_recording(tmp_path):
+    """`monitor --record` streams JSON lines; `serve --replay` reads them as it reads a
+    single-document trace."""
+    import json as _json
+
+    from gpuaudit.web.live import LoopingReplay
+
+    doc = _json.loads((Path(__file__).parent / "fixtures" / "telemetry" / "real"
+                       / "h200-1gpu-idle.json").read_text())
+    lines = tmp_path / "idle.jsonl"
+    header = {k: v for k, v in doc.items() if k != "frames"}
+    lines.write_text("\n".join(_json.dumps(x) for x in [header, *doc["frames"]]) + "\n")
+    streamed, whole = LoopingReplay.from_file(lines, False), LoopingReplay(doc, False)
+    assert len(streamed) == len(whole) == len(doc["frames"]) > 0
+    assert [streamed.advance() for _ in range(3)] == [whole.advance() for _ in range(3)]

@@ -164,8 +164,9 @@ def bench(
     serve: Annotated[bool, typer.Option(
         "--serve", help="Be the peer of `bench network --peer`: serve until Ctrl-C.")] = False,
     bind: Annotated[str, typer.Option(help="Address --serve listens on.")] = "127.0.0.1",
-    port: Annotated[int | None, typer.Option(
-        min=0, max=65535, help="Port of --serve / --peer [default: 5301]")] = None,
+    port: Annotated[int | None, common.integer(
+        "--port", help="Port of --serve / --peer [default: 5301]", metavar="PORT", lo=0,
+        hi=65535)] = None,
     job: Annotated[str | None, typer.Option(help=feed_cli.JOB_HELP)] = None,
     op_profile: Annotated[bool, typer.Option(
         "--op-profile", help="train: also record each mode's per-operator profile (FLOPs, "

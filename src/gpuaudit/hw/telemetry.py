@@ -321,7 +321,7 @@ class TraceRecorder:
                 "setup": self.setup or {}, "frames": self.frames}
 
 
-def _read_trace(path: Path) -> dict[str, Any]:
+def read_trace(path: Path) -> dict[str, Any]:
     """A telemetry trace file: one JSON document, or the JSON-lines form `TraceRecorder`
     streams (header line, then a line per frame). A last line cut short by a crash is left
     out; any other broken line is bad input."""
@@ -371,7 +371,7 @@ class TraceReplay:
 
     @classmethod
     def from_file(cls, path: Path) -> TraceReplay:
-        return cls(_read_trace(path))
+        return cls(read_trace(path))
 
     def __len__(self) -> int:
         return len(self._frames)

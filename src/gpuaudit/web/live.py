@@ -40,9 +40,9 @@ class LoopingReplay:
 
     @classmethod
     def from_file(cls, path: Path, loop: bool) -> LoopingReplay:
-        from gpuaudit.hw.nvml import read_json
+        from gpuaudit.hw.telemetry import read_trace
 
-        return cls(read_json(path, "telemetry trace"), loop)
+        return cls(read_trace(path), loop)  # either form: one document, or JSON lines
 
     def __len__(self) -> int:
         return len(self._current)
