@@ -189,3 +189,49 @@ def test_ctrl_c_mid_pass_keeps_the_figures_and_leaves_no_file_nor_worker(tmp_pat
     assert os.listdir(tmp_path) == []
     time.sleep(0.5)
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_ctrl_c_during_the_worker_start_is_raised_after_it_not_inside():
+    import signal
+
+    from gpuaudit.bench.feed.storage import _ctrl_c_held
+
+    reached = []
+    with pytest.raises(KeyboardInterrupt), _ctrl_c_held():
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the interpreter checks for signals between these
+            reached.append(1)
+    assert len(reached) == 1000
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_worker_whose_parent_dies_before_the_go_ends_instead_of_lingering(tmp_path: Path):
+    import time
+
+    import psutil
+
+    data = tmp_path / "data"
+    data.write_bytes(b"\0" * 4096)
+    script = (
+        "import os, sys\n"
+        "from gpuaudit.bench.feed import storage as s\n"
+        "w = s._Workers(s._rand_worker, [(sys.argv[1], False, 1, 0.1, 0)])\n"
+        "w.procs[0].start()\n"
+        "assert w.conns[0].recv()[0] == 'ready'\n"
+        "print(w.procs[0].pid, flush=True)\n"
+        "os._exit(0)  # gone without a go and without stopping its worker\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-c", script, str(data)], capture_output=True,
+                          text=True, env=env, timeout=60)
+    worker = int(done.stdout)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(worker).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        psutil.Process(worker).kill()
+        pytest.fail("the worker outlived its parent")

@@ -184,14 +184,28 @@ def _open_worker(name: str, direct: bool) -> int:
     return os.open(name, os.O_RDWR | (getattr(os, "O_DIRECT", 0) if direct else 0))
 
 
+def _ready(conn: Any) -> None:
+    """Tell the parent this worker is set up, then wait for its go. A parent that is gone
+    (killed, or interrupted before the go) ends the worker here instead of leaving it behind
+    holding the terminal's pipes."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    conn.send(("ready", None))
+    parent = mp.parent_process()
+    wait([conn, parent.sentinel] if parent is not None else [conn])
+    if not conn.poll() or conn.recv() != "go":
+        raise SystemExit(1)
+
+
 def _seq_worker(name: str, direct: bool, first: int, count: int, write: bool, pass_no: int,
-                seed: bytes, barrier: Any, conn: Any) -> None:
+                seed: bytes, conn: Any) -> None:
     try:
         fd = _open_worker(name, direct)
         buf = mmap.mmap(-1, SEQ_BLOCK)  # page-aligned, as O_DIRECT needs
         if write:
             buf[:] = seed
-        barrier.wait()
+        _ready(conn)
         ok = True
         for b in range(first, first + count):
             if write:
@@ -204,13 +218,13 @@ def _seq_worker(name: str, direct: bool, first: int, count: int, write: bool, pa
                 raise OSError(f"short {'write' if write else 'read'}: {done} bytes")
         conn.send(("ok", ok))
         os.close(fd)
-    except BaseException as exc:  # reported to the parent, which raises it
-        barrier.abort()
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    except Exception as exc:  # reported to the parent, which raises it
+        with contextlib.suppress(OSError):
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
 def _rand_worker(name: str, direct: bool, blocks: int, seconds: float, seed: int,
-                 barrier: Any, conn: Any) -> None:
+                 conn: Any) -> None:
     try:
         fd = _open_worker(name, direct)
         if not direct:
@@ -218,7 +232,7 @@ def _rand_worker(name: str, direct: bool, blocks: int, seconds: float, seed: int
         rng = random.Random(seed)
         buf = mmap.mmap(-1, RAND_BLOCK)
         lat, ends = array("q"), array("q")
-        barrier.wait()
+        _ready(conn)
         deadline = time.monotonic_ns() + int(seconds * 1e9)
         while True:
             offset = rng.randrange(blocks) * RAND_BLOCK
@@ -233,58 +247,76 @@ def _rand_worker(name: str, direct: bool, blocks: int, seconds: float, seed: int
                 break
         conn.send(("ok", (lat.tobytes(), ends.tobytes())))
         os.close(fd)
-    except BaseException as exc:
-        barrier.abort()
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    except Exception as exc:
+        with contextlib.suppress(OSError):
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C waits until the block is done, then is raised. Landing between a fork and the
+    child's registration it would leave a worker nobody stops (it then holds the terminal's
+    pipes); landing in an at-fork hook it would be swallowed ("Exception ignored")."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 class _Workers:
-    """n worker processes started behind a barrier the parent also waits on, so the parent's
-    clock starts when every worker is ready; killed if the parent is interrupted."""
+    """n worker processes that each report ready and then wait for the parent's go, so the
+    parent's clock starts when every worker is set up (the go reaches them within
+    microseconds of each other); stopped if the parent is interrupted."""
 
     def __init__(self, target: Callable[..., None], args: list[tuple[Any, ...]]) -> None:
         import multiprocessing as mp
 
         self.ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        self.barrier = self.ctx.Barrier(len(args) + 1)
         self.conns = []
         self.child_ends = []
         self.procs = []
+        self.started: list[Any] = []
         for a in args:
-            parent, child = self.ctx.Pipe(duplex=False)
+            parent, child = self.ctx.Pipe()
             self.conns.append(parent)
             self.child_ends.append(child)
-            self.procs.append(self.ctx.Process(target=target, args=(*a, self.barrier, child),
-                                               daemon=True))
+            self.procs.append(self.ctx.Process(target=target, args=(*a, child), daemon=True))
 
     def __enter__(self) -> _Workers:
-        # Ctrl-C is held back while forking: landing in an at-fork hook it would be swallowed
-        # ("Exception ignored"), and the run would go on. It is delivered right after.
-        import signal
-
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            for p in self.procs:
-                p.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        # The workers hold their ends; closing ours now (not in a finaliser, where a Ctrl-C
-        # would be swallowed as "Exception ignored") also lets a dead worker read as EOF.
-        for c in self.child_ends:
-            c.close()
-        try:
-            self.barrier.wait(timeout=60)
-        except threading.BrokenBarrierError:
-            self._raise_failure()
+            with _ctrl_c_held():
+                for p in self.procs:
+                    p.start()
+                    self.started.append(p)
+            for c in self.child_ends:
+                c.close()  # the workers hold their ends; without ours a dead one reads as EOF
+            for conn, proc in zip(self.conns, self.procs, strict=True):
+                self._await_ready(conn, proc)
+            for conn in self.conns:
+                conn.send("go")
+        except BaseException:
+            self._stop()
+            raise
         return self
 
-    def _raise_failure(self) -> None:
-        for c in self.conns:
-            if c.poll(5):
-                kind, text = c.recv()
-                if kind == "error":
-                    raise OSError(f"I/O worker failed: {text}")
-        raise OSError("I/O worker failed to start")
+    @staticmethod
+    def _await_ready(conn: Any, proc: Any) -> None:
+        from multiprocessing.connection import wait
+
+        if not wait([conn, proc.sentinel], timeout=60) or not conn.poll():
+            raise OSError("I/O worker failed to start")
+        kind, text = conn.recv()
+        if kind == "error":
+            raise OSError(f"I/O worker failed: {text}")
 
     def results(self) -> list[Any]:
         """Each worker's payload, in order; a worker's error is raised here."""
@@ -313,16 +345,19 @@ class _Workers:
                 else:
                     pending.discard(ready)  # type: ignore[arg-type]
 
-    def __exit__(self, *exc: object) -> None:
-        for p in self.procs:
-            if exc[0] is not None and p.is_alive():
+    def _stop(self, interrupted: bool = True) -> None:
+        for p in self.started:
+            if interrupted and p.is_alive():
                 p.terminate()
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
                 p.join()
-        for c in self.conns:
+        for c in (*self.conns, *self.child_ends):
             c.close()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop(interrupted=exc[0] is not None)
 
 
 def seq_pass(f: TestFile, jobs: int, write: bool, pass_no: int) -> tuple[float, bool]:
