@@ -57,7 +57,7 @@ def test_pinned_workers_report_every_completion():
 
 
 def test_a_failing_worker_is_an_error_not_a_hang():
-    with pytest.raises(RuntimeError, match="JPEG worker failed"):
+    with pytest.raises(OSError, match="JPEG worker failed"):
         jpeg.run_workers("pil", [b"not a jpeg"], 0.2, [sorted(os.sched_getaffinity(0))[0]],
                          timeout_s=60)
 

@@ -18,8 +18,10 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from gpuaudit.bench.feed.procs import Workers
 
 WIDTH, HEIGHT, QUALITY = 500, 375, 90
 CROP = 224
@@ -114,10 +116,11 @@ def available(library: str) -> str | None:
     return None
 
 
-def worker(library: str, jpegs: Sequence[bytes], seconds: float, cpu: int | None,
-           barrier: Any, seed: int) -> tuple[float, list[float]]:
-    """In a worker process: pin to `cpu`, wait for every worker, then decode + augment for
-    `seconds`. Returns (start, completion times), on CLOCK_MONOTONIC (shared by processes)."""
+def worker(library: str, jpegs: Sequence[bytes], seconds: float, cpu: int | None, seed: int,
+           ready: Callable[[], None]) -> tuple[float, list[float]]:
+    """In a worker process: pin to `cpu`, warm up, wait for the go (`ready`), then decode +
+    augment for `seconds`. Returns (start, completion times), on CLOCK_MONOTONIC (shared by
+    processes)."""
     if cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {cpu})
     if library == "torchvision":
@@ -129,62 +132,25 @@ def worker(library: str, jpegs: Sequence[bytes], seconds: float, cpu: int | None
         fn = augment_pil
     rng = random.Random(seed)
     fn(jpegs[0], rng)  # warm-up: imports, first-call allocations
-    if barrier is not None:
-        barrier.wait()
+    ready()
     start = time.monotonic()
     end = start + seconds
     done: list[float] = []
     i = seed
-    while (now := time.monotonic()) < end or not done:
+    while time.monotonic() < end or not done:
         fn(jpegs[i % len(jpegs)], rng)
         done.append(time.monotonic())
         i += 1
-        del now
     return start, done
-
-
-def _entry(library: str, jpegs: Sequence[bytes], seconds: float, cpu: int | None,
-           barrier: Any, seed: int, results: Any) -> None:
-    try:
-        results.put((seed, worker(library, jpegs, seconds, cpu, barrier, seed), None))
-    except BaseException as exc:  # reported to the parent, which raises it
-        if barrier is not None:
-            barrier.abort()
-        results.put((seed, None, f"{type(exc).__name__}: {exc}"))
 
 
 def run_workers(library: str, jpegs: Sequence[bytes], seconds: float, cpus: Sequence[int],
                 timeout_s: float) -> tuple[float, list[float]]:
     """One pinned process per CPU, started together. Returns (first start, all completion
-    times). Forked where the OS allows, as DataLoader starts its workers."""
-    import multiprocessing as mp
-    import queue
-
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    barrier = ctx.Barrier(len(cpus))
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_entry, args=(library, list(jpegs), seconds, cpu, barrier, k,
-                                              results), daemon=True)
-             for k, cpu in enumerate(cpus)]
-    try:
-        for p in procs:
-            p.start()
-        found = []
-        deadline = time.monotonic() + timeout_s
-        for _ in procs:
-            try:
-                _, result, error = results.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise TimeoutError(f"JPEG workers did not finish within {timeout_s:g} s"
-                                   ) from None
-            if error:
-                raise RuntimeError(f"JPEG worker failed: {error}")
-            found.append(result)
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-            p.join(timeout=5)
+    times). A worker's failure, or workers not done within `timeout_s`, is an OSError."""
+    args = [(library, list(jpegs), seconds, cpu, k) for k, cpu in enumerate(cpus)]
+    with Workers(worker, args, what="JPEG worker") as w:
+        found = w.results(timeout_s=timeout_s)
     first = min(start for start, _ in found)
     return first, sorted(t for _, done in found for t in done)
 

@@ -17,14 +17,13 @@ import os
 import random
 import struct
 import tempfile
-import threading
 import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gpuaudit.bench.context import BenchContext
+from gpuaudit.bench.feed.procs import Workers
 from gpuaudit.bench.feed.rates import (
     gb_per_s,
     per_second,
@@ -184,28 +183,15 @@ def _open_worker(name: str, direct: bool) -> int:
     return os.open(name, os.O_RDWR | (getattr(os, "O_DIRECT", 0) if direct else 0))
 
 
-def _ready(conn: Any) -> None:
-    """Tell the parent this worker is set up, then wait for its go. A parent that is gone
-    (killed, or interrupted before the go) ends the worker here instead of leaving it behind
-    holding the terminal's pipes."""
-    import multiprocessing as mp
-    from multiprocessing.connection import wait
-
-    conn.send(("ready", None))
-    parent = mp.parent_process()
-    wait([conn, parent.sentinel] if parent is not None else [conn])
-    if not conn.poll() or conn.recv() != "go":
-        raise SystemExit(1)
-
-
 def _seq_worker(name: str, direct: bool, first: int, count: int, write: bool, pass_no: int,
-                seed: bytes, conn: Any) -> None:
+                seed: bytes, ready: Callable[[], None]) -> bool:
+    """Returns: every block read back carried its own index (True for writes)."""
+    fd = _open_worker(name, direct)
     try:
-        fd = _open_worker(name, direct)
         buf = mmap.mmap(-1, SEQ_BLOCK)  # page-aligned, as O_DIRECT needs
         if write:
             buf[:] = seed
-        _ready(conn)
+        ready()
         ok = True
         for b in range(first, first + count):
             if write:
@@ -216,23 +202,22 @@ def _seq_worker(name: str, direct: bool, first: int, count: int, write: bool, pa
                 ok = ok and struct.unpack_from("<Q", buf, 0)[0] == b
             if done != SEQ_BLOCK:
                 raise OSError(f"short {'write' if write else 'read'}: {done} bytes")
-        conn.send(("ok", ok))
+        return ok
+    finally:
         os.close(fd)
-    except Exception as exc:  # reported to the parent, which raises it
-        with contextlib.suppress(OSError):
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
 def _rand_worker(name: str, direct: bool, blocks: int, seconds: float, seed: int,
-                 conn: Any) -> None:
+                 ready: Callable[[], None]) -> tuple[bytes, bytes]:
+    """Returns (latencies, completion times) in ns, as packed int64 arrays."""
+    fd = _open_worker(name, direct)
     try:
-        fd = _open_worker(name, direct)
         if not direct:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no read-ahead into the cache
         rng = random.Random(seed)
         buf = mmap.mmap(-1, RAND_BLOCK)
         lat, ends = array("q"), array("q")
-        _ready(conn)
+        ready()
         deadline = time.monotonic_ns() + int(seconds * 1e9)
         while True:
             offset = rng.randrange(blocks) * RAND_BLOCK
@@ -245,119 +230,9 @@ def _rand_worker(name: str, direct: bool, blocks: int, seconds: float, seed: int
             ends.append(t1)
             if t1 >= deadline:
                 break
-        conn.send(("ok", (lat.tobytes(), ends.tobytes())))
-        os.close(fd)
-    except Exception as exc:
-        with contextlib.suppress(OSError):
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
-
-
-@contextlib.contextmanager
-def _ctrl_c_held() -> Iterator[None]:
-    """Ctrl-C waits until the block is done, then is raised. Landing between a fork and the
-    child's registration it would leave a worker nobody stops (it then holds the terminal's
-    pipes); landing in an at-fork hook it would be swallowed ("Exception ignored")."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
-    try:
-        yield
+        return lat.tobytes(), ends.tobytes()
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        raise KeyboardInterrupt
-
-
-class _Workers:
-    """n worker processes that each report ready and then wait for the parent's go, so the
-    parent's clock starts when every worker is set up (the go reaches them within
-    microseconds of each other); stopped if the parent is interrupted."""
-
-    def __init__(self, target: Callable[..., None], args: list[tuple[Any, ...]]) -> None:
-        import multiprocessing as mp
-
-        self.ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        self.conns = []
-        self.child_ends = []
-        self.procs = []
-        self.started: list[Any] = []
-        for a in args:
-            parent, child = self.ctx.Pipe()
-            self.conns.append(parent)
-            self.child_ends.append(child)
-            self.procs.append(self.ctx.Process(target=target, args=(*a, child), daemon=True))
-
-    def __enter__(self) -> _Workers:
-        try:
-            with _ctrl_c_held():
-                for p in self.procs:
-                    p.start()
-                    self.started.append(p)
-            for c in self.child_ends:
-                c.close()  # the workers hold their ends; without ours a dead one reads as EOF
-            for conn, proc in zip(self.conns, self.procs, strict=True):
-                self._await_ready(conn, proc)
-            for conn in self.conns:
-                conn.send("go")
-        except BaseException:
-            self._stop()
-            raise
-        return self
-
-    @staticmethod
-    def _await_ready(conn: Any, proc: Any) -> None:
-        from multiprocessing.connection import wait
-
-        if not wait([conn, proc.sentinel], timeout=60) or not conn.poll():
-            raise OSError("I/O worker failed to start")
-        kind, text = conn.recv()
-        if kind == "error":
-            raise OSError(f"I/O worker failed: {text}")
-
-    def results(self) -> list[Any]:
-        """Each worker's payload, in order; a worker's error is raised here."""
-        found = []
-        for c in self.conns:
-            kind, payload = c.recv()
-            if kind == "error":
-                raise OSError(f"I/O worker failed: {payload}")
-            found.append(payload)
-        return found
-
-    def wait_all(self) -> None:
-        """Until every worker has sent its result; a worker that died without one is an
-        error."""
-        from multiprocessing.connection import wait
-
-        pending = set(self.conns)
-        alive = {p.sentinel: (p, c) for p, c in zip(self.procs, self.conns, strict=True)}
-        while pending:
-            for ready in wait([*pending, *alive]):
-                if isinstance(ready, int) and ready in alive:
-                    proc, conn = alive.pop(ready)
-                    proc.join()
-                    if conn in pending and not conn.poll():
-                        raise OSError(f"I/O worker died (exit {proc.exitcode})")
-                else:
-                    pending.discard(ready)  # type: ignore[arg-type]
-
-    def _stop(self, interrupted: bool = True) -> None:
-        for p in self.started:
-            if interrupted and p.is_alive():
-                p.terminate()
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        for c in (*self.conns, *self.child_ends):
-            c.close()
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop(interrupted=exc[0] is not None)
+        os.close(fd)
 
 
 def seq_pass(f: TestFile, jobs: int, write: bool, pass_no: int) -> tuple[float, bool]:
@@ -368,9 +243,8 @@ def seq_pass(f: TestFile, jobs: int, write: bool, pass_no: int) -> tuple[float, 
     if not write:
         f.drop_cache()
     args = [(f.name, f.direct, k * region, region, write, pass_no, seed) for k in range(jobs)]
-    with _Workers(_seq_worker, args) as w:
+    with Workers(_seq_worker, args, what="I/O worker") as w:
         start = time.perf_counter()
-        w.wait_all()
         results = w.results()
         if write:
             os.fdatasync(f.fd)  # in the timing: the data is on the device, as fio's end_fsync
@@ -398,9 +272,8 @@ def random_reads(f: TestFile, depth: int, seconds: float, window_s: float,
             for k in range(depth)]
     lat: list[float] = []
     ends: list[float] = []
-    with _Workers(_rand_worker, args) as w:
+    with Workers(_rand_worker, args, what="I/O worker") as w:
         start_ns = time.monotonic_ns()
-        w.wait_all()
         for lat_bytes, end_bytes in w.results():
             lat.extend(x / 1000 for x in array("q", lat_bytes))
             ends.extend((x - start_ns) / 1e9 for x in array("q", end_bytes))
