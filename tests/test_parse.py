@@ -271,3 +271,8 @@ def test_any_float_as_typed(x):
         return
     assert value == x
     _one_line_or_value(parse.percent, text, "--p", lambda v: 0 <= v <= 100 and v == x)
+
+
+def test_an_unknown_name_with_nothing_close_still_reads_as_a_sentence():
+    message = str(parse.unknown("--gpu", "zzz", ["h200-sxm", "b200"], "GPU"))
+    assert message.endswith("no such GPU; known: b200, h200-sxm")

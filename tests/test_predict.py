@@ -381,7 +381,7 @@ def test_cli_terminal_view_fits_80_columns():
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--gpu", "h300"], "no such GPU known: a10, a100-pcie-40gb"),
+    (["--gpu", "h300"], "no such GPU; known: a10, a100-pcie-40gb"),
     (["--gpu", "h200"], "no such GPU; did you mean h200-nvl, h200-sxm"),
     (["--params", "lots"], "--params 'lots': expected a number"),
     (["--gpus", "0"], "--gpus '0'"),

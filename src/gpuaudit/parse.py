@@ -418,7 +418,7 @@ def known_hint(value: str, known: Iterable[str]) -> str:
     if not pool:
         return hint + " (none known)"
     shown = ", ".join(pool[:30]) + (f", … ({len(pool)} in all)" if len(pool) > 30 else "")
-    return f"{hint} known: {shown}"
+    return f"{hint} known: {shown}" if hint else f"; known: {shown}"
 
 
 def unknown(option: str, value: str, known: Iterable[str], what: str) -> BadInputError:

@@ -19,7 +19,13 @@ from gpuaudit.model.recommendation import Assumptions, MemoryEstimate
 from gpuaudit.specs.catalog import GpuSpec
 
 from .context import Context
-from .tasks import BenchmarkedTask, FinetuneTask, PredictedTask, ServeTask, TrainTask
+from .tasks import (
+    BenchmarkedTask,
+    FinetuneTask,
+    PredictedTask,
+    ServeTask,
+    TrainingTask,
+)
 
 
 def gpu_memory(offer: Offer, spec: GpuSpec) -> tuple[float, str]:
@@ -45,7 +51,7 @@ def efficiency(spec: GpuSpec, count: int, nodes: int, ass: Assumptions) -> float
 
 def checkpoint_modes(ctx: Context) -> tuple[Checkpointing, ...]:
     t = ctx.task
-    assert isinstance(t, TrainTask | FinetuneTask)
+    assert isinstance(t, TrainingTask)
     # "auto": selective recomputation first (almost free), full checkpointing only when the
     # activations would not fit otherwise (it costs one more forward pass).
     return ("selective", "full") if t.checkpointing == "auto" else (t.checkpointing,)
@@ -82,7 +88,7 @@ def train_memory(ctx: Context, stage: int, gpus: int, mode: Checkpointing) -> Me
     key = ("mem", stage, gpus, mode)
     if key not in ctx.memo:
         t = ctx.task
-        assert ctx.shape is not None and isinstance(t, TrainTask | FinetuneTask)
+        assert ctx.shape is not None and isinstance(t, TrainingTask)
         common: dict[str, Any] = dict(precision=t.precision, optimizer=t.optimizer,
                                       zero_stage=stage, gpus=gpus, micro_batch=t.micro_batch,
                                       seq_len=t.seq_len, checkpointing=mode)
@@ -148,7 +154,7 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
     deadline at on-demand speed)."""
     t = ctx.task
     ass = ctx.ass
-    precision = t.precision if isinstance(t, TrainTask | FinetuneTask) else None
+    precision = t.precision if isinstance(t, TrainingTask) else None
     spec = spec_of(offer, ctx, precision)
     if isinstance(spec, tuple):
         return spec

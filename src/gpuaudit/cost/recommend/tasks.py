@@ -42,9 +42,10 @@ def check_precision(precision: str, allowed: Sequence[str] = TRAIN_PRECISIONS) -
 # --- tasks -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TrainTask:
-    """Pre-train a model of ``params`` parameters on ``tokens`` tokens."""
+@dataclass(frozen=True, kw_only=True)
+class TrainingTask:
+    """What pre-training and fine-tuning share: the model (``params``, and ``layers`` and
+    ``hidden`` where known), the ``tokens`` it sees and how it is trained."""
 
     params: float
     tokens: float
@@ -55,33 +56,30 @@ class TrainTask:
     checkpointing: Checkpointing | Literal["auto"] = "auto"
     layers: int | None = None
     hidden: int | None = None
-    kind: Literal["train"] = "train"
 
     def __post_init__(self) -> None:
         positive(params=self.params, tokens=self.tokens)
         check_precision(self.precision)
 
 
-@dataclass(frozen=True)
-class FinetuneTask:
+@dataclass(frozen=True, kw_only=True)
+class TrainTask(TrainingTask):
+    """Pre-train a model of ``params`` parameters on ``tokens`` tokens."""
+
+    kind: Literal["train"] = "train"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneTask(TrainingTask):
     """Fine-tune on ``tokens`` tokens: LoRA/QLoRA adapters or all the weights."""
 
-    params: float
     tokens: float = 1e8
     method: str = "lora"
     lora_rank: int = 16
-    precision: str = "bf16"
-    optimizer: str = "adam"
-    seq_len: int = 2048
-    micro_batch: int = 1
-    checkpointing: Checkpointing | Literal["auto"] = "auto"
-    layers: int | None = None
-    hidden: int | None = None
     kind: Literal["finetune"] = "finetune"
 
     def __post_init__(self) -> None:
-        positive(params=self.params, tokens=self.tokens)
-        check_precision(self.precision)
+        super().__post_init__()
         if self.method not in ("lora", "qlora", "full"):
             raise BadInputError(f"unknown fine-tuning method {self.method!r}; "
                                 "expected lora, qlora or full")
