@@ -309,6 +309,17 @@ def writable(path: Path | None, option: str) -> None:
     parse.writable_file(path, option)
 
 
+def save_json(path: Path | None, doc: Any, option: str = "--save") -> None:
+    """Write `doc` as indented JSON to the file the user named (nothing when None); a write
+    that fails is bad input naming the option."""
+    if path is None:
+        return
+    try:
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+    except OSError as exc:
+        raise BadInputError(f"{option} {path}: {exc.strerror or exc}") from None
+
+
 def check_known(option: str, value: str | None, known: Iterable[str], what: str) -> None:
     """Refuse a filter value that matches nothing, naming the known ids and close matches."""
     if value is None:

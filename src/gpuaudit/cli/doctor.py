@@ -90,11 +90,7 @@ def doctor(
                 raise BadInputError(f"{path}: no such file")
         diagnosis = doc.from_recordings(trace, profile, sm_clock_max)
     doc_json = diagnosis.model_dump(mode="json")
-    if save is not None:
-        try:
-            save.write_text(json.dumps(doc_json, indent=2) + "\n")
-        except OSError as exc:
-            raise BadInputError(f"--save {save}: {exc.strerror or exc}") from None
+    common.save_json(save, doc_json)
     err.print(doctor_view(diagnosis))
     if json_:
         sys.stdout.write(json.dumps(doc_json, indent=2) + "\n")

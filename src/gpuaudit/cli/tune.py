@@ -86,11 +86,7 @@ def tune(
     with console.status("tuning") as status:
         result = run_tune(model, opts, progress=lambda text: status.update(f"tuning: {text}"))
     doc = result.model_dump(mode="json")
-    if save is not None:
-        try:
-            save.write_text(json.dumps(doc, indent=2) + "\n")
-        except OSError as exc:
-            raise BadInputError(f"--save {save}: {exc.strerror or exc}") from None
+    common.save_json(save, doc)
     console.print(tune_view(result))
     if json_:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
