@@ -55,6 +55,15 @@ def test_a_worker_that_dies_without_a_result_is_an_error_not_a_hang():
 
 
 def test_a_worker_past_the_timeout_is_an_error_and_is_stopped():
+    # A handler of the parent's that ignores SIGTERM must not keep a worker alive.
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        _timed_out_worker_is_stopped()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _timed_out_worker_is_stopped() -> None:
     w = Workers(_sleeps, [(60.0,)])
     t0 = time.monotonic()
     with pytest.raises(OSError, match="did not answer in time"), w:
@@ -64,13 +73,14 @@ def test_a_worker_past_the_timeout_is_an_error_and_is_stopped():
 
 
 def test_ctrl_c_during_the_worker_start_is_raised_after_it_not_inside():
+    before = signal.getsignal(signal.SIGINT)
     reached = []
     with pytest.raises(KeyboardInterrupt), ctrl_c_held():
         os.kill(os.getpid(), signal.SIGINT)
         for _ in range(1000):  # the interpreter checks for signals between these
             reached.append(1)
     assert len(reached) == 1000
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_a_worker_whose_parent_dies_before_the_go_ends_instead_of_lingering(tmp_path: Path):

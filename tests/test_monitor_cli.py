@@ -234,3 +234,23 @@ def test_monitor_needs_no_torch():
 def test_replay_paths_exist():
     assert sorted(p.name for p in Path(TRACES).glob("*.json")) == sorted(
         f"{n}.json" for n in tt.TRACES)
+
+
+def test_monitor_in_a_callers_process_gives_back_its_signal_handlers():
+    from typer.testing import CliRunner
+
+    from gpuaudit.cli.app import app
+
+    mine = lambda *_: None  # noqa: E731
+    previous = {s: signal.signal(s, mine) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = CliRunner().invoke(app, ["monitor", "--replay",
+                                          str(TRACES / "h200-1gpu-idle.json"), "--count", "2",
+                                          "--no-export", "--no-history", "--no-rules",
+                                          "--json"])
+        assert result.exit_code == 0, result.output
+        assert signal.getsignal(signal.SIGINT) is mine
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

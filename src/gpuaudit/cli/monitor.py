@@ -168,7 +168,7 @@ def monitor(
             console.print(f"Prometheus exporter on {server.url}", style="dim")
 
         stop = threading.Event()
-        interrupted = _on_ctrl_c(stop)
+        interrupted = _on_ctrl_c(stop, stack)
         ticks = 0
         view = None if json_ or once or not out.is_terminal else _live_view(stack, out)
         for tick in session.ticks(stop, count):
@@ -222,16 +222,18 @@ def _history(stack: ExitStack, db: str | None, *, keep: bool, replay: bool, db_g
     return ReplayHistory(store) if replay else store
 
 
-def _on_ctrl_c(stop: threading.Event) -> threading.Event:
-    """Ctrl-C (or SIGTERM) ends the loop after the tick in progress: nothing half-saved."""
+def _on_ctrl_c(stop: threading.Event, stack: ExitStack) -> threading.Event:
+    """Ctrl-C (or SIGTERM) ends the loop after the tick in progress: nothing half-saved. The
+    previous handlers come back when `stack` closes (the monitor may run inside a caller's
+    process)."""
     interrupted = threading.Event()
 
     def handler(signum: int, frame: object) -> None:
         interrupted.set()
         stop.set()
 
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        stack.callback(signal.signal, signum, signal.signal(signum, handler))
     return interrupted
 
 

@@ -51,7 +51,13 @@ def _await_go(conn: Any) -> None:
 
 def _child(target: Callable[..., Any], args: tuple[Any, ...], conn: Any) -> None:
     """In the worker: `target(*args, ready)` where `ready()` is called once set up; its
-    return value, or its error as text, goes back to the parent."""
+    return value, or its error as text, goes back to the parent. A forked worker inherits the
+    parent's Python signal handlers: Ctrl-C is the parent's to handle (it stops the workers),
+    and SIGTERM must end the worker, not run a handler of the parent's."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         conn.send(("ok", target(*args, lambda: _await_go(conn))))
     except Exception as exc:
