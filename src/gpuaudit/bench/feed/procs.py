@@ -11,7 +11,9 @@ wait for ever or fail an internal assertion. A worker whose parent is gone befor
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,8 +25,6 @@ def ctrl_c_held() -> Iterator[None]:
     """Ctrl-C waits until the block is done, then is raised. Raised between a fork and the
     child's registration it would leave a worker nobody stops, holding the terminal's pipes;
     raised in an at-fork hook it would be swallowed ("Exception ignored")."""
-    import signal
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -54,8 +54,6 @@ def _child(target: Callable[..., Any], args: tuple[Any, ...], conn: Any) -> None
     return value, or its error as text, goes back to the parent. A forked worker inherits the
     parent's Python signal handlers: Ctrl-C is the parent's to handle (it stops the workers),
     and SIGTERM must end the worker, not run a handler of the parent's."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
@@ -126,8 +124,6 @@ class Workers:
         """Each worker's return value, in order, once all have finished; a worker's error, a
         worker that died without a result, or one not done within `timeout_s` (counted from
         this call) is an OSError."""
-        import time
-
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         return [self._receive(conn, proc,
                               None if deadline is None else max(0.0, deadline - time.monotonic()))
