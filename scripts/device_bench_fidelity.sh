@@ -35,8 +35,10 @@ since() { python3 -c "import time; print(round(time.time() - $1, 1))"; }
 t_call=$(now)
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 say() { echo "$*" | tee -a "$S"; }
-# Seconds a step may take: its own cap, within what is left of 530 s for the whole call.
-cap() { python3 -c "import time; print(max(5, min($1, int(530 - (time.time() - $t_call)))))"; }
+# Seconds a step may take: its own cap, within what is left of the whole call's budget
+# (FIDELITY_BUDGET_S, default 530 s: a 10-minute device call).
+budget=${FIDELITY_BUDGET_S:-530}
+cap() { python3 -c "import time; print(max(5, min($1, int($budget - (time.time() - $t_call)))))"; }
 report() { python3 scripts/bench_fidelity_report.py "$@" >> "$S" 2>&1; }
 
 if [ "$mode" = standard ] || [ "$mode" = full ]; then

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,8 +33,27 @@ EXPECTED = {  # workload → the finding that must come first (None: the control
 CPU_OK = {"healthy", "slow_loader", "item_every_step", "tiny_batch"}
 
 
+# The whole call ends by this many seconds after its start (a 10-minute device call).
+DEADLINE = time.monotonic() + float(os.environ.get("GPUAUDIT_DOCTOR_DEADLINE_S", "560"))
+
+
 def sh(args: list[str], cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    """Run a command; one cut off at its timeout (or the call's deadline) gets rc 124 and
+    SIGINT first, so a doctor still writes its diagnosis of what ran."""
+    left = max(5.0, min(timeout, DEADLINE - time.monotonic()))
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        out, err = proc.communicate(timeout=left)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        return subprocess.CompletedProcess(args, 124, out, err)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def known(out: Path, dry: bool, log: list[str]) -> None:
@@ -81,7 +101,7 @@ def _step_time(cmd: list[str]) -> float | None:
 
 
 def overhead(out: Path, dry: bool, log: list[str]) -> None:
-    device, seconds, rounds = ("cpu", "8", 1) if dry else ("cuda", "30", 2)
+    device, seconds, rounds = ("cpu", "8", 1) if dry else ("cuda", "20", 2)
     job = [sys.executable, "healthy.py", "--device", device, "--seconds", seconds]
     doctor = [sys.executable, "-m", "gpuaudit", "doctor"]
     configs = {"alone": job, "doctor 500 ms": [*doctor, "--", *job],
