@@ -184,7 +184,8 @@ def main(outdir: str) -> int:
 
     # quick: the CLI as a user runs it, wall time from process start
     t0 = time.time()
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p)}  # /tmp/site: carried wheels
     proc = subprocess.run([sys.executable, "-m", "gpuaudit", "bench", "train", "infer",
                            "--no-save", "--json"], capture_output=True, text=True, env=env,
                           timeout=limits["quick"] * 3)
