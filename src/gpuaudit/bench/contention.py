@@ -2,7 +2,8 @@
 fast the GPU was for us while someone else used it, not what the server delivers.
 
 Between suites (and before the first, after the last) `Watch.look` reads every benchmarked GPU
-twice through `gpuaudit.hw` (NVML), `window_s` apart, while this run does nothing on it:
+through `gpuaudit.hw` (NVML) while this run does nothing on it: once, then after `settle_s`
+(GPM still counts our last kernels right after they end) and `window_s` later:
 - NVML's process lists: a process that is not this run holds the GPU;
 - GPM SM activity over that window (Hopper and newer): the GPU computes while we are idle.
   Without GPM, NVML's utilization is used at the first look only (its sampling period reaches
@@ -41,6 +42,11 @@ ACTIVITY_PCT = 5.0  # SM activity while we are idle above this: another workload
 SPREAD_FRACTION = 0.30
 SPREAD_SUITES = frozenset({"matmul", "memory"})
 WINDOW_S = 0.25  # GPM needs samples ~100 ms+ apart; a quarter second per look
+# A GPM sample taken right after our own kernels end still counts some of them: on an H200
+# (scripts/gpm_settle.py, 2026-12-01) a look right after a synchronized matmul burst read 22-36 %
+# SM activity with nothing else on the GPU, and readings up to ~180 ms after it still counted
+# the burst; with 0.1-0.3 s of settling every look read 0 %.
+SETTLE_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -95,11 +101,13 @@ class Watch:
     trace advances a frame instead of sleeping)."""
 
     def __init__(self, src: NvmlSource, gpus: Sequence[int], *, window_s: float = WINDOW_S,
+                 settle_s: float = SETTLE_S,
                  wait: Callable[[float], object] = time.sleep,
                  own_pids: Callable[[], set[int]] | None = None) -> None:
         self.src = src
         self.static: list[GpuStatic] = [read_static(src, i) for i in gpus]
         self.window_s = window_s
+        self.settle_s = settle_s
         self.wait = wait
         self.own_pids = own_pids or _ours
         self.looks: list[Look] = []
@@ -115,6 +123,9 @@ class Watch:
 
     def look(self, where: str) -> Look:
         first = self._read()
+        if self.settle_s > 0:  # the GPM window restarts here, after our own work has left it
+            self.wait(self.settle_s)
+            self._read()
         self.wait(self.window_s)
         second = self._read()
         own = self.own_pids()
