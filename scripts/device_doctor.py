@@ -64,9 +64,11 @@ def known(out: Path, dry: bool, log: list[str]) -> None:
             continue
         save = Path(f"/tmp/doctor-{name}.json")
         t0 = time.monotonic()
+        kept = out / "profiles" / f"{name}.json.gz"  # real traces: the rules' next fixtures
+        kept.parent.mkdir(exist_ok=True)
         p = sh([sys.executable, "-m", "gpuaudit", "doctor", "--profile-steps", "5", "--save",
-                str(save), "--", sys.executable, f"{name}.py", "--device", device, "--seconds",
-                seconds], cwd=EX)
+                str(save), "--keep-profile", str(kept), "--", sys.executable, f"{name}.py",
+                "--device", device, "--seconds", seconds], cwd=EX)
         log.append(f"== {name}: rc={p.returncode} in {time.monotonic() - t0:.0f} s\n"
                    f"{p.stdout[-500:]}\n{p.stderr[-3000:]}")
         if not save.exists():

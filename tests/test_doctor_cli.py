@@ -201,3 +201,12 @@ def test_on_a_terminal_the_job_reads_the_keyboard_and_gets_ctrl_c():
             os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 130
     assert b"the job was ended by signal 2" in buf
+
+
+def test_keep_profile_needs_a_profiled_command(tmp_path):
+    proc = doctor("--keep-profile", str(tmp_path / "t.json.gz"), "--", sys.executable, "-c",
+                  "pass")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "gpuaudit: error: --keep-profile needs a command run with --profile-steps N"]
+    assert not (tmp_path / "t.json.gz").exists()

@@ -30,10 +30,11 @@ CPU_CASES = {
 @pytest.mark.parametrize("name", sorted(CPU_CASES))
 def test_known_answer_on_cpu(name, tmp_path):
     want, seconds = CPU_CASES[name]
-    save = tmp_path / "d.json"
+    save, kept = tmp_path / "d.json", tmp_path / "trace.json.gz"
     proc = subprocess.run(
         [sys.executable, "-m", "gpuaudit", "doctor", "--profile-steps", "5", "--interval",
-         "250ms", "--save", str(save), "--", sys.executable, str(EXAMPLES / f"{name}.py"),
+         "250ms", "--save", str(save), "--keep-profile", str(kept), "--",
+         sys.executable, str(EXAMPLES / f"{name}.py"),
          "--device", "cpu", "--seconds", str(seconds)],
         capture_output=True, text=True, timeout=240, env=ENV, cwd=EXAMPLES)
     assert proc.returncode == 0, proc.stderr
@@ -47,6 +48,11 @@ def test_known_answer_on_cpu(name, tmp_path):
     else:
         assert codes[:1] == [want], (codes, proc.stderr[-2000:])
         assert doc["changes"], "a finding without a change"
+    # the kept profile, diagnosed again offline, tells the same story from the trace alone
+    again = subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", "--profile", str(kept),
+                            "--json"], capture_output=True, text=True, timeout=120, env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert [f["code"] for f in json.loads(again.stdout)["findings"]][:1] == codes[:1]
 
 
 def test_every_example_is_known():

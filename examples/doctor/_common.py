@@ -63,6 +63,13 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.view(-1, self.vocab).float(), tgt.view(-1))
 
 
+def amp(args: argparse.Namespace) -> Any:
+    """bf16 autocast on a GPU (a no-op on a CPU): every workload but fp32_matmuls keeps its
+    matmuls on the tensor cores, so that the planted bottleneck is the only one (on the H200
+    the fp32 matmuls of the first versions came first in three of them)."""
+    return torch.autocast("cuda", torch.bfloat16, enabled=args.device.startswith("cuda"))
+
+
 def gpt_for(device: str) -> tuple[Gpt, int]:
     """The model and its batch size: the LM preset on a GPU, a small one on a CPU."""
     if device.startswith("cuda"):

@@ -2,7 +2,7 @@
 Expected top finding: copy-bound (pageable)."""
 
 import torch
-from _common import options, train
+from _common import amp, options, train
 
 args = options(__doc__)
 model = torch.nn.Linear(4096, 4096).to(args.device)
@@ -11,7 +11,9 @@ host = torch.randn(8192, 4096)  # pageable: not pin_memory()
 
 def step() -> None:
     x = host.to(args.device)
-    model(x).sum().backward()
+    with amp(args):
+        y = model(x)
+    y.float().sum().backward()
     model.zero_grad(set_to_none=True)
 
 

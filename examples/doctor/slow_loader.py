@@ -4,7 +4,7 @@ Expected top finding: input-bound."""
 import time
 
 import torch
-from _common import options, train
+from _common import amp, options, train
 
 args = options(__doc__)
 
@@ -27,7 +27,8 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
 def step(batch: tuple[torch.Tensor, torch.Tensor]) -> None:
     x, y = (t.to(args.device, non_blocking=True) for t in batch)
-    loss = torch.nn.functional.cross_entropy(model(x), y)
+    with amp(args):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)

@@ -2,7 +2,7 @@
 where per-op overhead then dominates). Expected top finding: batch-too-small."""
 
 import torch
-from _common import options, train
+from _common import amp, options, train
 
 args = options(__doc__)
 width = 1024 if args.device.startswith("cuda") else 128
@@ -13,7 +13,8 @@ x = torch.randn(8, width, device=args.device)
 
 
 def step() -> None:
-    loss = model(x).square().mean()
+    with amp(args):
+        loss = model(x).float().square().mean()
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)

@@ -49,6 +49,10 @@ def doctor(
     save: Annotated[Path | None, typer.Option(
         "--save", help="Also write the diagnosis as JSON to this file.", dir_okay=False)
                     ] = None,
+    keep_profile: Annotated[Path | None, typer.Option(
+        "--keep-profile", help="With --profile-steps: keep the torch.profiler trace in this "
+                               "file (.json.gz; diagnose it again with --profile).",
+        dir_okay=False)] = None,
     json_: Annotated[bool, typer.Option(
         "--json", help="The diagnosis as JSON on stdout, after the job's own output.")] = False,
 ) -> None:
@@ -70,9 +74,12 @@ def doctor(
         raise BadInputError("give exactly one of: -- COMMAND, --attach PID, --trace/--profile "
                             "FILE")
     common.writable(save, "--save")  # before the job runs, not after
+    common.writable(keep_profile, "--keep-profile")
+    if keep_profile is not None and not (argv and profile_steps):
+        raise BadInputError("--keep-profile needs a command run with --profile-steps N")
     keep = max(2, int(window / interval))
     opts = doc.WatchOptions(interval_s=interval, keep=keep, gpus=gpus,
-                            profile_steps=profile_steps)
+                            profile_steps=profile_steps, keep_profile=keep_profile)
     status = 0
     if argv:
         status, diagnosis = doc.run(argv, opts)

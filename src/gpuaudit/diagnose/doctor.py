@@ -29,6 +29,7 @@ class WatchOptions:
     gpus: list[int] | None = None
     profile_steps: int = 0
     nvml: bool = True
+    keep_profile: Path | None = None  # copy the profiler trace here (replay: --profile)
 
 
 def run(argv: Sequence[str], opts: WatchOptions = WatchOptions(),
@@ -65,7 +66,10 @@ def run(argv: Sequence[str], opts: WatchOptions = WatchOptions(),
         elif returncode:
             notes.append(f"the job failed (exit status {returncode}): the diagnosis covers "
                          "what ran before")
-        diag = _diagnose(data, read_channel(channel), command=argv, pid=proc.pid,
+        found = read_channel(channel)
+        if opts.keep_profile is not None and found.traces:
+            shutil.copyfile(found.traces[0], opts.keep_profile)
+        diag = _diagnose(data, found, command=argv, pid=proc.pid,
                          exit_code=status, job_pids=None, notes=notes,
                          profile_steps=opts.profile_steps)
         return status, diag

@@ -31,6 +31,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,9 @@ class Breakdown:
     host_wait_us: float = 0.0
     kernel_wait_us: float = 0.0
     other_wait_us: float = 0.0
+    # Idle gaps a host sync returned in: the GPU drained its queue for the sync and waited
+    # while the CPU, released, launched the next work (ours, beyond HTA).
+    sync_idle_us: float = 0.0
 
     def share(self, part_us: float) -> float:
         return part_us / self.span_us if self.span_us > 0 else 0.0
@@ -183,8 +187,8 @@ def _inside(e: dict[str, Any], start: float, end: float) -> bool:
     return e["ts"] >= start and e["ts"] < end
 
 
-def _device_breakdowns(gpu: list[dict[str, Any]], launch_ts: dict[Any, float]
-                       ) -> list[Breakdown]:
+def _device_breakdowns(gpu: list[dict[str, Any]], launch_ts: dict[Any, float],
+                       sync_ends: Iterable[float] = ()) -> list[Breakdown]:
     by_device: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in gpu:
         by_device[int(e.get("args", {}).get("device", 0) or 0)].append(e)
@@ -219,8 +223,21 @@ def _device_breakdowns(gpu: list[dict[str, Any]], launch_ts: dict[Any, float]
                              compute_us=compute_us, idle_us=span - busy_us,
                              non_compute_us=span - compute_us - (span - busy_us),
                              host_wait_us=waits["host"], kernel_wait_us=waits["kernel"],
-                             other_wait_us=waits["other"]))
+                             other_wait_us=waits["other"],
+                             sync_idle_us=_sync_idle(busy, sync_ends)))
     return out
+
+
+def _sync_idle(busy: list[tuple[float, float]], sync_ends: Iterable[float]) -> float:
+    """The idle gaps between merged busy intervals in which a sync call returned."""
+    ends = sorted(sync_ends)
+    idle, j = 0.0, 0
+    for (_a, gap_start), (gap_end, _b) in pairwise(busy):
+        while j < len(ends) and ends[j] < gap_start:
+            j += 1
+        if j < len(ends) and ends[j] <= gap_end:
+            idle += gap_end - gap_start
+    return idle
 
 
 def analyse(doc: dict[str, Any]) -> TraceStats:
@@ -234,6 +251,7 @@ def analyse(doc: dict[str, Any]) -> TraceStats:
     launch_ts = {k: float(e["ts"]) for k, e in launches.items()}
     kernels = [e for e in gpu if e.get("cat") == "kernel"]
 
+    syncs = [e for e in runtime if str(e.get("name", "")) in SYNC_CALLS]
     type_time: dict[str, float] = defaultdict(float)
     matmul: dict[str, float] = defaultdict(float)
     per_name: dict[str, float] = defaultdict(float)
@@ -270,7 +288,6 @@ def analyse(doc: dict[str, Any]) -> TraceStats:
     comp = merge((k["ts"], k["ts"] + k["dur"]) for k in kernels
                  if kernel_type(str(k.get("name", ""))) is KernelType.COMPUTATION)
 
-    syncs = [e for e in runtime if str(e.get("name", "")) in SYNC_CALLS]
     cpu_ops = [e for e in inside if e.get("cat") == "cpu_op"]
     # Optimizers read their step counter with .item() on a CPU tensor: no sync, left out.
     optim = merge((e["ts"], e["ts"] + e["dur"]) for e in inside
@@ -287,7 +304,8 @@ def analyse(doc: dict[str, Any]) -> TraceStats:
     durs = [k["dur"] for k in kernels]
     return TraceStats(
         steps=len(step_durs), step_time_us=statistics.median(step_durs) if step_durs else None,
-        window_us=end - start, devices=tuple(_device_breakdowns(gpu, launch_ts)),
+        window_us=end - start,
+        devices=tuple(_device_breakdowns(gpu, launch_ts, [e["ts"] + e["dur"] for e in syncs])),
         kernels=len(kernels), kernel_time_us=sum(durs), type_time_us=dict(type_time),
         short_kernels=short, launched_kernels=launched,
         median_kernel_us=statistics.median(durs) if durs else None,

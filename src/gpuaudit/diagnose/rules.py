@@ -33,6 +33,9 @@ COPY_RATE = 1 * GB  # host↔device bytes/s above which copies are a suspect
 PINNED_OF_LINK = 0.8  # pinned copies reach about this much of the link (H200: 55 of 63 GB/s)
 LOADER_SHARE = 0.05  # the TensorBoard plugin's DataLoader rule: > 5 % of the step
 GAIN_CAP = 20.0  # an "up to" beyond this says nothing more
+PINNED_SETTINGS = ("DataLoader(..., pin_memory=True)\n"
+                   "x = x.to('cuda', non_blocking=True)  # from a pinned tensor: "
+                   "x = x.pin_memory()")
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,13 @@ def input_bound(sig: Signals) -> list[Result]:
                    _loader_changes(sig, share))]
 
 
+def _data_wait_share(sig: Signals) -> float:
+    """The share of the step spent waiting for the next batch (0 when not measured)."""
+    if sig.steps and sig.steps.data_wait_share is not None:
+        return sig.steps.data_wait_share
+    return sig.trace.loader_share if sig.trace else 0.0
+
+
 def _loader_changes(sig: Signals, share: float) -> tuple[Proposal, ...]:
     p = sig.process
     cores = p.cores if p else None
@@ -170,7 +180,11 @@ def launch_bound(sig: Signals) -> list[Result]:
     t = sig.trace
     if t and t.cuda and t.devices and t.launched_kernels:
         d = t.devices[0]
-        wait = d.share(d.host_wait_us + d.kernel_wait_us)
+        # Waits that a host sync or the data loader explain are theirs, not launch overhead
+        # (on an H200 a loader-starved job showed host wait 100 % and ranked launch-bound
+        # first).
+        wait = max(d.share(d.host_wait_us + d.kernel_wait_us - d.sync_idle_us)
+                   - _data_wait_share(sig), 0.0)
         short = t.short_kernels / t.launched_kernels
         if short >= 0.5 and wait >= 0.3:
             ev = [obs("short_kernels", short, "of launched", trace_source(t)),
@@ -331,9 +345,7 @@ def copy_bound(sig: Signals) -> list[Result]:
                    f"{_pct(rate / link)} of the link: pageable host memory")  # type: ignore[operator]
             props = (Proposal(
                 action="pinned host memory and asynchronous copies",
-                settings=("DataLoader(..., pin_memory=True)\n"
-                          "x = x.to('cuda', non_blocking=True)  # from a pinned tensor: "
-                          "x = x.pin_memory()"),
+                settings=PINNED_SETTINGS,
                 gain_low=amdahl(share, speed / 2), gain_high=amdahl(share, speed),
                 gain_basis=f"copies at {rate / GB:.1f} GB/s could run at ~{pinned / GB:.0f} "
                            f"GB/s pinned ({PINNED_OF_LINK:.0%} of the link)"),
@@ -352,7 +364,49 @@ def copy_bound(sig: Signals) -> list[Result]:
                     gain_basis="hides copies behind compute: at most the compute time"),)
         return [Result(_finding("copy-bound", "Copy bound (host↔device)", share, "high", msg,
                                 ev, g.index), props)]
-    return []
+    return _copy_bound_from_trace(sig)
+
+
+def _copy_bound_from_trace(sig: Signals) -> list[Result]:
+    """The profiled steps spend ≥ 30 % of the GPU's span in host↔device copies (an H200 job
+    copying 128 MiB pageable batches read NVML utilization 44 % and SM activity 35 %: too
+    little for the telemetry test, while its trace showed 60 % non-compute time)."""
+    t = sig.trace
+    if not (t and t.cuda and t.devices):
+        return []
+    keys = [k for k in t.memcpy_time_us if k.startswith(("HtoD", "DtoH"))]
+    copy_us = sum(t.memcpy_time_us[k] for k in keys)
+    d = t.devices[0]
+    share = min(d.share(copy_us), 1.0)
+    if share < 0.3:
+        return []
+    pageable_us = sum(t.memcpy_time_us[k] for k in keys if "pageable" in k)
+    moved = sum(t.memcpy_bytes.get(k, 0) for k in keys)
+    rate = moved / (copy_us / 1e6) if copy_us and moved else None
+    ev = [obs("copy_time", share, "of GPU span", trace_source(t)),
+          obs("pageable_copy_time", pageable_us / copy_us, "of copy time", trace_source(t))]
+    if rate:
+        ev.append(obs("copy_rate", rate / GB, "GB/s", trace_source(t), 2))
+    g = sig.gpus[0] if sig.gpus else None
+    link = g.pcie_link_bytes_per_s if g else None
+    props: tuple[Proposal, ...] = (_copy_less(share),)
+    if pageable_us >= 0.5 * copy_us:
+        msg = (f"host↔device copies take {_pct(share)} of the GPU's time, from pageable host "
+               "memory" + (f" at {rate / GB:.1f} GB/s" if rate else ""))
+        speed = (link * PINNED_OF_LINK / rate) if link and rate else None
+        props = (Proposal(
+            action="pinned host memory and asynchronous copies",
+            settings=PINNED_SETTINGS,
+            gain_low=amdahl(share, speed / 2) if speed and speed > 2 else None,
+            gain_high=amdahl(share, speed) if speed and speed > 1 else amdahl(share),
+            gain_basis=(f"copies at {rate / GB:.1f} GB/s could run at ~"  # type: ignore[operator]
+                        f"{link * PINNED_OF_LINK / GB:.0f} GB/s pinned" if speed
+                        else "pinned copies overlap compute; the link rate was not read")),
+            *props)
+    else:
+        msg = f"host↔device copies take {_pct(share)} of the GPU's time"
+    return [Result(_finding("copy-bound", "Copy bound (host↔device)", share, "high", msg, ev,
+                            d.device), props)]
 
 
 def _copy_less(share: float) -> Proposal:
@@ -442,19 +496,24 @@ def throttled(sig: Signals) -> list[Result]:
 
 def host_syncs(sig: Signals) -> list[Result]:
     """The step waits for the GPU: `.item()` / `.cpu()` / synchronize at least every other
-    profiled step. Its cost is the time the CPU blocked in the sync calls (a CPU-only run
-    blocks for nothing: the finding stands, the share is not measured)."""
+    profiled step. Its cost is the GPU's idle time in the gaps a sync call returned in (a
+    CPU-only run has no GPU to idle: the finding stands, the share is not measured)."""
     t = sig.trace
     if not t or not t.steps:
         return []
     items, syncs = t.per_step(t.item_calls), t.per_step(t.sync_calls)
     if max(items, syncs) < 0.5:  # the last profiled step is often cut short
         return []
-    share = t.sync_share if t.cuda else 0.0
+    # What a sync costs is the GPU's idle time after it, while the CPU launches the next work
+    # (the queue was drained). The CPU's blocked time is not: a CPU ahead of the GPU blocks
+    # anyway, and an .item() blocks inside its copy call (an H200 run read 1 % here while
+    # the GPU sat idle 16 % of the time).
+    share = t.devices[0].share(t.devices[0].sync_idle_us) if t.cuda and t.devices else 0.0
     ev = [obs("item_calls_per_step", items, "", trace_source(t), 1),
           obs("sync_calls_per_step", syncs, "", trace_source(t), 1)]
     if t.cuda:
-        ev.append(obs("sync_wait", share, "of the step", trace_source(t)))
+        ev += [obs("gpu_idle_after_syncs", share, "of GPU span", trace_source(t)),
+               obs("sync_wait", t.sync_share, "of the step", trace_source(t))]
     msg = (f"{max(items, syncs):.1f} host sync(s) per step (.item(), .cpu(), synchronize): "
            "the CPU stops queuing work until the GPU catches up")
     return [Result(
@@ -466,7 +525,7 @@ def host_syncs(sig: Signals) -> list[Result]:
                             "if step % 100 == 0: print((running / 100).item()); "
                             "running.zero_()"),
                   gain_high=amdahl(share) if share else None,
-                  gain_basis=f"time blocked in syncs: {_pct(share)} of the step" if t.cuda
+                  gain_basis=f"time lost to syncs: {_pct(share)} of the step" if t.cuda
                   else "not measurable on the CPU: on a GPU each sync drains the queue"),))]
 
 
@@ -474,14 +533,35 @@ def host_syncs(sig: Signals) -> list[Result]:
 
 
 def batch_too_small(sig: Signals) -> list[Result]:
-    """The GPU gets too little work per step: SMs busy under 30 %, work arriving steadily
-    (≥ 90 % of ticks active: not input-bound), no copy traffic, memory under half used, and
-    (when profiled) fewer than 200 kernels per step — more is launch-bound's case.
+    """The GPU gets too little work per step. Profiled on a GPU: fewer than 200 kernels per
+    step (more is launch-bound's case), median kernel under 20 µs, matmuls ≥ 30 % of kernel
+    time (the model's math is what is small), the GPU idle ≥ 50 % of its span beyond what
+    syncs and the loader explain, memory under half used. From telemetry:
+    SMs busy under 30 %, work arriving steadily (≥ 90 % of ticks active: not input-bound), no
+    copy traffic, memory under half used.
     On a CPU-only profile: matmuls of under 50 µs median (the per-op overhead, ~10 µs,
     is then a large part of each)."""
     t = sig.trace
     if t and t.cuda and t.per_step(t.kernels) >= MANY_KERNELS:
         return []  # many small kernels, not a few: launch-bound's (a bigger batch won't fix)
+    if t and t.cuda and t.devices and t.steps and t.median_kernel_us is not None:
+        d = t.devices[0]
+        # idle that syncs or the loader explain is theirs
+        idle = max(d.share(d.idle_us - d.sync_idle_us) - _data_wait_share(sig), 0.0)
+        g = sig.gpus[0] if sig.gpus else None
+        mem = g.memory_used_fraction if g else None
+        matmul = sum(t.matmul_time_us.values()) / t.kernel_time_us if t.kernel_time_us else 0.0
+        if idle >= 0.5 and t.median_kernel_us < SHORT_KERNEL_US and matmul >= 0.3 \
+                and (mem is None or mem < 0.5):
+            # not doing math: idle, or busy with SMs mostly empty (GPM) where it was read
+            share = max(idle, 1 - g.sm_busy) if g and g.sm_busy is not None else idle
+            ev = [obs("gpu_idle", idle, "of GPU span", trace_source(t)),
+                  obs("matmul_time", matmul, "of kernel time", trace_source(t)),
+                  obs("kernels_per_step", t.per_step(t.kernels), "", trace_source(t), 0),
+                  obs("median_kernel", t.median_kernel_us, "µs", trace_source(t), 1)]
+            if mem is not None:
+                ev.append(obs("memory_used", mem, "fraction", gpu_source(sig.gpus[0])))
+            return [_batch_result(share, "high", ev, d.device, mem)]
     for g in sig.gpus:
         busy = g.sm_busy
         mem = g.memory_used_fraction
@@ -505,6 +585,7 @@ def batch_too_small(sig: Signals) -> list[Result]:
 
 
 MANY_KERNELS = 200  # kernels per profiled step
+SHORT_KERNEL_US = 20.0  # a median kernel this short does little work per launch
 
 
 def _batch_result(share: float, confidence: str, ev: list[Observation], gpu: int | None,
