@@ -207,3 +207,63 @@ def test_an_entry_point_whose_build_fails(tmp_path):
                           env=ENV, cwd=tmp_path)
     assert proc.returncode == 2
     assert "build() failed: RuntimeError: no data" in proc.stderr
+
+
+def test_the_optimizers_own_state_is_not_a_leak(monkeypatch):
+    """AdamW creates its moments at the first step and keeps them: an H200 run noted "1071 MB
+    still allocated after a trial" (GPT-2 small's 124M parameters × 8 bytes). Memory is
+    counted here as a GPU would: live tensors' bytes; a tensor a trial keeps is still a
+    leak."""
+    torch = pytest.importorskip("torch")
+    from gpuaudit.tune.runner import Runner
+    from gpuaudit.workloads.entry import Workload as SimpleTarget
+
+    kept: list = []
+    live = weakref.WeakValueDictionary()
+
+    def allocated(self):
+        gc.collect()
+        return sum(t.numel() * t.element_size() for t in list(live.values()))
+
+    model = torch.nn.Linear(2048, 2048)  # 4.2M parameters: 34 MB of moments, over 16 MB
+
+    def make_batch(n):
+        x = torch.randn(n, 2048)
+        return (x,), None
+
+    monkeypatch.setattr(Runner, "cuda", property(lambda self: True))
+    monkeypatch.setattr(Runner, "_allocated", allocated)
+    monkeypatch.setattr(Runner, "_sync", lambda self: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a: 0)
+    runner = Runner(SimpleTarget("lin", model, make_batch), "cpu", steps=2, warmup=1)
+    for p in model.parameters():
+        live[id(p)] = p
+
+    real_step = runner._opt.step
+
+    def step(*a, **k):  # track the optimizer's state tensors as they appear
+        out = real_step(*a, **k)
+        for st in runner._opt.state.values():
+            for t in st.values():
+                if isinstance(t, torch.Tensor):
+                    live[id(t)] = t
+        return out
+
+    monkeypatch.setattr(runner._opt, "step", step)
+    assert runner.measure(8, "fp32").ok
+    # two moments per parameter (float32) and a step counter each
+    assert runner._state_bytes() == 2 * 4 * (2048 * 2048 + 2048) + 2 * 4
+    assert runner.leaks == []  # the moments appeared during the trial: not a leak
+
+    def leaky(n):
+        x = torch.empty(5 << 20)  # 20 MB the job keeps (over the 16 MB allowance)
+        kept.append(x)
+        live[id(x)] = x
+        return (torch.randn(n, 2048),), None
+
+    runner.target = SimpleTarget("lin", model, leaky)
+    assert runner.measure(8, "fp32").ok
+    assert runner.leaks and runner.leaks[0].endswith("MB still allocated after a trial")
