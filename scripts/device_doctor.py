@@ -9,6 +9,7 @@
 `--dry` runs what a CPU can (the CPU-observable workloads, a short overhead run, tune on the
 MLP example) so the script itself is tested without a GPU.
 Usage: python3 scripts/device_doctor.py OUT [known] [overhead] [tune] [--dry]
+Env: GPUAUDIT_DOCTOR_ONLY=a,b (these workloads, in this order), GPUAUDIT_DOCTOR_SECONDS (15).
 """
 
 from __future__ import annotations
@@ -58,8 +59,11 @@ def sh(args: list[str], cwd: Path = ROOT, timeout: float = 300) -> subprocess.Co
 
 def known(out: Path, dry: bool, log: list[str]) -> None:
     device, seconds = ("cpu", "6") if dry else ("cuda", "15")
+    seconds = os.environ.get("GPUAUDIT_DOCTOR_SECONDS", seconds)
+    only = [n for n in os.environ.get("GPUAUDIT_DOCTOR_ONLY", "").split(",") if n]
     rows, docs = [], {}
-    for name, want in EXPECTED.items():
+    for name in only or EXPECTED:
+        want = EXPECTED[name]
         if dry and name not in CPU_OK:
             continue
         save = Path(f"/tmp/doctor-{name}.json")
