@@ -26,6 +26,7 @@ from .evidence import (
     trace_source,
 )
 from .gpustats import GpuStats
+from .kineto import TraceStats
 
 GB = 1e9
 GIB = 1 << 30
@@ -102,8 +103,12 @@ def input_bound(sig: Signals) -> list[Result]:
         share, confidence = sig.trace.loader_share, "high"
         ev.append(obs("dataloader_share", sig.trace.loader_share, "of the step",
                       trace_source(sig.trace)))
+    traced = sig.trace.devices[0] if sig.trace and sig.trace.cuda and sig.trace.devices \
+        else None
     for g in sig.gpus:
-        idle = g.idle_share
+        # NVML's utilization counts kernels, not copies: a job copying pageable batches read
+        # 0 % with its copies filling 90 % of the GPU's time (H200). The trace knows.
+        idle = traced.share(traced.idle_us) if traced else g.idle_share
         if idle is None:
             continue
         p = sig.process
@@ -178,7 +183,8 @@ def launch_bound(sig: Signals) -> list[Result]:
     kernels mostly finish before their launch call returns (HTA's short kernels ≥ 50 %) with
     host and kernel wait ≥ 30 % of the GPU's span."""
     t = sig.trace
-    if t and t.cuda and t.devices and t.launched_kernels:
+    if t and t.cuda and t.devices and t.launched_kernels and not _small_batch_trace(sig):
+        # (a few small matmuls a step: batch-too-small's case, a bigger batch is the answer)
         d = t.devices[0]
         # Waits that a host sync or the data loader explain are theirs, not launch overhead
         # (on an H200 a loader-starved job showed host wait 100 % and ranked launch-bound
@@ -544,24 +550,22 @@ def batch_too_small(sig: Signals) -> list[Result]:
     t = sig.trace
     if t and t.cuda and t.per_step(t.kernels) >= MANY_KERNELS:
         return []  # many small kernels, not a few: launch-bound's (a bigger batch won't fix)
-    if t and t.cuda and t.devices and t.steps and t.median_kernel_us is not None:
+    if _small_batch_trace(sig):
+        assert t is not None
         d = t.devices[0]
-        # idle that syncs or the loader explain is theirs
-        idle = max(d.share(d.idle_us - d.sync_idle_us) - _data_wait_share(sig), 0.0)
+        idle = _unexplained_idle(sig)
         g = sig.gpus[0] if sig.gpus else None
         mem = g.memory_used_fraction if g else None
-        matmul = sum(t.matmul_time_us.values()) / t.kernel_time_us if t.kernel_time_us else 0.0
-        if idle >= 0.5 and t.median_kernel_us < SHORT_KERNEL_US and matmul >= 0.3 \
-                and (mem is None or mem < 0.5):
-            # not doing math: idle, or busy with SMs mostly empty (GPM) where it was read
-            share = max(idle, 1 - g.sm_busy) if g and g.sm_busy is not None else idle
-            ev = [obs("gpu_idle", idle, "of GPU span", trace_source(t)),
-                  obs("matmul_time", matmul, "of kernel time", trace_source(t)),
-                  obs("kernels_per_step", t.per_step(t.kernels), "", trace_source(t), 0),
-                  obs("median_kernel", t.median_kernel_us, "µs", trace_source(t), 1)]
-            if mem is not None:
-                ev.append(obs("memory_used", mem, "fraction", gpu_source(sig.gpus[0])))
-            return [_batch_result(share, "high", ev, d.device, mem)]
+        matmul = _matmul_share(t)
+        # not doing math: idle, or busy with SMs mostly empty (GPM) where it was read
+        share = max(idle, 1 - g.sm_busy) if g and g.sm_busy is not None else idle
+        ev = [obs("gpu_idle", idle, "of GPU span", trace_source(t)),
+              obs("matmul_time", matmul, "of kernel time", trace_source(t)),
+              obs("kernels_per_step", t.per_step(t.kernels), "", trace_source(t), 0),
+              obs("median_kernel", t.median_kernel_us, "µs", trace_source(t), 1)]
+        if g is not None and mem is not None:
+            ev.append(obs("memory_used", mem, "fraction", gpu_source(g)))
+        return [_batch_result(share, "high", ev, d.device, mem)]
     for g in sig.gpus:
         busy = g.sm_busy
         mem = g.memory_used_fraction
@@ -586,6 +590,31 @@ def batch_too_small(sig: Signals) -> list[Result]:
 
 MANY_KERNELS = 200  # kernels per profiled step
 SHORT_KERNEL_US = 20.0  # a median kernel this short does little work per launch
+
+
+def _matmul_share(t: TraceStats) -> float:
+    return sum(t.matmul_time_us.values()) / t.kernel_time_us if t.kernel_time_us else 0.0
+
+
+def _unexplained_idle(sig: Signals) -> float:
+    """The GPU's idle share of its span that neither syncs nor the data loader explain."""
+    t = sig.trace
+    if not (t and t.devices):
+        return 0.0
+    d = t.devices[0]
+    return max(d.share(d.idle_us - d.sync_idle_us) - _data_wait_share(sig), 0.0)
+
+
+def _small_batch_trace(sig: Signals) -> bool:
+    """A GPU profile of a few short matmul-led kernels a step, the GPU mostly idle for no
+    other reason, memory mostly free: the work per step is small, so launches show."""
+    t = sig.trace
+    if not (t and t.cuda and t.devices and t.steps and t.median_kernel_us is not None):
+        return False
+    mem = sig.gpus[0].memory_used_fraction if sig.gpus else None
+    return (t.per_step(t.kernels) < MANY_KERNELS and t.median_kernel_us < SHORT_KERNEL_US
+            and _matmul_share(t) >= 0.3 and _unexplained_idle(sig) >= 0.5
+            and (mem is None or mem < 0.5))
 
 
 def _batch_result(share: float, confidence: str, ev: list[Observation], gpu: int | None,
