@@ -23,7 +23,9 @@ is compared with:
   resnet50 fp32 → bf16, bf16 → fp32                          vs P1's figures
 
 Writes OUTDIR/summary.md (the table: predicted, measured, error, band), runs.json (every
-phase's Run), predictions.json (every Prediction document), log.txt. Without a GPU it runs
+phase's Run), predictions.json (every Prediction document), log.txt. runs.json and log.txt
+are rewritten as each phase finishes, so that a call cut short still returns the phases it
+completed. Without a GPU it runs
 the same phases with the CPU's tiny models and predicts with the recorded H200 rates
 (tests/fixtures/predict/): a dry run of this script, its numbers mean nothing.
 """
@@ -196,12 +198,14 @@ def compare(docs: dict[str, Any], ngpu: int) -> tuple[list[dict[str, Any]], list
     runs = {k: Run.model_validate(v) for k, v in docs.items() if v}
     rates_run = runs.get("R") if ngpu else load_run(H200_RATES.read_text())
     rates = machine_rates(rates_run, specs) if rates_run else None
+    why = ("no rates (phase R failed)" if rates_run is None else
+           "no rates: phase R has no uncontended matmul and memory figures")
     rows, preds = [], []
     for c in cases(ngpu):
         row: dict[str, Any] = {"case": c["case"], "from": c["workload"]}
         try:
             if rates is None:
-                raise ValueError("no rates (phase R failed)")
+                raise ValueError(why)
             run = runs[c["run"]]
             profile = load_profile(run, c["workload"])
             p = predict(profile, rates, Change(**c["change"]), specs)
@@ -238,6 +242,17 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def keep(out: Path, tmp: Path, info: dict[str, Any], docs: dict[str, Any]) -> None:
+    """runs.json and log.txt as they stand: the phases finished so far."""
+    (out / "runs.json").write_text(json.dumps({"phases": info, "runs": docs}, indent=1))
+    with open(out / "log.txt", "w") as log:
+        for name in ("R", "P0", "P1", "D"):
+            err = tmp / f"{name}.err"
+            if err.exists() and name in info:
+                tail = err.read_text(errors="replace").splitlines()[-40:]
+                log.write(f"== {name} {info.get(name)}\n" + "\n".join(tail) + "\n")
+
+
 def main(outdir: str) -> int:
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
@@ -255,6 +270,7 @@ def main(outdir: str) -> int:
         for p in ps:
             info[p.name] = p.wait(LIMITS[p.name])
             docs[p.name] = json.loads(p.out.read_text()) if p.out.exists() else None
+            keep(out, tmp, info, docs)  # a call cut after this phase still returns it
 
     if ngpu >= 2:
         run(["R"], ["0,1"])
@@ -267,16 +283,10 @@ def main(outdir: str) -> int:
                 continue
             run([name], [gpu])
     info["total"] = {"wall_s": round(time.time() - start, 1), "gpus": ngpu}
+    keep(out, tmp, info, docs)
     rows, preds = compare(docs, ngpu)
-    (out / "runs.json").write_text(json.dumps({"phases": info, "runs": docs}, indent=1))
     (out / "predictions.json").write_text(json.dumps({"rows": rows, "predictions": preds},
                                                      indent=1))
-    with open(out / "log.txt", "w") as log:
-        for name in ("R", "P0", "P1", "D"):
-            err = tmp / f"{name}.err"
-            if err.exists():
-                tail = err.read_text(errors="replace").splitlines()[-40:]
-                log.write(f"== {name} {info.get(name)}\n" + "\n".join(tail) + "\n")
     head = (f"# gpuaudit predict validation: {ngpu} GPU(s), "
             f"{time.strftime('%Y-%m-%d %H:%M')}, {info['total']['wall_s']} s\n\n"
             + ("DRY RUN on the CPU: tiny models, the recorded H200 rates; the numbers mean "

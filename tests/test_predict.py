@@ -17,23 +17,18 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model import load_run
 from gpuaudit.predict import Change, load_profile, machine_rates, predict, workloads_in
 from gpuaudit.predict.ddp import simulate
-from gpuaudit.predict.engine import (
-    EPILOGUE_DEFAULT,
-    EPILOGUE_MAX,
-    U_ALLREDUCE,
-    U_PRECISION,
-    Speeds,
-    fit_epilogue,
-    model_rate,
-)
+from gpuaudit.predict.engine import U_ALLREDUCE, U_PRECISION
 from gpuaudit.predict.hardware import (
     Roofs,
+    exp_rate,
     habitat_gamma,
     scaled_roofs,
+    split_k,
     tiles,
     wave_efficiency,
     waves,
 )
+from gpuaudit.predict.ideal import model_rate
 from gpuaudit.predict.profile import Gemm, OpWork, StepProfile, Timed
 from gpuaudit.predict.rates import AllReduce, MachineRates
 from gpuaudit.specs.catalog import load_catalog
@@ -53,17 +48,36 @@ def h200_rates_run():
 # --- waves, tiles, γ -------------------------------------------------------------------------
 
 
-def test_waves_and_wave_efficiency_count_whole_waves():
-    assert waves(132, 132) == 1 and waves(133, 132) == 2 and waves(264, 132, 2.0) == 1
-    # 4096² in 128² tiles: 1024 tiles on 132 SMs = 8 waves, the last one 100/132 full.
-    assert tiles(4096, 4096, 4096, 1, 132) == 1024
-    assert wave_efficiency(4096, 4096, 4096, 1, 132) == pytest.approx(1024 / (8 * 132))
-    # 1024² is 64 tiles: K = 4096 splits in two (132 // 64 = 2, 4096 // 512 = 8): 128 tiles.
-    assert tiles(1024, 1024, 4096, 1, 132) == 128
-    assert wave_efficiency(1024, 1024, 4096, 1, 132) == pytest.approx(128 / 132)
-    # A short K cannot be split: 64 tiles stay 64.
-    assert tiles(1024, 1024, 512, 1, 132) == 64
+def test_waves_count_whole_waves_of_one_resident_block_per_sm():
+    assert waves(132, 132) == 1 and waves(133, 132) == 2 and waves(264, 132, 2) == 1
+    assert waves(864, 132) == 7  # 6.55 blocks per SM (the profiler's ratio): 7 waves
+    assert tiles(4096, 4096, 1) == 1024 and tiles(4096, 4096, 1, (192, 192)) == 22 * 22
+
+
+def test_split_k_weighs_the_waves_against_the_partial_sums():
+    # 768 × 3072 in 128² tiles is 144 tiles: 2 waves on 132 SMs, 144/264 used. Without a
+    # cost for the partial sums, splitting K in 11 fills 12 waves exactly.
+    assert split_k(768, 3072, 32768, 1, 132) == (11, 1.0)
+    # With it (ridge 170 FLOP/B: 720 TFLOP/s ÷ 4.22 TB/s): split s costs its waves
+    # (ceil(144 s / 132) · 132 / (144 s)) + 2 · s · 768 · 3072 · 4 B × 170 ÷ (2 · 768 · 3072
+    # · 32768) = … + s · 4 · 170 / 32768. s = 7: 8·132/1008 + 7·680/32768.
+    split, cost = split_k(768, 3072, 32768, 1, 132, 170.0)
+    assert split == 7 and cost == pytest.approx(8 * 132 / 1008 + 7 * 680 / 32768)
+    # A slice keeps ≥ 512 of K: K = 512 cannot split.
+    assert split_k(1024, 1024, 512, 1, 132) == (1, 132 / 64)
+    # The best of the tiles: 192² makes 4 × 16 = 64 tiles of 768 × 3072, split in 2: 128
+    # of 132 SMs, plus the partial sums' 2 · 2 · 4 · 170 / 32768.
+    want = 1 / (132 / 128 + 2 * 4 * 170 / 32768)
+    assert wave_efficiency(768, 3072, 32768, 1, 132, 170.0) == pytest.approx(want)
+    # 4096³: 1024 tiles of 128² in 8 waves (1024/1056 used); 512 of 128×256 in 4 (512/528).
+    assert wave_efficiency(4096, 4096, 4096, 1, 132, 170.0) == pytest.approx(1024 / 1056)
     assert wave_efficiency(4096, 4096, 4096, 1, None) == 1.0
+
+
+def test_exponential_rate_is_sfus_times_sms_times_the_clock():
+    h200 = SPECS.get("h200-sxm")
+    assert exp_rate(h200, 132) == pytest.approx(132 * 16 * 1980e6)
+    assert exp_rate(h200, None) is None
 
 
 def test_habitat_gamma_follows_the_destination_ridge_point():
@@ -178,64 +192,48 @@ def rates_of(roofs: Roofs, allreduce: AllReduce | None = None) -> MachineRates:
     return MachineRates(run_id="rates", roofs=roofs, allreduce=allreduce, gpus=2)
 
 
-def test_calibration_reads_the_share_of_the_timed_rate_the_class_achieved():
+# 4096³ on 132 SMs quantizes to 1024/1056 of the matmul rate (best tile: 128² in 8 waves).
+QUANT = 1024 / 1056
+
+
+def test_calibration_reads_the_share_of_the_ideal_the_class_achieved():
     p = predict(step(), rates_of(roofs_h200()), Change(gpus=1, precision="bf16"), SPECS)
     got = {c.op_class: c for c in p.classes}
-    # gemm: 2·4096³ FLOPs at the timed 500 TFLOP/s is 0.27488 ms of the measured 0.5 ms.
-    assert got["gemm"].achieved_pct == pytest.approx(100 * GEMM_FLOPS / 500e12 * 1e3 / 0.5,
-                                                     rel=1e-4)
+    # gemm: 2·4096³ FLOPs at 700 TFLOP/s × 1024/1056 is 0.2025 ms of the measured 0.5 ms.
+    # (The shapes timed alone at 500 TFLOP/s are not used.)
+    assert got["gemm"].achieved_pct == pytest.approx(
+        100 * GEMM_FLOPS / (700e12 * QUANT) * 1e3 / 0.5, abs=0.005)  # kept to 2 decimals
     # elementwise: 1 GB at 4000 GB/s = 0.25 ms of 1.0 ms.
     assert got["elementwise"].achieved_pct == pytest.approx(25.0)
     # Nothing changed: the step is the measured one.
     assert p.step_ms == pytest.approx(2.0) and p.idle_ms == pytest.approx(0.5)
 
 
-def test_precision_change_uses_the_timed_rate_and_the_recorded_traffic():
+def test_precision_change_moves_matmuls_by_the_measured_rates_and_uses_recorded_traffic():
     p = predict(step(), rates_of(roofs_h200()), Change(precision="fp32"), SPECS)
     got = {c.op_class: c for c in p.classes}
-    # gemm: 0.5 ms × 500/50 (the timed rates of the same shape); elementwise: 2 GB instead of 1.
-    assert got["gemm"].predicted_ms == pytest.approx(5.0)
+    # gemm: the same quantization in both precisions: 0.5 ms × 700/50; elementwise: 2 GB
+    # instead of 1 at the same achieved share.
+    assert got["gemm"].predicted_ms == pytest.approx(7.0)
     assert got["elementwise"].predicted_ms == pytest.approx(2.0)
-    assert p.step_ms == pytest.approx(7.5)
-    # Bands: timed gemm U_PRECISION/2, recorded traffic 5 %; the host gaps exact.
-    u = U_PRECISION / 2
-    assert p.step_ms_low == pytest.approx(5.0 * (1 - u) + 2.0 * 0.95 + 0.5)
-    assert p.step_ms_high == pytest.approx(5.0 * (1 + u) + 2.0 * 1.05 + 0.5)
-    assert p.samples_per_s == pytest.approx(8 * 1000 / 7.5)
-    assert p.tokens_per_s == pytest.approx(8 * 1024 * 1000 / 7.5)
+    assert p.step_ms == pytest.approx(9.5)
+    # Bands: matmuls U_PRECISION, recorded traffic 5 %; the host gaps exact.
+    u = U_PRECISION
+    assert p.step_ms_low == pytest.approx(7.0 * (1 - u) + 2.0 * 0.95 + 0.5)
+    assert p.step_ms_high == pytest.approx(7.0 * (1 + u) + 2.0 * 1.05 + 0.5)
+    assert p.samples_per_s == pytest.approx(8 * 1000 / 9.5)
+    assert p.tokens_per_s == pytest.approx(8 * 1024 * 1000 / 9.5)
     assert p.target.precision == "fp32" and p.target.mode == "fp32"
     assert p.changes == ("precision",)
-
-
-def test_precision_without_timed_shapes_models_them():
-    w = step().classes["gemm"].with_(timed=())
-    prof = step(classes={"gemm": w})
-    roofs = roofs_h200()
-    p = predict(prof, rates_of(roofs), Change(precision="fp32"), SPECS)
     g = Gemm(N, N, N, 1, 4, 1, GEMM_FLOPS)
-    src = Gemm(N, N, N, 1, 2, 1, GEMM_FLOPS)
-    speeds = Speeds()
-    want = 0.5 * model_rate(src, roofs, "bf16", speeds.epilogue) / model_rate(
-        g, roofs, "fp32", speeds.epilogue)
-    assert p.classes[0].predicted_ms == pytest.approx(want)
-    assert p.classes[0].uncertainty_pct == pytest.approx(100 * U_PRECISION)
+    assert model_rate(g, roofs_h200(), "fp32") == pytest.approx(50 * QUANT)
 
 
-def test_the_epilogue_constant_is_fitted_to_the_timed_shapes():
-    roofs = roofs_h200()
-    ridge = 700e12 / 4000e9
-    eff = wave_efficiency(N, N, 1024, 1, 132)
-    # A shape timed at 700·eff/(1 + 0.8·ridge/1024) is met by c = 0.8.
-    rate = 700 * eff / (1 + 0.8 * ridge / 1024)
-    timed = [Timed("gemm", (N, N, 1024, 1), "bf16", rate)] * 3
-    c = fit_epilogue(timed, roofs)
-    assert c == pytest.approx(0.8)
-    # Too few shapes, or a fit that says they are slow for other reasons: bounded.
-    assert fit_epilogue(timed[:2], roofs) == EPILOGUE_DEFAULT
-    assert fit_epilogue([Timed("gemm", (N, N, 1024, 1), "bf16", 1.0)] * 3, roofs) == \
-        EPILOGUE_MAX
-    g = Gemm(N, N, 1024, 1, 2, 1, 2.0 * N * N * 1024)
-    assert model_rate(g, roofs, "bf16", c) == pytest.approx(rate)
+def test_model_rate_is_capped_by_the_roofline_on_the_shapes_bytes():
+    # 4096 × 4096 × 64: 2·4096²·64 FLOPs over (4096·64·2 + 64·4096·2 + 4096²·2) bytes.
+    g = Gemm(N, N, 64, 1, 2, 1, 2.0 * N * N * 64)
+    assert model_rate(g, roofs_h200(), "bf16") == pytest.approx(
+        g.flops / g.bytes * 4000 / 1e3)
 
 
 def test_gpu_change_scales_memory_by_bandwidth_and_keeps_equal_matmul_roofs():
@@ -248,15 +246,34 @@ def test_gpu_change_scales_memory_by_bandwidth_and_keeps_equal_matmul_roofs():
     assert p.target.gpu == "h100-sxm" and any("host" in n for n in p.notes)
 
 
-def test_gpu_change_to_another_architecture_moves_timed_rates_by_peak_and_waves():
+def test_gpu_change_to_another_architecture_moves_matmuls_by_peak_and_waves():
     p = predict(step(), rates_of(roofs_h200()), Change(gpu="a100-sxm4-80gb"), SPECS)
     gemm = next(c for c in p.classes if c.op_class == "gemm")
-    # The timed 500 TFLOP/s keeps its share of the bf16 rate: × 312/989.5, re-quantized
-    # from 132 to 108 SMs.
-    rate = 500 * 312 / 989.5 * wave_efficiency(N, N, N, 1, 108) / wave_efficiency(
-        N, N, N, 1, 132)
-    assert gemm.predicted_ms == pytest.approx(0.5 * 500 / rate)
+    # The bf16 rate keeps its share of the datasheet: 312 × 700/989.5; on 108 SMs 4096³
+    # quantizes as 512 tiles of 128 × 256 in 5 waves (512/540).
+    a100 = 312 * 700 / 989.5
+    want = 0.5 * (700 * QUANT) / (a100 * 512 / 540)
+    ridge = a100 * 1e3 / (2039 * 4000 / 4800)  # FLOP per byte there
+    assert wave_efficiency(N, N, N, 1, 108, ridge) == \
+        pytest.approx(512 / 540)
+    assert gemm.predicted_ms == pytest.approx(want)
     assert gemm.uncertainty_pct == pytest.approx(30.0)  # across architectures
+
+
+def test_gpu_change_with_recorded_grids_treats_persistent_kernels_by_the_rate():
+    from gpuaudit.predict.profile import KernelGrid
+
+    grids = (KernelGrid("nvjet_sm90_tst_256x128_64x4", 132, 1.0, 1.0, 300.0),
+             KernelGrid("void cutlass::Kernel2", 264, 2.0, 1.0, 200.0))
+    prof = step(classes={"gemm": step().classes["gemm"].with_(kernels=grids)})
+    p = predict(prof, rates_of(roofs_h200()), Change(gpu="a100-sxm4-80gb"), SPECS)
+    gemm = next(c for c in p.classes if c.op_class == "gemm")
+    a100 = 312 * 700 / 989.5
+    per_wave = (700 / 132) / (a100 / 108)
+    # The 132-block grid was sized by the SMs: it scales as the rate (132/108 × per wave);
+    # 264 blocks are 2 waves on 132 SMs, 3 on 108.
+    want = 0.3 * 132 / 108 * per_wave + 0.2 * 3 / 2 * per_wave
+    assert gemm.predicted_ms == pytest.approx(want)
 
 
 def test_more_gpus_add_the_exposed_allreduce():

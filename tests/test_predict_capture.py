@@ -169,6 +169,11 @@ def test_family_resize_builds_the_target_on_the_meta_device():
     assert r.classes["gemm"].flops == 6 * preset.matmul_params * tokens
     assert r.ratios["attention"] == pytest.approx(
         (16 * 24 * 1024 * 1024**2) / (4 * 2 * 64 * 64**2))
+    # The target's attention shape replaces the source's (its causal share and exponentials
+    # follow it): batch 16, 16 heads of 64, 1024 tokens, 24 layers.
+    causal = prof.classes["attention"].attention[0][0][5]
+    assert r.classes["attention"].attention == (
+        ((16, 16, 1024, 1024, 64, causal), 24.0, 4.0 * 16 * 16 * 1024**2 * 64 * 24),)
     # The optimizer scales with the parameters: all of them, not only the matmul weights.
     assert r.param_ratio > preset.matmul_params / PRESETS["gpt-tiny"].matmul_params * 0.9
     # fp32 gradients of every target parameter, in DDP's buckets.

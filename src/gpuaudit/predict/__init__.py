@@ -3,9 +3,15 @@ GPU count, model size or GPU model, from its per-operator profile and this machi
 measured rates (docs/predict.md). A capability: functions that return records, no printing.
 
 - `profile`: the step as `bench train --op-profile` recorded it;
+- `kernels`: its class times re-read from the kernels' names (cuDNN batch norm, layout
+  transforms, attention helpers; a CNN's gemm with its conv);
 - `rates`: this machine's measured matmul, memory and all-reduce rates (a bench run);
-- `hardware`: roofs of another GPU, SM counts, wave quantization, Habitat's γ;
+- `hardware`: roofs of another GPU, SM counts, wave quantization and split-K, Habitat's γ,
+  the exponential (SFU) rate;
+- `ideal` (and `attention`): a class's ideal time on a GPU, the calibration's reference;
+- `state`: the step as the changes go;
 - `family`: another size of a reference transformer (meta-device tallies);
+- `precision`: another precision, with the layout transforms and batch norm it changes;
 - `ddp`: the all-reduce against the backward pass;
 - `engine`: the changes and the `Prediction` record;
 - `offers`: predicted rates per (GPU model, count) for `recommend --from-run`.

@@ -1,17 +1,19 @@
 """The prediction: a recorded step, changed one thing at a time (model size, precision, GPU
 model, GPU count), each operator class re-timed from the rates it is bound by.
 
-Calibration. Every class of the recorded step is compared with what this machine's measured
-rates allow for its work: matmul-bound classes (gemm, attention, conv) with the measured
-matmul rate of the precision, each matmul shape derated by its wave quantization and capped
-by the roofline (its bytes at the measured memory bandwidth); memory-bound classes
-(elementwise, optimizer, copies) with the measured copy bandwidth. The ratio, the share of
-the measured rate the class achieved, is kept; a changed step is its new ideal time divided
-by that share.
+Calibration. Every class of the recorded step (its kernel times re-read by name first:
+`kernels.reattribute`) is compared with what this machine's measured rates allow for its
+work: matmuls at the bench's matmul rate of the precision, each shape after its wave
+quantization and split of K, capped by the roofline on its bytes; convolutions the same,
+at least their tensors' traffic; attention as its fused kernels spend it (`attention`);
+memory-bound classes (elementwise, optimizer, copies, layout transforms) at the measured
+copy bandwidth. The ratio, the share of that ideal the class achieved, is kept; a changed
+step is its new ideal time divided by that share.
 
 - size (`params`): the family's other model, its work from `family.resize`;
-- precision: the matmul rate of the other precision (measured here), matmul operands of
-  its width, the elementwise traffic recorded under that precision family;
+- precision (`precision.change`): the matmul rate of the other precision (measured here),
+  operands of its width, the traffic recorded under that precision family, the layout
+  transforms 16-bit convolutions add, batch norm's change of implementation flagged;
 - GPU model: its datasheet roofs × the efficiencies measured here (`hardware.scaled_roofs`);
   matmul kernels re-quantized into waves on its SM count (Habitat's wave scaling, with the
   recorded grids), the others scaled by bandwidth^γ × compute^(1−γ) (Habitat's roofline γ);
@@ -26,34 +28,31 @@ quadrature); the band is the sum of the classes at their low and high ends.
 from __future__ import annotations
 
 import math
-import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.specs.catalog import GpuSpec, SpecCatalog
-from gpuaudit.workloads.ops import MEMORY_CLASSES, TENSOR_CLASSES
+from gpuaudit.workloads.ops import TENSOR_CLASSES
 
+from . import precision as precision_change
 from .ddp import simulate
-from .hardware import Roofs, habitat_gamma, scaled_roofs, waves
-from .hardware import wave_efficiency as wave_eff
-from .profile import Gemm, OpWork, StepProfile, Timed
+from .hardware import habitat_gamma, scaled_roofs, waves
+from .ideal import ELEMENT_BYTES, MEMORY_BOUND, ideal_seconds, matmul_rate, memory_seconds
+from .kernels import reattribute
+from .profile import OpWork, StepProfile
 from .rates import AllReduce, MachineRates
 from .records import ClassTime, Prediction, Scenario
+from .state import ClassState, StepState, retime
 
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-TRAIN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # what --precision may ask for
+__all__ = ["ELEMENT_BYTES", "Change", "ideal_seconds", "memory_seconds", "predict"]
 
 # Relative uncertainty each change adds to a class (combined in quadrature). Set from how far
 # each rule reaches; docs/predict.md records how they compare with measurements.
 U_PARAMS = 0.08
-U_PRECISION = 0.10
-U_BYTES_GUESSED = 0.25
+U_PRECISION = precision_change.U_PRECISION
 U_GPU = {True: {"tensor": 0.12, "memory": 0.08}, False: {"tensor": 0.30, "memory": 0.15}}
 U_ALLREDUCE = 0.30
 U_IDLE = 0.50
-EPILOGUE_DEFAULT = 0.5  # where too few shapes were timed to fit it
-EPILOGUE_MAX = 4.0  # a fit beyond this says the shapes are slow for other reasons
-EPILOGUE_MIN_SHAPES = 3
 
 # Where no all-reduce was measured: a ring reaches this share of one direction of the GPU's
 # link at large sizes, and this share of that at 1 MiB (both measured on 2 × H200, NV18:
@@ -79,145 +78,10 @@ class Change:
         return all(v is None for v in (self.gpus, self.precision, self.gpu, self.params))
 
 
-@dataclass
-class _Class:
-    work: OpWork
-    measured_ms: float
-    ms: float
-    achieved: float | None  # ideal ÷ measured on the source: the calibration
-    unc: float = 0.0
-    basis: list[str] = field(default_factory=list)
-
-    def add_unc(self, u: float) -> None:
-        self.unc = math.sqrt(self.unc**2 + u**2)
-
-
-@dataclass
-class _State:
-    classes: dict[str, _Class]
-    idle_ms: float
-    idle_unc: float
-    precision: str
-    roofs: Roofs
-    gpus: int
-    batch: int
-    tokens: int | None
-    model: str
-    matmul_params: int | None
-    buckets: tuple[tuple[int, float], ...]
-    grad_bytes: int
-    allreduce: AllReduce | None
-    speeds: Speeds = field(default_factory=lambda: Speeds())
-    changes: list[str] = field(default_factory=list)
-    basis: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def compute_ms(self) -> float:
-        return sum(c.ms for c in self.classes.values())
-
-
-def matmul_rate(roofs: Roofs, precision: str) -> float:
-    r = roofs.matmul(precision)
-    if r is None:
-        where = "measured" if roofs.measured else "published"
-        raise BadInputError(f"no {precision} matmul rate {where} for {roofs.gpu.name}: "
-                            f"cannot time matmuls in {precision} there")
-    return r
-
-
-@dataclass
-class Speeds:
-    """Matmul and attention rates at the workload's own shapes on the current GPU (TFLOP/s,
-    measured alone on the recorded one), and the epilogue constant fitted to them."""
-
-    timed: dict[tuple[object, ...], float] = field(default_factory=dict)
-    epilogue: float = EPILOGUE_DEFAULT
-
-
-def model_rate(g: Gemm, roofs: Roofs, precision: str, epilogue: float) -> float:
-    """A matmul's rate where it was not timed: the GPU's matmul rate × its wave efficiency ×
-    an epilogue factor 1/(1 + c·R/(BW·k)) (writing each output tile costs about the tile's
-    bytes at the memory rate, against a K-long main loop: it matters for small K, and more
-    the faster the tensor cores are), capped by the roofline on its bytes."""
-    rate = matmul_rate(roofs, precision)
-    ridge = rate * 1e12 / (roofs.memory_gbps * 1e9)
-    r = rate * wave_eff(g.m, g.n, g.k, g.batch, roofs.sms) / (1 + epilogue * ridge / max(g.k, 1))
-    if g.bytes > 0 and g.flops > 0:
-        r = min(r, g.flops / g.bytes * roofs.memory_gbps / 1e3)
-    return r
-
-
-def fit_epilogue(timed: list[Timed], roofs: Roofs) -> float:
-    """The epilogue constant that makes the model meet the timed shapes (median)."""
-    found = []
-    for t in timed:
-        if t.kind != "gemm" or t.tflops <= 0 or roofs.matmul(t.precision) is None:
-            continue
-        m, n, k, b = (int(x) for x in t.shape[:4])
-        rate = matmul_rate(roofs, t.precision)
-        ridge = rate * 1e12 / (roofs.memory_gbps * 1e9)
-        ratio = rate * wave_eff(m, n, k, b, roofs.sms) / t.tflops
-        found.append(max(0.0, (ratio - 1) * k / ridge))
-    if len(found) < EPILOGUE_MIN_SHAPES:
-        return EPILOGUE_DEFAULT
-    return min(EPILOGUE_MAX, statistics.median(found))
-
-
-def gemm_rate(g: Gemm, roofs: Roofs, precision: str, speeds: Speeds) -> float:
-    timed = speeds.timed.get(("gemm", g.m, g.n, g.k, g.batch, precision))
-    return timed if timed else model_rate(g, roofs, precision, speeds.epilogue)
-
-
-def attention_rate(work: OpWork, roofs: Roofs, precision: str, speeds: Speeds) -> float:
-    """The timed attention rate of the workload's attention shapes (FLOP-weighted), else
-    the matmul rate."""
-    flops, seconds = 0.0, 0.0
-    for shape, _count, f in work.attention:
-        r = speeds.timed.get(("attention", *shape, precision))
-        if r:
-            flops += f
-            seconds += f / r
-    return flops / seconds if seconds else matmul_rate(roofs, precision)
-
-
-def tensor_seconds(cls: str, work: OpWork, roofs: Roofs, precision: str,
-                   speeds: Speeds) -> float:
-    """Ideal time of a matmul-bound class: each shape at its rate (timed, or modeled);
-    attention at its timed rate; FLOPs past the kept shapes at the plain matmul rate."""
-    if cls == "attention":
-        return work.flops / (attention_rate(work, roofs, precision, speeds) * 1e12)
-    t, covered = 0.0, 0.0
-    for g in work.shapes:
-        t += g.flops / (gemm_rate(g, roofs, precision, speeds) * 1e12)
-        covered += g.flops
-    return t + max(0.0, work.flops - covered) / (matmul_rate(roofs, precision) * 1e12)
-
-
-def memory_seconds(work: OpWork, roofs: Roofs) -> float:
-    return work.bytes / (roofs.memory_gbps * 1e9)
-
-
-def ideal_seconds(cls: str, work: OpWork, roofs: Roofs, precision: str,
-                  speeds: Speeds) -> float:
-    if cls in TENSOR_CLASSES:
-        return tensor_seconds(cls, work, roofs, precision, speeds)
-    if cls in MEMORY_CLASSES:
-        return memory_seconds(work, roofs)
-    return 0.0
-
-
-def _retime(c: _Class, cls: str, state: _State, roofs: Roofs, precision: str,
-            fallback_ratio: float) -> float:
-    if c.achieved:
-        return ideal_seconds(cls, c.work, roofs, precision, state.speeds) * 1e3 / c.achieved
-    return c.ms * fallback_ratio
-
-
 # --- the source ------------------------------------------------------------------------------
 
 
-def _start(profile: StepProfile, rates: MachineRates) -> _State:
+def _start(profile: StepProfile, rates: MachineRates) -> StepState:
     roofs = rates.roofs
     if profile.precision not in ELEMENT_BYTES:
         raise BadInputError(f"{profile.workload}: precision {profile.precision!r} is not one "
@@ -226,36 +90,32 @@ def _start(profile: StepProfile, rates: MachineRates) -> _State:
     total = sum(w.ms for w in profile.classes.values())
     # The profiler's steps can outlast the timed ones; never let the classes exceed them.
     scale = min(1.0, profile.step_ms / total) if total else 1.0
-    timed = [t for w in profile.classes.values() for t in w.timed]
-    speeds = Speeds(timed={(t.kind, *t.shape, t.precision): t.tflops for t in timed},
-                    epilogue=fit_epilogue(timed, roofs))
+    read = reattribute(profile.classes)
     classes = {}
-    for cls, w in profile.classes.items():
+    for cls, w in read.classes.items():
         ms = w.ms * scale
-        ideal = ideal_seconds(cls, w, roofs, profile.precision, speeds) * 1e3
-        classes[cls] = _Class(work=w, measured_ms=ms, ms=ms,
-                              achieved=ideal / ms if ideal > 0 and ms > 0 else None)
-    state = _State(classes=classes, idle_ms=max(0.0, profile.step_ms - total * scale),
-                   idle_unc=0.0, precision=profile.precision, roofs=roofs, gpus=1,
-                   batch=profile.batch, tokens=profile.tokens_per_sample,
-                   model=profile.model,
-                   matmul_params=_int(profile.model_params.get("matmul_params")),
-                   buckets=profile.buckets, grad_bytes=profile.grad_bytes,
-                   allreduce=rates.allreduce, speeds=speeds)
+        ideal = ideal_seconds(cls, w, roofs, profile.precision) * 1e3
+        classes[cls] = ClassState(work=w, measured_ms=ms, ms=ms,
+                                  achieved=ideal / ms if ideal > 0 and ms > 0 else None)
+    state = StepState(classes=classes, idle_ms=max(0.0, profile.step_ms - total * scale),
+                      idle_unc=0.0, precision=profile.precision, roofs=roofs, gpus=1,
+                      batch=profile.batch, tokens=profile.tokens_per_sample,
+                      model=profile.model,
+                      matmul_params=_int(profile.model_params.get("matmul_params")),
+                      buckets=profile.buckets, grad_bytes=profile.grad_bytes,
+                      allreduce=rates.allreduce,
+                      channels_last=bool(profile.model_params.get("channels_last")))
     state.basis.append(f"recorded step: {profile.workload} in run {profile.run_id}, "
                        f"{profile.step_ms:.3g} ms (p50), GPU busy {profile.busy_ms:.3g} ms "
                        f"({profile.kernel_source or 'kernels'})")
-    if timed:
-        gemms = sum(1 for t in timed if t.kind == "gemm")
-        precisions = ", ".join(sorted({t.precision for t in timed}))
-        state.basis.append(f"{gemms} matmul shapes and {len(timed) - gemms} attention shapes "
-                           f"of the step timed alone in {precisions}; "
-                           f"untimed shapes modeled (wave quantization, epilogue c = "
-                           f"{speeds.epilogue:.3g} fitted to the timed ones)")
+    state.basis.extend(read.basis)
+    state.basis.append("matmuls at the bench's rate after wave quantization and split-K, "
+                       "capped by their roofline; attention's matmuls (causal work), "
+                       "exponentials and traffic; memory classes at the copy bandwidth")
     state.basis.extend(roofs.basis)
     if profile.device == "cpu":
-        state.notes.append("recorded on the CPU: its operator times and timed shapes are the "
-                           "CPU's, the GPU rates only scale them (a dry run, not a forecast)")
+        state.notes.append("recorded on the CPU: its operator times are the CPU's, the GPU "
+                           "rates only scale them (a dry run, not a forecast)")
     if scale < 1.0:
         state.notes.append(f"profiled kernels summed to {total:.3g} ms, more than the timed "
                            f"step: scaled by {scale:.3f}")
@@ -269,7 +129,7 @@ def _int(v: object) -> int | None:
 # --- the changes -----------------------------------------------------------------------------
 
 
-def _resize(state: _State, profile: StepProfile, change: Change) -> None:
+def _resize(state: StepState, profile: StepProfile, change: Change) -> None:
     from .family import resize
 
     assert change.params is not None
@@ -277,7 +137,7 @@ def _resize(state: _State, profile: StepProfile, change: Change) -> None:
     for cls, c in state.classes.items():
         work = r.classes.get(cls, c.work)
         c.work = work
-        c.ms = _retime(c, cls, state, state.roofs, state.precision, r.ratios.get(cls, 1.0))
+        c.ms = retime(c, cls, state.roofs, state.precision, r.ratios.get(cls, 1.0))
         c.add_unc(U_PARAMS)
         c.basis.append(f"{r.source.name} → {r.target.name}: work ×{r.ratios.get(cls, 1):.3g}")
     state.idle_ms *= r.op_ratio
@@ -290,53 +150,7 @@ def _resize(state: _State, profile: StepProfile, change: Change) -> None:
     state.basis.extend(r.basis)
 
 
-def _precision(state: _State, target: str) -> None:
-    if target not in TRAIN_PRECISIONS:
-        raise BadInputError(f"--precision {target!r}: expected one of "
-                            f"{', '.join(TRAIN_PRECISIONS)}")
-    src = state.precision
-    if target == src:
-        return
-    matmul_rate(state.roofs, target)
-    width = ELEMENT_BYTES[target]
-    same_family = ELEMENT_BYTES[src] == width
-    for cls, c in state.classes.items():
-        w = c.work
-        if cls in TENSOR_CLASSES:
-            shapes = tuple(Gemm(g.m, g.n, g.k, g.batch, width, g.count, g.flops)
-                           for g in w.shapes)
-            c.work = w.with_(shapes=shapes, kernels=(),
-                             bytes=w.bytes * width / ELEMENT_BYTES[src])
-            c.ms = _retime(c, cls, state, state.roofs, target,
-                           matmul_rate(state.roofs, src) / matmul_rate(state.roofs, target))
-            timed = sum(1 for t in w.timed if t.precision == target)
-            c.add_unc(U_PRECISION / (2 if timed else 1))
-            c.basis.append(f"{src} → {target}: " + (
-                f"{timed} shapes timed in {target}" if timed else
-                f"matmul rate {matmul_rate(state.roofs, target):.4g} TFLOP/s, modeled shapes")
-                + f", {width}-byte operands")
-            continue
-        if same_family:
-            new, how, u = w.bytes, "same traffic", 0.02
-        elif w.alt_bytes is not None and w.alt_precision is not None and \
-                ELEMENT_BYTES.get(w.alt_precision) == width:
-            new, how, u = w.alt_bytes, f"traffic recorded under {w.alt_precision}", 0.05
-        else:
-            new, how, u = w.bytes * (0.6 if width < ELEMENT_BYTES[src] else 1.6), \
-                "traffic not recorded for it: ×0.6 / ×1.6 assumed", U_BYTES_GUESSED
-        ratio = new / w.bytes if w.bytes else 1.0
-        c.work = w.with_(bytes=new, alt_bytes=w.bytes, alt_precision=src)
-        c.ms *= ratio
-        c.add_unc(u)
-        c.basis.append(f"{src} → {target}: {how} (×{ratio:.3g})")
-    state.precision = target
-    state.changes.append("precision")
-    state.basis.append(f"precision {src} → {target}: matmuls at the measured {target} rate "
-                       "with the source's achieved share; traffic of the other precision as "
-                       "recorded")
-
-
-def _gpu(state: _State, target: GpuSpec) -> None:
+def _gpu(state: StepState, target: GpuSpec) -> None:
     here = state.roofs
     if target.id == here.gpu.id:
         return
@@ -345,7 +159,6 @@ def _gpu(state: _State, target: GpuSpec) -> None:
     same_arch = target.architecture == here.gpu.architecture
     r_here, r_there = matmul_rate(here, state.precision), matmul_rate(theirs, state.precision)
     s_here, s_there = here.sms, theirs.sms
-    state.speeds = _moved_speeds(state.speeds, here, theirs)
     for cls, c in state.classes.items():
         w = c.work
         if cls in TENSOR_CLASSES:
@@ -353,13 +166,14 @@ def _gpu(state: _State, target: GpuSpec) -> None:
                 c.ms = _wave_scaled(c, w, r_here, r_there, s_here, s_there)
                 how = f"{len(w.kernels)} recorded kernel grids re-quantized into waves"
             else:
-                c.ms = _retime(c, cls, state, theirs, state.precision, r_here / r_there)
-                how = ("its timed rate moved by the matmul rate" if cls == "attention" else
+                c.ms = retime(c, cls, theirs, state.precision, r_here / r_there)
+                how = ("its matmuls, exponentials and traffic on its roofs"
+                       if cls == "attention" else
                        "shapes re-quantized into waves" if s_there else "no SM count: no waves")
             c.add_unc(U_GPU[same_arch]["tensor"])
             c.basis.append(f"{here.gpu.id} → {target.id}: {how}, matmul "
                            f"{r_here:.4g} → {r_there:.4g} TFLOP/s")
-        elif cls in MEMORY_CLASSES:
+        elif cls in MEMORY_BOUND:
             gamma = habitat_gamma(w.flops, w.bytes, theirs.vector_tflops, theirs.memory_gbps)
             compute = ((here.vector_tflops or 1.0) / (theirs.vector_tflops or 1.0))
             factor = (here.memory_gbps / theirs.memory_gbps) ** gamma * compute ** (1 - gamma)
@@ -384,33 +198,19 @@ def _gpu(state: _State, target: GpuSpec) -> None:
                            "other efficiencies; a wide band")
 
 
-def _moved_speeds(speeds: Speeds, here: Roofs, there: Roofs) -> Speeds:
-    """The timed rates carried to another GPU: each keeps its share of the matmul rate of its
-    precision, re-quantized into the other GPU's waves (matmuls)."""
-    moved = {}
-    for key, rate in speeds.timed.items():
-        p = str(key[-1])
-        a, b = here.matmul(p), there.matmul(p)
-        if not a or not b:
-            continue
-        r = rate * b / a
-        if key[0] == "gemm":
-            m, n, k, batch = (int(x) for x in key[1:5])  # type: ignore[call-overload]
-            w_here = wave_eff(m, n, k, batch, here.sms)
-            r *= wave_eff(m, n, k, batch, there.sms) / w_here if w_here else 1.0
-        moved[key] = r
-    return Speeds(timed=moved, epilogue=speeds.epilogue)
-
-
-def _wave_scaled(c: _Class, w: OpWork, r_here: float, r_there: float, s_here: int,
+def _wave_scaled(c: ClassState, w: OpWork, r_here: float, r_there: float, s_here: int,
                  s_there: int) -> float:
     """Habitat's wave scaling: a kernel's time × its waves there ÷ here × the time of one
-    wave there ÷ here (the per-SM rate: matmul rate ÷ SMs)."""
+    wave there ÷ here (the per-SM rate: matmul rate ÷ SMs), one block resident per SM (the
+    recording has grids, not residency). A grid of exactly the SMs here is a persistent
+    kernel (cuBLAS's nvjet on Hopper): it is launched with the other GPU's SM count, its
+    tiles spread over them, so it scales as the matmul rate does."""
     per_wave = (r_here / s_here) / (r_there / s_there)
     seen = sum(k.us for k in w.kernels) / 1e3
     out = 0.0
     for k in w.kernels:
-        ratio = waves(k.blocks, s_there, k.per_sm) / waves(k.blocks, s_here, k.per_sm)
+        ratio = (s_here / s_there if k.blocks == s_here else
+                 waves(k.blocks, s_there) / waves(k.blocks, s_here))
         out += k.us / 1e3 * ratio * per_wave
     rest = max(0.0, c.ms - seen)
     return out + rest * r_here / r_there
@@ -445,7 +245,7 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
     if change.params is not None:
         _resize(state, profile, change)
     if change.precision is not None:
-        _precision(state, change.precision.strip().lower())
+        precision_change.change(state, change.precision.strip().lower())
     if change.gpu is not None:
         _gpu(state, _spec(specs, change.gpu))
     gpus = change.gpus or 1
@@ -484,7 +284,7 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
     target = _scenario(state, profile, _mode_of(profile, state.precision))
     samples = state.gpus * state.batch * 1e3
     tokens = state.tokens
-    classes = tuple(ClassTime(op_class=cls, measured_ms=round(measured[cls], 6),
+    classes = tuple(ClassTime(op_class=cls, measured_ms=round(measured.get(cls, 0.0), 6),
                               predicted_ms=round(c.ms, 6),
                               uncertainty_pct=round(100 * c.unc, 2),
                               achieved_pct=round(100 * c.achieved, 2) if c.achieved else None,
@@ -512,7 +312,7 @@ def _mode_of(profile: StepProfile, precision: str) -> str:
     return "+".join([precision, *flags])
 
 
-def _scenario(state: _State, profile: StepProfile, mode: str) -> Scenario:
+def _scenario(state: StepState, profile: StepProfile, mode: str) -> Scenario:
     return Scenario(gpu=state.roofs.gpu.id, gpu_name=state.roofs.gpu.name, gpus=state.gpus,
                     precision=state.precision, model=state.model, mode=mode,
                     batch_per_gpu=state.batch, tokens_per_sample=state.tokens,
@@ -528,7 +328,7 @@ def _spec(specs: SpecCatalog, gpu: str) -> GpuSpec:
     return spec
 
 
-def _memory_note(state: _State, profile: StepProfile, change: Change) -> None:
+def _memory_note(state: StepState, profile: StepProfile, change: Change) -> None:
     if profile.peak_memory_gb is None or change.params is not None:
         return
     have = state.roofs.gpu.memory_gb

@@ -8,6 +8,8 @@ its own tally; the recorded elementwise traffic is scaled operator by operator b
 target/source ratio of that operator's traffic (log-softmax scales with the vocabulary,
 layer norms with layers × width…), attention by B·L·d·T² (FLOPs) and B·L·T·d (bytes), the
 optimizer by the parameter count, the host's launch gaps by the number of operators.
+The target's attention shape (batch, heads, context, head size) replaces the source's: its
+causal share and exponentials follow it (`attention`).
 """
 
 from __future__ import annotations
@@ -195,8 +197,14 @@ def resize(profile: StepProfile, params: float, *, batch: int | None = None,
                                    shapes=shapes, kernels=())
         elif cls == "attention":
             ratios[cls] = att_flops
+            causal = any(bool(shape[5]) for shape, _, _ in w.attention)
+            q = tgt.dim // tgt.heads
+            forward = 4.0 * tgt.batch * tgt.heads * tgt.seq_len**2 * q * tgt.layers
             classes[cls] = w.with_(flops=w.flops * att_flops, bytes=w.bytes * att_bytes,
-                                   kernels=())
+                                   alt_bytes=(w.alt_bytes or 0) * att_bytes or None,
+                                   kernels=(), attention=(
+                                       ((tgt.batch, tgt.heads, tgt.seq_len, tgt.seq_len, q,
+                                         causal), float(tgt.layers), forward),))
         elif cls == "optimizer":
             ratios[cls] = param_ratio
             classes[cls] = w.with_(bytes=w.bytes * param_ratio,

@@ -3,8 +3,10 @@ from, and for another GPU its datasheet roofs scaled by the efficiencies measure
 counts for wave quantization; Habitat's roofline exponent for kernels that keep their code.
 
 Wave quantization (Habitat, Yu et al., USENIX ATC 2021; NeuSight, Lee et al., ASPLOS 2025):
-a kernel runs its thread blocks in waves of (SMs × blocks per SM); a last, partial wave
-costs a whole one. A matmul's blocks are its output tiles.
+a kernel runs its thread blocks in waves of (SMs × blocks resident per SM); a last, partial
+wave costs a whole one. A matmul's blocks are its output tiles, times its split of K: cuBLAS
+splits K (split-K, stream-K on Hopper) to fill the SMs when that pays for the partial sums'
+reduction, so a matmul's quantization is the best split's (`split_k`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,15 @@ SM_SOURCE = ("SMs = CUDA cores ÷ cores per SM (64 on Volta, Turing, GA100; 128 
 MATMUL_KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8",
               "int8": "int8"}
 TILE = (128, 128)  # output tile assumed for matmuls whose kernels were not seen
+# The output tiles cuBLAS picks among (CUTLASS's 128×128, 128×256, 256×128 on Ampere and
+# Hopper; 192×192 in Hopper's nvjet kernels, as the gpt steps recorded on an H200 ran them):
+# a matmul is taken to run the one that quantizes best.
+TILES = ((128, 128), (128, 256), (256, 128), (192, 192))
 MIN_SPLIT_K = 512  # a split-K slice keeps at least this much of K
+PARTIAL_BYTES = 4  # split-K partial sums are fp32: each slice writes its m×n, the sum reads it
+# Exponentials per SM per clock (the SFUs: 16 per SM on Volta to Hopper); FlashAttention-3
+# (Shah et al., 2024) counts 3.9 T/s on the H100 SXM: 132 SMs × 16 × 1.83 GHz.
+EXP_PER_SM_CLOCK = 16
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,12 @@ class Roofs:
     def vector_tflops(self) -> float | None:
         """CUDA-core fp32 rate: the compute roof of kernels without tensor cores."""
         return self.gpu.peak("fp32")
+
+    @property
+    def exp_per_s(self) -> float | None:
+        """Exponentials per second (SFUs × SMs × the datasheet's highest SM clock): the roof
+        of attention's softmax, which the tensor cores do not compute."""
+        return exp_rate(self.gpu, self.sms)
 
 
 def sm_count(gpu: GpuSpec) -> int | None:
@@ -85,30 +101,50 @@ def scaled_roofs(target: GpuSpec, reference: Roofs) -> Roofs:
                  measured=False, basis=basis, efficiency=eff)
 
 
-def waves(blocks: int, sms: int, per_sm: float = 1.0) -> int:
-    """Waves of a kernel of `blocks` thread blocks on `sms` SMs, `per_sm` resident each."""
-    slots = max(1, int(sms * max(per_sm, 1.0)))
-    return max(1, math.ceil(blocks / slots))
+def exp_rate(gpu: GpuSpec, sms: int | None) -> float | None:
+    if not sms or not gpu.max_sm_clock_mhz:
+        return None
+    return sms * EXP_PER_SM_CLOCK * gpu.max_sm_clock_mhz * 1e6
 
 
-def tiles(m: int, n: int, k: int, batch: int, sms: int | None,
-          tile: tuple[int, int] = TILE) -> int:
-    """Output tiles of a matmul; when they are fewer than the SMs, K is split (cuBLAS's
-    split-K) while each slice keeps at least MIN_SPLIT_K of it."""
-    count = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * max(batch, 1)
-    if sms and count < sms:
-        split = max(1, min(sms // count, k // MIN_SPLIT_K))
-        count *= split
-    return count
+def waves(blocks: int, sms: int, resident: int = 1) -> int:
+    """Waves of a kernel of `blocks` thread blocks on `sms` SMs, `resident` blocks at once on
+    each. (The profiler's "blocks per SM" is blocks ÷ SMs, not residency: not this.)"""
+    return max(1, math.ceil(blocks / (max(1, sms) * max(1, resident))))
+
+
+def tiles(m: int, n: int, batch: int, tile: tuple[int, int] = TILE) -> int:
+    """Output tiles of a matmul."""
+    return math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * max(batch, 1)
+
+
+def split_k(m: int, n: int, k: int, batch: int, sms: int | None, ridge_bytes: float = 0.0,
+            tile: tuple[int, int] = TILE) -> tuple[int, float]:
+    """(split of K, cost ÷ an unquantized run) of a matmul's best split: the waves'
+    (tiles·split ÷ (waves × SMs)) against its partial sums' traffic (each slice writes
+    m×n fp32, read back once to sum them), `ridge_bytes` FLOP per byte of that traffic
+    (the GPU's matmul rate ÷ memory bandwidth). Each slice keeps ≥ MIN_SPLIT_K of K.
+    (1, 1.0) without an SM count."""
+    if not sms:
+        return 1, 1.0
+    t = tiles(m, n, batch, tile)
+    flops = 2.0 * m * n * k * max(batch, 1)
+    best = (1, math.inf)
+    for split in range(1, max(1, min(sms, k // MIN_SPLIT_K)) + 1):
+        quantized = waves(t * split, sms) * sms / (t * split)
+        partials = 2 * split * m * n * max(batch, 1) * PARTIAL_BYTES if split > 1 else 0
+        cost = quantized + partials * ridge_bytes / flops
+        if cost < best[1] - 1e-12:
+            best = (split, cost)
+    return best
 
 
 def wave_efficiency(m: int, n: int, k: int, batch: int, sms: int | None,
-                    tile: tuple[int, int] = TILE) -> float:
-    """Share of the SMs' time a matmul uses: tiles ÷ (waves × SMs); 1 without an SM count."""
-    if not sms:
-        return 1.0
-    t = tiles(m, n, k, batch, sms, tile)
-    return t / (waves(t, sms) * sms)
+                    ridge_bytes: float = 0.0,
+                    tiles_: tuple[tuple[int, int], ...] = TILES) -> float:
+    """Share of the matmul rate a matmul keeps after quantization and split-K: 1 ÷ the cost
+    of the best tile and split; 1 without an SM count."""
+    return 1.0 / min(split_k(m, n, k, batch, sms, ridge_bytes, t)[1] for t in tiles_)
 
 
 def habitat_gamma(flops: float, bytes_: float, dest_tflops: float | None,

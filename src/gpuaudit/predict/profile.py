@@ -225,7 +225,7 @@ def load_profile(run: Run, workload: str | None = None) -> StepProfile:
     peak = by_name.get(f"{name}/peak_memory")
     model_params = {k: v for k, v in p.items() if k in
                     ("layers", "heads", "dim", "vocab", "seq_len", "matmul_params",
-                     "attention", "image_size", "width", "implementation")}
+                     "attention", "image_size", "width", "implementation", "channels_last")}
     step_ms = float(timed.value)  # type: ignore[arg-type]
     busy = float(p.get("busy_ms") or 0.0)  # type: ignore[arg-type]
     return StepProfile(

@@ -33,8 +33,9 @@ class ClassTime(Record):
     measured_ms: float
     predicted_ms: float
     uncertainty_pct: float  # ± share of the predicted time
-    # The share of this GPU's measured rate (matmul for gemm/attention/conv, memory copy for
-    # the rest) the class achieved in the source, after wave quantization: the calibration.
+    # The share of its ideal time (`predict.ideal`: the measured matmul and copy rates after
+    # quantization, attention's causal work and exponentials, convolutions' roofline) the
+    # class achieved in the source: the calibration. None for a class the source lacks.
     achieved_pct: float | None = None
     basis: str
 
