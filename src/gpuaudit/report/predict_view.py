@@ -57,8 +57,9 @@ def classes_table(p: Prediction) -> Table:
 
 def predict_view(p: Prediction) -> RenderableType:
     parts: list[RenderableType] = [summary(p), classes_table(p)]
-    text = Text("achieved: the share of this GPU's measured rate (matmul, or memory copy) the "
-                "class reached in the recorded step.\n", style="dim")
+    text = Text("achieved: the share of the class's ideal time (its work at this GPU's "
+                "measured rates: matmul per precision and shape, memory copy) that the class "
+                "reached in the recorded step.\n", style="dim")
     for c in p.classes:
         if c.basis != "unchanged":
             text.append(f"{c.op_class}: ", style="bold")
