@@ -550,22 +550,19 @@ def batch_too_small(sig: Signals) -> list[Result]:
     t = sig.trace
     if t and t.cuda and t.per_step(t.kernels) >= MANY_KERNELS:
         return []  # many small kernels, not a few: launch-bound's (a bigger batch won't fix)
-    if _small_batch_trace(sig):
-        assert t is not None
-        d = t.devices[0]
+    if t and _small_batch_trace(sig):
         idle = _unexplained_idle(sig)
         g = sig.gpus[0] if sig.gpus else None
         mem = g.memory_used_fraction if g else None
-        matmul = _matmul_share(t)
         # not doing math: idle, or busy with SMs mostly empty (GPM) where it was read
         share = max(idle, 1 - g.sm_busy) if g and g.sm_busy is not None else idle
         ev = [obs("gpu_idle", idle, "of GPU span", trace_source(t)),
-              obs("matmul_time", matmul, "of kernel time", trace_source(t)),
+              obs("matmul_time", _matmul_share(t), "of kernel time", trace_source(t)),
               obs("kernels_per_step", t.per_step(t.kernels), "", trace_source(t), 0),
               obs("median_kernel", t.median_kernel_us, "µs", trace_source(t), 1)]
         if g is not None and mem is not None:
             ev.append(obs("memory_used", mem, "fraction", gpu_source(g)))
-        return [_batch_result(share, "high", ev, d.device, mem)]
+        return [_batch_result(share, "high", ev, t.devices[0].device, mem)]
     for g in sig.gpus:
         busy = g.sm_busy
         mem = g.memory_used_fraction
