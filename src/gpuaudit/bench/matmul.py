@@ -5,7 +5,9 @@ checked.
 The winner is measured on every GPU at once in two regimes. Burst: after an idle pause,
 mamf-finder's protocol (50 warm-up + 100 timed iterations, 256 MiB written between them as its
 cache flush); its median is the figure, its mean (mamf-finder's headline statistic) and max are
-kept beside it. Sustained: past the power limiter's settling, as a job runs.
+kept beside it. The tensor-core precisions rank their leading shapes by that same measurement.
+Sustained: past the power limiter's settling, as a job runs. Every precision's burst comes
+before any sustained run, so no burst starts in the state a sustained run leaves.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,7 @@ from gpuaudit.bench.matmul_search import (
     family,
     flops,
     leaders,
+    rank_bursts,
     search,
     wave_shapes,
 )
@@ -113,113 +116,179 @@ def run(ctx: BenchContext) -> Iterator[Measurement]:
         return
     old = torch.backends.cuda.matmul.allow_tf32
     try:
+        # Every precision's search and burst first, every sustained figure after: a sustained
+        # run holds the GPU at its power limit for 0.6 s (quick) to 8 s (full), and the next
+        # precision's search and burst would start in the state it left (on 2026-12-01 fp16,
+        # measured right after bf16's sustained run, read ~100 TFLOP/s below bf16 at the same
+        # shapes; the two have the same tensor-core peak).
+        chosen = []
         for prec in PRECISIONS.values():
-            yield from _run_precision(ctx, torch, prec)
+            choice = yield from _burst_phase(ctx, torch, prec)
+            if choice is not None:
+                chosen.append(choice)
+        for choice in chosen:
+            yield from _sustained_phase(ctx, torch, choice)
     finally:
         _tf32(torch, old)
 
 
-def _run_precision(ctx: BenchContext, torch: Any, prec: Precision) -> Iterator[Measurement]:
-    devices = [d for d, _ in ctx.devices]
-    index = {d.cuda_index: i for d, i in ctx.devices}
-    first = devices[0]
+@dataclass(frozen=True)
+class _Choice:
+    """A precision's chosen shape and what its records share."""
+
+    prec: Precision
+    shape: Shape
+    params: Params
+
+
+def _supported(ctx: BenchContext, prec: Precision) -> Iterator[Measurement]:
+    """Skipped records when the GPU is too old for `prec`."""
+    first = ctx.devices[0][0]
     if first.capability < prec.min_capability:
         for d, i in ctx.devices:
             yield skipped(SUITE, prec.name, prec.unit,
                           f"needs compute capability {'.'.join(map(str, prec.min_capability))}"
                           f"+ (this GPU has {'.'.join(map(str, d.capability))})", gpu_index=i)
-        return
+
+
+def _burst_phase(ctx: BenchContext, torch: Any, prec: Precision
+                 ) -> Generator[Measurement, None, _Choice | None]:
+    """Search the shape on the first GPU, rank the leaders, measure the burst on every GPU."""
+    unsupported = list(_supported(ctx, prec))
+    if unsupported:
+        yield from unsupported
+        return None
+    devices = [d for d, _ in ctx.devices]
+    first = devices[0]
     _tf32(torch, prec.name == "tf32")
-    iters = ctx.pick(30, 100, 200)
-    squares = ctx.pick([2048, 4096, 8192, 16384], [2048, 4096, 6144, 8192, 12288, 16384],
+    squares = ctx.pick([2048, 4096, 8192], [2048, 4096, 6144, 8192, 12288, 16384],
                        [1024, 2048, 4096, 6144, 8192, 12288, 16384, 20480])
     ctx.step(f"matmul {prec.name}: shape search")
     gen = torch.Generator(device=f"cuda:{first.cuda_index}").manual_seed(1234)
-    flush = L2Flush(first)
+    # mamf-finder's 256 MiB between iterations everywhere: the share of each iteration spent
+    # flushing (up to ~40 % for a one-wave shape) lowers its average power, so the brief
+    # timing sees the same duty cycle as the burst it stands in for.
+    flush = L2Flush(first, FLUSH_BYTES)
     idle_s = ctx.pick(0.2, 0.5, 1.0)
     sms = first.multiprocessor_count
 
-    def on_first(shape: Shape, iters: int, warmup: int, l2: L2Flush) -> list[float] | None:
-        """Per-iteration times of `shape` on the first GPU; None when it does not fit."""
+    def on_first(shape: Shape, timing: Callable[[_Operands], list[float]]
+                 ) -> list[float] | None:
+        """`timing`'s per-iteration times of `shape` on the first GPU; None when it does not
+        fit."""
         try:
             with torch.cuda.device(first.cuda_index):
-                ops = _Operands(torch, prec, shape, f"cuda:{first.cuda_index}", gen)
-                return cuda_times_ms(ops.run, iters=iters, warmup=warmup, flush=l2)
+                return timing(_Operands(torch, prec, shape, f"cuda:{first.cuda_index}", gen))
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             return None
 
+    def iterations(iters: int, warmup: int) -> Callable[[_Operands], list[float]]:
+        return lambda ops: cuda_times_ms(ops.run, iters=iters, warmup=warmup, flush=flush)
+
     def brief(shape: Shape) -> float | None:
-        times = on_first(shape, ctx.pick(10, 20, 30), 3, flush)
+        times = on_first(shape, iterations(ctx.pick(10, 20, 30), 3))
         return statistics.median(rate(flops(shape), times, 1e12)) if times else None
-
-    # One round of the leaders' re-timing, in mamf-finder's regime (256 MiB flush between
-    # iterations): (warm-up, timed) per round, rounds interleaved across the leaders.
-    warm, timed = ctx.pick((5, 15), (10, 30), (20, 50))
-    big_flush = L2Flush(first, FLUSH_BYTES)
-
-    def again(shape: Shape) -> list[float] | None:
-        return on_first(shape, timed, warm, big_flush)
 
     try:
         _, tried = search(brief, squares, prec.max_side, refine_rounds=ctx.pick(3, 6, 10),
                           seeds=wave_shapes(sms, prec.max_side))
         ctx.step(f"matmul {prec.name}: re-timing the leading shapes")
-        # fp32 and fp64 run ~15x slower than the tensor-core precisions: fewer re-timings
-        chosen = leaders(tried, ctx.pick(3, 6, 8) if prec.slow else ctx.pick(5, 8, 12),
+        chosen = leaders(tried, ctx.pick(3, 6, 8) if prec.slow else ctx.pick(3, 5, 8),
                          lambda s: family(s, sms, prec.max_side))
-        best, confirmed = confirm(again, chosen, ctx.pick(2, 3, 4) if prec.slow
-                                  else ctx.pick(3, 4, 5))
+        if prec.slow:
+            # fp32 and fp64 run ~15x slower than the tensor-core precisions: a burst of theirs
+            # takes seconds, so their leaders get short interleaved rounds instead
+            warm, timed = ctx.pick((5, 15), (10, 30), (20, 50))
+            best, ranked = confirm(lambda s: on_first(s, iterations(timed, warm)), chosen,
+                                   ctx.pick(2, 3, 4))
+            ranked_by = "interleaved re-timing rounds"
+        else:
+            best, ranked = rank_bursts(
+                lambda s: on_first(s, lambda ops: _burst_times(torch, ops, idle_s, flush)),
+                chosen)
+            ranked_by = "burst after the idle pause"
     except (RuntimeError, TypeError) as exc:
         for _, i in ctx.devices:
             yield skipped(SUITE, prec.name, prec.unit,
-                          f"{prec.name} matmul failed: {reason_of(exc)}",
-                          gpu_index=i)
-        return
+                          f"{prec.name} matmul failed: {reason_of(exc)}", gpu_index=i)
+        return None
     finally:
-        big_flush.buf = None
+        flush.buf = None
     ctx.step(f"matmul {prec.name}: {best[0]}×{best[1]}×{best[2]} on {len(devices)} GPU(s)")
     work = flops(best)
 
-    def final(d: CudaDevice) -> tuple[list[float], list[float], bool, float]:
-        g = torch.Generator(device=f"cuda:{d.cuda_index}").manual_seed(99 + d.cuda_index)
-        ops = _Operands(torch, prec, best, f"cuda:{d.cuda_index}", g)
-        # Burst: after an idle pause, mamf-finder's 50 + 100 iterations and its 256 MiB flush,
-        # mostly before the power limiter pulls the clocks down. Sustained: past that
-        # settling, as a job runs.
-        time.sleep(idle_s)
-        burst = cuda_times_ms(ops.run, iters=100, warmup=50, flush=L2Flush(d, FLUSH_BYTES))
-        l2 = L2Flush(d)
-        sustained = cuda_times_ms(ops.run, iters=iters, warmup=ctx.pick(10, 25, 50), flush=l2,
-                                  min_warmup_ms=ctx.pick(300, 1000, 5000),
-                                  min_timed_ms=ctx.pick(300, 1000, 3000))
+    def burst(d: CudaDevice) -> tuple[list[float], bool, float]:
+        ops = _operands(torch, prec, best, d)
+        times = _burst_times(torch, ops, idle_s, L2Flush(d, FLUSH_BYTES))
         ok, err = ops.check()
-        return sustained, burst, ok, err
+        return times, ok, err
 
-    for d, result in zip(devices, on_each(devices, final), strict=True):
-        i = index[d.cuda_index]
-        spec = ctx.spec(i)
+    params: Params = {"m": best[0], "n": best[1], "k": best[2], "shapes_tried": len(tried),
+                      "leaders": _leaders_text(ranked), "leaders_ranked_by": ranked_by,
+                      "device": "cuda"}
+    for (_, i), result in zip(ctx.devices, on_each(devices, burst), strict=True):
         if isinstance(result, BaseException):
-            yield skipped(SUITE, prec.name, prec.unit, reason_of(result), gpu_index=i)
+            yield skipped(SUITE, f"{prec.name}_burst", prec.unit, reason_of(result), gpu_index=i)
             continue
-        sustained_ms, burst_ms, ok, err = result
-        params: Params = {"m": best[0], "n": best[1], "k": best[2], "shapes_tried": len(tried),
-                          "leaders": _leaders_text(confirmed),
-                          "relative_error": float(f"{err:.3g}"), "device": "cuda"}
-        peak = spec.peak(prec.spec_key) if spec else None
-        yield measure(SUITE, prec.name, prec.unit, rate(work, sustained_ms, 1e12),
-                      warmup=ctx.pick(10, 25, 50), spec_value=peak, gpu_index=i,
-                      params={**params, "regime": "sustained", **_mean_max(work, sustained_ms)},
-                      verified=ok)
-        yield measure(SUITE, f"{prec.name}_burst", prec.unit, rate(work, burst_ms, 1e12),
-                      warmup=50, spec_value=peak, gpu_index=i,
-                      params={**params, "regime": "burst", **_mean_max(work, burst_ms)},
-                      verified=ok,
+        times, ok, err = result
+        spec = ctx.spec(i)
+        yield measure(SUITE, f"{prec.name}_burst", prec.unit, rate(work, times, 1e12),
+                      warmup=50, spec_value=spec.peak(prec.spec_key) if spec else None,
+                      gpu_index=i, verified=ok,
+                      params={**params, "relative_error": float(f"{err:.3g}"),
+                              "regime": "burst", **_mean_max(work, times)},
                       notes=("after an idle pause, before the power limit settles, as "
                              "mamf-finder measures (its headline is the mean: params.mean); "
                              "jobs get the sustained figure",))
-    flush.buf = None
     torch.cuda.empty_cache()
+    return _Choice(prec, best, params)
+
+
+def _sustained_phase(ctx: BenchContext, torch: Any, choice: _Choice) -> Iterator[Measurement]:
+    """The chosen shape on every GPU at once, past the power limiter's settling, as a job runs."""
+    prec, best = choice.prec, choice.shape
+    devices = [d for d, _ in ctx.devices]
+    _tf32(torch, prec.name == "tf32")
+    ctx.step(f"matmul {prec.name}: sustained at {best[0]}×{best[1]}×{best[2]}")
+    warmup = ctx.pick(10, 25, 50)
+
+    def sustained(d: CudaDevice) -> tuple[list[float], bool, float]:
+        ops = _operands(torch, prec, best, d)
+        times = cuda_times_ms(ops.run, iters=ctx.pick(30, 100, 200), warmup=warmup,
+                              flush=L2Flush(d), min_warmup_ms=ctx.pick(300, 1000, 5000),
+                              min_timed_ms=ctx.pick(300, 1000, 3000))
+        ok, err = ops.check()
+        return times, ok, err
+
+    for (_, i), result in zip(ctx.devices, on_each(devices, sustained), strict=True):
+        if isinstance(result, BaseException):
+            yield skipped(SUITE, prec.name, prec.unit, reason_of(result), gpu_index=i)
+            continue
+        times, ok, err = result
+        spec = ctx.spec(i)
+        work = flops(best)
+        yield measure(SUITE, prec.name, prec.unit, rate(work, times, 1e12), warmup=warmup,
+                      spec_value=spec.peak(prec.spec_key) if spec else None, gpu_index=i,
+                      params={**choice.params, "relative_error": float(f"{err:.3g}"),
+                              "regime": "sustained", **_mean_max(work, times)},
+                      verified=ok)
+    torch.cuda.empty_cache()
+
+
+def _burst_times(torch: Any, ops: _Operands, idle_s: float, flush: L2Flush) -> list[float]:
+    """The burst figure's iterations (ms), as each leader was ranked: `idle_s` with nothing
+    running (the power limiter lets the clocks back up), then mamf-finder's 50 + 100 iterations
+    with its 256 MiB flush, mostly before the limiter pulls the clocks down again."""
+    torch.cuda.synchronize()
+    time.sleep(idle_s)
+    return cuda_times_ms(ops.run, iters=100, warmup=50, flush=flush)
+
+
+def _operands(torch: Any, prec: Precision, shape: Shape, d: CudaDevice) -> _Operands:
+    """The same random operands on every call for a GPU (seeded by its index)."""
+    g = torch.Generator(device=f"cuda:{d.cuda_index}").manual_seed(99 + d.cuda_index)
+    return _Operands(torch, prec, shape, f"cuda:{d.cuda_index}", g)
 
 
 def _mean_max(work: float, times_ms: list[float]) -> Params:

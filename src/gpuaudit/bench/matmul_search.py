@@ -1,18 +1,21 @@
 """Where the maximum achievable matmul rate sits: the candidate shapes and the search over them.
 Pure (no torch, no GPU): the suite hands in functions that time a shape; CI tests the search on
-made-up rate surfaces, including ones whose readings depend on what ran just before.
+made-up rate surfaces, including a power-capped GPU whose readings depend on what ran before.
 
-Candidates come in families, each a place mamf-finder's sweeps have found the best shape on
-some GPU: squares; shapes stretched along one axis; the long-K family (small M, N, long K: few
-output tiles, streaming operands, less power per FLOP; mamf-finder's H200 bf16 best
-2048×2048×13312 sits there); and wave-quantized layouts, whose output tiles fill whole waves of
-the GPU's SMs (mamf-finder v4's auto search seeds from them: e.g. 1536×2816 is exactly one wave
-of 128×256 tiles on 132 SMs). A brief timing of each candidate (L2 flushed between iterations)
-ranks them, a hill-climb refines the best, then the leaders, the best of every family among
-them, are timed again in interleaved rounds: every round times each leader once, so none is
-favoured by the power state the previous shape left (a brief timing right after a large shape
-reads low, right after a small one high). The winner has the highest mean (FLOPs over the mean
-iteration time: mamf-finder's headline statistic) over its rounds.
+Candidates come in three families, each a place mamf-finder's sweeps have found the best shape
+on some GPU: large outputs (squares, shapes stretched along one axis, and what the hill-climb
+reaches from them); one-wave long-K shapes (an output of at most one wave of tiles, M, N in
+{1024, 2048, 4096}, with a long reduction: on the H200 mamf-finder's best bf16 and fp8 shape is
+1024×4096×16384, fp16 2048×2048×13312, tf32 1024×4096×13312); and wave-quantized layouts,
+whose output tiles fill 1 or 2 whole waves of the GPU's SMs (e.g. 2816×3072 on 132 SMs).
+
+A brief timing of each candidate ranks the shapes within a family, a hill-climb refines the
+best. The brief timings run back to back, so a reading carries the clock the shapes before it
+left (a GPU at its power limit lowers the clock under a large shape for tens of ms), and at a
+common clock large outputs win (fewer partial waves). So the brief ranking only picks each
+family's leader; the light families are timed first, before the large squares that would pull
+the clock down under them. The leaders are then ranked by the figure we report (`rank_bursts`):
+each after the same idle pause, mamf-finder's 50 + 100 iterations, FLOPs over the mean time.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 ALIGN = 256  # tensor-core friendly; every searched dimension is a multiple of it
-TILE = (128, 256)  # a representative cuBLAS output tile (M, N): only seeds the wave layouts
+TILE = (128, 256)  # a representative cuBLAS output tile (M, N): only seeds and sorts shapes
 
 Shape = tuple[int, int, int]
 
@@ -33,6 +36,10 @@ def align(x: float) -> int:
 
 def flops(shape: Shape) -> float:
     return 2.0 * math.prod(shape)
+
+
+def tiles(m: int, n: int, tile: tuple[int, int] = TILE) -> int:
+    return math.ceil(m / tile[0]) * math.ceil(n / tile[1])
 
 
 def neighbours(shape: Shape, step: float, max_side: int) -> list[Shape]:
@@ -55,13 +62,18 @@ def stretched(side: int, max_side: int) -> list[Shape]:
 
 
 LONG_K_SIDES = (1024, 2048, 4096)
-LONG_KS = (8192, 12288, 13312, 16384)
+LONG_KS = (8192, 13312, 16384)  # mamf-finder's comparison grid's K
+LONG_K_MAX_OUTPUT = 2048 * 2048  # M·N: 128 tiles of 128×256, one wave on 128+ SMs
 
 
 def long_k(max_side: int) -> list[Shape]:
-    """Small outputs with a long reduction (on H100/H200 bf16 this ridge beats every square by
-    10–15 %; mamf-finder's published best shapes sit there too)."""
-    return [(mn, mn, k) for mn in LONG_K_SIDES for k in LONG_KS if k <= max_side]
+    """Small outputs with a long reduction, M ≠ N included: mamf-finder's grid
+    {1024, 2048, 4096}² × {8192, 13312, 16384} where M·N is 2 to 4 Mi (1024² never led there,
+    4096² and 2048×4096 are large outputs). Until 2026-12-01 only M = N was tried, so the
+    1024×4096 shapes mamf-finder found best for bf16, tf32 and fp8 were never timed."""
+    sides = [(m, n) for m in LONG_K_SIDES for n in LONG_K_SIDES
+             if 2 * 1024 * 1024 <= m * n <= LONG_K_MAX_OUTPUT]
+    return [(m, n, k) for k in LONG_KS if k <= max_side for m, n in sides]
 
 
 @lru_cache(maxsize=64)
@@ -77,8 +89,8 @@ def wave_layouts(sms: int, max_side: int, waves: tuple[int, ...] = (1, 2), count
         layouts = []
         for m in range(ALIGN, max_side + 1, ALIGN):
             for n in range(ALIGN, max_side + 1, ALIGN):
-                tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1])
-                if math.ceil(tiles / sms) == w and tiles / (w * sms) >= min_efficiency:
+                t = tiles(m, n, tile)
+                if math.ceil(t / sms) == w and t / (w * sms) >= min_efficiency:
                     layouts.append((m, n))
         layouts.sort(key=lambda mn: (max(mn) / min(mn), -mn[0] * mn[1]))
         found += [mn for mn in layouts[:count] if mn not in found]
@@ -92,14 +104,14 @@ def wave_shapes(sms: int, max_side: int) -> list[Shape]:
 
 
 def family(shape: Shape, sms: int, max_side: int) -> str:
+    """"wave", "long-K" (an output of at most one wave of tiles, K at least twice M and N) or
+    "large" (the rest: squares, stretched shapes, what the hill-climb reached from them)."""
     m, n, k = shape
-    if shape in long_k(max_side):
-        return "long-K"
     if (m, n) in wave_layouts(sms, max_side) and k >= max(m, n):
         return "wave"
-    if m == n == k:
-        return "square"
-    return "other"
+    if m * n <= LONG_K_MAX_OUTPUT and k >= 2 * max(m, n):
+        return "long-K"
+    return "large"
 
 
 def search(time_shape: Callable[[Shape], float | None], squares: Sequence[int], max_side: int,
@@ -115,11 +127,15 @@ def search(time_shape: Callable[[Shape], float | None], squares: Sequence[int], 
                 if r is not None:
                     tried[s] = r
 
-    best_of([(s, s, s) for s in squares if s <= max_side])
+    # Light shapes first: timed after the large squares they read at the clock those left.
+    best_of(long_k(max_side) + list(seeds))
+    cubes = [(s, s, s) for s in squares if s <= max_side]
+    best_of(cubes)
     if not tried:
         raise RuntimeError("no shape could run (out of memory?)")
-    side = max(tried, key=tried.__getitem__)[0]
-    best_of(stretched(side, max_side) + long_k(max_side) + list(seeds))
+    ran = [c for c in cubes if c in tried]
+    if ran:
+        best_of(stretched(max(ran, key=tried.__getitem__)[0], max_side))
     step = 0.25
     for _ in range(refine_rounds):
         best = max(tried, key=tried.__getitem__)
@@ -145,23 +161,64 @@ def leaders(tried: dict[Shape, float], count: int, kind: Callable[[Shape], str])
     return chosen[:max(count, 1)]
 
 
+def mean_rate(shape: Shape, times_ms: Sequence[float]) -> float | None:
+    """mamf-finder's headline statistic: FLOPs over the mean iteration time, in TFLOP/s."""
+    ts = [t for t in times_ms if t > 0]
+    return flops(shape) / (sum(ts) / len(ts) / 1e3) / 1e12 if ts else None
+
+
+def rank_bursts(burst: Callable[[Shape], list[float] | None], shapes: Sequence[Shape]
+                ) -> tuple[Shape, dict[Shape, float]]:
+    """Measure each shape as the reported burst figure is measured and keep the one with the
+    highest mean rate. `burst` gives the per-iteration times (ms) of that measurement — the
+    same idle pause first, then mamf-finder's 50 + 100 iterations — or None (the shape cannot
+    run: dropped).
+
+    A shorter re-timing would rank another quantity: a large shape's 50 + 100 iterations last
+    100-300 ms on an H200, long enough for the power limiter to pull the clock down (fp16 at
+    10240×8192×8192: burst 660.7, sustained 658.2 TFLOP/s), a one-wave long-K shape's 20-60 ms
+    mostly are not (bf16 at 2816×3072×16384: 838.8 against 724.5)."""
+    rates: dict[Shape, float] = {}
+    for s in shapes:
+        got = burst(s)
+        r = mean_rate(s, got) if got else None
+        if r is not None:
+            rates[s] = r
+    if not rates:
+        raise RuntimeError("none of the leading shapes could run again")
+    return max(rates, key=rates.__getitem__), rates
+
+
+def interleaved(count: int, rounds: int) -> list[list[int]]:
+    """Orders of `count` items for `rounds` rounds in which an item follows a different one
+    each round where it can: round r steps through the items by a stride coprime with
+    `count` (1, then the next, ...). A rotation would not do: rotating A B C D E keeps every
+    shape behind the same predecessor in every round."""
+    strides = [s for s in range(1, count) if math.gcd(s, count) == 1] or [1]
+    out = []
+    for r in range(rounds):
+        stride, start = strides[r % len(strides)], r // len(strides)
+        out.append([(start + i * stride) % count for i in range(count)] if count else [])
+    return out
+
+
 def confirm(time_iters: Callable[[Shape], list[float] | None], shapes: Sequence[Shape],
             rounds: int) -> tuple[Shape, dict[Shape, float]]:
-    """Time `shapes` again in `rounds` interleaved rounds (rotated, so a shape does not always
-    follow the same one); `time_iters` gives one round's
-    per-iteration times (ms) or None (the shape cannot run: dropped). Returns the shape with
-    the highest mean rate (FLOPs / mean time, in TFLOP/s) and every shape's mean rate."""
+    """Time `shapes` again in `rounds` interleaved rounds (`interleaved`), for fp32 and fp64,
+    whose bursts take seconds; `time_iters` gives one round's per-iteration times (ms) or None
+    (the shape cannot run: dropped). Returns the shape with the highest mean rate (FLOPs /
+    mean time, in TFLOP/s) and every shape's mean rate."""
     times: dict[Shape, list[float]] = {s: [] for s in shapes}
-    for r in range(rounds):
-        order = list(times)
-        k = r % len(order) if order else 0
-        for s in order[k:] + order[:k]:  # each round starts one later: different predecessors
+    for order in interleaved(len(shapes), rounds):
+        for s in (shapes[i] for i in order):
+            if s not in times:
+                continue  # could not run
             got = time_iters(s)
             if got is None:
                 del times[s]
             else:
                 times[s] += [t for t in got if t > 0]
-    rates = {s: flops(s) / (sum(ts) / len(ts) / 1e3) / 1e12 for s, ts in times.items() if ts}
+    rates = {s: r for s, ts in times.items() if (r := mean_rate(s, ts)) is not None}
     if not rates:
         raise RuntimeError("none of the leading shapes could run again")
     return max(rates, key=rates.__getitem__), rates
