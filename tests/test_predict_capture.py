@@ -44,6 +44,12 @@ def test_aten_operators_fall_in_their_class(name, cls):
     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "comm"),
     ("triton_poi_fused_add_gelu_0", "elementwise"),
     ("void at::native::vectorized_elementwise_kernel<4>", "elementwise"),
+    # seen in the H200 recordings of 2026-12-01, once read as convolutions by "cudnn"
+    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1, true>",
+     "elementwise"),
+    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>", "elementwise"),
+    ("void cudnn::fusion::compute_dot_do_o<true, 64, 8, __nv_bfloat16>", "attention"),
+    ("void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16, float>", "conv"),
 ])
 def test_kernels_fall_in_their_class(name, cls):
     assert ops.kernel_class(name) == cls

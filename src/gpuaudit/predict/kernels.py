@@ -1,7 +1,10 @@
 """The recorded class times, re-read from the kernels' names where the recording's
 classification (`workloads.ops.kernel_class`, by name) put a kernel's time in a class whose
-work it does not do. Each move is a kernel's per-step time from the matmul-bound classes'
-kernel lists (their 48 longest), so what a list does not hold stays where it was.
+work it does not do. Since 2026-12-01 `kernel_class` itself puts cuDNN's batch norm in
+elementwise and its attention helpers in attention; recordings made before (the fixtures of
+that day among them) still need these moves, and the layout transforms always do. Each
+move is a kernel's per-step time from the matmul-bound classes' kernel lists (their 48
+longest), so what a list does not hold stays where it was.
 
 - cuDNN's batch norm (`cudnn::bn_fw…`, `cudnn::bn_bw…`: "cudnn" in the name made them
   convolutions) → elementwise, where the batch-norm operators' traffic is tallied.

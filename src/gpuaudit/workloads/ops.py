@@ -67,8 +67,11 @@ def kernel_class(name: str) -> str:
     n = name.lower()
     if "nccl" in n:
         return "comm"
-    if any(k in n for k in ("flash", "fmha", "attention", "sdpa")):
+    if any(k in n for k in ("flash", "fmha", "attention", "sdpa", "cudnn::fusion::",
+                            "compute_dot_do_o", "convert_dq_to")):  # cuDNN attention's helpers
         return "attention"
+    if any(k in n for k in ("cudnn::bn_", "bn_fw_", "bn_bw_")):
+        return "elementwise"  # cuDNN's batch norm: memory-bound, not a convolution
     if any(k in n for k in ("conv", "cudnn", "dgrad", "wgrad", "fprop", "implicit")):
         return "conv"
     if any(k in n for k in ("multi_tensor_apply", "fused_adam", "adamw", "fused_sgd",
