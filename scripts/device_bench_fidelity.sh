@@ -16,6 +16,7 @@
 #   bash scripts/device_bench_fidelity.sh NAME             the call above
 #   bash scripts/device_bench_fidelity.sh NAME standard    time the standard profile (own call)
 #   bash scripts/device_bench_fidelity.sh NAME full        time the full profile (own call)
+#   bash scripts/device_bench_fidelity.sh NAME matmul      steps 1 and 2 alone (~4 minutes)
 #
 # Carry `.whl` and `.peers` (never committed; .git/info/exclude). `.peers/` must hold:
 #   nccl-tests/      NVIDIA/nccl-tests source (2.19.x, e.g. a0b82b2); built here, in the
@@ -101,6 +102,8 @@ else
   say "(no GPU or no .peers/mamf-finder.py: the report on the recorded H200 bf16 run instead)"
   report matmul "$o/bench_quick.json" bf16:0:tests/fixtures/bench/h200-1gpu-mamf-bf16-grep.txt
 fi
+
+[ "$mode" = matmul ] && { say "whole call: wall_s=$(since "$t_call")"; exit 0; }
 
 # 3. collectives beside nccl-tests, 1 MiB..4 GiB, nccl-tests 3 times (its own spread), with
 #    -n 100: its host clock adds launch + sync latency over -n to every op (~4 % of a 1 MiB
