@@ -2,8 +2,10 @@
 2026-12-01-h200-1gpu-doctor*.txt). The first run got four of eight wrong; a re-check of those
 four after the first fixes kept their profiler traces (tests/fixtures/doctor/h200-2026-12-01/,
 `doctor --keep-profile`): they replay here with the GPU telemetry the live run recorded (its
-medians), and the planted bottleneck must come first. Where no real trace exists yet, a trace
-is built launch by launch from the recorded numbers."""
+medians), and the planted bottleneck must come first. The final run (8 of 8 right, docs/
+device-runs/2026-12-01-h200-1gpu-doctor-final.txt) kept the traces of the rewritten workloads,
+the control and tiny_kernels (tests/fixtures/doctor/h200-2026-12-01-final/). Cases without a
+real trace are built launch by launch from the recorded numbers."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from gpuaudit.diagnose.kineto import analyse, read_trace
 from .conftest import FIXTURES
 
 REAL = FIXTURES / "doctor" / "h200-2026-12-01"
+FINAL = FIXTURES / "doctor" / "h200-2026-12-01-final"
 
 BF16_GEMM = "nvjet_tst_64x8_64x16_4x1_v_bz_TNN"  # Hopper cuBLASLt bf16, tensor cores
 
@@ -79,8 +82,8 @@ def codes(sig: Signals) -> list[str]:
     return [f.code for f in diagnose(sig)[0]]
 
 
-def real(name: str):
-    return analyse(read_trace(REAL / f"{name}.json.gz"))
+def real(name: str, where=REAL):
+    return analyse(read_trace(where / f"{name}.json.gz"))
 
 
 def test_slow_loader_is_input_bound_not_launch_bound():
@@ -139,7 +142,7 @@ def test_item_every_step_is_host_syncs_first():
     # The workload as rewritten after the H200 re-check (examples/doctor/item_every_step.py):
     # 6 ms of CPU work between steps, ~12 ms of bf16 GPU work a step launched in 2.4 ms, and
     # `.item()` at the end. Queued ahead, the CPU work would overlap the GPU; with the sync
-    # the GPU waits through it. Awaits its GPU run; here, built launch by launch.
+    # the GPU waits through it. Built launch by launch (the real trace: the next test).
     t = Trace()
 
     def body():
@@ -172,3 +175,42 @@ def test_planted_answers_leave_the_healthy_control_alone():
     gpu = _gpu(utilization_pct=100.0, sm_activity_pct=87.5, tensor_activity_pct=27.5,
                memory_used_max_bytes=int(0.13 * (150 << 30)))
     assert codes(Signals(gpus=(gpu,), trace=t.stats())) == []
+
+
+# The final H200 run: each trace with the GPU telemetry the live run recorded (its medians).
+FINAL_CASES = {
+    "healthy": (dict(utilization_pct=100.0, sm_activity_pct=68.5, tensor_activity_pct=21.6,
+                     dram_bandwidth_pct=38.0, memory_used_max_bytes=int(0.129 * (150 << 30))),
+                [], None),
+    "tiny_kernels": (dict(utilization_pct=9.0, sm_activity_pct=0.0, tensor_activity_pct=0.0,
+                          memory_used_max_bytes=int(0.009 * (150 << 30))),
+                     ["launch-bound"], 0.958),
+    "item_every_step": (dict(utilization_pct=59.0, sm_activity_pct=54.9,
+                             tensor_activity_pct=37.6, dram_bandwidth_pct=21.2,
+                             memory_used_max_bytes=int(0.029 * (150 << 30))),
+                        ["host-syncs"], 0.345),
+    "pageable_copies": (dict(utilization_pct=18.0, sm_activity_pct=4.0, tensor_activity_pct=2.4,
+                             memory_used_max_bytes=int(0.014 * (150 << 30))),
+                        ["copy-bound", "host-syncs"], None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FINAL_CASES))
+def test_final_h200_traces_give_the_planted_answer(name):
+    telemetry, want, share = FINAL_CASES[name]
+    t = real(name, FINAL)
+    diag, _ = diagnose(Signals(gpus=(_gpu(**telemetry),), trace=t))
+    assert [f.code for f in diag] == want
+    if share is not None:
+        assert diag[0].share == pytest.approx(share, abs=1e-3)
+
+
+def test_final_item_every_step_is_the_sync_not_the_cpu():
+    # The rewrite did what it meant to: the GPU's idle is the sync's (34.5 % of its span,
+    # all of it in gaps a sync returned in), not the CPU's launching; batch-too-small no
+    # longer fires (52 kernels a step, median 62 µs: matmuls big enough to be worth timing).
+    t = real("item_every_step", FINAL)
+    (d,) = t.devices
+    assert d.share(d.sync_idle_us) == pytest.approx(0.345, abs=1e-3)
+    assert t.per_step(t.kernels) == 52 and t.median_kernel_us > 20
+    assert codes(Signals(trace=t)) == ["host-syncs"]
