@@ -13,6 +13,8 @@ CUDA_VISIBLE_DEVICES; A0 and A1 run at once on GPU 0 and GPU 1 (in turn with one
   A1     GPU 1: training modes of resnet50; inference of resnet50
   B      GPUs 0+1: DDP scaling of gpt-124m bf16+compile over 1 and 2 GPUs, accumulation 4
   C      GPU 0: max QPS under a 15 ms p99 SLO (resnet50 bf16); JPEG loading vs A1's rate
+  D      GPU 0: ResNet-50 bf16 inference at batch 1 in every mode, max-autotune included; only
+         when named (GPUAUDIT_WORKLOADS_PHASES=D): with one GPU, A1 is cut before it gets there
 
 Each phase appends every figure to a JSON-lines file as it is measured, so a phase killed at
 its time limit (SIGINT first: the run is kept as partial) loses only the figure in flight.
@@ -39,10 +41,10 @@ sys.path.insert(0, str(SRC))
 
 # Phase time limits (s): A is the long pole (three compilations on each GPU, max-autotune).
 # With one GPU A0 and A1 run in turn, shorter, so that the call fits a 10-minute device call.
-LIMITS = {"quick": 60, "A0": 280, "A1": 280, "B": 140, "C": 80}
+LIMITS = {"quick": 60, "A0": 280, "A1": 280, "B": 140, "C": 80, "D": 240}
 # 2026-12-01 on one H200: A0 finished in 195 s, A1 was cut at 190 s before ResNet-50's
 # max-autotune and C at 55 s mid-way through the QPS search; the call ended at 467 of 570 s.
-LIMITS_1GPU = {"quick": 60, "A0": 230, "A1": 240, "C": 100}
+LIMITS_1GPU = {"quick": 60, "A0": 230, "A1": 240, "C": 100, "D": 240}
 # The whole call ends by this many seconds after its start (phases cut short, SIGINT first).
 DEADLINE_S = float(os.environ.get("GPUAUDIT_WORKLOADS_DEADLINE_S", "570"))
 
@@ -68,6 +70,8 @@ def phase_options(ngpu: int, out: Path) -> dict[str, tuple[list[str], str, dict[
             "C": (["infer", "train"], "standard",
                   {"parts": ["serving", "data"], "workers": [0, 1], "data_seconds": 0.2,
                    "serving_seconds": 0.2, "serving_min_requests": 30}),
+            "D": (["infer"], "standard", {"models": ["resnet-tiny"], "parts": ["latency"],
+                                          "batches": [1], "infer_seconds": 0.1}),
         }
     prof = str(out / "profile.txt")
     specs: dict[str, tuple[list[str], str, dict[str, Any]]] = {
@@ -81,6 +85,8 @@ def phase_options(ngpu: int, out: Path) -> dict[str, tuple[list[str], str, dict[
                                   "scaling_mode": "bf16+compile", "accum": 4, "steps": 20,
                                   "min_warmup_s": 1.0}),
         "C": (["infer", "train"], "standard", {"parts": ["serving", "data"]}),
+        "D": (["infer"], "standard", {"models": ["resnet50"], "parts": ["latency"],
+                                      "batches": [1], "precisions": ["bf16"]}),
     }
     if ngpu == 1:  # in turn, shorter: the issue's bf16 figures before the other precisions
         specs["A1"][2]["infer_options"] = {"precisions": ["bf16", "fp32", "fp16", "fp8", "int8"]}
@@ -222,11 +228,13 @@ def main(outdir: str) -> int:
     if rate:
         specs["C"][2]["train_rate"] = rate
     run(["C"], ["0" if ngpu else None])
+    if "D" in only:
+        run(["D"], ["0" if ngpu else None])
     info["total"] = {"wall_s": round(time.time() - start, 1), "gpus": ngpu}
 
     (out / "workloads.json").write_text(json.dumps({"phases": info, "runs": docs}, indent=1))
     with open(out / "log.txt", "w") as log:
-        for name in ("quick", "A0", "A1", "B", "C"):
+        for name in ("quick", "A0", "A1", "B", "C", "D"):
             err = tmp / f"{name}.err"
             if err.exists():
                 tail = err.read_text(errors="replace").splitlines()[-40:]
