@@ -157,14 +157,56 @@ def test_batch_norm_changing_implementation_is_flagged_with_its_share():
     rates = MachineRates("r", roofs(), None, 1)
     p = predict(cnn("fp32"), rates, Change(precision="bf16"), SPECS)
     elem = next(c for c in p.classes if c.op_class == "elementwise")
-    # Batch norm is 30 of the class's 100 GB: ±30 % on top of the recorded traffic's 5 %.
+    # No kernel list: the 70 GB of other operators at 4000 GB/s are 17.5 ms, batch norm the
+    # rest of the class's 40 ms, 22.5 ms, kept (per element); the others ×0.5 (35 of 70 GB
+    # in bf16): 8.75 ms. 31.25 ms, batch norm 72 % of it at ±50 %, the others' 5 %.
+    assert elem.predicted_ms == pytest.approx(31.25)
     assert elem.uncertainty_pct == pytest.approx(
-        100 * (0.05**2 + (0.3 * U_DISPATCH)**2)**0.5, abs=0.005)
-    assert "batch norm (30% of the traffic) runs PyTorch's own kernels" in elem.basis
+        100 * ((0.05 * 8.75 / 31.25)**2 + (22.5 / 31.25 * U_DISPATCH)**2)**0.5, abs=0.005)
+    assert U_DISPATCH == 0.5 and elem.uncertainty_pct == pytest.approx(36.03, abs=0.005)
+    assert "keeps its 22.5 ms (the class's time less its other operators" in elem.basis
+    assert "batch norm (72% of the class's time) runs PyTorch's own kernels" in elem.basis
     assert any("batch norm changes implementation" in n for n in p.notes)
-    # fp32 → fp16 keeps cuDNN's batch norm: no flag.
+    # fp32 → fp16 keeps cuDNN's batch norm: its time kept, no flag.
     p = predict(cnn("fp32"), rates, Change(precision="fp16"), SPECS)
     assert not any("batch norm" in n for n in p.notes)
+    elem = next(c for c in p.classes if c.op_class == "elementwise")
+    assert elem.predicted_ms == pytest.approx(31.25)
+    assert elem.uncertainty_pct == pytest.approx(100 * 0.05 * 8.75 / 31.25, abs=0.005)
+    # channels_last: batch norm's kernels are channels-last ones: the class moves with its
+    # traffic, ×0.5.
+    p = predict(cnn("fp32", channels_last=True), rates, Change(precision="fp16"), SPECS)
+    elem = next(c for c in p.classes if c.op_class == "elementwise")
+    assert elem.predicted_ms == pytest.approx(20.0)
+
+
+def test_batch_norm_time_from_its_kernels_where_the_recording_lists_them():
+    # cuDNN's batch norm listed under conv (recordings before 2026-12-01): its 12 ms are
+    # re-read into elementwise (40 → 52 ms) and kept; the other 40 ms move ×0.5.
+    prof = cnn("fp32")
+    conv = prof.classes["conv"].with_(ms=72.0, kernels=(
+        grid("void cudnn::bn_bw_1C11_kernel_new", 8000.0),
+        grid("void cudnn::bn_fw_tr_1C11_kernel_NCHW", 4000.0)))
+    prof = step(classes={**prof.classes, "conv": conv}, step_ms=112.0, busy_ms=112.0)
+    p = predict(prof, MachineRates("r", roofs(), None, 1), Change(precision="fp16"), SPECS)
+    elem = next(c for c in p.classes if c.op_class == "elementwise")
+    assert elem.measured_ms == pytest.approx(52.0)
+    assert elem.predicted_ms == pytest.approx(12.0 + 40.0 * 0.5)
+    assert "keeps its 12 ms (its kernels' time in the recording)" in elem.basis
+
+
+def test_an_fp32_recordings_own_few_transforms_do_not_stand_for_the_16bit_ones():
+    # cuDNN's fp32 algorithms transform a few tensors (resnet50, H200: 1.2 ms); the bf16
+    # program transforms all of them: 2 × the 25 GB of bf16 convolutions at 4000 GB/s.
+    prof = cnn("fp32")
+    conv = prof.classes["conv"].with_(ms=61.0, kernels=(
+        grid("void cudnn::engines_precompiled::nchwToNhwcKernel", 1000.0),))
+    prof = step(classes={**prof.classes, "conv": conv}, step_ms=101.0, busy_ms=101.0)
+    p = predict(prof, MachineRates("r", roofs(), None, 1), Change(precision="bf16"), SPECS)
+    layout = next(c for c in p.classes if c.op_class == LAYOUT)
+    assert layout.measured_ms == pytest.approx(1.0)
+    assert layout.predicted_ms == pytest.approx(12.5)
+    assert "its 1 ms of fp32 transforms are a few algorithms'" in layout.basis
 
 
 def test_a_convolution_class_is_bound_by_its_compute_or_its_traffic():

@@ -104,7 +104,8 @@ def _start(profile: StepProfile, rates: MachineRates) -> StepState:
                       matmul_params=_int(profile.model_params.get("matmul_params")),
                       buckets=profile.buckets, grad_bytes=profile.grad_bytes,
                       allreduce=rates.allreduce,
-                      channels_last=bool(profile.model_params.get("channels_last")))
+                      channels_last=bool(profile.model_params.get("channels_last")),
+                      norm_ms=read.batch_norm_ms * scale if read.batch_norm_ms > 0 else None)
     state.basis.append(f"recorded step: {profile.workload} in run {profile.run_id}, "
                        f"{profile.step_ms:.3g} ms (p50), GPU busy {profile.busy_ms:.3g} ms "
                        f"({profile.kernel_source or 'kernels'})")

@@ -43,6 +43,7 @@ _MOVES = (  # (substrings of a kernel's name, lower case; the class its work bel
 class Reattributed:
     classes: dict[str, OpWork]
     basis: tuple[str, ...]
+    batch_norm_ms: float = 0.0  # cuDNN batch-norm kernels' time moved to elementwise
 
 
 def _destination(name: str) -> str | None:
@@ -94,7 +95,9 @@ def reattribute(classes: dict[str, OpWork]) -> Reattributed:
         del out["gemm"]
         basis.append(f"gemm ({gemm.ms:.3g} ms) calibrated with conv: cuDNN runs convolutions "
                      "with cuBLAS/CUTLASS kernels, not told apart from the matmuls")
-    return Reattributed(classes=out, basis=tuple(basis))
+    return Reattributed(classes=out, basis=tuple(basis),
+                        batch_norm_ms=moved.get(("conv", "elementwise"), 0.0)
+                        + moved.get(("gemm", "elementwise"), 0.0))
 
 
 def layout_bytes(conv_bytes: float) -> float:

@@ -40,6 +40,9 @@ class StepState:
     grad_bytes: int
     allreduce: AllReduce | None
     channels_last: bool = False
+    # Batch norm's time in the elementwise class (ms), where the recording's kernel lists give
+    # it (cuDNN's `bn_*` kernels re-read from conv); None where it is not seen.
+    norm_ms: float | None = None
     changes: list[str] = field(default_factory=list)
     basis: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
