@@ -91,6 +91,9 @@ def _start(profile: StepProfile, rates: MachineRates) -> StepState:
     # The profiler's steps can outlast the timed ones; never let the classes exceed them.
     scale = min(1.0, profile.step_ms / total) if total else 1.0
     read = reattribute(profile.classes)
+    elementwise = read.classes.get("elementwise")
+    norm_ms = read.batch_norm_ms + (elementwise.norm.ms if elementwise is not None and
+                                    elementwise.norm is not None else 0.0)
     classes = {}
     for cls, w in read.classes.items():
         ms = w.ms * scale
@@ -105,7 +108,7 @@ def _start(profile: StepProfile, rates: MachineRates) -> StepState:
                       buckets=profile.buckets, grad_bytes=profile.grad_bytes,
                       allreduce=rates.allreduce,
                       channels_last=bool(profile.model_params.get("channels_last")),
-                      norm_ms=read.batch_norm_ms * scale if read.batch_norm_ms > 0 else None)
+                      norm_ms=norm_ms * scale if norm_ms > 0 else None)
     state.basis.append(f"recorded step: {profile.workload} in run {profile.run_id}, "
                        f"{profile.step_ms:.3g} ms (p50), GPU busy {profile.busy_ms:.3g} ms "
                        f"({profile.kernel_source or 'kernels'})")

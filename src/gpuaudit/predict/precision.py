@@ -20,11 +20,22 @@ precision family; and what the change does to the program beyond its rates:
   Both run one block per channel, but at their own rate per element, which the recording
   holds for one of them only: ±50 % on batch norm's time (on an H200 PyTorch's bf16 kernels
   took about 1.4 × cuDNN's fp32 time for the same elements), and the notes say so.
+- Where the recording timed the step's batch-norm layers alone in both precision families
+  (`workloads.norms`: forward + backward at its biggest shapes, memory format and dtypes),
+  batch norm's time moves by their ratio instead, whatever the implementations: the target's
+  time ÷ the source's, summed over the shapes timed in both, each × its layers per step (a
+  time-weighted mean of the per-shape ratios). Its band is then what that timing leaves
+  open: the ratio of kernels timed alone carried into the step (±12 %: the one such
+  comparison recorded, gpt-124m's matmuls on an H200, gave 12.9 alone for 14.7 in the
+  steps), the untimed share of its traffic at ±50 %, and, where the recording lists no
+  batch-norm kernels, its source time's own range (the upper bound above down to its share
+  of the class's traffic).
 """
 
 from __future__ import annotations
 
 from gpuaudit.errors import BadInputError
+from gpuaudit.workloads.norms import ACTIVATION
 from gpuaudit.workloads.ops import TENSOR_CLASSES
 
 from .ideal import ELEMENT_BYTES, matmul_rate, memory_seconds
@@ -39,6 +50,7 @@ U_PRECISION = 0.10
 U_BYTES_GUESSED = 0.25
 U_LAYOUT = 0.25  # transforms not in the recording: their traffic at the copy rate
 U_DISPATCH = 0.5  # batch norm's time when its implementation changes: not in the recording
+U_NORM_TIMED = 0.12  # a time ratio of kernels timed alone, carried into the step (docstring)
 NORM = "batch_norm"  # the batch-norm operators of the tally (cudnn_batch_norm, native_…)
 
 
@@ -58,7 +70,8 @@ def change(state: StepState, target: str) -> None:
             continue
         if cls in TENSOR_CLASSES:
             _tensor(c, cls, state, src, target)
-        elif cls == "elementwise" and _norm_bytes(c.work) and not state.channels_last:
+        elif cls == "elementwise" and _norm_bytes(c.work) and (
+                not state.channels_last or timed_norm_ratio(c.work, src, target)):
             _elementwise(c, state, src, target)
         else:
             _memory(c, src, target)
@@ -113,15 +126,48 @@ def _norm_bytes(w: OpWork) -> float:
     return sum(b for op, b in w.op_bytes.items() if NORM in op)
 
 
-def norm_split(c: ClassState, state: StepState) -> tuple[float, str]:
-    """(batch norm's time in the elementwise class, ms; where it comes from)."""
+def norm_split(c: ClassState, state: StepState) -> tuple[float, str, float]:
+    """(batch norm's time in the elementwise class, ms; where it comes from; the low end of
+    its range, ms: the time itself where its kernels are listed, else its share of the
+    class's traffic × the class's time)."""
     w = c.work
     if state.norm_ms is not None:
-        return min(state.norm_ms, c.ms), "its kernels' time in the recording"
+        ms = min(state.norm_ms, c.ms)
+        return ms, "its kernels' time in the recording", ms
     others = memory_seconds(w.with_(bytes=w.bytes - _norm_bytes(w)), state.roofs) * 1e3
     share = _norm_bytes(w) / w.bytes if w.bytes else 0.0
     return (max(c.ms - others, share * c.ms),
-            "the class's time less its other operators at the copy rate")
+            "the class's time less its other operators at the copy rate", share * c.ms)
+
+
+def timed_norm_ratio(w: OpWork, src: str, target: str) -> tuple[float, int, float] | None:
+    """(batch norm's time in `target` ÷ in `src` from its layers timed alone: Σ count × time
+    in `target` ÷ Σ count × time in `src` over the shapes timed in both; how many shapes; the
+    share of batch norm's traffic they hold), or None where the recording lacks either."""
+    norm = w.norm
+    if norm is None or ACTIVATION.get(src) is None or ACTIVATION.get(target) is None:
+        return None
+
+    def rows(p: str) -> dict[tuple[tuple[int, ...], str], tuple[float, float, float]]:
+        return {(t.shape, t.memory_format): (t.count, t.ms, t.count * _numel(t.shape))
+                for t in norm.timed if ACTIVATION.get(t.precision) == ACTIVATION[p]}
+
+    have, want = rows(src), rows(target)
+    both = [k for k in have if k in want]
+    before = sum(have[k][0] * have[k][1] for k in both)
+    after = sum(want[k][0] * want[k][1] for k in both)
+    if not both or before <= 0 or after <= 0:
+        return None
+    elements = sum(v[2] for v in have.values())
+    share = norm.timed_share * (sum(have[k][2] for k in both) / elements if elements else 0.0)
+    return after / before, len(both), share
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 def _elementwise(c: ClassState, state: StepState, src: str, target: str) -> None:
@@ -131,17 +177,51 @@ def _elementwise(c: ClassState, state: StepState, src: str, target: str) -> None
     norm = _norm_bytes(w)
     new, how, u = _traffic(w, src, target)
     width = ELEMENT_BYTES[target] / ELEMENT_BYTES[src]
-    norm_ms, where = norm_split(c, state)
+    norm_ms, where, low = norm_split(c, state)
     rest_ms = c.ms - norm_ms
     rest_ratio = (new - norm * width) / (w.bytes - norm) if w.bytes > norm else width
+    timed = timed_norm_ratio(w, src, target)
+    new_norm = norm_ms * timed[0] if timed else norm_ms
     c.work = w.with_(bytes=new, alt_bytes=w.bytes, alt_precision=src)
-    c.ms = norm_ms + rest_ms * rest_ratio
+    c.ms = new_norm + rest_ms * rest_ratio
     c.add_unc(u * rest_ms * rest_ratio / c.ms if c.ms else u)
+    if timed:
+        _timed_norm(c, state, src, target, (norm_ms, where, low), timed,
+                    f"the other operators, {how} (×{rest_ratio:.3g})")
+        return
     c.basis.append(f"{src} → {target}: batch norm (NCHW, one block per channel: "
                    f"latency-bound) keeps its {norm_ms:.3g} ms ({where}); the other "
                    f"operators, {how} (×{rest_ratio:.3g})")
     if cudnn_batch_norm(src) != cudnn_batch_norm(target):
         _dispatch(c, state, src, target, norm_ms / c.ms if c.ms else 0.0)
+
+
+def _timed_norm(c: ClassState, state: StepState, src: str, target: str,
+                split: tuple[float, str, float], timed: tuple[float, int, float],
+                rest: str) -> None:
+    """Batch norm moved by its layers' timed ratio; its band what that timing leaves open."""
+    norm_ms, where, low = split
+    ratio, shapes, share = timed
+    u_ratio = (U_NORM_TIMED**2 + ((1 - share) * U_DISPATCH) ** 2) ** 0.5
+    u_source = (norm_ms - low) / norm_ms if norm_ms > 0 else 0.0
+    u_norm = (u_ratio**2 + u_source**2) ** 0.5
+    new_norm = norm_ms * ratio
+    c.add_unc(u_norm * new_norm / c.ms if c.ms else u_norm)
+    bound = (f"; its recorded time an upper bound, down to {low:.3g} ms by its share of the "
+             "class's traffic" if u_source > 0 else "")
+    c.basis.append(f"{src} → {target}: batch norm's layers timed alone in both precisions "
+                   f"(forward + backward at the step's {shapes} biggest shapes, {share:.0%} "
+                   f"of its traffic): {target} ÷ {src} ×{ratio:.3g}, time-weighted; its "
+                   f"{norm_ms:.3g} ms ({where}) → {new_norm:.3g} ms, ±{u_norm:.0%} (a ratio "
+                   f"timed alone carried into the step ±{U_NORM_TIMED:.0%}, the untimed "
+                   f"{1 - share:.0%} of its traffic ±{U_DISPATCH:.0%}{bound}); {rest}")
+    if cudnn_batch_norm(src) != cudnn_batch_norm(target):
+        was, now = ("cuDNN", "PyTorch's own") if cudnn_batch_norm(src) else \
+            ("PyTorch's own", "cuDNN")
+        state.notes.append(f"batch norm changes implementation ({was} kernels in {src}, {now} "
+                           f"in {target}: PyTorch takes cuDNN's only for non-bf16 inputs); "
+                           f"both were timed alone on the step's shapes (×{ratio:.3g}): "
+                           f"±{u_norm:.0%} on its time")
 
 
 def cudnn_batch_norm(precision: str) -> bool:

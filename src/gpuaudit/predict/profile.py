@@ -54,6 +54,29 @@ class Timed:
 
 
 @dataclass(frozen=True)
+class NormTimed:
+    """A batch-norm layer's shape timed alone (forward + backward, training) in a precision."""
+
+    shape: tuple[int, ...]
+    memory_format: str
+    precision: str
+    dtype: str
+    count: float  # layers of this shape per step
+    ms: float
+
+
+@dataclass(frozen=True)
+class BatchNorm:
+    """Batch norm within the elementwise class (`workloads.norms`): its kernels' own time per
+    step (0 where none was recognized), its shapes timed alone, and the share of its
+    traffic those shapes hold."""
+
+    ms: float
+    timed: tuple[NormTimed, ...] = ()
+    timed_share: float = 0.0
+
+
+@dataclass(frozen=True)
 class OpWork:
     """One operator class of a step."""
 
@@ -70,6 +93,7 @@ class OpWork:
     timed: tuple[Timed, ...] = ()
     # attention forward calls: ((B, H, T, S, Q, causal), count, forward FLOPs)
     attention: tuple[tuple[tuple[Any, ...], float, float], ...] = ()
+    norm: BatchNorm | None = None  # the elementwise class's batch norm, where recorded
 
     def with_(self, **changes: Any) -> OpWork:
         return replace(self, **changes)
@@ -167,6 +191,22 @@ def _attention(rows: list[list[Any]], fields: list[str]
                  for r in rows)
 
 
+def _norm(entry: object) -> BatchNorm | None:
+    if not isinstance(entry, dict):
+        return None
+    idx = {f: i for i, f in enumerate(entry.get("timed_fields", []))}
+    timed = ()
+    if {"shape", "memory_format", "precision", "dtype", "count", "ms"} <= set(idx):
+        timed = tuple(NormTimed(shape=tuple(int(x) for x in r[idx["shape"]]),
+                                memory_format=str(r[idx["memory_format"]]),
+                                precision=str(r[idx["precision"]]),
+                                dtype=str(r[idx["dtype"]]), count=float(r[idx["count"]]),
+                                ms=float(r[idx["ms"]]))
+                      for r in entry.get("timed", []))
+    return BatchNorm(ms=float(entry.get("us_per_step") or 0.0) / 1e3, timed=timed,
+                     timed_share=float(entry.get("timed_traffic_share") or 0.0))
+
+
 def op_work(m: Measurement) -> OpWork:
     p = m.params
     detail: dict[str, Any] = {}
@@ -187,7 +227,8 @@ def op_work(m: Measurement) -> OpWork:
         shapes=_gemms(detail.get("shapes", []), detail.get("shape_fields", [])),
         kernels=_kernels(detail.get("kernels", []), detail.get("kernel_fields", [])),
         timed=_timed(detail.get("timed", [])),
-        attention=_attention(detail.get("shapes", []), detail.get("shape_fields", [])))
+        attention=_attention(detail.get("shapes", []), detail.get("shape_fields", [])),
+        norm=_norm(detail.get("batch_norm")))
 
 
 def _buckets(text: object) -> tuple[tuple[int, float], ...]:

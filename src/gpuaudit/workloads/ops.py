@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaudit.workloads import norms as bn
+
 CLASSES = ("gemm", "attention", "conv", "elementwise", "optimizer", "comm", "copy")
 TENSOR_CLASSES = ("gemm", "attention", "conv")  # bounded by matmul throughput
 MEMORY_CLASSES = ("elementwise", "optimizer", "copy")  # bounded by memory bandwidth
@@ -70,8 +72,8 @@ def kernel_class(name: str) -> str:
     if any(k in n for k in ("flash", "fmha", "attention", "sdpa", "cudnn::fusion::",
                             "compute_dot_do_o", "convert_dq_to")):  # cuDNN attention's helpers
         return "attention"
-    if any(k in n for k in ("cudnn::bn_", "bn_fw_", "bn_bw_")):
-        return "elementwise"  # cuDNN's batch norm: memory-bound, not a convolution
+    if bn.is_norm_kernel(n):
+        return "elementwise"  # batch norm (cuDNN's too): memory-bound, not a convolution
     if any(k in n for k in ("conv", "cudnn", "dgrad", "wgrad", "fprop", "implicit")):
         return "conv"
     if any(k in n for k in ("multi_tensor_apply", "fused_adam", "adamw", "fused_sgd",
@@ -104,6 +106,9 @@ class OpTally:
     gemm_dtype: str | None = None
     # (B, H, T, S, Q, causal) of attention forward calls → [count, forward FLOPs]
     attention: dict[tuple[int, int, int, int, int, bool], list[int]] = field(
+        default_factory=lambda: defaultdict(lambda: [0, 0]))
+    # batch-norm forward calls: (shape, memory format, dtype, weight dtype) → [count, bytes]
+    norms: dict[bn.NormKey, list[int]] = field(
         default_factory=lambda: defaultdict(lambda: [0, 0]))
 
     @property
@@ -244,6 +249,11 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
                     entry = tally.attention[key]
                     entry[0] += 1
                     entry[1] += flops
+            if cls == "elementwise" and bn.is_norm_forward(name):
+                norm = bn.norm_key(args, torch)
+                if norm is not None:
+                    tally.norms[norm][0] += 1
+                    tally.norms[norm][1] += moved
             return out
 
     with Counter():
@@ -268,6 +278,9 @@ class KernelTally:
     busy_us: float = 0.0  # union of kernel intervals
     span_us: float = 0.0  # first kernel start to last kernel end
     source: str = "cuda kernels"
+    # batch norm's own kernels (elementwise): (short name, blocks) → [count, total µs]
+    norm_kernels: dict[tuple[str, int], list[float]] = field(
+        default_factory=lambda: defaultdict(lambda: [0, 0.0]))
 
     def per_step_ms(self, cls: str) -> float:
         return self.us.get(cls, 0.0) / self.steps / 1e3
@@ -306,12 +319,19 @@ def parse_trace(events: Iterable[dict[str, Any]], steps: int) -> KernelTally:
         tally.us[cls] += dur
         tally.count[cls] += 1
         spans.append((start, start + dur))
-        if cls in TENSOR_CLASSES and cat == "kernel":
-            args = ev.get("args") or {}
-            grid = args.get("grid") or [0]
-            blocks = int(math.prod(int(g) for g in grid)) if grid else 0
+        if cat != "kernel":
+            continue
+        args = ev.get("args") or {}
+        grid = args.get("grid") or [0]
+        blocks = int(math.prod(int(g) for g in grid)) if grid else 0
+        name = str(ev.get("name", ""))
+        if cls == "elementwise" and bn.is_norm_kernel(name):
+            norm = tally.norm_kernels[(bn.norm_kernel_name(name), blocks)]
+            norm[0] += 1
+            norm[1] += dur
+        if cls in TENSOR_CLASSES:
             per_sm = float(args.get("blocks per SM") or 0.0)
-            entry = tally.grids[(_short(str(ev.get("name", ""))), blocks, round(per_sm, 3))]
+            entry = tally.grids[(_short(name), blocks, round(per_sm, 3))]
             entry[0] += 1
             entry[1] += dur
     if spans:
@@ -353,6 +373,8 @@ def profile_kernels(torch: Any, device: Any, fn: Callable[[], Any], steps: int) 
         us = float(getattr(avg, "self_cpu_time_total", 0.0))
         tally.us[cls] += us
         tally.count[cls] += int(avg.count)
+        if bn.is_norm_op(key) and us > 0:
+            tally.norm_kernels[(key, 0)] = [int(avg.count), us]
     tally.busy_us = sum(tally.us.values())
     tally.span_us = tally.busy_us
     return tally
@@ -535,6 +557,8 @@ class OpProfile:
     alt_bytes: dict[str, int] = field(default_factory=dict)
     timed: list[list[Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    norm_timed: list[list[Any]] = field(default_factory=list)  # norms.time_norms' rows
+    norm_not_timed: str | None = None  # why batch norm's layers were not timed
 
 
 def alt_precision(precision: str) -> str:
@@ -568,22 +592,34 @@ def capture(trainer: Any, *, steps: int = 3) -> OpProfile:
     tally = count_ops(one_eager_step(mode.precision))
     alt = alt_precision(mode.precision)
     alt_bytes: dict[str, int] = {}
+    alt_tally: OpTally | None = None
     try:
         with float32_matmuls(torch, tf32=alt != "fp32"):
-            alt_bytes = dict(count_ops(one_eager_step(alt)).bytes)
+            alt_tally = count_ops(one_eager_step(alt))
+            alt_bytes = dict(alt_tally.bytes)
     except RuntimeError as exc:  # e.g. bf16 autocast unsupported here
         notes.append(f"no {alt} traffic: {str(exc).splitlines()[0][:80]}")
         alt = None  # type: ignore[assignment]
     kernels = profile_kernels(torch, device, trainer.step, steps)
     phases = phase_times_ms(torch, device, trainer, steps)
     timed = time_shapes(torch, device, tally, [mode.precision] + ([alt] if alt else []))
+    norm_timed: list[list[Any]] = []
+    not_timed = None
+    if tally.norms and mode.compile:
+        not_timed = "compiled: the step runs batch norm fused into inductor's own kernels"
+    elif tally.norms:
+        families = {mode.precision: dict(tally.norms)}
+        if alt and alt_tally is not None:
+            families[alt] = dict(alt_tally.norms)
+        norm_timed = bn.time_norms(torch, device, families)
     params = list(trainer.net.parameters())
     unique = {id(p): p for p in params if p.requires_grad}
     grad_bytes = sum(p.numel() * p.element_size() for p in unique.values())
     return OpProfile(precision=mode.precision, tally=tally, kernels=kernels,
                      phases_ms=phases, buckets=ddp_buckets(params), grad_bytes=grad_bytes,
                      params=sum(p.numel() for p in unique.values()), alt_precision=alt,
-                     alt_bytes=alt_bytes, timed=timed, notes=notes)
+                     alt_bytes=alt_bytes, timed=timed, notes=notes, norm_timed=norm_timed,
+                     norm_not_timed=not_timed)
 
 
 class _null:
@@ -617,6 +653,12 @@ def class_detail(prof: OpProfile, cls: str) -> str:
     if cls == "attention":
         detail["shapes"] = [[*k, v[0], v[1]] for k, v in prof.tally.attention.items()]
         detail["shape_fields"] = ["B", "H", "T", "S", "Q", "causal", "count", "forward_flops"]
+    if cls == "elementwise":
+        k = prof.kernels
+        norm = bn.detail(t.norms, k.norm_kernels, k.steps, prof.norm_timed, k.source,
+                         prof.norm_not_timed)
+        if norm is not None:
+            detail["batch_norm"] = norm
     if cls in TENSOR_CLASSES:
         steps = prof.kernels.steps
         grids = [[name, blocks, per_sm, round(v[0] / steps, 3), round(v[1] / steps, 3)]
