@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from gpuaudit.bench import runner
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.feed import storage
+from gpuaudit.bench.feed.fio import find_binary
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Machine
 
@@ -151,13 +151,16 @@ def test_read_only_mount_is_refused(tmp_path: Path):
         subprocess.run(["umount", str(target)], check=False)
 
 
-@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+@pytest.mark.skipif(find_binary() is None, reason="fio not installed (nor GPUAUDIT_FIO set)")
 def test_fio_runs_the_same_jobs_beside_ours(tmp_path: Path):
     run = runner.run_bench(["storage"], machine=machine(), with_native=True,
                            options={"paths": (str(tmp_path),), **SMALL, "file_bytes": 64 << 20})
     ours = {m.name: m for m in run.measurements if not m.params.get("tool")}
     fio = {m.name: m for m in run.measurements if m.params.get("tool") == "fio"}
     assert set(fio) == set(ours)
+    for name in ("seq_write", "seq_read"):  # the same statistic: a median over passes
+        assert fio[name].statistic == ours[name].statistic == "median"
+        assert len(fio[name].samples) == len(ours[name].samples) == 5
     for name in ("seq_write", "seq_read"):
         ratio = ours[name].value / fio[name].value
         # A shared VM disk under a full test run swings 2× between two runs of one tool; a
