@@ -17,6 +17,7 @@ from gpuaudit.bench.feed import storage
 from gpuaudit.bench.feed.fio import find_binary
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Machine
+from tests.conftest import cli_env
 
 from .conftest import FIXTURES
 
@@ -36,7 +37,7 @@ def bench(path: Path, **options) -> dict:
 
 
 def gpuaudit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160"}
+    env = cli_env(COLUMNS="160")
     return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
 
@@ -176,7 +177,7 @@ def test_ctrl_c_mid_pass_keeps_the_figures_and_leaves_no_file_nor_worker(tmp_pat
 
     import psutil
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160"}
+    env = cli_env(COLUMNS="160")
     proc = subprocess.Popen([sys.executable, "-m", "gpuaudit", "bench", "storage", str(tmp_path),
                              "--file-size", "256M", "--json", "--no-save"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
