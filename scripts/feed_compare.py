@@ -1,18 +1,26 @@
-"""Ours beside the reference tools, interleaved test by test so a noisy shared machine hits both
-alike: storage under PATH (ours and fio on the very same file, same jobs, one after the other)
-and TCP over loopback (ours vs iperf3, same streams and duration).
+"""Ours beside the reference tools, interleaved so a noisy shared machine hits both alike:
+storage under PATH (ours and fio on the very same file, same jobs) and TCP over loopback (ours
+vs iperf3, same streams and duration).
+
+Sequential write and read are compared pass by pass, the statistic the suite reports for both
+(one sample per pass over the file; fio one run per pass, loops=1, see fio.py): ours pass i, then
+fio pass i, with the order swapped every other pass so drift over the run falls on both alike;
+each pair gives a ratio. Random reads and TCP: one run of each per round, ours first.
 
 Usage: python scripts/feed_compare.py PATH [ROUNDS] [FILE_SIZE]
-Prints each pair as measured, then the medians over rounds; ratio = ours / reference.
+Prints each pair as measured, then per figure: the medians of ours and of the reference, and the
+median of the pair ratios (ours / reference) with their range.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.feed import fio, native_net, network, storage
@@ -22,84 +30,137 @@ from gpuaudit.hw import take_snapshot
 from gpuaudit.units import parse_bytes
 
 PASSES = 5
+FIO_TIMEOUT_S = 600.0
 
 
-def fio_job(exe: str, f: storage.TestFile, p: storage.Plan, job: str) -> float:
-    """fio's figure for one of our jobs, run on our own (open) test file."""
-    text = fio.job_file(p, f.name, f.direct)
-    blocks = text.split("\n\n")
-    chosen = [blocks[0]] + [b for b in blocks[1:] if b.startswith(f"[{job}]")]
-    with tempfile.NamedTemporaryFile("w", suffix=".fio") as jf:
-        jf.write("\n\n".join(chosen) + "\n")
-        jf.flush()
-        done = subprocess.run([exe, "--output-format=json", jf.name], capture_output=True,
-                              text=True, check=True)
-    (m,) = [x for x in fio.to_measurements(fio.parse_fio_json(done.stdout), {})
-            if x.name == job]
-    return float(m.value or 0.0)
+def paired_passes(passes: int, ours: Callable[[int], float], ref: Callable[[int], float],
+                  first: int = 0) -> list[tuple[float, float]]:
+    """(ours, reference) for passes 0..passes-1, each pair run back to back: ours first on
+    even (first + i), the reference first on odd, so a drift in the machine's speed over the
+    run does not favour one side."""
+    pairs = []
+    for i in range(passes):
+        if (first + i) % 2 == 0:
+            o = ours(i)
+            r = ref(i)
+        else:
+            r = ref(i)
+            o = ours(i)
+        pairs.append((o, r))
+    return pairs
 
 
-def ours_job(f: storage.TestFile, p: storage.Plan, job: str) -> float:
-    if job.startswith("seq_"):
-        write = job == "seq_write"
-        rates = [gb_per_s(p.file_bytes, storage.seq_pass(f, p.seq_jobs, write, i)[0])
-                 for i in range(p.passes)]
-        return statistics.median(rates)
-    depth = int(job.removeprefix("rand4k_read_qd"))
-    r = storage.random_reads(f, depth, p.rand_seconds, p.window_s, seed=depth)
-    return per_second(r.ios, r.seconds)
+@dataclass(frozen=True)
+class Summary:
+    ours: float  # median of our figures
+    reference: float  # median of the reference's
+    ratio: float  # median of the pair ratios, ours / reference
+    low: float  # the lowest pair ratio
+    high: float  # the highest
+    pairs: int
+
+
+def summarize(pairs: Sequence[tuple[float, float]]) -> Summary:
+    if not pairs:
+        raise ValueError("no pairs")
+    ratios = sorted(o / r for o, r in pairs)
+    return Summary(ours=statistics.median(o for o, _ in pairs),
+                   reference=statistics.median(r for _, r in pairs),
+                   ratio=statistics.median(ratios), low=ratios[0], high=ratios[-1],
+                   pairs=len(pairs))
+
+
+def row(name: str, s: Summary) -> str:
+    return (f"{name:18s} {s.ours:14.4g} {s.reference:12.4g} {s.ratio:7.3f}  "
+            f"{s.low:.3f}–{s.high:.3f} {s.pairs:5d}")
+
+
+def storage_rows(exe: str, path: str, p: storage.Plan, rounds: int
+                 ) -> dict[str, list[tuple[float, float]]]:
+    rows: dict[str, list[tuple[float, float]]] = {}
+    target = storage.storage_target(path)
+    print(storage.describe(target, "(see below)"), f"file {p.file_bytes} B, fio {exe}")
+    f = storage.TestFile(target.path, p.file_bytes, target.fs_type in storage.MEMORY_FS)
+    fd, jobs_path = tempfile.mkstemp(prefix=storage.PREFIX, suffix=".fio", dir=target.path)
+    try:
+        with os.fdopen(fd, "w") as jf:
+            jf.write(fio.job_file(p, f.name, f.direct))
+        print("cache bypass:", f.method)
+
+        def fio_pass(job: str) -> float:
+            (found,) = fio.run_jobs(exe, jobs_path, (job,), FIO_TIMEOUT_S)
+            return fio.seq_rate(found)
+
+        for r in range(rounds):
+            for job in fio.SEQ_JOBS:
+                write = job == "seq_write"
+                pairs = paired_passes(
+                    p.passes,
+                    lambda i, w=write: gb_per_s(p.file_bytes,
+                                                storage.seq_pass(f, p.seq_jobs, w, i)[0]),
+                    lambda i, j=job: fio_pass(j),
+                    first=r * p.passes)
+                rows.setdefault(job, []).extend(pairs)
+                print(f"round {r} {job} per pass (ours, fio): "
+                      + " ".join(f"{o:.4g}/{x:.4g}" for o, x in pairs), flush=True)
+            for job, depth in zip(fio.rand_jobs(p), p.depths, strict=True):
+                res = storage.random_reads(f, depth, p.rand_seconds, p.window_s, seed=depth)
+                ours = per_second(res.ios, res.seconds)
+                found = fio.to_measurements(
+                    fio.run_jobs(exe, jobs_path, (job,), FIO_TIMEOUT_S + p.rand_seconds), {})
+                (ref,) = [m.value for m in found if m.name == job]
+                rows.setdefault(job, []).append((ours, float(ref or 0.0)))
+                print(f"round {r} {job}: ours {ours:.4g} fio {ref:.4g}", flush=True)
+    finally:
+        f.close()
+        os.unlink(jobs_path)
+    return rows
+
+
+def network_rows(rounds: int) -> dict[str, list[tuple[float, float]]]:
+    rows: dict[str, list[tuple[float, float]]] = {}
+    s = serve("127.0.0.1", 0)
+    try:
+        host, port = s.address
+        ctx = BenchContext(machine=take_snapshot(), devices=(),
+                           options={"peer": host, "port": port, "seconds": 3.0})
+        hello = network.netproto.hello(host, port, 5)
+        for r in range(rounds):
+            for name, fn in (("tcp_send", network.netproto.send),
+                             ("tcp_recv", network.netproto.receive)):
+                t = fn(host, port, 4, 3.0, 5)
+                ours = t.bytes * 8 / 1e9 / t.seconds
+                refs = [m for m in native_net.iperf3(ctx, host, hello, 4, 3.0)
+                        if m.name == name]
+                if refs and refs[0].value:
+                    rows.setdefault(name, []).append((ours, refs[0].value))
+                    print(f"round {r} {name}: ours {ours:.4g} iperf3 {refs[0].value:.4g}",
+                          flush=True)
+    finally:
+        s.close()
+    return rows
 
 
 def main() -> None:
     path = sys.argv[1]
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     size = parse_bytes(sys.argv[3]) if len(sys.argv) > 3 else 1 << 30
-    exe = fio.find_binary()
-    machine = take_snapshot()
     p = storage.Plan(file_bytes=size, seq_jobs=4, passes=PASSES, depths=(1, 16),
                      rand_seconds=2.0)
     rows: dict[str, list[tuple[float, float]]] = {}
-    jobs = ("seq_write", "seq_read", "rand4k_read_qd1", "rand4k_read_qd16")
+    exe = fio.find_binary()
     if exe:
-        target = storage.storage_target(path)
-        print(storage.describe(target, "(see below)"), f"file {size} B, fio {exe}")
-        f = storage.TestFile(target.path, size, target.fs_type in storage.MEMORY_FS)
-        try:
-            print("cache bypass:", f.method)
-            for r in range(rounds):
-                for job in jobs:
-                    pair = (ours_job(f, p, job), fio_job(exe, f, p, job))
-                    rows.setdefault(job, []).append(pair)
-                    print(f"round {r} {job}: ours {pair[0]:.4g} fio {pair[1]:.4g}", flush=True)
-        finally:
-            f.close()
+        rows.update(storage_rows(exe, path, p, rounds))
+    else:
+        print(fio.NOT_FOUND)
     if shutil.which("iperf3"):
-        s = serve("127.0.0.1", 0)
-        try:
-            host, port = s.address
-            ctx = BenchContext(machine=machine, devices=(),
-                               options={"peer": host, "port": port, "seconds": 3.0})
-            hello = network.netproto.hello(host, port, 5)
-            for r in range(rounds):
-                for name, fn in (("tcp_send", network.netproto.send),
-                                 ("tcp_recv", network.netproto.receive)):
-                    t = fn(host, port, 4, 3.0, 5)
-                    ours = t.bytes * 8 / 1e9 / t.seconds
-                    refs = [m for m in native_net.iperf3(ctx, host, hello, 4, 3.0)
-                            if m.name == name]
-                    if refs and refs[0].value:
-                        rows.setdefault(name, []).append((ours, refs[0].value))
-                        print(f"round {r} {name}: ours {ours:.4g} iperf3 {refs[0].value:.4g}",
-                              flush=True)
-        finally:
-            s.close()
-    print(f"\n{'figure':18s} {'ours (median)':>14s} {'reference':>12s} {'ratio':>7s}")
+        rows.update(network_rows(rounds))
+    print(f"\n{'figure':18s} {'ours (median)':>14s} {'reference':>12s} {'ratio':>7s}  "
+          f"{'range':11s} {'pairs':>5s}")
     for name, pairs in rows.items():
-        o = statistics.median(x[0] for x in pairs)
-        f_ = statistics.median(x[1] for x in pairs)
-        ratios = sorted(x[0] / x[1] for x in pairs)
-        print(f"{name:18s} {o:14.4g} {f_:12.4g} {o / f_:7.3f}  (median pair ratio "
-              f"{statistics.median(ratios):.3f}, range {ratios[0]:.3f}–{ratios[-1]:.3f})")
+        print(row(name, summarize(pairs)))
+    print("ratio: median of the pair ratios ours / reference (sequential: one pair per pass, "
+          "the order alternating; random and TCP: one pair per round)")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,20 @@ import pytest
 import sqlalchemy as sa
 
 FIXTURES = Path(__file__).parent / "fixtures"
+SRC = Path(__file__).resolve().parent.parent / "src"
 PG_ENV = "GPUAUDIT_TEST_PG_URL"
+
+
+def src_pythonpath() -> str:
+    """This checkout's src first, then the PYTHONPATH this process had: on the GPU machine that
+    holds the carried wheels (/tmp/site), which a child must keep."""
+    return os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p)
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment for a gpuaudit (or Python) child process: this one's, with src first on
+    PYTHONPATH (after it, whatever PYTHONPATH was set), and `extra` on top."""
+    return {**os.environ, "PYTHONPATH": src_pythonpath(), **extra}
 
 
 @functools.cache

@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from gpuaudit.model import json_schema
+from tests.conftest import cli_env
 
 from .faults import FAULTS, fault_path
 
@@ -21,7 +22,7 @@ FIX = ROOT / "tests" / "fixtures"
 
 
 def gpuaudit(*args: str, env: dict | None = None, cwd: Path | None = None):
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160", **(env or {})}
+    full_env = cli_env(**{"COLUMNS": "160", **(env or {})})
     return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
                           text=True, env=full_env, cwd=cwd, timeout=120)
 
@@ -214,8 +215,7 @@ def test_ctrl_c_during_bench_saves_a_partial_run_and_exits_130(db, tmp_path):
 
     # The tag tells this run's workers from those of other runs on the same machine.
     tag = f"ctrl-c-{os.getpid()}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160",
-           "GPUAUDIT_TEST_TAG": tag}
+    env = cli_env(COLUMNS="160", GPUAUDIT_TEST_TAG=tag)
 
     def workers() -> list[psutil.Process]:
         found = []

@@ -6,6 +6,7 @@ defaults."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,8 +18,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuaudit.cli.app import app
+from tests.conftest import SRC, cli_env, src_pythonpath
 
-from .test_cli import FIX, ROOT, assert_one_line_error, gpuaudit
+from .test_cli import FIX, assert_one_line_error, gpuaudit
 
 TRACE = FIX / "telemetry" / "h200-2gpu-xid-lost.json"
 COMMANDS = [(), ("inspect",), ("run",), ("bench",), ("runs",), ("show",), ("schema",),
@@ -132,7 +134,7 @@ def test_unwritable_stdout_is_one_line_and_exit_1():
         with open("/dev/full", "w") as full:
             proc = subprocess.run([sys.executable, "-m", "gpuaudit", *args], stdout=full,
                                   stderr=subprocess.PIPE, text=True, timeout=120,
-                                  env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin"})
+                                  env={"PYTHONPATH": src_pythonpath(), "PATH": "/usr/bin"})
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 1, proc.stderr
         assert lines == ["gpuaudit: error: cannot write the output: No space left on device"]
@@ -141,7 +143,7 @@ def test_unwritable_stdout_is_one_line_and_exit_1():
 def test_a_reader_that_goes_away_ends_quietly():
     proc = subprocess.run(f"{sys.executable} -m gpuaudit schema | head -c 10", shell=True,
                           capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+                          env={"PYTHONPATH": src_pythonpath(), "PATH": "/usr/bin:/bin"})
     assert proc.stdout == '{\n  "$defs'[:10]
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
 
@@ -210,3 +212,23 @@ def test_runs_shows_partial_and_run_prints_findings_once(tmp_path):
     codes = re.findall(r"ecc\.uncorrectable-volatile", shown.stdout)
     assert len(codes) == 1, shown.stdout
     assert shown.stdout.count("verdict: FAIL") == 1
+
+
+def test_children_get_src_first_and_keep_the_pythonpath_there_was(monkeypatch, tmp_path):
+    # On the GPU machine the runner's PYTHONPATH holds the carried wheels (/tmp/site): a child
+    # started with src alone could not import them.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "carried_wheel.py").write_text("WHERE = 'site'\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    assert src_pythonpath() == os.pathsep.join((str(SRC), str(site)))
+    env = cli_env(COLUMNS="99")
+    assert env["PYTHONPATH"] == src_pythonpath() and env["COLUMNS"] == "99"
+    done = subprocess.run([sys.executable, "-c", "import carried_wheel, gpuaudit; "
+                           "print(carried_wheel.WHERE, gpuaudit.__file__)"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    where, path = done.stdout.split()
+    assert where == "site" and path.startswith(str(SRC))
+    monkeypatch.delenv("PYTHONPATH")
+    assert cli_env()["PYTHONPATH"] == str(SRC)

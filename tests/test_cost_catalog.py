@@ -4,7 +4,6 @@ user override, and the `catalog` commands with their exit codes and one-line err
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from datetime import date
@@ -30,6 +29,7 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model.cost import BILLING_ASSUMPTION, Billing, Offer
 from gpuaudit.model.finding import Severity
 from gpuaudit.specs import load_catalog as load_specs
+from tests.conftest import cli_env
 
 ROOT = Path(__file__).parent.parent
 CATS = ROOT / "tests" / "fixtures" / "catalogs"
@@ -623,7 +623,7 @@ def test_import_command_then_list_uses_it(user_catalog):
 # The same through `python -m gpuaudit`, once cli/app.py registers catalog_app.
 
 def gpuaudit(*args: str, env: dict | None = None):
-    full = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160", **(env or {})}
+    full = cli_env(**{"COLUMNS": "160", **(env or {})})
     return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
                           text=True, env=full, timeout=120)
 

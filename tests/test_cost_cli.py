@@ -14,9 +14,10 @@ import pytest
 from gpuaudit.cost.pricing import daly_interval_s, expected_wall_time_s
 from gpuaudit.model import GpuSample, Measurement, Sample, load_run
 from gpuaudit.store import Store
+from tests.conftest import cli_env
 
 from .conftest import FIXTURES
-from .test_cli import ROOT, assert_one_line_error
+from .test_cli import assert_one_line_error
 
 CATALOG = """\
 provider,instance_type,region,gpu_model,gpu_count,currency,on_demand_price_per_hour,\
@@ -36,8 +37,7 @@ def cat(tmp_path):
 
 
 def cost(*args: str):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200",
-           "GPUAUDIT_USER_CATALOG": os.devnull}
+    env = cli_env(COLUMNS="200", GPUAUDIT_USER_CATALOG=os.devnull)
     return subprocess.run([sys.executable, "-m", "gpuaudit", "cost", *args], capture_output=True,
                           text=True, env=env, timeout=120)
 

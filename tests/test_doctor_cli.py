@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from gpuaudit.model import SCHEMA_VERSION
+from tests.conftest import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "fixtures" / "telemetry" / "real"
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "100"}
+ENV = cli_env(COLUMNS="100")
 
 
 def doctor(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess[str]:

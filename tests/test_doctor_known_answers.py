@@ -5,19 +5,19 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import cli_env
+
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "doctor"
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "100",
-       "CUDA_VISIBLE_DEVICES": ""}
+ENV = cli_env(COLUMNS="100", CUDA_VISIBLE_DEVICES="")
 
 CPU_CASES = {
     "healthy": (None, 10),

@@ -3,26 +3,32 @@ a fake /sys, and the reference tools' output parsers on real outputs."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import os
 import random
+import sys
 from pathlib import Path
 
 import pytest
 
-from gpuaudit.bench.feed import rates
+from gpuaudit.bench.context import BenchContext
+from gpuaudit.bench.feed import fio, rates
 from gpuaudit.bench.feed.fio import job_file, parse_fio_json, to_measurements
 from gpuaudit.bench.feed.jpeg import crop_box
 from gpuaudit.bench.feed.native_net import parse_ib_write_bw, parse_iperf3
 from gpuaudit.bench.feed.network import parse_peer
 from gpuaudit.bench.feed.storage import Plan
 from gpuaudit.bench.feed.stream import stream_bytes, working_set_bytes
+from gpuaudit.bench.stats import measure
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.cpus import last_level_cache_bytes, numa_cpus, parse_cpulist
 from gpuaudit.hw.net import merge_ports, parse_ibv_devinfo, rdma_ports, read_nics
 from gpuaudit.hw.storage import is_network_fs, mount_of, parse_mountinfo, storage_target
 
 from .conftest import FIXTURES
+from .test_feed_storage import machine as _machine
 
 FEED = FIXTURES / "feed"
 
@@ -297,8 +303,147 @@ def test_fio_job_file_mirrors_our_plan():
     assert "direct=1" in text and "ioengine=psync" in text
     assert text.count("stonewall") == 4
     assert "[seq_read]" in text and "size=268435456" in text and "offset_increment=268435456" \
-        in text and "loops=5" in text
+        in text
+    # One pass over the file per fio run, as one pass is one sample of ours; the write pass
+    # ends with fio's fsync, as ours ends with fdatasync.
+    assert text.count("loops=1") == 2 and "loops=5" not in text
+    write = text.split("[seq_write]")[1].split("\n\n")[0]
+    assert "end_fsync=1" in write and "end_fsync" not in text.split("[seq_read]")[1]
     assert "[rand4k_read_qd16]" in text and "numjobs=16" in text and "runtime=2s" in text
+
+
+def _fio_passes() -> dict:
+    return json.loads((FEED / "fio_passes.json").read_text())
+
+
+def _pass_jobs(section: str) -> list[dict]:
+    return [job for out in _fio_passes()["runs"][section] for job in parse_fio_json(out)]
+
+
+def test_fio_runs_one_per_pass_become_the_median_like_ours():
+    # Three real fio runs of [seq_write] (loops=1), one per pass: bw_bytes 1,720,740,102,
+    # 2,080,895,007 and 2,684,354,560 B/s.
+    jobs = _pass_jobs("seq_write") + _pass_jobs("seq_read") + _pass_jobs("rand")
+    assert [j["job options"].get("loops") for j in jobs[:6]] == ["1"] * 6
+    found = {m.name: m for m in to_measurements(jobs, {"path": "/data"})}
+    w = found["seq_write"]
+    assert w.samples == (1.720740102, 2.080895007, 2.68435456)
+    assert w.value == 2.080895007 and w.statistic == "median"
+    # Q1 halfway between the 1st and 2nd sample, Q3 between the 2nd and 3rd
+    assert w.spread_low == pytest.approx(1.9008175545, abs=1e-12)
+    assert w.spread_high == pytest.approx(2.3826247835, abs=1e-12) and w.spread_kind == "IQR"
+    assert w.params == {"path": "/data", "tool": "fio", "block_bytes": 1 << 20, "passes": 3}
+    # the very statistic measure() gives our passes
+    ours = measure("storage", "seq_write", "GB/s", list(w.samples), warmup=0)
+    assert (ours.value, ours.statistic, ours.spread_low, ours.spread_high, ours.notes) == \
+        (w.value, w.statistic, w.spread_low, w.spread_high, w.notes)
+    r = found["seq_read"]
+    assert r.samples == (1.597830095, 1.63680156, 1.777718251) and r.value == 1.63680156
+    # random reads: one run, fio's mean over it
+    q4 = next(j for j in jobs if j["jobname"] == "rand4k_read_qd4")
+    assert found["rand4k_read_qd4"].value == q4["read"]["iops"]
+    assert found["rand4k_read_qd4"].statistic == "fio mean"
+    assert found["rand4k_read_qd4"].samples == (q4["read"]["iops"],)
+
+
+def test_a_failed_fio_pass_skips_that_figure_only():
+    jobs = _pass_jobs("seq_write") + _pass_jobs("seq_read")
+    jobs[1] = {**jobs[1], "error": 5}
+    found = {m.name: m for m in to_measurements(jobs, {})}
+    assert found["seq_write"].value is None
+    assert found["seq_write"].skipped_reason == "fio seq_write: error 5"
+    assert found["seq_read"].value == 1.63680156
+
+
+FAKE_FIO = """#!{python}
+import json, os, sys
+log = os.environ["FAKE_FIO_LOG"]
+with open(log, "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+runs = json.load(open({fixture!r}))["runs"]
+sections = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--section=")]
+key = sections[0] if sections[0].startswith("seq_") else "rand"
+done = sum(1 for line in open(log) if key in line)  # this run's number for this section
+if os.environ.get("FAKE_FIO_FAIL") == key:
+    print("fio: pid=1, err=5/file:io_u.c:1896, func=io_u error, error=Input/output error",
+          file=sys.stderr)
+    sys.exit(1)
+print("fio: a warning before the JSON")
+print(runs[key][(done - 1) % len(runs[key])])
+"""
+
+
+@pytest.fixture
+def fake_fio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    exe = tmp_path / "fio"
+    exe.write_text(FAKE_FIO.format(python=sys.executable,
+                                   fixture=str(FEED / "fio_passes.json")))
+    exe.chmod(0o755)
+    log = tmp_path / "calls"
+    monkeypatch.setenv("GPUAUDIT_FIO", str(exe))
+    monkeypatch.setenv("FAKE_FIO_LOG", str(log))
+    return log
+
+
+def test_the_suite_runs_fio_once_per_pass_then_once_for_random_reads(fake_fio: Path,
+                                                                     tmp_path: Path):
+    data = tmp_path / "data"
+    data.mkdir()
+    ctx = BenchContext(machine=_machine(), devices=(),
+                       options={"paths": (str(data),), "file_bytes": 16 << 20,
+                                "seq_jobs": 2, "depths": (1, 4)})
+    steps: list[str] = []
+    ctx = dataclasses.replace(ctx, step=steps.append)
+    found = {m.name: m for m in fio.run_native(ctx)}
+    calls = [json.loads(line) for line in fake_fio.read_text().splitlines()]
+    sections = [[a for a in c if a.startswith("--section=")] for c in calls]
+    # quick: 5 passes each, one fio process per pass, then both depths in one run
+    assert sections == [["--section=seq_write"]] * 5 + [["--section=seq_read"]] * 5 + \
+        [["--section=rand4k_read_qd1", "--section=rand4k_read_qd4"]]
+    assert all(c[0] == "--output-format=json" and c[-1].endswith(".fio") for c in calls)
+    # the recorded passes in turn (3 recorded, so passes 4 and 5 are the first two again)
+    assert found["seq_write"].samples == (1.720740102, 2.080895007, 2.68435456,
+                                          1.720740102, 2.080895007)
+    assert found["seq_write"].value == 2.080895007
+    assert found["seq_write"].statistic == found["seq_read"].statistic == "median"
+    assert found["seq_read"].params["passes"] == 5
+    assert found["seq_read"].params["cache_bypass"] in ("O_DIRECT",
+                                                        "fio invalidate=1 (O_DIRECT refused)")
+    assert found["rand4k_read_qd1"].unit == "IOPS" and "rand4k_read_qd4_p99" in found
+    assert any("seq write" in s and "× 5" in s for s in steps)
+    assert os.listdir(data) == []  # fio's file and the job file removed
+
+
+def test_fio_failing_is_one_skipped_line_after_what_it_measured(fake_fio: Path,
+                                                                tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("FAKE_FIO_FAIL", "seq_read")
+    data = tmp_path / "data"
+    data.mkdir()
+    ctx = BenchContext(machine=_machine(), devices=(),
+                       options={"paths": (str(data),), "file_bytes": 16 << 20,
+                                "seq_jobs": 2, "depths": (1,)})
+    found = list(fio.run_native(ctx))
+    assert [m.name for m in found] == ["seq_write", "fio"]
+    assert found[1].skipped_reason == ("no JSON in fio's output (exit 1: fio: pid=1, "
+                                       "err=5/file:io_u.c:1896, func=io_u error, "
+                                       "error=Input/output error)")
+    assert os.listdir(data) == []
+
+
+def test_run_jobs_names_the_sections_and_fails_in_one_line(fake_fio: Path, tmp_path: Path):
+    exe = os.environ["GPUAUDIT_FIO"]
+    jobs = fio.run_jobs(exe, str(tmp_path / "x.fio"), ("seq_read",), 30)
+    assert [j["jobname"] for j in jobs] == ["seq_read"]
+    assert json.loads(fake_fio.read_text()) == ["--output-format=json", "--section=seq_read",
+                                                str(tmp_path / "x.fio")]
+    with pytest.raises(ValueError, match="would run them all"):
+        fio.run_jobs(exe, str(tmp_path / "x.fio"), (), 30)
+    slow = tmp_path / "slow"
+    slow.write_text("#!/bin/sh\nsleep 5\n")
+    slow.chmod(0o755)
+    with pytest.raises(fio.FioFailed, match=r"^fio timed out after 0.2 s$"):
+        fio.run_jobs(str(slow), str(tmp_path / "x.fio"), ("seq_read",), 0.2)
 
 
 def test_fio_json_from_a_real_run_becomes_our_names():
@@ -322,3 +467,49 @@ def test_fixtures_are_real_recordings():
     assert json.loads((FEED / "fio.json").read_text())["fio version"].startswith("fio-")
     assert "iperf" in json.loads((FEED / "iperf3_recv.json").read_text())["start"]["version"]
     assert os.path.getsize(FEED / "h200_2gpu_transfer.json") > 0
+
+
+# -- scripts/feed_compare.py: ours and fio pass by pass -----------------------------------------
+
+
+def _feed_compare():
+    spec = importlib.util.spec_from_file_location(
+        "feed_compare", Path(__file__).resolve().parents[1] / "scripts" / "feed_compare.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["feed_compare"] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compare_pairs_pass_by_pass_and_alternates_who_goes_first():
+    fc = _feed_compare()
+    order: list[str] = []
+
+    def ours(i: int) -> float:
+        order.append(f"ours{i}")
+        return 2.0 + i
+
+    def ref(i: int) -> float:
+        order.append(f"fio{i}")
+        return 2.0
+
+    assert fc.paired_passes(4, ours, ref) == [(2.0, 2.0), (3.0, 2.0), (4.0, 2.0), (5.0, 2.0)]
+    assert order == ["ours0", "fio0", "fio1", "ours1", "ours2", "fio2", "fio3", "ours3"]
+    # a second round of 5 passes carries on the alternation: 5 is odd, so fio starts
+    order.clear()
+    fc.paired_passes(2, ours, ref, first=5)
+    assert order == ["fio0", "ours0", "ours1", "fio1"]
+
+
+def test_compare_summary_is_the_median_of_the_pair_ratios_with_their_range():
+    fc = _feed_compare()
+    # ratios 1.1, 0.9, 1.2, 1.0, 0.5: median 1.0 (not ours' median ÷ fio's median, 2.4 / 2.4)
+    pairs = [(2.2, 2.0), (2.7, 3.0), (2.4, 2.0), (3.0, 3.0), (1.25, 2.5)]
+    s = fc.summarize(pairs)
+    assert (s.ours, s.reference, s.pairs) == (2.4, 2.5, 5)
+    assert s.ratio == pytest.approx(1.0, abs=1e-12)
+    assert (s.low, s.high) == (pytest.approx(0.5), pytest.approx(1.2))
+    assert fc.row("seq_read", s) == ("seq_read                      2.4          2.5   1.000  "
+                                     "0.500–1.200     5")
+    with pytest.raises(ValueError):
+        fc.summarize([])

@@ -21,6 +21,7 @@ import pytest
 from gpuaudit.bench import runner
 from gpuaudit.bench.feed import netproto
 from gpuaudit.errors import BadInputError
+from tests.conftest import cli_env
 
 from .test_feed_storage import gpuaudit, machine, one_line_error
 
@@ -113,7 +114,7 @@ def test_cli_errors():
 
 
 def _serve(*prefix: str, bind: str = "127.0.0.1") -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = cli_env()
     proc = subprocess.Popen([*prefix, sys.executable, "-m", "gpuaudit", "bench", "network",
                              "--serve", "--bind", bind, "--port", "0", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -196,7 +197,7 @@ def test_rate_limited_veth_between_namespaces_is_measured(namespaces):
     server, address = _serve("ip", "netns", "exec", a, bind="10.237.0.1")
     try:
         assert address.startswith("10.237.0.1:")
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        env = cli_env()
         args = ["ip", "netns", "exec", b, sys.executable, "-m", "gpuaudit", "bench", "network",
                 "--peer", address, "--json", "--no-save"]
         if shutil.which("iperf3"):

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from gpuaudit.bench.feed.procs import Workers, ctrl_c_held
+from tests.conftest import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +96,7 @@ def test_a_worker_whose_parent_dies_before_the_go_ends_instead_of_lingering(tmp_
         "assert w.conns[0].recv()[0] == 'ready'\n"
         "print(w.procs[0].pid, flush=True)\n"
         "os._exit(0)  # gone without a go and without stopping its worker\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = cli_env()
     done = subprocess.run([sys.executable, "-c", script, str(data)], capture_output=True,
                           text=True, env=env, timeout=60)
     worker = int(done.stdout)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +14,10 @@ import pytest
 from gpuaudit.bench import runner
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.feed import storage
+from gpuaudit.bench.feed.fio import find_binary
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Machine
+from tests.conftest import cli_env
 
 from .conftest import FIXTURES
 
@@ -36,7 +37,7 @@ def bench(path: Path, **options) -> dict:
 
 
 def gpuaudit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160"}
+    env = cli_env(COLUMNS="160")
     return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
 
@@ -151,13 +152,16 @@ def test_read_only_mount_is_refused(tmp_path: Path):
         subprocess.run(["umount", str(target)], check=False)
 
 
-@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+@pytest.mark.skipif(find_binary() is None, reason="fio not installed (nor GPUAUDIT_FIO set)")
 def test_fio_runs_the_same_jobs_beside_ours(tmp_path: Path):
     run = runner.run_bench(["storage"], machine=machine(), with_native=True,
                            options={"paths": (str(tmp_path),), **SMALL, "file_bytes": 64 << 20})
     ours = {m.name: m for m in run.measurements if not m.params.get("tool")}
     fio = {m.name: m for m in run.measurements if m.params.get("tool") == "fio"}
     assert set(fio) == set(ours)
+    for name in ("seq_write", "seq_read"):  # the same statistic: a median over passes
+        assert fio[name].statistic == ours[name].statistic == "median"
+        assert len(fio[name].samples) == len(ours[name].samples) == 5
     for name in ("seq_write", "seq_read"):
         ratio = ours[name].value / fio[name].value
         # A shared VM disk under a full test run swings 2× between two runs of one tool; a
@@ -173,7 +177,7 @@ def test_ctrl_c_mid_pass_keeps_the_figures_and_leaves_no_file_nor_worker(tmp_pat
 
     import psutil
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160"}
+    env = cli_env(COLUMNS="160")
     proc = subprocess.Popen([sys.executable, "-m", "gpuaudit", "bench", "storage", str(tmp_path),
                              "--file-size", "256M", "--json", "--no-save"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

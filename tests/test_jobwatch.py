@@ -3,7 +3,6 @@ Lightning callback; and what marking a step costs."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -12,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import cli_env
+
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "CUDA_VISIBLE_DEVICES": ""}
+ENV = cli_env(CUDA_VISIBLE_DEVICES="")
 
 
 def py(code: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:

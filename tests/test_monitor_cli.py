@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuaudit.model import SCHEMA_VERSION
+from tests.conftest import cli_env
 
 from . import telemetry_traces as tt
 from .test_cli import ROOT, assert_one_line_error, gpuaudit
@@ -151,13 +152,12 @@ def test_exporter_serves_while_replaying_and_ctrl_c_stops_cleanly(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env_path = {"PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuaudit", "monitor", "--replay",
          str(TRACES / "h200-1gpu-load.json"), "--speed", "0.5", "--no-history",
          "--listen", f"127.0.0.1:{port}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**__import__("os").environ, **env_path})
+        env=cli_env())
     try:
         body = ""
         deadline = time.monotonic() + 30
@@ -225,8 +225,7 @@ def test_monitor_needs_no_torch():
             f"'--once', '--replay', {str(TRACES / 'h200-1gpu-idle.json')!r}, '--json']\n"
             "runpy.run_module('gpuaudit', run_name='__main__')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, env={**__import__("os").environ,
-                                           "PYTHONPATH": str(ROOT / "src")})
+                          timeout=60, env=cli_env())
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["sample"]["gpus"][0]["name"] == "NVIDIA H200"
 

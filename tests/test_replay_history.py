@@ -15,14 +15,15 @@ import pytest
 
 from gpuaudit.model import GpuSample, Sample
 from gpuaudit.store import ReplayHistory, Store, replay_hostname
+from tests.conftest import cli_env
 from tests.test_cli import ROOT
 
 IDLE_TRACE = ROOT / "tests/fixtures/telemetry/h200-1gpu-idle.json"
 
 
 def gpuaudit(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160",
-            "XDG_DATA_HOME": str(tmp_path / "data"), "GPUAUDIT_USER_CATALOG": os.devnull}
+    full = cli_env(COLUMNS="160", XDG_DATA_HOME=str(tmp_path / "data"),
+                   GPUAUDIT_USER_CATALOG=os.devnull)
     full.pop("GPUAUDIT_DB", None)
     full.update(env)
     return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,

@@ -5,7 +5,6 @@ or Playwright is missing, except under CI=true where that fails."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 
 from gpuaudit.report.html import render_compare_html, render_run_html
 from gpuaudit.store import Store
+from tests.conftest import cli_env
 from tests.reportkit import (
     CHROMIUM_ARGS,
     FIXTURES,
@@ -187,7 +187,7 @@ def server(tmp_path_factory) -> Iterator[str]:
         for name in (ONE_GPU, TWO_GPU, NATIVE):
             store.save(load(name))
     err = (tmp / "stderr").open("w+")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GPUAUDIT_TOKEN": TOKEN}
+    env = cli_env(GPUAUDIT_TOKEN=TOKEN)
     proc = subprocess.Popen([sys.executable, "-m", "gpuaudit", "serve", "--port", "0",
                              "--db", db, "--replay", str(TRACE), "--speed", "4", "--loop"],
                             stdout=subprocess.DEVNULL, stderr=err, env=env)

@@ -10,7 +10,6 @@ command, the store, the error path) is the real one, in a subprocess.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -25,7 +24,8 @@ import gpuaudit.store.store as store_module
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import json_schema, load_run
 from gpuaudit.store import Store, UnsavedRunError, check_store, keep_run, save_or_keep
-from tests.test_cli import FIX, ROOT, assert_one_line_error
+from tests.conftest import cli_env
+from tests.test_cli import FIX, assert_one_line_error
 from tests.test_store import make_run
 
 SNAPSHOT = FIX / "faults" / "ecc-uncorrectable.json"  # a FAIL finding: exit 1 when saved
@@ -65,9 +65,8 @@ def gpuaudit_standin(tmp_path: Path, *args: str, break_store: Path | None = None
     """The real CLI with the work replaced; returns the process and whether the work ran."""
     worked = tmp_path / "worked"
     worked.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160",
-           "WORKED": str(worked), "SNAPSHOT": str(SNAPSHOT),
-           "XDG_DATA_HOME": str(tmp_path / "data"), "GPUAUDIT_DB": ""}
+    env = cli_env(COLUMNS="160", WORKED=str(worked), SNAPSHOT=str(SNAPSHOT),
+                  XDG_DATA_HOME=str(tmp_path / "data"), GPUAUDIT_DB="")
     if break_store is not None:
         env["BREAK_STORE"] = str(break_store)
     proc = subprocess.run([sys.executable, "-c", STAND_IN, *args], capture_output=True,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -23,7 +22,7 @@ import gpuaudit.store.store as store_module
 from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.model import GpuSample, Sample
 from gpuaudit.store import RunNotFoundError, Store, StoreNotFoundError, mask_secrets
-from tests.conftest import pg_base_url
+from tests.conftest import cli_env, pg_base_url
 from tests.test_cli import FIX, assert_one_line_error, gpuaudit
 from tests.test_store import T0, make_run, raw_engine
 from tests.test_store_telemetry import create_v1_database, stored_version_and_tables
@@ -197,8 +196,8 @@ def gpuaudit_ro(directory: Path, *args: str) -> subprocess.CompletedProcess[str]
     prefix = readonly_prefix()
     if prefix is None:
         pytest.skip("cannot make a read-only mount here (needs unshare and mount rights)")
-    env = {**os.environ, "PYTHONPATH": str(FIX.parent.parent / "src"), "COLUMNS": "160",
-           "XDG_DATA_HOME": str(directory / "data")}  # even the fallback is read-only
+    env = cli_env(COLUMNS="160",
+                  XDG_DATA_HOME=str(directory / "data"))  # even the fallback is read-only
     return subprocess.run([*prefix, str(directory), sys.executable, "-m", "gpuaudit", *args],
                           capture_output=True, text=True, env=env, timeout=120)
 

@@ -5,7 +5,6 @@ the CPU), and the command line."""
 from __future__ import annotations
 
 import gc
-import os
 import subprocess
 import sys
 import weakref
@@ -21,6 +20,7 @@ from gpuaudit.tune.search import (
     choose_workers,
     search,
 )
+from tests.conftest import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
 GB = 10**9
@@ -155,7 +155,7 @@ def test_oom_is_caught_and_nothing_leaks_between_trials(tmp_path, monkeypatch):
     assert any(t.oom for t in choice.trials)
 
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "100"}
+ENV = cli_env(COLUMNS="100")
 
 
 def tune_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -6,13 +6,13 @@ gloo, the CLI. Tests marked `gpu` run the quick profile on a real GPU."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+
+from tests.conftest import cli_env
 
 torch = pytest.importorskip("torch")
 
@@ -290,8 +290,7 @@ def test_ddp_over_gloo_scales_from_one_rank_to_two():
 
 
 def gpuaudit(*args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "src"),
-           "OMP_NUM_THREADS": "1"}
+    env = cli_env(OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
                           text=True, timeout=600, cwd=cwd, env=env)
 

@@ -2,8 +2,20 @@
 thread per region, 4 KiB random reads at the same depths and duration), on fio's own temporary
 file under the same path, its figures named like ours with params tool="fio".
 
-fio's own conventions: bw_bytes is bytes per second over the job's run time; IOPS likewise;
-latency percentiles are of completion latency (clat; slat is nil for psync).
+The same statistic as ours. Our sequential figure is the median of `passes` passes over the file
+(one sample per pass, writes ending with one fdatasync). fio's is made the same way: one fio run
+per pass (`--section seq_write`, then `--section seq_read`, each run loops=1 over the whole file,
+writes with end_fsync=1), each run's bandwidth one sample, and `measure()` gives the median and
+IQR, statistic "median" like ours. (fio with loops=N reports one aggregate over all N loops:
+bytes over the whole run, a different statistic.) Random reads stay one fio job per depth, as
+ours are one run per depth (all depths in one fio run, stonewalled): IOPS over the job's run,
+statistic "fio mean".
+
+fio's own conventions: bw_bytes is bytes per second over the job's run time (with
+group_reporting, all threads' bytes over the slowest thread's run time, each thread's time from
+its own start, rounded up to whole ms: up to 0.25 % of a 400 ms pass); a write job's run time
+includes its end_fsync (fsync(2) by each thread; ours is one fdatasync); IOPS likewise; latency
+percentiles are of completion latency (clat; slat is nil for psync).
 """
 
 from __future__ import annotations
@@ -14,7 +26,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gpuaudit.bench.context import BenchContext
@@ -31,11 +43,13 @@ from gpuaudit.bench.feed.storage import (
     plan,
     target_params,
 )
-from gpuaudit.bench.stats import skipped
+from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.model import Measurement, Params
+from gpuaudit.units import human_bytes
 
 ENV_VAR = "GPUAUDIT_FIO"
 NOT_FOUND = "fio not found (apt-get install fio, or set GPUAUDIT_FIO)"
+SEQ_JOBS = ("seq_write", "seq_read")  # one pass over the file each
 PERCENTILE_KEYS = {"50.000000": "p50", "99.000000": "p99", "99.900000": "p99.9"}
 
 
@@ -44,22 +58,50 @@ def find_binary() -> str | None:
     return path if path and os.path.isfile(path) and os.access(path, os.X_OK) else None
 
 
+class FioFailed(Exception):
+    """fio ran but gave no figures (timed out, no JSON): the one-line reason."""
+
+
 def job_file(p: Plan, filename: str, direct: bool) -> str:
-    """A fio job file running our storage jobs one after the other (stonewall)."""
+    """A fio job file with one section per job of ours (stonewall between them). A sequential
+    section is one pass over the file (loops=1): run it once per pass (`run_jobs`)."""
     region = p.file_bytes // p.seq_jobs // SEQ_BLOCK * SEQ_BLOCK
     lines = ["[global]", f"filename={filename}", "ioengine=psync", "thread=1",
              "group_reporting=1", f"direct={1 if direct else 0}", "invalidate=1"]
     for name, rw in (("seq_write", "write"), ("seq_read", "read")):
         lines += ["", f"[{name}]", "stonewall", f"rw={rw}", f"bs={SEQ_BLOCK}",
                   f"numjobs={p.seq_jobs}", f"size={region}", f"offset_increment={region}",
-                  f"loops={p.passes}"]
+                  "loops=1"]
         if rw == "write":
             lines.append("end_fsync=1")
-    for depth in p.depths:
-        lines += ["", f"[rand4k_read_qd{depth}]", "stonewall", "rw=randread",
+    for name, depth in zip(rand_jobs(p), p.depths, strict=True):
+        lines += ["", f"[{name}]", "stonewall", "rw=randread",
                   f"bs={RAND_BLOCK}", f"numjobs={depth}", f"size={p.file_bytes}",
                   "time_based=1", f"runtime={p.rand_seconds:g}s", "randrepeat=0"]
     return "\n".join(lines) + "\n"
+
+
+def rand_jobs(p: Plan) -> tuple[str, ...]:
+    return tuple(f"rand4k_read_qd{depth}" for depth in p.depths)
+
+
+def run_jobs(exe: str, jobs_path: str, sections: Sequence[str], timeout: float
+             ) -> list[dict[str, Any]]:
+    """One fio run of these sections (jobs) of the job file: its jobs' results. Raises
+    FioFailed with a one-line reason when fio gives none."""
+    if not sections:
+        raise ValueError("no fio sections named (fio would run them all)")
+    cmd = [exe, "--output-format=json", *(f"--section={s}" for s in sections), jobs_path]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise FioFailed(f"fio timed out after {timeout:g} s") from None
+    try:
+        return parse_fio_json(done.stdout)
+    except ValueError as exc:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+        raise FioFailed(f"{exc} (exit {done.returncode}: {tail[0][:200]})") from None
 
 
 def parse_fio_json(text: str) -> list[dict[str, Any]]:
@@ -78,12 +120,21 @@ def parse_fio_json(text: str) -> list[dict[str, Any]]:
     return jobs
 
 
+def seq_rate(job: Mapping[str, Any]) -> float:
+    """GB/s of one sequential fio job (one pass): its bw_bytes."""
+    side = job["write" if job.get("jobname") == "seq_write" else "read"]
+    return float(side["bw_bytes"]) / 1e9
+
+
 def to_measurements(jobs: list[dict[str, Any]], params: Params,
                     notes: tuple[str, ...] = ()) -> list[Measurement]:
-    """Our names and units from fio's job results: GB/s for sequential jobs, IOPS and µs
-    percentiles for random reads."""
+    """Our names and units from fio's job results. Each sequential job in `jobs` is one pass
+    (one fio run): its passes become one GB/s Measurement, the median and IQR over them as
+    `measure()` gives ours. Random reads: IOPS over the run and µs percentiles."""
     found: list[Measurement] = []
     base: Params = {**params, "tool": "fio"}
+    passes: dict[str, list[float]] = {}
+    failed: dict[str, str] = {}
 
     def one(name: str, unit: str, value: float, statistic: str, extra: Mapping[str, Any]
             ) -> Measurement:
@@ -92,15 +143,16 @@ def to_measurements(jobs: list[dict[str, Any]], params: Params,
 
     for job in jobs:
         name = str(job.get("jobname", ""))
+        if name in SEQ_JOBS:
+            if job.get("error"):
+                failed.setdefault(name, f"fio {name}: error {job['error']}")
+            passes.setdefault(name, []).append(seq_rate(job))
+            continue
         if job.get("error"):
             found.append(skipped(SUITE, name, "", f"fio {name}: error {job['error']}",
                                  params=base))
             continue
-        if name in ("seq_write", "seq_read"):
-            side = job["write" if name == "seq_write" else "read"]
-            found.append(one(name, "GB/s", float(side["bw_bytes"]) / 1e9, "fio aggregate",
-                             {"block_bytes": SEQ_BLOCK}))
-        elif name.startswith("rand4k_read_qd"):
+        if name.startswith("rand4k_read_qd"):
             side = job["read"]
             depth = int(name.removeprefix("rand4k_read_qd"))
             extra = {"block_bytes": RAND_BLOCK, "queue_depth": depth,
@@ -111,7 +163,14 @@ def to_measurements(jobs: list[dict[str, Any]], params: Params,
                 if key in pct:
                     found.append(one(f"{name}_{label}", "µs", float(pct[key]) / 1000, label,
                                      extra))
-    return found
+    seq: list[Measurement] = []
+    for name, rates in passes.items():
+        if name in failed:
+            seq.append(skipped(SUITE, name, "GB/s", failed[name], params=base))
+        else:
+            seq.append(measure(SUITE, name, "GB/s", rates, warmup=0, notes=notes,
+                               params={**base, "block_bytes": SEQ_BLOCK, "passes": len(rates)}))
+    return seq + found
 
 
 def run_native(ctx: BenchContext) -> Iterator[Measurement]:
@@ -142,25 +201,25 @@ def _one_path(ctx: BenchContext, exe: str, p: Plan, path: str, params: Params
         direct = probe is not None
         with open(jobs_path, "w") as f:
             f.write(job_file(p, name, direct))
-        ctx.step(f"fio on {path}")
-        budget = ctx.timeout_s + len(p.depths) * p.rand_seconds
-        try:
-            done = subprocess.run([exe, "--output-format=json", jobs_path], capture_output=True,
-                                  text=True, timeout=budget, check=False)
-        except subprocess.TimeoutExpired:
-            yield skipped(SUITE, "fio", "", f"fio timed out after {budget:g} s",
-                          params={**params, "tool": "fio"})
-            return
-        try:
-            jobs = parse_fio_json(done.stdout)
-        except ValueError as exc:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-            yield skipped(SUITE, "fio", "", f"{exc} (exit {done.returncode}: {tail[0][:200]})",
-                          params={**params, "tool": "fio"})
-            return
         method = "O_DIRECT" if direct else "fio invalidate=1 (O_DIRECT refused)"
-        yield from to_measurements(jobs, {**params, "cache_bypass": method,
-                                          "file_bytes": p.file_bytes})
+        base = {**params, "cache_bypass": method, "file_bytes": p.file_bytes}
+        # As ours: every write pass, then every read pass (one fio run each), then the
+        # random reads (one fio run, a job per depth).
+        stages = [(f"fio on {path}: {job.replace('_', ' ')} {human_bytes(p.file_bytes)} × "
+                   f"{p.passes}", (job,), p.passes, ctx.timeout_s) for job in SEQ_JOBS]
+        if p.depths:
+            stages.append((f"fio on {path}: random 4 KiB reads", rand_jobs(p), 1,
+                           ctx.timeout_s + len(p.depths) * p.rand_seconds))
+        for step, sections, runs, budget in stages:
+            ctx.step(step)
+            jobs: list[dict[str, Any]] = []
+            try:
+                for _ in range(runs):
+                    jobs += run_jobs(exe, jobs_path, sections, budget)
+            except FioFailed as exc:
+                yield skipped(SUITE, "fio", "", str(exc), params={**params, "tool": "fio"})
+                return
+            yield from to_measurements(jobs, base)
     finally:
         for leftover in (name, jobs_path):
             with contextlib.suppress(FileNotFoundError):
