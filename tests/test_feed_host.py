@@ -91,3 +91,46 @@ def test_run_judges_a_job_against_storage_and_decode(tmp_path: Path):
     assert f["evidence"]["storage_samples_per_s"] > 0 and f["evidence"]["decode_samples_per_s"]
     assert os.listdir(data) == []
     assert any(m["suite"] == "storage" and m["value"] for m in doc["measurements"])
+
+
+def test_decode_agreement_tells_another_decoder_from_corrupt_data():
+    # nvJPEG's check: the GPU's decode of one test image against the CPU's. A correct decoder
+    # that upsamples chroma another way (nearest instead of libjpeg-turbo's triangle filter)
+    # must pass; an 8-pixel shift, or a bit error in the scan, must not.
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from gpuaudit.bench.feed import jpeg
+
+    data = jpeg.make_jpegs(1, seed=3)[0]
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    same = jpeg.agreement(ref, ref)
+    assert same.psnr_db == float("inf") and same.worst_tile_abs_levels == 0 and same.ok
+
+    ycc = np.asarray(Image.open(io.BytesIO(data)).convert("YCbCr")).astype(np.float64)
+    h, w = ycc.shape[0] // 2 * 2, ycc.shape[1] // 2 * 2
+    for ch in (1, 2):  # 4:2:0 chroma, box-averaged, then nearest upsampling
+        sub = ycc[:h, :w, ch].reshape(h // 2, 2, w // 2, 2).mean(axis=(1, 3))
+        ycc[:h, :w, ch] = np.repeat(np.repeat(sub, 2, 0), 2, 1)
+    other = np.asarray(Image.fromarray(np.clip(ycc, 0, 255).astype(np.uint8), "YCbCr")
+                       .convert("RGB"))
+    a = jpeg.agreement(other, ref)
+    assert a.mean_abs_levels > 2.0  # the old check (under 2 levels) called this corrupt
+    assert a.ok and a.worst_tile_abs_levels < jpeg.AGREE_TILE_LEVELS / 2
+
+    assert not jpeg.agreement(np.roll(ref, 8, axis=1), ref).ok
+
+    def flipped(offset: int) -> np.ndarray:
+        bad = bytearray(data)
+        bad[bad.index(b"\xff\xda") + offset] ^= 0x5A  # inside the scan
+        img = Image.open(io.BytesIO(bytes(bad)))
+        img.load()
+        return np.asarray(img.convert("RGB"))
+
+    wide = jpeg.agreement(flipped(2000), ref)  # everything after the error is garbage
+    assert wide.psnr_db < 20 and not wide.ok
+    local = jpeg.agreement(flipped(20000), ref)  # a few blocks hit: PSNR alone misses it
+    assert local.psnr_db > jpeg.AGREE_PSNR_DB and local.worst_tile_abs_levels > 30
+    assert not local.ok

@@ -107,9 +107,17 @@ def gpu_decode(ctx: BenchContext, images: list[bytes] | None) -> Iterator[Measur
                       "image": f"{jpeg.WIDTH}x{jpeg.HEIGHT} q{jpeg.QUALITY}",
                       "augment": "none (decode only)"}
     try:
-        rates, ok, count = jpeg.nvjpeg(images, ctx.pick(2.0, 5.0, 10.0), device.cuda_index)
+        rates, agree, count = jpeg.nvjpeg(images, ctx.pick(2.0, 5.0, 10.0),
+                                          device.cuda_index)
     except Exception as exc:
         yield skipped(SUITE, name, "images/s", reason_of(exc), gpu_index=index, params=params)
         return
+    check = {"vs_cpu_psnr_db": round(agree.psnr_db, 2),
+             "vs_cpu_mean_abs_levels": round(agree.mean_abs_levels, 3),
+             "vs_cpu_worst_tile_abs_levels": round(agree.worst_tile_abs_levels, 2),
+             "check": f"GPU decode of one image against the CPU's: PSNR ≥ "
+                      f"{jpeg.AGREE_PSNR_DB:g} dB and no 16×16 tile more than "
+                      f"{jpeg.AGREE_TILE_LEVELS:g} levels off (decoders differ in rounding and "
+                      f"chroma upsampling; corrupt data is far off)"}
     yield measure(SUITE, name, "images/s", rates, warmup=1, gpu_index=index,
-                  params={**params, "images": count}, verified=ok)
+                  params={**params, "images": count, **check}, verified=agree.ok)
