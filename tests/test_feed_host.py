@@ -71,7 +71,12 @@ def test_host_suite_and_its_capacity_finding():
     one, every = found["jpeg_pil_1core"], found["jpeg_pil_all"]
     assert one.value > 0 and every.value > 0 and every.params["cores"] == "all"
     assert every.params["threads"] == len(os.sched_getaffinity(0))
-    assert found["jpeg_nvjpeg"].skipped  # no GPU here: said why
+    gpu = found["jpeg_nvjpeg"]
+    if gpu.skipped:  # no GPU here: said why
+        assert gpu.value is None and gpu.skipped_reason
+    else:  # on the GPU machine: nvJPEG's decode agrees with the CPU's
+        assert gpu.value > 0 and gpu.verified is True
+        assert gpu.params["vs_cpu_psnr_db"] >= jpeg.AGREE_PSNR_DB
     (cap,) = [f for f in run.findings if f.code.startswith("feed.")]
     assert cap.code == "feed.capacity" and cap.evidence["limiting_stage"] == "decode"
 

@@ -158,10 +158,11 @@ def run_workers(library: str, jpegs: Sequence[bytes], seconds: float, cpus: Sequ
 
 # Two correct decoders of one JPEG differ: IDCT rounding, and above all chroma upsampling
 # (libjpeg-turbo's "fancy" triangle filter against nvJPEG's), which on noisy 4:2:0 pictures
-# moves pixels by 2-3 levels on average and a 16×16 tile by at most ~7 (nearest against fancy
-# upsampling on the test images). Corrupt data is far off: everywhere after a broken bit in
-# the scan (PSNR under 20 dB), or in the blocks it hits (a tile 30+ levels off).
-AGREE_PSNR_DB = 30.0
+# moves pixels by several levels: nvJPEG on the H200 against the CPU, 32.0 dB, 4.7 levels on
+# average, 9.7 at the worst 16×16 tile (2026-12-01); nearest against fancy upsampling ~37 dB,
+# ~7 at the worst tile. Corrupt data is far off: everywhere after a broken bit in the scan
+# (PSNR under 20 dB), or in the blocks it hits (a tile 30+ levels off).
+AGREE_PSNR_DB = 25.0
 AGREE_TILE_LEVELS = 16.0
 TILE = 16  # pixels: one 4:2:0 MCU
 
