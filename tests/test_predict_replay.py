@@ -1,9 +1,11 @@
-"""`gpuaudit predict` replayed on the real runs of one H200 (two runs of 2026-12-01,
-`bash scripts/device_predict.sh predict`, docs/device-runs/2026-12-01-h200-1gpu-predict.txt
-and …-predict-2.txt): each case predicted from one recorded run and compared with the run
-that measured it, the error asserted as achieved. Within 10 % where met; where not, the
-reason is in the prediction itself (its notes, its classes' basis) and the measurement is
-inside the band, as docs/predict.md's table shows it."""
+"""`gpuaudit predict` replayed on the real runs of one H200 (three runs of 2026-12-01,
+`bash scripts/device_predict.sh predict`, docs/device-runs/2026-12-01-h200-1gpu-predict.txt,
+…-predict-2.txt and …-predict-3.txt): each case predicted from one recorded run and compared
+with the run that measured it, the error asserted as achieved. Within 10 % where met; where
+not, the reason is in the prediction itself (its notes, its classes' basis) and the
+measurement is inside the band, as docs/predict.md's tables show it. The third run is the
+first with batch norm's own record (its kernels' time, its layers timed alone in both
+precision families: workloads/norms.py); its checks are asserted here too."""
 
 from __future__ import annotations
 
@@ -16,12 +18,14 @@ import pytest
 from gpuaudit.model import Run
 from gpuaudit.predict import load_profile, machine_rates
 from gpuaudit.predict.kernels import LAYOUT, reattribute
+from gpuaudit.predict.precision import timed_norm_ratio
 from gpuaudit.specs.catalog import load_catalog
 
 from .conftest import FIXTURES
 
 RUNS = FIXTURES / "predict" / "h200-1gpu-2026-12-01-runs.json"
 RUNS_B = FIXTURES / "predict" / "h200-1gpu-2026-12-01b-runs.json"  # the second run
+RUNS_C = FIXTURES / "predict" / "h200-1gpu-2026-12-01c-runs.json"  # the third: batch norm timed
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device_predict.py"
 SPECS = load_catalog()
 
@@ -43,13 +47,23 @@ ACHIEVED = {
         "resnet50 fp32 → bf16": (2833.7, +15.52),
         "resnet50 bf16 → fp32": (918.29, -13.67),
     },
+    "c": {
+        "fp32 → bf16": (376.31, +1.82),
+        "bf16 → fp32": (57.536, +6.69),
+        "124M → 1.3B": (27.536, +4.89),
+        "1.3B → 124M": (343.11, -7.17),
+        "resnet50 fp32 → bf16": (2469.2, +2.23),
+        "resnet50 bf16 → fp32": (955.84, -9.76),
+    },
 }
-OVER_10 = {"resnet50 fp32 → bf16", "resnet50 bf16 → fp32"}
+# run → the cases over 10 %: resnet50's batch norm without its own record (runs a, b)
+OVER_10 = {"a": {"resnet50 fp32 → bf16", "resnet50 bf16 → fp32"},
+           "b": {"resnet50 fp32 → bf16", "resnet50 bf16 → fp32"}, "c": set()}
 
 
 def recorded(run: str = "a") -> dict:
-    if run == "b":  # its rates were not marked contended
-        return json.loads(RUNS_B.read_text())["runs"]
+    if run in ("b", "c"):  # their rates were not marked contended
+        return json.loads((RUNS_B if run == "b" else RUNS_C).read_text())["runs"]
     doc = json.loads(RUNS.read_text())
     # Every matmul and memory figure of phase R is marked contended: bench/contention.py's
     # GPM look counted our own kernels for up to ~180 ms after a synchronize (fixed the same
@@ -80,8 +94,8 @@ def compared():
 
 
 @pytest.fixture(scope="module")
-def both():
-    return {"a": _compare("a"), "b": _compare("b")}
+def replays():
+    return {run: _compare(run) for run in ACHIEVED}
 
 
 def test_the_rates_run_is_unusable_with_its_contention_marks():
@@ -95,19 +109,19 @@ def test_the_rates_run_is_unusable_with_its_contention_marks():
 
 @pytest.mark.parametrize(("run", "case"), [(r, c) for r in sorted(ACHIEVED)
                                            for c in sorted(ACHIEVED[r])])
-def test_each_case_predicted_from_one_run_against_the_other(both, run, case):
-    rows, _ = both[run]
+def test_each_case_predicted_from_one_run_against_the_other(replays, run, case):
+    rows, _ = replays[run]
     row = rows[case]
     predicted, error = ACHIEVED[run][case]
     assert row["predicted"] == pytest.approx(predicted, rel=1e-4)
     assert row["error_pct"] == pytest.approx(error, abs=0.01)
-    assert (abs(row["error_pct"]) > 10) == (case in OVER_10)
+    assert (abs(row["error_pct"]) > 10) == (case in OVER_10[run])
     assert row["in_band"]  # every measurement inside its prediction's band
 
 
-@pytest.mark.parametrize("run", ["a", "b"])
-def test_the_cases_over_10_percent_say_why(both, run):
-    _, preds = both[run]
+@pytest.mark.parametrize("run", sorted(r for r in OVER_10 if OVER_10[r]))
+def test_the_cases_over_10_percent_say_why(replays, run):
+    _, preds = replays[run]
     for p in preds:
         if p["source"]["model"] != "resnet50":
             # (run b's gpt-1.3b profile outlasted its timed step by 0.02 %: scaled, said)
@@ -122,11 +136,107 @@ def test_the_cases_over_10_percent_say_why(both, run):
         assert elem["uncertainty_pct"] > 35
 
 
-def test_the_fp32_runs_own_transforms_are_not_scaled_into_the_bf16_ones(both):
+# The third run's batch-norm record, per recording (docs/predict.md's checks): the kernels'
+# family, their own time per step (ms), Σ count × time of its 6 shapes timed alone in its own
+# family and in the other (ms).
+BATCH_NORM = {"fp32": ("cudnn::bn_", 43.290, 39.03, 54.31),
+              "bf16": ("at::native::batch_norm_", 60.703, 54.32, 39.37)}
+OTHER = {"fp32": "bf16", "bf16": "fp32"}
+
+
+def batch_norm_entry(mode: str) -> dict:
+    m = next(m for m in recorded("c")["P1"]["measurements"]
+             if m["name"] == f"resnet50/{mode}/op/elementwise")
+    return json.loads(m["params"]["detail"])["batch_norm"]
+
+
+def elementwise(mode: str):
+    return load_profile(Run.model_validate(recorded("c")["P1"]),
+                        f"resnet50/{mode}").classes["elementwise"]
+
+
+@pytest.mark.parametrize("mode", sorted(BATCH_NORM))
+def test_batch_norm_is_recorded_in_each_precision(mode):
+    family, own_ms, timed_own, timed_other = BATCH_NORM[mode]
+    entry = batch_norm_entry(mode)
+    # cuDNN's bn_* kernels in fp32, PyTorch's own batch_norm_* in bf16, none of the other
+    assert entry["source"] == "cuda kernels"
+    assert entry["kernels"] and all(k[0].startswith(family) for k in entry["kernels"])
+    assert entry["us_per_step"] / 1e3 == pytest.approx(own_ms, abs=0.001)
+    sums = {}
+    for prec in (mode, OTHER[mode]):
+        rows = [r for r in entry["timed"] if r[2] == prec]
+        assert len(rows) == 6  # NORM_SHAPES, in both families
+        assert {(r[1], r[3], r[4]) for r in rows} == {
+            ("contiguous", "float32" if prec == "fp32" else "bfloat16", "float32")}
+        sums[prec] = sum(r[5] * r[6] for r in rows)
+    assert (sums[mode], sums[OTHER[mode]]) == (pytest.approx(timed_own, abs=0.01),
+                                               pytest.approx(timed_other, abs=0.01))
+    assert entry["timed_traffic_share"] == 0.8397
+    # the 6 shapes (84 % of the traffic) take ≈ 90 % of the kernels' time in the step
+    assert timed_own / own_ms == pytest.approx(0.90, abs=0.01)
+
+
+@pytest.mark.parametrize(("src", "ratio"), [("fp32", 1.392), ("bf16", 1 / 1.380)])
+def test_batch_norms_timed_ratio_matches_the_one_in_the_steps(src, ratio):
+    timed = timed_norm_ratio(elementwise(src), src, OTHER[src])
+    assert timed is not None
+    assert timed[:2] == (pytest.approx(ratio, abs=0.001), 6)
+    # bf16 ÷ fp32 of the kernels' own time in the two steps: 60.70 / 43.29 = 1.402; the
+    # ratio timed alone is within 2 % of it (the band allows ±12 % for this).
+    in_step = BATCH_NORM[OTHER[src]][1] / BATCH_NORM[src][1]
+    assert in_step == pytest.approx(1.402 if src == "fp32" else 1 / 1.402, abs=0.001)
+    assert abs(timed[0] / in_step - 1) < 0.02
+
+
+# resnet50 in the third run, predicted vs measured ms of a class: (predicted, measured, ±%)
+CLASSES_C = {
+    "fp32": {"elementwise": (75.09, 74.12, 11.62), "conv": (14.53, 17.04, 10.0),
+             "layout": (13.25, 13.59, 25.0)},
+    "bf16": {"elementwise": (70.26, 72.35, 9.23), "conv": (196.33, 167.38, 10.0),
+             "layout": (0.0, 1.16, 0.0)},
+}
+
+
+@pytest.mark.parametrize("src", sorted(CLASSES_C))
+def test_resnet50_with_batch_norm_timed_alone(replays, src):
+    _, preds = replays["c"]
+    p = next(p for p in preds if p["source"]["model"] == "resnet50"
+             and p["source"]["mode"] == src)
+    assert p["notes"] and all("both were timed alone" in n for n in p["notes"])
+    target = reattribute(load_profile(Run.model_validate(recorded("c")["P1"]),
+                                      f"resnet50/{OTHER[src]}").classes).classes
+    got = {c["op_class"]: c for c in p["classes"]}
+    for cls, (predicted, measured, unc) in CLASSES_C[src].items():
+        assert got[cls]["predicted_ms"] == pytest.approx(predicted, abs=0.01)
+        assert target[cls].ms == pytest.approx(measured, abs=0.01)
+        assert got[cls]["uncertainty_pct"] == pytest.approx(unc, abs=0.01)
+    assert "timed alone in both precisions" in got["elementwise"]["basis"]
+    # elementwise within ±15 % of its measurement (+1.3 %, −2.9 %): batch norm moved by the
+    # timed ratio, 43.3 → 60.2 ms (60.7 in the bf16 step), 60.7 → 44.0 (43.3 in fp32's)
+    assert abs(got["elementwise"]["predicted_ms"] / target["elementwise"].ms - 1) < 0.03
+
+
+def test_bf16_to_fp32_lies_in_its_band_by_offsetting_errors(replays):
+    # Measured 1,059.21 against the band's top 1,059.37 (0.015 % inside). The band sums its
+    # classes' terms; the convolutions' ±10 % is overshot (+17.3 %: cuDNN's FFMA kernels
+    # achieve 70 % of their roofline, its tensor-core ones 60 %; +14 %, +17 % in runs a, b),
+    # and the step lands inside only because elementwise (−2.1 ms) and the fp32 run's own
+    # transforms (1.16 ms, not predicted) go the other way. docs/predict.md says so.
+    rows, preds = replays["c"]
+    row = rows["resnet50 bf16 → fp32"]
+    assert row["high"] - row["measured"] == pytest.approx(0.153, abs=0.001)
+    p = next(p for p in preds if p["source"]["model"] == "resnet50"
+             and p["source"]["mode"] == "bf16")
+    conv = next(c for c in p["classes"] if c["op_class"] == "conv")
+    assert conv["predicted_ms"] / CLASSES_C["bf16"]["conv"][1] - 1 > conv["uncertainty_pct"] / 100
+
+
+def test_the_fp32_runs_own_transforms_are_not_scaled_into_the_bf16_ones(replays):
     # Run b's fp32 kernel list holds 1.15 ms of cuDNN transforms (run a's did not list them:
     # cuDNN's batch norm filled its 48 places); the bf16 step's are modeled afresh either way.
     for run, measured in (("a", 0.0), ("b", 1.1477)):
-        _, preds = both[run]
+        _, preds = replays[run]
         p = next(p for p in preds if p["source"]["model"] == "resnet50"
                  and p["source"]["mode"] == "fp32")
         layout = next(c for c in p["classes"] if c["op_class"] == LAYOUT)
@@ -134,10 +244,11 @@ def test_the_fp32_runs_own_transforms_are_not_scaled_into_the_bf16_ones(both):
         assert layout["predicted_ms"] == pytest.approx(13.19, abs=0.01)
 
 
-def test_one_to_two_gpus_is_predicted_but_not_measured_on_one_gpu(compared):
-    rows, _ = compared
+@pytest.mark.parametrize(("run", "predicted"), [("a", 724.38), ("b", 728.76), ("c", 732.78)])
+def test_one_to_two_gpus_is_predicted_but_not_measured_on_one_gpu(replays, run, predicted):
+    rows, _ = replays[run]
     row = rows["1 → 2 GPUs (DDP)"]
-    assert row["predicted"] == pytest.approx(724.38, rel=1e-4) and "measured" not in row
+    assert row["predicted"] == pytest.approx(predicted, rel=1e-4) and "measured" not in row
 
 
 def test_layout_transforms_predicted_from_fp32_match_the_bf16_recording(compared):
