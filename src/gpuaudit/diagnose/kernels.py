@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from enum import Enum
 
+from gpuaudit import kernelnames as kn
+
 
 class KernelType(str, Enum):
     COMMUNICATION = "communication"
@@ -25,7 +27,8 @@ class KernelType(str, Enum):
     OTHER = "other"
 
 
-# HTA 0.6 hta/common/types.py, in its order.
+# HTA 0.6 hta/common/types.py, in its order. Kept as HTA writes it, not `kernelnames.is_comm`:
+# the doctor's kernel types are HTA's (anchored at the start; ROCm's hip and Huawei's hccl).
 _COMM = re.compile(r"(^nccl.*)|(^hip)|(^hccl)|(.*ncclKernel.*)")
 _MEMORY = re.compile(r"(^(hip)?Memcpy)|(^(hip)?Memset)|(^dma)")
 _NOT_COMPUTE = re.compile(
@@ -44,9 +47,14 @@ def kernel_type(name: str) -> KernelType:
     return KernelType.OTHER
 
 
-# A kernel doing a matmul or a convolution (where tensor cores apply).
-_MATMUL = re.compile(r"gemm|gemv|nvjet|xmma|cutlass|matmul|hmma|wgmma|gmma|conv|"
-                     r"implicit_convolve|flash|fmha|attention", re.IGNORECASE)
+def _names_matmul(name: str) -> bool:
+    """A kernel doing a matmul, a convolution or fused attention (where tensor cores apply).
+    Not cuBLAS's helpers (`kn.is_cublas`: split-K's reduction runs no tensor cores), nor the
+    rest of cuDNN (`kn.is_cudnn`: its batch norm and layout transforms do no matmul), which
+    `workloads.ops.kernel_class` charges to gemm and conv: it asks whose time, this what work."""
+    return kn.is_matmul(name) or kn.is_conv(name) or kn.is_attention(name)
+
+
 # Tensor-core fragments: the former TensorBoard plugin's allowlist (PyProf), then Hopper's.
 _TC_PYPROF = ("h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816",
               "dgrad_1x1_stride_2x2", "first_layer_wgrad_kernel", "conv1x1", "conv2d_c1_k1",
@@ -67,7 +75,7 @@ class TensorCore(str, Enum):
 
 
 def tensor_core_use(name: str) -> TensorCore:
-    if not _MATMUL.search(name) and not any(f in name for f in _TC_PYPROF):
+    if not _names_matmul(name) and not any(f in name for f in _TC_PYPROF):
         return TensorCore.NOT_MATMUL
     lowered = name.lower()
     if any(f in lowered for f in _TC_PYPROF) or _TC_NEWER.search(name):

@@ -23,19 +23,21 @@ longest), so what a list does not hold stays where it was.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from gpuaudit import kernelnames as kn
 from gpuaudit.workloads.ops import TENSOR_CLASSES
 
 from .profile import KernelGrid, OpWork
 
 LAYOUT = "layout"
-_FUSED_ATTENTION = re.compile(r"[fb]prop_wgmma_\w*knob")
-_MOVES = (  # (substrings of a kernel's name, lower case; the class its work belongs to)
-    (("cudnn::bn_", "bn_fw_", "bn_bw_"), "elementwise"),
-    (("nchwtonhwc", "nhwctonchw"), LAYOUT),
-    (("cudnn::fusion::", "compute_dot_do_o", "convert_dq_to"), "attention"),
+# (what a kernel's name says, the class its work belongs to). cuDNN's batch norm only, not
+# `kn.is_batch_norm`: PyTorch's own batch-norm kernels never said "cudnn", so no recording put
+# them in a matmul-bound class; and a shortened name may have lost inductor's `triton` prefix.
+_MOVES = (
+    (kn.is_cudnn_batch_norm, "elementwise"),
+    (kn.is_layout_transform, LAYOUT),
+    (kn.is_cudnn_attention_helper, "attention"),
 )
 
 
@@ -47,9 +49,8 @@ class Reattributed:
 
 
 def _destination(name: str) -> str | None:
-    n = name.lower()
-    for keys, cls in _MOVES:
-        if any(k in n for k in keys):
+    for says, cls in _MOVES:
+        if says(name):
             return cls
     return None
 
@@ -64,7 +65,7 @@ def reattribute(classes: dict[str, OpWork]) -> Reattributed:
             continue
         keep = []
         for k in w.kernels:
-            if cls != "attention" and _FUSED_ATTENTION.search(k.name):
+            if cls != "attention" and kn.is_cudnn_fused_attention(k.name):
                 continue  # its time is attention's already
             to = _destination(k.name)
             if to is None or to == cls:

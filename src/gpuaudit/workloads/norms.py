@@ -32,10 +32,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuaudit import kernelnames as kn
+
 NORM_SHAPES = 6  # the layers' shapes with the most traffic (resnet50: 6 of its 12 hold 84 %)
 NORM_BUDGET_MS = {True: 3000.0, False: 300.0}  # all shapes in both precisions; GPU, CPU
 NORM_ROWS = 16  # kernels and shapes kept in the detail
-_KERNEL = ("cudnn::bn_", "bn_fw_", "bn_bw_", "batch_norm", "batchnorm")
 _TOKEN = re.compile(r"[A-Za-z_]*(?:batch_?norm|bn_[fb]w)\w*", re.IGNORECASE)
 # The activations' dtype a precision family feeds batch norm where the step's own tally does
 # not say (autocast leaves batch norm alone: it takes the convolution's output as it is).
@@ -49,8 +50,7 @@ NormKey = tuple[tuple[int, ...], str, str, str]  # (shape, memory format, dtype,
 
 def is_norm_kernel(name: str) -> bool:
     """Whether a CUDA kernel (by its demangled name) is batch norm's own (module docstring)."""
-    n = name.lower()
-    return not n.startswith("triton") and any(k in n for k in _KERNEL)
+    return kn.is_batch_norm(name)
 
 
 def norm_kernel_name(name: str) -> str:
@@ -58,7 +58,7 @@ def norm_kernel_name(name: str) -> str:
     batch-norm lambda's within a TensorIterator kernel."""
     head = name.split("(")[0].split("<")[0].strip()
     head = head.rsplit(" ", 1)[-1]
-    if any(k in head.lower() for k in _KERNEL):
+    if any(k in head.lower() for k in kn.BATCH_NORM):
         return head[-60:]
     found = _TOKEN.search(name)
     return f"{head.rsplit('::', 1)[-1]}[{found.group(0) if found else '?'}]"[-80:]

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaudit import kernelnames as kn
 from gpuaudit.workloads import norms as bn
 
 CLASSES = ("gemm", "attention", "conv", "elementwise", "optimizer", "comm", "copy")
@@ -65,25 +66,21 @@ def op_class(name: str) -> str:
 
 
 def kernel_class(name: str) -> str:
-    """The class of a CUDA kernel by its (demangled) name."""
-    n = name.lower()
-    if "nccl" in n:
+    """The class of a CUDA kernel by its (demangled) name. The order is the meaning: cuDNN's
+    fused attention says flash and fprop, its batch norm and attention helpers say cudnn, a
+    convolution's engines say gemm (`gpuaudit.kernelnames`)."""
+    if kn.is_comm(name):
         return "comm"
-    if any(k in n for k in ("flash", "fmha", "attention", "sdpa", "cudnn::fusion::",
-                            "compute_dot_do_o", "convert_dq_to")):  # cuDNN attention's helpers
+    if kn.is_attention(name) or kn.is_cudnn_attention_helper(name):
         return "attention"
-    if bn.is_norm_kernel(n):
+    if kn.is_batch_norm(name):
         return "elementwise"  # batch norm (cuDNN's too): memory-bound, not a convolution
-    if any(k in n for k in ("conv", "cudnn", "dgrad", "wgrad", "fprop", "implicit")):
+    if kn.is_conv(name) or kn.is_cudnn(name):
         return "conv"
-    if any(k in n for k in ("multi_tensor_apply", "fused_adam", "adamw", "fused_sgd",
-                            "foreach")):
+    if kn.is_optimizer(name):
         return "optimizer"
-    if any(k in n for k in ("gemm", "gemv", "nvjet", "splitkreduce", "xmma", "cutlass",
-                            "cublas", "wgmma", "matmul",
-                            "sm90_", "sm80_", "sm89_", "sm100_", "ampere_", "volta_",
-                            "turing_", "triton_tem_fused_mm", "triton_tem_fused_addmm",
-                            "triton_tem_fused_bmm", "_scaled_mm")):
+    # cuBLAS's helpers too (split-K's reduction): their time is the matmul call's
+    if kn.is_matmul(name) or kn.is_cublas(name):
         return "gemm"
     return "elementwise"
 
