@@ -56,9 +56,9 @@ RECORDED = [
     ("fmha_cutlassF_f32_aligned_64x64_rf_sm80", PREDICT, {"attention", "matmul"}),
     ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>", DOCTOR,
      {"attention_helper", "cudnn"}),
-    # "conv" in "convert": see test_convert_reads_as_a_convolution
+    # "convert", not "conv": see test_convert_is_not_a_convolution
     ("void cudnn::fusion::convert_dq_to_16bits<true>", DOCTOR,
-     {"attention_helper", "cudnn", "conv"}),
+     {"attention_helper", "cudnn"}),
     # cuDNN's convolutions, batch norm and layout transforms (resnet50)
     ("void implicit_convolve_sgemm", PREDICT, {"conv", "cudnn", "matmul"}),
     ("void precomputed_convolve_sgemm", PREDICT, {"conv", "matmul"}),
@@ -174,15 +174,14 @@ def test_the_rest_of_cudnn_is_conv_time_but_not_a_matmul(name):
     assert kn.is_cudnn(name) and tensor_core_use(name) is TensorCore.NOT_MATMUL
 
 
-@pytest.mark.parametrize(("name", "cls", "tc"), [
-    ("void cudnn::fusion::convert_dq_to_16bits<true>", "attention", TensorCore.UNKNOWN),
-    ("triton_poi_fused_convert_element_type_0", "conv", TensorCore.UNKNOWN),  # inductor's cast
+@pytest.mark.parametrize(("name", "cls"), [
+    ("void cudnn::fusion::convert_dq_to_16bits<true>", "attention"),  # cuDNN attention's
+    ("triton_poi_fused_convert_element_type_0", "elementwise"),  # inductor's dtype cast
+    ("void cudnn::ops::nchwToNhwcKernel", "conv"),  # the rest of cuDNN: conv time, as before
+    ("void implicit_convolve_sgemm<float, float>", "conv"),
 ])
-def test_convert_reads_as_a_convolution(name, cls, tc):
-    """An accident, kept: "conv" is a plain substring, so "convert" reads as a convolution. The
-    doctor counts cuDNN attention's convert_dq_to_16bits (in the recorded healthy trace) as a
-    matmul of unknown kind, and kernel_class puts inductor's dtype casts in conv. Mending it
-    changes the recorded traces' matmul share, so it is left for a change of its own."""
-    assert kn.is_conv(name)
+def test_convert_is_not_a_convolution(name, cls):
+    """"conv" but not "convert": inductor's casts were conv time in the op profile until
+    2026-12-01 (a plain substring)."""
+    assert kn.is_conv(name) is ("convolve" in name)
     assert kernel_class(name) == cls
-    assert tensor_core_use(name) is tc

@@ -103,17 +103,18 @@ def is_layout_transform(name: str) -> bool:
 
 # --- convolution ----------------------------------------------------------------------------
 
-CONV = ("conv",)
 CUDNN = ("cudnn", "dgrad", "wgrad", "fprop", "implicit")
+
+
+_CONV = re.compile(r"conv(?!ert)", re.IGNORECASE)
 
 
 def is_conv(name: str) -> bool:
     """A name that says convolution: cuDNN's `implicit_convolve_sgemm`,
     `precomputed_convolve_sgemm`, CUTLASS's `…Conv2dProblemSize…`, inductor's
-    `triton_tem_fused_convolution_…`. A plain substring, so it also takes "convert"
-    (`cudnn::fusion::convert_dq_to_16bits`): both callers ask other predicates first or live
-    with it (tests/test_kernelnames.py shows the case)."""
-    return _has(name, CONV)
+    `triton_tem_fused_convolution_…`. Not "convert" (inductor's dtype casts
+    `triton_poi_fused_convert_element_type_…`, cuDNN's `convert_dq_to_16bits`)."""
+    return _CONV.search(name) is not None
 
 
 def is_cudnn(name: str) -> bool:
