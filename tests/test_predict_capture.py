@@ -4,6 +4,8 @@ against FlopCounterMode, matmul shapes, the kernel trace parser, DDP buckets, th
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -124,20 +126,23 @@ def test_ddp_buckets_follow_registration_order_reversed_and_the_caps():
                        (30 * MB, 1.0)]
 
 
-def test_bench_train_records_the_op_profile_measurements():
-    import json
-
+def op_profile_run(model: str, op_profile: bool = True):
+    """`bench train --op-profile` of a tiny preset in fp32 on this CPU, with the recorded H200
+    machine's facts (the run predict reads back)."""
     from gpuaudit.bench.context import Profile
     from gpuaudit.bench.runner import run_bench
     from gpuaudit.model import Machine
 
-    from .conftest import FIXTURES
+    from .conftest import load_fixture
 
-    machine = Machine.model_validate(json.loads(
-        (FIXTURES / "h200-1gpu" / "inspect.json").read_text())["machine"])
-    run = run_bench(["train"], machine=machine, profile=Profile.STANDARD,
-                    options={"models": ["gpt-tiny"], "modes": ["fp32"], "steps": 2,
-                             "parts": ["modes"], "op_profile": True})
+    machine = Machine.model_validate(load_fixture("h200-1gpu")["machine"])
+    return run_bench(["train"], machine=machine, profile=Profile.STANDARD,
+                     options={"models": [model], "modes": ["fp32"], "steps": 2,
+                              "parts": ["modes"], "op_profile": op_profile})
+
+
+def test_bench_train_records_the_op_profile_measurements():
+    run = op_profile_run("gpt-tiny")
     got = {m.name: m for m in run.measurements}
     step = got["gpt-tiny/fp32/op/step"]
     assert step.unit == "ms" and step.params["grad_bytes"] == step.params["param_count"] * 4
@@ -152,9 +157,7 @@ def test_bench_train_records_the_op_profile_measurements():
     assert sum(m.params["flops_per_step"] for n, m in got.items()
                if "/op/" in n and "op_class" in m.params) == counted
     # Without the option nothing of it is recorded.
-    plain = run_bench(["train"], machine=machine, profile=Profile.STANDARD,
-                      options={"models": ["gpt-tiny"], "modes": ["fp32"], "steps": 2,
-                               "parts": ["modes"]})
+    plain = op_profile_run("gpt-tiny", op_profile=False)
     assert not [m for m in plain.measurements if "/op/" in m.name]
 
 

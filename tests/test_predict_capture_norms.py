@@ -189,19 +189,14 @@ def test_the_timing_takes_two_warm_ups_and_3_to_25_calls(budget_s, calls):
 
 
 def test_bench_train_op_profile_records_batch_norm_and_predict_uses_its_timing():
-    from gpuaudit.bench.context import Profile
-    from gpuaudit.bench.runner import run_bench
-    from gpuaudit.model import Machine, load_run
+    from gpuaudit.model import load_run
     from gpuaudit.predict import Change, load_profile, machine_rates, predict
     from gpuaudit.specs.catalog import load_catalog
 
     from .conftest import FIXTURES
+    from .test_predict_capture import op_profile_run
 
-    machine = Machine.model_validate(json.loads(
-        (FIXTURES / "h200-1gpu" / "inspect.json").read_text())["machine"])
-    run = run_bench(["train"], machine=machine, profile=Profile.STANDARD,
-                    options={"models": ["resnet-tiny"], "modes": ["fp32"], "steps": 2,
-                             "parts": ["modes"], "op_profile": True})
+    run = op_profile_run("resnet-tiny")
     got = {m.name: m for m in run.measurements}
     detail = json.loads(got["resnet-tiny/fp32/op/elementwise"].params["detail"])["batch_norm"]
     assert detail["source"] == "cpu operators (self time)" and detail["us_per_step"] > 0

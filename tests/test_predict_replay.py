@@ -23,9 +23,8 @@ from gpuaudit.specs.catalog import load_catalog
 
 from .conftest import FIXTURES
 
-RUNS = FIXTURES / "predict" / "h200-1gpu-2026-12-01-runs.json"
-RUNS_B = FIXTURES / "predict" / "h200-1gpu-2026-12-01b-runs.json"  # the second run
-RUNS_C = FIXTURES / "predict" / "h200-1gpu-2026-12-01c-runs.json"  # the third: batch norm timed
+RUNS = {run: FIXTURES / "predict" / f"h200-1gpu-2026-12-01{tail}-runs.json"
+        for run, tail in (("a", ""), ("b", "b"), ("c", "c"))}  # c: the first with batch norm timed
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device_predict.py"
 SPECS = load_catalog()
 
@@ -62,9 +61,9 @@ OVER_10 = {"a": {"resnet50 fp32 → bf16", "resnet50 bf16 → fp32"},
 
 
 def recorded(run: str = "a") -> dict:
-    if run in ("b", "c"):  # their rates were not marked contended
-        return json.loads((RUNS_B if run == "b" else RUNS_C).read_text())["runs"]
-    doc = json.loads(RUNS.read_text())
+    doc = json.loads(RUNS[run].read_text())
+    if run != "a":  # their rates were not marked contended
+        return doc["runs"]
     # Every matmul and memory figure of phase R is marked contended: bench/contention.py's
     # GPM look counted our own kernels for up to ~180 ms after a synchronize (fixed the same
     # day; nothing else ran on the GPU). With the marks the run has no usable rates; they are
@@ -99,7 +98,7 @@ def replays():
 
 
 def test_the_rates_run_is_unusable_with_its_contention_marks():
-    doc = json.loads(RUNS.read_text())
+    doc = json.loads(RUNS["a"].read_text())
     assert machine_rates(Run.model_validate(doc["runs"]["R"]), SPECS) is None
     rates = machine_rates(Run.model_validate(recorded()["R"]), SPECS)
     assert rates is not None and rates.roofs.matmul_tflops["bf16"] == pytest.approx(720.31,
