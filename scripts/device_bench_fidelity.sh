@@ -17,6 +17,7 @@
 #   bash scripts/device_bench_fidelity.sh NAME standard    time the standard profile (own call)
 #   bash scripts/device_bench_fidelity.sh NAME full        time the full profile (own call)
 #   bash scripts/device_bench_fidelity.sh NAME matmul      steps 1 and 2 alone (~4 minutes)
+#   bash scripts/device_bench_fidelity.sh NAME collectives steps 1 and 3 alone (~6 minutes)
 #
 # Carry `.whl` and `.peers` (never committed; .git/info/exclude). `.peers/` must hold:
 #   nccl-tests/      NVIDIA/nccl-tests source (2.19.x, e.g. a0b82b2); built here, in the
@@ -80,7 +81,9 @@ mamf() {  # gpu dtype out [env...]
     --output_file "$out" > /dev/null 2>&1
   echo "mamf-finder $dt on GPU $gpu: rc=$?" >> "$P"
 }
-if [ "$ngpu" -ge 1 ] && [ -f .peers/mamf-finder.py ]; then
+if [ "$mode" = collectives ]; then
+  say "(skipped in this mode)"
+elif [ "$ngpu" -ge 1 ] && [ -f .peers/mamf-finder.py ]; then
   g2=$(( ngpu >= 2 ? 1 : 0 ))
   t0=$(now)
   mamf 0 bfloat16 "$T/mamf_bf16.txt" & a=$!
@@ -130,6 +133,8 @@ else
   timeout "$(cap 120)" python3 -m gpuaudit bench collectives --no-save --json > "$o/collectives.json" 2> "$T/coll.err"
   report collectives "$o/collectives.json"
 fi
+
+[ "$mode" = collectives ] && { say ""; say "whole call: wall_s=$(since "$t_call")"; tail -2 "$T/quick.err" "$T/coll.err" >> "$S" 2>/dev/null; cat "$S"; exit 0; }
 
 # 4. contended: a bf16 matmul loop on GPU 0 during bench; --exclusive; then without it
 say ""; say "## 4. contended figures"

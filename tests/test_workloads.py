@@ -287,3 +287,32 @@ def test_poor_gpu_scaling_is_a_warning_cpu_ranks_are_not():
     assert workload_findings([low.model_copy(update={"params": {**low.params,
                                                                  "device": "cpu"}})]) == []
     assert workload_findings([low.model_copy(update={"value": 95.0})]) == []
+
+
+def test_infer_mode_plan_orders_modes_by_cost_and_keeps_batch_one_modes() -> None:
+    """A run cut short keeps the cheap figures: at batch 1 the standard plan for a bf16 CNN
+    measures compile+cudagraph (seconds of compiling) before max-autotune (minutes)."""
+    from gpuaudit.bench.context import BenchContext, Profile
+    from gpuaudit.model import Host, Machine
+    from gpuaudit.model.run import utc_now
+    from gpuaudit.workloads.suite_infer import mode_plan
+
+    def ctx(profile: Profile, **options: object) -> BenchContext:
+        return BenchContext(machine=Machine(captured_at=utc_now(), host=Host(
+            hostname="h", python_version="3")), devices=(), profile=profile,
+            options=dict(options))
+
+    std = mode_plan(ctx(Profile.STANDARD), "resnet50", "bf16", (1, 8, 64), on_gpu=True)
+    assert std[-3:] == [("compile", 64), ("compile+cudagraph", 1), ("max-autotune", 1)]
+    assert std[:3] == [("eager", 1), ("eager", 8), ("eager", 64)]
+    # transformers and other precisions: no compiled inference in standard
+    assert all(m in ("eager", "cudagraph")
+               for m, _ in mode_plan(ctx(Profile.STANDARD), "gpt-124m", "bf16", (1, 8), True))
+    assert mode_plan(ctx(Profile.STANDARD), "resnet50", "bf16", (1, 8), on_gpu=False) == [
+        ("eager", 1), ("eager", 8)]
+    # modes chosen by the caller come cheapest first, whatever order they were given in
+    chosen = ctx(Profile.STANDARD, infer_modes="max-autotune,eager,compile+cudagraph")
+    assert mode_plan(chosen, "resnet50", "bf16", (1,), on_gpu=True) == [
+        ("eager", 1), ("compile+cudagraph", 1), ("max-autotune", 1)]
+    assert mode_plan(ctx(Profile.QUICK), "resnet50", "bf16", (1, 256), on_gpu=True) == [
+        ("cudagraph", 256)]

@@ -42,9 +42,9 @@ def mode_plan(ctx: BenchContext, model: str, precision: str, batches: tuple[int,
 
     Eager and CUDA graphs at every batch for bf16 and fp8, at the smallest, a middle and the
     largest batch for the other precisions. Compiled modes cost tens of seconds of compilation
-    each: for bf16 CNNs, `compile` at the largest batch and `max-autotune` at the smallest
-    (standard); the full profile compiles every batch of bf16 and fp8, `compile+cudagraph`
-    too."""
+    each: for bf16 CNNs, `compile` at the largest batch, `compile+cudagraph` and then
+    `max-autotune` (minutes of autotuning) at the smallest (standard); the full profile
+    compiles every batch of bf16 and fp8 all three ways."""
     chosen = opt_list(ctx, "infer_modes")
     if ctx.profile is Profile.QUICK and chosen is None:
         return [("cudagraph" if on_gpu else "eager", batches[-1])]
@@ -62,7 +62,8 @@ def mode_plan(ctx: BenchContext, model: str, precision: str, batches: tuple[int,
         plan += [(m, b) for m in ("compile", "compile+cudagraph", "max-autotune")
                  for b in batches]
     elif precision == "bf16" and image:
-        plan += [("compile", batches[-1]), ("max-autotune", batches[0])]
+        plan += [("compile", batches[-1]), ("compile+cudagraph", batches[0]),
+                 ("max-autotune", batches[0])]
     return plan
 
 

@@ -3,7 +3,7 @@ thread per region, 4 KiB random reads at the same depths and duration), on fio's
 file under the same path, its figures named like ours with params tool="fio".
 
 The same statistic as ours. Our sequential figure is the median of `passes` passes over the file
-(one sample per pass, writes ending with one fsync). fio's is made the same way: one fio run
+(one sample per pass, each write worker ending with fsync). fio's is made the same way: one fio run
 per pass (`--section seq_write`, then `--section seq_read`, each run loops=1 over the whole file,
 writes with end_fsync=1), each run's bandwidth one sample, and `measure()` gives the median and
 IQR, statistic "median" like ours. (fio with loops=N reports one aggregate over all N loops:
@@ -14,8 +14,8 @@ statistic "fio mean".
 fio's own conventions: bw_bytes is bytes per second over the job's run time (with
 group_reporting, all threads' bytes over the slowest thread's run time, each thread's time from
 its own start, rounded up to whole ms: up to 0.25 % of a 400 ms pass); a write job's run time
-includes its end_fsync (fsync(2) by each thread; ours is one fsync(2) after all threads: the
-first of fio's flushes the data, the others little more); IOPS likewise; latency
+includes its end_fsync (fsync(2) by each thread when its region is done; ours likewise, one
+fsync(2) per worker); IOPS likewise; latency
 percentiles are of completion latency (clat; slat is nil for psync).
 """
 
