@@ -6,7 +6,9 @@
 #   2. mamf-finder for bf16 and fp16 (one per GPU, at once), then tf32 and fp8, over
 #      {1024..8192}² × {8192,13312,16384}; beside our burst mean/median/max from step 1;
 #   3. our collectives and nccl-tests (3 runs, for its run-to-run spread) 1 MiB..4 GiB in one
-#      call, compared per op and size; nccl-tests with and without CUDA graphs (-G) 1..64 MiB;
+#      call, compared per op and size, nccl-tests launched one thread per GPU (-t N -g 1), one
+#      thread for all (-g N) and, where an MPI is installed, one process per GPU (mpirun);
+#      NCCL's transports and algorithms at 1 MiB in each form (NCCL_DEBUG=INFO);
 #   4. a bf16 matmul loop planted on GPU 0 during `bench` (contended expected), `--exclusive`
 #      refusing it (exit 2), then the same without the load (not contended, exit 0);
 #   5. pageable copies at 4 MiB..1 GiB: ours (x.to('cuda'), y.cpu()) beside plain copy_.
@@ -60,7 +62,18 @@ if [ "$ngpu" -ge 2 ] && [ -d .peers/nccl-tests ]; then  # build while the GPUs w
     make -C /tmp/nccl-tests/src -j8 MPI=0 BUILDDIR=/tmp/nccl-tests/build \
       CUDA_HOME="$(dirname "$(dirname "$(which nvcc)")")" NCCL_HOME=/tmp/nccl \
       NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > /tmp/nccl-build.log 2>&1
-    echo "nccl-tests build rc=$?" >> /tmp/nccl-build.log ) &
+    echo "nccl-tests build rc=$?" >> /tmp/nccl-build.log
+    # a second build with MPI=1 where an MPI is installed: launch form "mpi" (one process per
+    # GPU under mpirun, as our ranks run)
+    if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
+      rm -rf /tmp/nccl-tests-mpi && cp -r .peers/nccl-tests /tmp/nccl-tests-mpi &&
+      make -C /tmp/nccl-tests-mpi/src -j8 MPI=1 MPI_HOME="$(dirname "$(dirname "$(command -v mpicc)")")" \
+        BUILDDIR=/tmp/nccl-tests-mpi/build CUDA_HOME="$(dirname "$(dirname "$(which nvcc)")")" \
+        NCCL_HOME=/tmp/nccl NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > /tmp/nccl-mpi-build.log 2>&1
+      echo "nccl-tests MPI=1 build rc=$?" >> /tmp/nccl-build.log
+    else
+      echo "no mpicc/mpirun here: nccl-tests launch form mpi not built" >> /tmp/nccl-build.log
+    fi ) &
   build=$!
 fi
 
@@ -70,6 +83,7 @@ t0=$(now)
 timeout "$(cap 150)" python3 -m gpuaudit bench --no-save --json > "$o/bench_quick.json" 2> "$T/quick.err"
 say "gpuaudit bench (quick, all suites, $ngpu GPUs): rc=$? wall_s=$(since "$t0") (target ≤ 60 s)"
 report contended "$o/bench_quick.json" no
+report times "$o/bench_quick.json"
 
 # 2. mamf-finder beside our burst, per precision (one precision per GPU at once)
 say ""; say "## 2. matmul: ours (quick profile above) beside mamf-finder"
@@ -108,26 +122,34 @@ fi
 
 [ "$mode" = matmul ] && { say "whole call: wall_s=$(since "$t_call")"; exit 0; }
 
-# 3. collectives beside nccl-tests, 1 MiB..4 GiB, nccl-tests 3 times (its own spread), with
-#    -n 100: its host clock adds launch + sync latency over -n to every op (~4 % of a 1 MiB
-#    all-reduce at its default -n 20, kept beside for reference); ours has no host in it
+# 3. collectives beside nccl-tests, 1 MiB..4 GiB, nccl-tests 3 times (its own spread) in each
+#    launch form (threads: -t N -g 1; group: -g N; mpi: mpirun -np N ... -g 1 where an MPI
+#    exists), with -n 100: its host clock adds launch + sync latency over -n to every op
+#    (~4 % of a 1 MiB all-reduce at its default -n 20); ours has no host in it
 say ""; say "## 3. collectives: ours beside nccl-tests"
 if [ -n "${build:-}" ]; then
-  wait $build; tail -1 /tmp/nccl-build.log | tee -a "$P" >> "$S"
+  wait $build; grep -E "rc=|no mpicc" /tmp/nccl-build.log | tee -a "$P" >> "$S"
   export LD_LIBRARY_PATH="$NCCL_DIR/lib:${LD_LIBRARY_PATH:-}"
+  forms=threads,group
+  if [ -x /tmp/nccl-tests-mpi/build/all_reduce_perf ]; then
+    forms=threads,group,mpi; export GPUAUDIT_NCCL_TESTS_MPI=/tmp/nccl-tests-mpi/build
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  fi
+  { echo "== MPI here"; command -v mpirun mpicc; mpirun --version 2>&1 | head -2; } >> "$P"
   t0=$(now)
   GPUAUDIT_NCCL_TESTS=/tmp/nccl-tests/build GPUAUDIT_NCCL_TESTS_RUNS=3 \
-    GPUAUDIT_NCCL_TESTS_ITERS=100 timeout "$(cap 240)" \
+    GPUAUDIT_NCCL_TESTS_ITERS=100 GPUAUDIT_NCCL_TESTS_LAUNCH=$forms timeout "$(cap 330)" \
     python3 -m gpuaudit bench collectives --with-native --sizes 1M:4G --no-save --json \
     > "$o/collectives.json" 2> "$T/coll.err"
-  say "bench collectives --with-native --sizes 1M:4G (nccl-tests -n 100, 3 runs): rc=$? wall_s=$(since "$t0")"
+  say "bench collectives --with-native --sizes 1M:4G (nccl-tests -n 100, 3 runs, launch $forms): rc=$? wall_s=$(since "$t0")"
   report collectives "$o/collectives.json"
-  nt() { echo "== all_reduce_perf $*" >> "$P"; timeout "$(cap 30)" \
-    /tmp/nccl-tests/build/all_reduce_perf -g "$ngpu" -f 2 -w 5 "$@" 2>&1 |
-    grep -E "^\s+[0-9]|version|graph:" >> "$P"; }
-  nt -b 1M -e 4G -n 20 -c 1; nt -b 1M -e 4G -n 20 -c 1  # its defaults' -n, twice
-  # the cause of main's gap: NCCL ops captured in a CUDA graph, 1..64 MiB, eager vs graph
-  nt -b 1M -e 64M -n 20 -c 0 -G 0; nt -b 1M -e 64M -n 20 -c 0 -G 5
+  # the transports and algorithms NCCL chose in each launch form, at 1 MiB
+  probe() { echo "== NCCL_DEBUG=INFO all_reduce_perf 1 MiB, launch $1" >> "$P"
+    NCCL_DEBUG=INFO timeout "$(cap 30)" "${@:2}" -b 1M -e 1M -n 5 -w 1 2>&1 |
+      grep -E "via|Channel|NCCL_|Algo|proto|  1048576" | sort | uniq -c | sort -rn | head -25 >> "$P"; }
+  probe group /tmp/nccl-tests/build/all_reduce_perf -g "$ngpu"
+  probe threads /tmp/nccl-tests/build/all_reduce_perf -t "$ngpu" -g 1
+  [ -n "${GPUAUDIT_NCCL_TESTS_MPI:-}" ] && probe mpi mpirun -np "$ngpu" "$GPUAUDIT_NCCL_TESTS_MPI/all_reduce_perf" -g 1
 else
   say "(fewer than 2 GPUs or no .peers/nccl-tests: ours alone)"
   timeout "$(cap 120)" python3 -m gpuaudit bench collectives --no-save --json > "$o/collectives.json" 2> "$T/coll.err"

@@ -14,6 +14,7 @@ import pytest
 from gpuaudit.bench import collectives as coll
 from gpuaudit.bench import nccl_tests as nt
 from gpuaudit.bench.context import BenchContext, Profile
+from gpuaudit.errors import BadInputError
 from gpuaudit.hw.torch_env import CudaDevice
 from gpuaudit.model import LinkKind, Machine
 
@@ -374,3 +375,50 @@ def test_stopping_the_consumer_kills_the_workers():
     assert first.verified is True and worker_pids()
     gen.close()  # what Ctrl-C in the consumer does to the generator (finally: kill)
     assert worker_pids() == []
+
+
+def test_launch_forms_and_their_command_lines():
+    assert nt.launch_command("threads", "/x/all_reduce_perf", 4) == [
+        "/x/all_reduce_perf", "-t", "4", "-g", "1"]
+    assert nt.launch_command("group", "/x/all_reduce_perf", 4) == ["/x/all_reduce_perf", "-g", "4"]
+    assert nt.launch_command("mpi", "/m/all_reduce_perf", 2, "/usr/bin/mpirun") == [
+        "/usr/bin/mpirun", "-np", "2", "/m/all_reduce_perf", "-g", "1"]
+    ctx = BenchContext(machine=machine(), devices=(),
+                       options={"native_launch": "group,threads,group"})
+    assert nt.launches(ctx) == ["group", "threads"]
+    with pytest.raises(BadInputError, match=r"fast.*threads, group, mpi"):
+        nt.preflight(BenchContext(machine=machine(), devices=(),
+                                  options={"native_launch": "threads,fast"}))
+
+
+def test_run_native_runs_each_launch_form_and_labels_its_figures(monkeypatch, tmp_path):
+    calls = tmp_path / "calls.jsonl"
+    fake = tmp_path / "all_reduce_perf"
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, sys\n"
+        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        f"sys.stdout.write(open({str(NCCL_FIXTURES / 'h100-16rank-all_reduce.txt')!r}).read())\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv(nt.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(nt.LAUNCH_ENV, "threads,group,mpi")
+    monkeypatch.delenv(nt.MPI_DIR_ENV, raising=False)
+    monkeypatch.setattr(nt.shutil, "which", lambda name: None)
+    ctx = BenchContext(machine=machine("h200-2gpu"), devices=fake_devices(2),
+                       size_range=(8, 8 << 30), options={"ops": ["all_reduce"]})
+    out = [m for m in nt.run_native(ctx) if m.params.get("op") == "all_reduce"]
+    argv = [json.loads(x) for x in calls.read_text().splitlines()]
+    assert [a[:4] for a in argv] == [["-t", "2", "-g", "1"], ["-g", "2", "-b", "8"]]
+    rows = [m for m in out if m.name == "all_reduce_busbw"]
+    assert [sum(m.params["launch"] == f for m in rows) for f in ("threads", "group")] == [31, 31]
+    (mpi,) = [m for m in out if m.params.get("launch") == "mpi"]
+    assert mpi.skipped and nt.MPI_DIR_ENV in mpi.skipped_reason
+
+
+def test_bad_launch_form_is_refused_before_anything_runs(monkeypatch):
+    from gpuaudit.bench import runner
+
+    monkeypatch.setenv(nt.LAUNCH_ENV, "fast")
+    monkeypatch.setattr(runner, "suite", lambda name: pytest.fail("must not measure"))
+    with pytest.raises(BadInputError, match="nccl-tests launch fast"):
+        runner.run_bench(["collectives"], machine=machine())

@@ -166,6 +166,28 @@ def test_ctrl_c_keeps_what_was_measured_and_marks_partial(monkeypatch):
     assert [m.name for m in run.measurements] == ["bf16"]
 
 
+def test_each_suite_wall_time_is_kept_in_run_order_even_when_interrupted(monkeypatch):
+    from gpuaudit.report.terminal import suite_times_line
+
+    clock = iter([10.0, 12.5, 20.0, 20.25])  # matmul starts, ends; memory starts, is cut
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: next(clock))
+
+    def fine(ctx):
+        yield measure("matmul", "bf16", "TFLOP/s", [700.0] * 5, warmup=0)
+
+    def cut(ctx):
+        yield measure("memory", "copy", "GB/s", [2.0] * 5, warmup=0)
+        raise KeyboardInterrupt
+
+    _fake_suites(monkeypatch, {"matmul": fine, "memory": cut})
+    run = runner.run_bench(["memory", "matmul"], machine=machine())  # run in SUITES order
+    assert run.status is RunStatus.PARTIAL
+    assert list(run.suite_seconds.items()) == [("matmul", 2.5), ("memory", 0.25)]
+    assert suite_times_line(run.suite_seconds) == "time: matmul 2.5 s · memory 0.2 s · total 2.8 s"
+    again = type(run).model_validate_json(run.model_dump_json())
+    assert again.suite_seconds == run.suite_seconds
+
+
 def test_wrong_result_is_a_fail_finding(monkeypatch):
     def wrong(ctx):
         yield measure("matmul", "bf16", "TFLOP/s", [700.0] * 5, warmup=0, gpu_index=0,

@@ -131,3 +131,25 @@ def test_matmul_rows_compare_our_burst_mean_with_mamfs_best_mean():
     assert r1.verdict == "NOT MET"
     (none,) = fid.matmul_rows(ms, {"fp8": None})
     assert none.verdict == "no figure"
+
+
+def test_each_launch_form_of_nccl_tests_is_its_own_reference():
+    ours = measure("collectives", "all_gather_busbw", "GB/s", [48.0] * 5, warmup=5,
+                   params={"op": "all_gather", "size_bytes": MIB})
+
+    def ref(value, launch, run):
+        m = measure("collectives", "all_gather_busbw", "GB/s", [value], warmup=5,
+                    params={"tool": "nccl-tests", "op": "all_gather", "size_bytes": MIB,
+                            "run": run, **({"launch": launch} if launch else {})})
+        return m
+
+    group = [ref(24.5, None, 1), ref(24.8, "group", 2)]  # no launch recorded: -g N
+    threads = [ref(47.0, "threads", 1), ref(47.6, "threads", 2)]
+    all_ = [ours, *group, *threads]
+    assert fid.reference_launches(all_) == ["threads", "group"]
+    (t,) = fid.compare_collectives(all_, "threads")
+    assert t.ref_runs == 2 and t.ref_gbps == pytest.approx(47.3) and t.verdict == "met"
+    (g,) = fid.compare_collectives(all_, "group")
+    assert (g.ref_low, g.ref_high) == (24.5, 24.8) and g.verdict == "NOT MET"
+    (mixed,) = fid.compare_collectives(all_)  # no form named: every run counts
+    assert mixed.ref_runs == 4

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpuaudit.bench.nccl_tests import LAUNCHES
 from gpuaudit.model import Measurement
 
 TOLERANCE = 0.03
@@ -84,8 +85,22 @@ def _ref_value(m: Measurement, column: str) -> float | None:
     return m.value
 
 
-def compare_collectives(measurements: Iterable[Measurement]) -> list[CollectiveRow]:
-    """One row per (op, size) that ours or nccl-tests measured, in op then size order."""
+def _launch(m: Measurement) -> str:
+    # recordings from before the launch forms were all nccl-tests' -g N
+    return str(m.params.get("launch") or "group")
+
+
+def reference_launches(measurements: Iterable[Measurement]) -> list[str]:
+    """The nccl-tests launch forms (threads, group, mpi) that gave per-size figures."""
+    found = {_launch(m) for m in measurements
+             if _is_size_row(m) and m.params.get("tool") == "nccl-tests"}
+    return [x for x in LAUNCHES if x in found]
+
+
+def compare_collectives(measurements: Iterable[Measurement], launch: str | None = None
+                        ) -> list[CollectiveRow]:
+    """One row per (op, size) that ours or nccl-tests measured, in op then size order;
+    against nccl-tests in one launch form only, where `launch` is given."""
     ours: dict[tuple[str, int], list[float]] = defaultdict(list)
     refs: dict[tuple[str, int], list[Measurement]] = defaultdict(list)
     for m in measurements:
@@ -93,7 +108,8 @@ def compare_collectives(measurements: Iterable[Measurement]) -> list[CollectiveR
             continue
         key = (str(m.params["op"]), int(m.params["size_bytes"]))  # type: ignore[arg-type]
         if m.params.get("tool") == "nccl-tests":
-            refs[key].append(m)
+            if launch is None or _launch(m) == launch:
+                refs[key].append(m)
         elif m.params.get("tool") is None:
             ours[key].append(float(m.value))  # type: ignore[arg-type]
     rows = []

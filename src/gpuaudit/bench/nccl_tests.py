@@ -29,6 +29,7 @@ from gpuaudit.bench.collectives import (
 )
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.stats import pct_of, skipped
+from gpuaudit.errors import BadInputError
 from gpuaudit.hw.torch_env import apply_safe_env
 from gpuaudit.model import Measurement, Params
 
@@ -42,7 +43,21 @@ BINARIES = {
 ENV_DIR = "GPUAUDIT_NCCL_TESTS"
 RUNS_ENV = "GPUAUDIT_NCCL_TESTS_RUNS"
 ITERS_ENV = "GPUAUDIT_NCCL_TESTS_ITERS"
+LAUNCH_ENV = "GPUAUDIT_NCCL_TESTS_LAUNCH"
+MPI_DIR_ENV = "GPUAUDIT_NCCL_TESTS_MPI"  # a build with MPI=1, for launch "mpi"
 NOT_FOUND = "nccl-tests not found (set GPUAUDIT_NCCL_TESTS or put all_reduce_perf on PATH)"
+
+# How nccl-tests launches the ops, for N GPUs. Its host clock times the launches too, so at
+# small sizes the figure depends on it (2026-12-01, 2 H200s: with one thread launching for
+# both GPUs, all-gather, reduce-scatter and all-to-all of 1 MiB all took ~21 µs an op, the
+# launching thread's pace, where the GPUs need ~11).
+#   threads  one thread per GPU (-t N -g 1): each GPU's ops launched by its own thread, as
+#            each of our ranks (and each torchrun process) launches its own
+#   group    one thread launches for all GPUs (-g N): nccl-tests' usual single-node form
+#   mpi      one process per GPU under mpirun (-g 1; a build with MPI=1 in
+#            GPUAUDIT_NCCL_TESTS_MPI): our ranks' layout exactly, processes and all
+LAUNCHES = ("threads", "group", "mpi")
+DEFAULT_LAUNCH = "group"
 NCCL_TYPES = {"float32": "float", "bfloat16": "bfloat16"}  # our dtype → nccl-tests' -d
 
 
@@ -161,6 +176,35 @@ def _visible_devices(ctx: BenchContext) -> str:
     return ",".join(ids)
 
 
+def launches(ctx: BenchContext) -> list[str]:
+    """The launch forms to run (option native_launch or GPUAUDIT_NCCL_TESTS_LAUNCH, a comma
+    list); an unknown one is bad input."""
+    raw = ctx.options.get("native_launch") or os.environ.get(LAUNCH_ENV) or DEFAULT_LAUNCH
+    names = [x.strip() for x in (raw.split(",") if isinstance(raw, str) else raw) if x.strip()]
+    unknown = [x for x in names if x not in LAUNCHES]
+    if unknown or not names:
+        raise BadInputError(f"nccl-tests launch {', '.join(unknown) or '(none)'!s}: "
+                            f"expected one or more of {', '.join(LAUNCHES)}")
+    return list(dict.fromkeys(names))
+
+
+def preflight(ctx: BenchContext) -> None:
+    """A launch form that does not exist is refused before anything is measured."""
+    launches(ctx)
+
+
+def launch_command(launch: str, exe: str, n: int, mpirun: str | None = None) -> list[str]:
+    """The command line that starts `exe` on n GPUs in the given launch form (its size and
+    timing arguments follow)."""
+    if launch == "threads":
+        return [exe, "-t", str(n), "-g", "1"]
+    if launch == "group":
+        return [exe, "-g", str(n)]
+    if mpirun is None:
+        raise ValueError("launch 'mpi' needs mpirun")
+    return [mpirun, "-np", str(n), exe, "-g", "1"]
+
+
 def _pip_nccl_lib() -> str | None:
     """The lib folder of the nvidia-nccl-cu* wheel (torch's NCCL), if installed: nccl-tests
     built against it find libnccl.so.2 there."""
@@ -178,8 +222,8 @@ def _last_line(text: str) -> str:
 
 
 def row_measurement(op: str, row: NcclTestsRow, *, ranks: int, warmup: int, iters: int,
-                    spec: float | None, name: str | None = None, run: int | None = None
-                    ) -> Measurement | None:
+                    spec: float | None, name: str | None = None, run: int | None = None,
+                    launch: str = DEFAULT_LAUNCH) -> Measurement | None:
     """A Measurement of one nccl-tests row's out-of-place busbw (None if the row has none)."""
     if row.busbw_gbps is None:
         return None
@@ -191,7 +235,7 @@ def row_measurement(op: str, row: NcclTestsRow, *, ranks: int, warmup: int, iter
         "tool": "nccl-tests", "op": op, "size_bytes": row.size_bytes, "count": row.count,
         "dtype": row.dtype, "ranks": ranks, "algbw_gbps": row.algbw_gbps,
         "time_us": row.time_us, "in_place_busbw_gbps": row.in_place_busbw_gbps,
-        "iters": iters, "wrong": sum(wrongs) if wrongs else None,
+        "iters": iters, "wrong": sum(wrongs) if wrongs else None, "launch": launch,
     }
     if run is not None:  # one of several runs in the same call (run-to-run spread)
         params["run"] = run
@@ -203,7 +247,8 @@ def row_measurement(op: str, row: NcclTestsRow, *, ranks: int, warmup: int, iter
 
 
 def run_native(ctx: BenchContext) -> Iterator[Measurement]:
-    """Each nccl-tests binary over the suite's sweep on the chosen GPUs (-g N, one process)."""
+    """Each nccl-tests binary over the suite's sweep on the chosen GPUs, in each launch form
+    asked for (`launches`; -g N, one process, by default)."""
     dtype = str(ctx.options.get("dtype", "float32"))
     if not ctx.on_gpu or len(ctx.devices) < 2:
         reason = NEEDS_TWO if ctx.on_gpu else "no GPU: nccl-tests needs 2 or more NVIDIA GPUs"
@@ -226,24 +271,37 @@ def run_native(ctx: BenchContext) -> Iterator[Measurement]:
             p for p in (env.get("LD_LIBRARY_PATH"), lib) if p)
     # repeated (option native_runs, or GPUAUDIT_NCCL_TESTS_RUNS): its run-to-run spread
     runs = max(1, int_option(ctx, "native_runs", os.environ.get(RUNS_ENV, "1")))
+    forms = launches(ctx)
+    mpirun = shutil.which("mpirun") if "mpi" in forms else None
+    if mpirun:  # Open MPI refuses root without these; MPICH ignores them
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    sizes = ["-b", str(lo), "-e", str(hi), "-f", str(factor), "-c", "1", "-w", str(warmup),
+             "-n", str(iters), "-d", NCCL_TYPES.get(dtype, "float")]
     for op, binary in BINARIES.items():
-        exe = find_binary(binary)
-        base: Params = {"tool": "nccl-tests", "op": op}
-        if exe is None:
-            yield skipped(SUITE, f"{op}_busbw", UNIT, NOT_FOUND, params=base)
-            continue
-        cmd = [exe, "-g", str(n), "-b", str(lo), "-e", str(hi), "-f", str(factor), "-c", "1",
-               "-w", str(warmup), "-n", str(iters), "-d", NCCL_TYPES.get(dtype, "float")]
-        for run in range(1, runs + 1):
-            ctx.step(f"nccl-tests {binary}" + (f" (run {run} of {runs})" if runs > 1 else ""))
-            yield from _one_run(ctx, op, binary, cmd, env, run if runs > 1 else None,
-                                ranks=n, warmup=warmup, iters=iters, spec=spec)
+        for launch in forms:
+            base: Params = {"tool": "nccl-tests", "op": op, "launch": launch}
+            mpi = launch == "mpi"
+            exe = find_binary(binary, os.environ.get(MPI_DIR_ENV, "") if mpi else None)
+            if exe is None or (mpi and mpirun is None):
+                reason = NOT_FOUND if exe is None else "mpirun not found (launch mpi)"
+                if mpi and not os.environ.get(MPI_DIR_ENV):
+                    reason = f"launch mpi needs {MPI_DIR_ENV}: nccl-tests built with MPI=1"
+                yield skipped(SUITE, f"{op}_busbw", UNIT, reason, params=base)
+                continue
+            cmd = launch_command(launch, exe, n, mpirun) + sizes
+            for run in range(1, runs + 1):
+                ctx.step(f"nccl-tests {binary} ({launch}"
+                         + (f", run {run} of {runs})" if runs > 1 else ")"))
+                yield from _one_run(ctx, op, binary, cmd, env, run if runs > 1 else None,
+                                    ranks=n, warmup=warmup, iters=iters, spec=spec,
+                                    launch=launch)
 
 
 def _one_run(ctx: BenchContext, op: str, binary: str, cmd: list[str], env: dict[str, str],
-             run: int | None, *, ranks: int, warmup: int, iters: int, spec: float | None
-             ) -> Iterator[Measurement]:
-    base: Params = {"tool": "nccl-tests", "op": op, **({"run": run} if run else {})}
+             run: int | None, *, ranks: int, warmup: int, iters: int, spec: float | None,
+             launch: str = DEFAULT_LAUNCH) -> Iterator[Measurement]:
+    base: Params = {"tool": "nccl-tests", "op": op, "launch": launch,
+                    **({"run": run} if run else {})}
     failure = None
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True,
@@ -263,7 +321,7 @@ def _one_run(ctx: BenchContext, op: str, binary: str, cmd: list[str], env: dict[
     rows = parse_nccl_tests(out)
     found = [m for r in rows
              if (m := row_measurement(op, r, ranks=ranks, warmup=warmup, iters=iters,
-                                      spec=spec, run=run)) is not None]
+                                      spec=spec, run=run, launch=launch)) is not None]
     yield from found
     # nccl-tests also exits non-zero when it counted wrong elements: those rows say so.
     if failure and not any(m.verified is False for m in found):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 
@@ -34,7 +35,8 @@ NATIVE = {  # suite → modules with run_native(ctx), for --with-native
 }
 # suite → module with preflight(ctx): bad input (a missing path, a silent peer) is refused
 # before anything runs, so no measured figure is thrown away.
-PREFLIGHT = {"storage": "gpuaudit.bench.feed.storage", "network": "gpuaudit.bench.feed.network"}
+PREFLIGHT = {"storage": "gpuaudit.bench.feed.storage", "network": "gpuaudit.bench.feed.network",
+             "collectives": "gpuaudit.bench.nccl_tests"}
 
 
 def check_suites(names: Sequence[str]) -> list[str]:
@@ -112,6 +114,7 @@ def run_bench(
     owned = watch is None
     watch = watch if watch is not None else _live_watch(ctx, exclusive)
     measured: list[tuple[int, Measurement]] = []
+    seconds: dict[str, float] = {}
     status = RunStatus.COMPLETE
     try:
         if exclusive and watch is not None and names:
@@ -129,11 +132,15 @@ def run_bench(
             runs = [suite(name)]
             if with_native and name in NATIVE:
                 runs += [importlib.import_module(m).run_native for m in NATIVE[name]]
-            for fn in runs:
-                for m in _guarded(name, fn, ctx):
-                    measured.append((done, m))
-                    if on_measurement:
-                        on_measurement(m)
+            t0 = time.perf_counter()
+            try:
+                for fn in runs:
+                    for m in _guarded(name, fn, ctx):
+                        measured.append((done, m))
+                        if on_measurement:
+                            on_measurement(m)
+            finally:  # an interrupted suite keeps the time it had run
+                seconds[name] = round(time.perf_counter() - t0, 2)
         if watch is not None and names:
             watch.look(f"after {names[-1]}")
     except KeyboardInterrupt:
@@ -147,7 +154,7 @@ def run_bench(
         if watch is not None else [m for _, m in measured]
     return Run(kind="bench", started_at=started, finished_at=utc_now(),
                tool_version=__version__, status=status, command=tuple(sys.argv),
-               source="live", machine=machine, measurements=tuple(final),
+               source="live", machine=machine, measurements=tuple(final), suite_seconds=seconds,
                findings=tuple(bench_findings(final) + feed_findings(final, ctx)))
 
 

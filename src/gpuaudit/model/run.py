@@ -42,6 +42,8 @@ class Run(Record):
     node: NodeIdentity | None = None  # set when a fleet audit made the run (schema 2)
     findings: tuple[Finding, ...] = ()
     measurements: tuple[Measurement, ...] = ()
+    # bench: each suite's wall time in seconds, in the order they ran (where the time goes)
+    suite_seconds: dict[str, float] = Field(default_factory=dict)
 
     @property
     def verdict(self) -> Severity:

@@ -296,7 +296,15 @@ def measurement_parts(run: Run, *, show_all: bool = False) -> list[RenderableTyp
     parts: list[RenderableType] = [measurements_table(micro, show_all=show_all)] if micro else []
     if work:
         parts.append(workloads_view(work))
+    if run.suite_seconds:
+        parts.append(Text(suite_times_line(run.suite_seconds), style="dim"))
     return parts
+
+
+def suite_times_line(seconds: dict[str, float]) -> str:
+    """'time: latency 1.2 s · matmul 20.3 s · total 21.5 s' (where a long run went)."""
+    each = " · ".join(f"{name} {s:.1f} s" for name, s in seconds.items())
+    return f"time: {each} · total {sum(seconds.values()):.1f} s"
 
 
 def bench_view(run: Run, *, show_all: bool = False) -> RenderableType:
