@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpuaudit.workloads import norms, ops  # noqa: E402
+from gpuaudit.workloads import norms, ops, timing  # noqa: E402
 
 # Kernel names: cuDNN's as the H200 recordings of 2026-12-01 hold them; PyTorch's own as its
 # CUDA sources name them (aten/src/ATen/native/cuda/Normalization.cuh, Normalization.cu).
@@ -184,7 +184,7 @@ def test_the_layers_are_timed_alone_in_both_families_within_the_budget():
 @pytest.mark.parametrize(("budget_s", "calls"), [(0.0, 2 + 3), (1e9, 2 + 25)])
 def test_the_timing_takes_two_warm_ups_and_3_to_25_calls(budget_s, calls):
     n = []
-    norms._median_ms(torch, torch.device("cpu"), lambda: n.append(1), budget_s)
+    timing.median_call_ms(torch, torch.device("cpu"), lambda: n.append(1), budget_s)
     assert len(n) == calls
 
 

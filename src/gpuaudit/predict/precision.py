@@ -38,7 +38,7 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.workloads.norms import ACTIVATION
 from gpuaudit.workloads.ops import TENSOR_CLASSES
 
-from .ideal import ELEMENT_BYTES, matmul_rate, memory_seconds
+from .ideal import ELEMENT_BYTES, ideal_seconds, matmul_rate, memory_seconds
 from .kernels import LAYOUT, layout_bytes
 from .profile import Gemm, OpWork
 from .state import ClassState, StepState, retime
@@ -51,6 +51,7 @@ U_BYTES_GUESSED = 0.25
 U_LAYOUT = 0.25  # transforms not in the recording: their traffic at the copy rate
 U_DISPATCH = 0.5  # batch norm's time when its implementation changes: not in the recording
 U_NORM_TIMED = 0.12  # a time ratio of kernels timed alone, carried into the step (docstring)
+U_CONV_UNTIMED = 0.25  # convolution layers not timed alone: taken to move as the timed ones
 NORM = "batch_norm"  # the batch-norm operators of the tally (cudnn_batch_norm, native_…)
 
 
@@ -65,17 +66,22 @@ def change(state: StepState, target: str) -> None:
     roofs = state.roofs
     matmul_rate(roofs, target)
     width = ELEMENT_BYTES[target]
+    conv = state.classes.get("conv")
+    conv_timed = timed_conv_ratio(conv.work, src, target) if conv is not None else None
     for cls, c in state.classes.items():
         if cls == LAYOUT:
             continue
-        if cls in TENSOR_CLASSES:
+        if cls == "conv" and conv_timed:
+            _timed_conv(c, state, src, target, conv_timed)
+        elif cls in TENSOR_CLASSES:
             _tensor(c, cls, state, src, target)
         elif cls == "elementwise" and _norm_bytes(c.work) and (
                 not state.channels_last or timed_norm_ratio(c.work, src, target)):
             _elementwise(c, state, src, target)
         else:
             _memory(c, src, target)
-    _layout(state, src, target)
+    if not conv_timed:
+        _layout(state, src, target)
     state.precision = target
     state.changes.append("precision")
     state.basis.append(f"precision {src} → {target}: matmuls at the measured {target} rate "
@@ -96,20 +102,70 @@ def _traffic(w: OpWork, src: str, target: str) -> tuple[float, str, float]:
             "traffic not recorded for it: ×0.6 / ×1.6 assumed", U_BYTES_GUESSED)
 
 
-def _tensor(c: ClassState, cls: str, state: StepState, src: str, target: str) -> None:
-    w = c.work
+def _in_width(w: OpWork, src: str, target: str) -> tuple[OpWork, str]:
+    """A matmul class's work with operands of the target's width, and how its traffic was
+    found."""
     width = ELEMENT_BYTES[target]
     shapes = tuple(Gemm(g.m, g.n, g.k, g.batch, width, g.count, g.flops) for g in w.shapes)
     new, how, u = _traffic(w, src, target)
     if u == U_BYTES_GUESSED:  # matmul operands: their width is known
-        new, how, u = w.bytes * width / ELEMENT_BYTES[src], f"{width}-byte operands", 0.05
-    c.work = w.with_(shapes=shapes, kernels=(), bytes=new, alt_bytes=w.bytes,
-                     alt_precision=src)
+        new, how = w.bytes * width / ELEMENT_BYTES[src], f"{width}-byte operands"
+    return w.with_(shapes=shapes, kernels=(), bytes=new, alt_bytes=w.bytes,
+                   alt_precision=src), how
+
+
+def _tensor(c: ClassState, cls: str, state: StepState, src: str, target: str) -> None:
+    c.work, how = _in_width(c.work, src, target)
     roofs = state.roofs
     c.ms = retime(c, cls, roofs, target, matmul_rate(roofs, src) / matmul_rate(roofs, target))
     c.add_unc(U_PRECISION)
     c.basis.append(f"{src} → {target}: matmul rate {matmul_rate(roofs, src):.4g} → "
                    f"{matmul_rate(roofs, target):.4g} TFLOP/s, {how}")
+
+
+def timed_conv_ratio(w: OpWork, src: str, target: str) -> tuple[float, int, float] | None:
+    """(the convolutions' time in `target` ÷ in `src` from their layers timed alone: Σ count ×
+    time in `target` ÷ Σ count × time in `src` over the layers timed in both; how many layers;
+    the share of the class's forward FLOPs the timed layers hold), or None where the
+    recording lacks either precision (`workloads.convs`)."""
+    if w.convs is None:
+        return None
+    have = {t.layer: t for t in w.convs.timed if t.precision == src}
+    want = {t.layer: t for t in w.convs.timed if t.precision == target}
+    both = [k for k in have if k in want]
+    before = sum(have[k].count * have[k].ms for k in both)
+    after = sum(want[k].count * want[k].ms for k in both)
+    if not both or before <= 0 or after <= 0:
+        return None
+    return after / before, len(both), w.convs.flops_share
+
+
+def _timed_conv(c: ClassState, state: StepState, src: str, target: str,
+                timed: tuple[float, int, float]) -> None:
+    """The convolutions and cuDNN's layout transforms around them, moved together by their
+    layers' timed ratio (the transforms are in a layer's time alone, in the layout class in
+    the step); the class re-calibrated there, for the changes that follow."""
+    ratio, layers, share = timed
+    layout = state.classes.get(LAYOUT)
+    moved = layout.ms if layout is not None else 0.0
+    before = c.ms + moved
+    c.work, _ = _in_width(c.work, src, target)
+    c.ms = before * ratio
+    ideal = ideal_seconds("conv", c.work, state.roofs, target) * 1e3
+    c.achieved = ideal / c.ms if c.ms > 0 else c.achieved
+    u = (U_NORM_TIMED**2 + ((1 - share) * U_CONV_UNTIMED) ** 2) ** 0.5
+    c.add_unc(u)
+    with_layout = f" and its {moved:.3g} ms of layout transforms" if moved else ""
+    c.basis.append(f"{src} → {target}: the convolution layers timed alone in both precisions "
+                   f"(forward + backward, {layers} layers, {share:.0%} of the class's FLOPs, "
+                   f"cuDNN's transforms included): {target} ÷ {src} ×{ratio:.3g}, "
+                   f"time-weighted; the class's {c.measured_ms:.3g} ms{with_layout} → "
+                   f"{c.ms:.3g} ms, ±{u:.0%} (a ratio timed alone carried into the step "
+                   f"±{U_NORM_TIMED:.0%}, the untimed {1 - share:.0%} ±{U_CONV_UNTIMED:.0%})")
+    if layout is not None:
+        layout.ms = 0.0
+        layout.work = layout.work.with_(bytes=0.0)
+        layout.basis.append(f"{src} → {target}: in the convolutions' timed ratio")
 
 
 def _memory(c: ClassState, src: str, target: str) -> None:

@@ -77,6 +77,27 @@ class BatchNorm:
 
 
 @dataclass(frozen=True)
+class ConvTimed:
+    """A convolution layer timed alone (forward + backward) in a precision: `layer` is its
+    input and weight shapes, stride, padding, dilation, groups, bias, input gradient and
+    memory format (`workloads.convs.Layer`)."""
+
+    layer: tuple[Any, ...]
+    precision: str
+    count: float  # layers like it per step
+    ms: float
+
+
+@dataclass(frozen=True)
+class ConvTiming:
+    """The conv class's layers timed alone (`workloads.convs`), and the share of its forward
+    FLOPs they hold."""
+
+    timed: tuple[ConvTimed, ...]
+    flops_share: float
+
+
+@dataclass(frozen=True)
 class OpWork:
     """One operator class of a step."""
 
@@ -94,6 +115,7 @@ class OpWork:
     # attention forward calls: ((B, H, T, S, Q, causal), count, forward FLOPs)
     attention: tuple[tuple[tuple[Any, ...], float, float], ...] = ()
     norm: BatchNorm | None = None  # the elementwise class's batch norm, where recorded
+    convs: ConvTiming | None = None  # the conv class's layers timed alone, where recorded
 
     def with_(self, **changes: Any) -> OpWork:
         return replace(self, **changes)
@@ -207,6 +229,24 @@ def _norm(entry: object) -> BatchNorm | None:
                      timed_share=float(entry.get("timed_traffic_share") or 0.0))
 
 
+def _convs(entry: object) -> ConvTiming | None:
+    if not isinstance(entry, dict):
+        return None
+    idx = {f: i for i, f in enumerate(entry.get("timed_fields", []))}
+    layer = ("input", "weight", "stride", "padding", "dilation", "groups", "bias",
+             "input_grad", "memory_format")
+    if not {*layer, "precision", "count", "ms"} <= set(idx):
+        return None
+
+    def key(r: list[Any]) -> tuple[Any, ...]:
+        return tuple(tuple(v) if isinstance(v, list) else v for v in (r[idx[f]] for f in layer))
+
+    timed = tuple(ConvTimed(layer=key(r), precision=str(r[idx["precision"]]),
+                            count=float(r[idx["count"]]), ms=float(r[idx["ms"]]))
+                  for r in entry.get("timed", []))
+    return ConvTiming(timed=timed, flops_share=float(entry.get("timed_flops_share") or 0.0))
+
+
 def op_work(m: Measurement) -> OpWork:
     p = m.params
     detail: dict[str, Any] = {}
@@ -228,7 +268,7 @@ def op_work(m: Measurement) -> OpWork:
         kernels=_kernels(detail.get("kernels", []), detail.get("kernel_fields", [])),
         timed=_timed(detail.get("timed", [])),
         attention=_attention(detail.get("shapes", []), detail.get("shape_fields", [])),
-        norm=_norm(detail.get("batch_norm")))
+        norm=_norm(detail.get("batch_norm")), convs=_convs(detail.get("timed_convs")))
 
 
 def _buckets(text: object) -> tuple[tuple[int, float], ...]:

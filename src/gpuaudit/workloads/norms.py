@@ -27,12 +27,11 @@ recorder keeps, under the elementwise class's detail (`batch_norm`):
 from __future__ import annotations
 
 import re
-import statistics
-import time
-from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 from gpuaudit import kernelnames as kn
+from gpuaudit.workloads.timing import median_call_ms
 
 NORM_SHAPES = 6  # the layers' shapes with the most traffic (resnet50: 6 of its 12 hold 84 %)
 NORM_BUDGET_MS = {True: 3000.0, False: 300.0}  # all shapes in both precisions; GPU, CPU
@@ -102,34 +101,6 @@ def top_shapes(norms: dict[NormKey, list[int]], n: int) -> list[tuple[NormKey, l
 # --- timing the layers alone -----------------------------------------------------------------
 
 
-def _median_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: float) -> float:
-    """Milliseconds per call: two warm-up calls (the second timed for the count), then the
-    median of 3 to 25 calls that fill `budget_s`; CUDA events on a GPU."""
-    from gpuaudit.workloads.timing import is_cuda, iterations_for, sync
-
-    cuda = is_cuda(device)
-    fn()
-    sync(torch, device)
-    t0 = time.perf_counter()
-    fn()
-    sync(torch, device)
-    iters = iterations_for(time.perf_counter() - t0, budget_s, 3, 25)
-    times = []
-    for _ in range(iters):
-        if cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def _time_one(torch: Any, device: Any, key: NormKey, amp: Any, budget_s: float) -> float:
     """Forward + backward (input, weight and bias gradients) of one batch-norm layer in
     training mode, fp32 running statistics as nn.BatchNorm keeps them."""
@@ -149,12 +120,12 @@ def _time_one(torch: Any, device: Any, key: NormKey, amp: Any, budget_s: float) 
     g = torch.randn_like(x)
 
     def step() -> None:
-        ctx = torch.autocast(device.type, dtype=amp) if amp is not None else _Null()
+        ctx = torch.autocast(device.type, dtype=amp) if amp is not None else nullcontext()
         with ctx:
             y = F.batch_norm(x, mean, var, w, b, training=True, momentum=0.1, eps=1e-5)
         torch.autograd.grad(y, (x, w, b), g)
 
-    return _median_ms(torch, device, step, budget_s)
+    return median_call_ms(torch, device, step, budget_s)
 
 
 def time_norms(torch: Any, device: Any, families: dict[str, dict[NormKey, list[int]]], *,
@@ -189,14 +160,6 @@ def time_norms(torch: Any, device: Any, families: dict[str, dict[NormKey, list[i
                 continue
             rows.append([list(shape), fmt, precision, key[2], key[3], count, round(ms, 6)])
     return rows
-
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 # --- the detail ------------------------------------------------------------------------------

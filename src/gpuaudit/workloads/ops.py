@@ -18,6 +18,7 @@ On a CPU there are no kernels: the class times are the aten operators' own CPU t
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaudit import kernelnames as kn
+from gpuaudit.workloads import convs as cv
 from gpuaudit.workloads import norms as bn
 
 CLASSES = ("gemm", "attention", "conv", "elementwise", "optimizer", "comm", "copy")
@@ -106,6 +108,9 @@ class OpTally:
         default_factory=lambda: defaultdict(lambda: [0, 0]))
     # batch-norm forward calls: (shape, memory format, dtype, weight dtype) → [count, bytes]
     norms: dict[bn.NormKey, list[int]] = field(
+        default_factory=lambda: defaultdict(lambda: [0, 0]))
+    # convolution forward calls: (layer, dtype, weight dtype) → [count, FLOPs]
+    convs: dict[cv.ConvKey, list[int]] = field(
         default_factory=lambda: defaultdict(lambda: [0, 0]))
 
     @property
@@ -246,6 +251,11 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
                     entry = tally.attention[key]
                     entry[0] += 1
                     entry[1] += flops
+            if cls == "conv" and flops and cv.is_conv_forward(name):
+                conv = cv.conv_key(args, torch)
+                if conv is not None:
+                    tally.convs[conv][0] += 1
+                    tally.convs[conv][1] += flops
             if cls == "elementwise" and bn.is_norm_forward(name):
                 norm = bn.norm_key(args, torch)
                 if norm is not None:
@@ -556,6 +566,8 @@ class OpProfile:
     notes: list[str] = field(default_factory=list)
     norm_timed: list[list[Any]] = field(default_factory=list)  # norms.time_norms' rows
     norm_not_timed: str | None = None  # why batch norm's layers were not timed
+    conv_timed: list[list[Any]] = field(default_factory=list)  # convs.time_convs' rows
+    conv_not_timed: str | None = None  # why the convolution layers were not timed
 
 
 def alt_precision(precision: str) -> str:
@@ -577,7 +589,7 @@ def capture(trainer: Any, *, steps: int = 3) -> OpProfile:
 
         def run() -> None:
             ctx = (torch.autocast(device.type, dtype=amp) if amp is not None
-                   else _null())
+                   else contextlib.nullcontext())
             with ctx:
                 loss = trainer.net(*trainer.inputs, trainer.target)
             loss.backward()
@@ -601,7 +613,8 @@ def capture(trainer: Any, *, steps: int = 3) -> OpProfile:
     phases = phase_times_ms(torch, device, trainer, steps)
     timed = time_shapes(torch, device, tally, [mode.precision] + ([alt] if alt else []))
     norm_timed: list[list[Any]] = []
-    not_timed = None
+    conv_timed: list[list[Any]] = []
+    not_timed = conv_not_timed = None
     if tally.norms and mode.compile:
         not_timed = "compiled: the step runs batch norm fused into inductor's own kernels"
     elif tally.norms:
@@ -609,6 +622,13 @@ def capture(trainer: Any, *, steps: int = 3) -> OpProfile:
         if alt and alt_tally is not None:
             families[alt] = dict(alt_tally.norms)
         norm_timed = bn.time_norms(torch, device, families)
+    if tally.convs and mode.compile:
+        conv_not_timed = "compiled: inductor chooses the step's layouts and fusions itself"
+    elif tally.convs:
+        conv_families = {mode.precision: dict(tally.convs)}
+        if alt and alt_tally is not None:
+            conv_families[alt] = dict(alt_tally.convs)
+        conv_timed = cv.time_convs(torch, device, conv_families)
     params = list(trainer.net.parameters())
     unique = {id(p): p for p in params if p.requires_grad}
     grad_bytes = sum(p.numel() * p.element_size() for p in unique.values())
@@ -616,15 +636,8 @@ def capture(trainer: Any, *, steps: int = 3) -> OpProfile:
                      phases_ms=phases, buckets=ddp_buckets(params), grad_bytes=grad_bytes,
                      params=sum(p.numel() for p in unique.values()), alt_precision=alt,
                      alt_bytes=alt_bytes, timed=timed, notes=notes, norm_timed=norm_timed,
-                     norm_not_timed=not_timed)
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+                     norm_not_timed=not_timed, conv_timed=conv_timed,
+                     conv_not_timed=conv_not_timed)
 
 
 def _top(items: Iterable[tuple[Any, ...]], key: Callable[[Any], float], n: int
@@ -650,6 +663,8 @@ def class_detail(prof: OpProfile, cls: str) -> str:
     if cls == "attention":
         detail["shapes"] = [[*k, v[0], v[1]] for k, v in prof.tally.attention.items()]
         detail["shape_fields"] = ["B", "H", "T", "S", "Q", "causal", "count", "forward_flops"]
+    if cls == "conv" and (conv := cv.detail(t.convs, prof.conv_timed, prof.conv_not_timed)):
+        detail["timed_convs"] = conv
     if cls == "elementwise":
         k = prof.kernels
         norm = bn.detail(t.norms, k.norm_kernels, k.steps, prof.norm_timed, k.source,

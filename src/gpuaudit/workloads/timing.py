@@ -4,6 +4,7 @@ around a host clock) or on the CPU (the host clock)."""
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -69,3 +70,29 @@ def iterations_for(seconds_each: float, budget_s: float, lo: int, hi: int) -> in
     if seconds_each <= 0:
         return hi
     return max(lo, min(hi, int(budget_s / seconds_each)))
+
+
+def median_call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: float) -> float:
+    """Milliseconds per call: two warm-up calls (the second timed for the count), then the
+    median of 3 to 25 calls that fill `budget_s`; CUDA events on a GPU."""
+    cuda = is_cuda(device)
+    fn()
+    sync(torch, device)
+    t0 = time.perf_counter()
+    fn()
+    sync(torch, device)
+    iters = iterations_for(time.perf_counter() - t0, budget_s, 3, 25)
+    times = []
+    for _ in range(iters):
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)

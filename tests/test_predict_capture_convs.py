@@ -1,0 +1,171 @@
+"""Convolutions in the op profile (`workloads.convs`): the layers from the dispatch view, timed
+alone in both precision families (bounded by a budget), kept in the conv class's detail, read
+back by predict, and a precision change moving the conv and layout classes together by their
+timed ratio."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuaudit.predict.kernels import LAYOUT  # noqa: E402
+from gpuaudit.predict.precision import (  # noqa: E402
+    U_CONV_UNTIMED,
+    U_NORM_TIMED,
+    change,
+    timed_conv_ratio,
+)
+from gpuaudit.predict.profile import ConvTimed, ConvTiming, OpWork  # noqa: E402
+from gpuaudit.predict.state import ClassState, StepState  # noqa: E402
+from gpuaudit.workloads import convs, ops  # noqa: E402
+
+
+def _net():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, bias=False),
+                              torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3, stride=2, padding=1))
+    return net, torch.randn(4, 3, 8, 8)
+
+
+def _tallies():
+    net, x = _net()
+    own = ops.count_ops(lambda: net(x).sum().backward())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        alt = ops.count_ops(lambda: net(x).float().sum().backward())
+    return own, alt
+
+
+FIRST = ((4, 3, 8, 8), (8, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, False, False, "contiguous")
+SECOND = ((4, 8, 8, 8), (16, 8, 3, 3), (2, 2), (1, 1), (1, 1), 1, True, True, "contiguous")
+
+
+def test_the_dispatch_view_tallies_each_layer_with_its_flops_and_dtypes():
+    own, alt = _tallies()
+    # FLOPs: 2 × output elements × input channels × kernel area (torch's conv formula)
+    first, second = 2 * (4 * 8 * 8 * 8) * 3 * 9, 2 * (4 * 16 * 4 * 4) * 8 * 9
+    assert dict(own.convs) == {(FIRST, "float32", "float32"): [1, first],
+                               (SECOND, "float32", "float32"): [1, second]}
+    # the image needs no gradient, the activation does; autocast feeds both layers bf16
+    assert dict(alt.convs) == {(FIRST, "bfloat16", "bfloat16"): [1, first],
+                               (SECOND, "bfloat16", "bfloat16"): [1, second]}
+    assert own.flops["conv"] > first + second  # the class counts the backward's too
+
+
+def test_the_layers_are_timed_alone_in_both_families_within_the_budget():
+    own, alt = _tallies()
+    rows = convs.time_convs(torch, torch.device("cpu"),
+                            {"fp32": dict(own.convs), "bf16": dict(alt.convs)},
+                            shapes=1, budget_ms=5.0)
+    # the layer with the most FLOPs only (the second: 147,456 against 110,592), each family
+    # with the dtypes its own step fed it
+    assert [r[:13] for r in rows] == [
+        [[4, 8, 8, 8], [16, 8, 3, 3], [2, 2], [1, 1], [1, 1], 1, True, True, "contiguous",
+         "fp32", "float32", "float32", 1],
+        [[4, 8, 8, 8], [16, 8, 3, 3], [2, 2], [1, 1], [1, 1], 1, True, True, "contiguous",
+         "bf16", "bfloat16", "bfloat16", 1]]
+    assert all(r[13] > 0 for r in rows)
+    d = convs.detail(own.convs, rows, None)
+    assert d["layers"] == 2 and d["timed_fields"] == convs.TIMED_FIELDS
+    assert d["timed_flops_share"] == round(147456 / (110592 + 147456), 4)
+    assert convs.detail({}, [], None) is None
+
+
+def test_a_layer_that_cannot_run_is_left_out():
+    own, _ = _tallies()
+    broken = {((FIRST[0], (8, 5, 3, 3), *FIRST[2:]), "float32", "float32"): [1, 10**9]}
+    rows = convs.time_convs(torch, torch.device("cpu"),
+                            {"fp32": {**dict(own.convs), **broken}}, shapes=2, budget_ms=5.0)
+    # the broken one (5 input channels against the input's 3) first by FLOPs, then the second
+    assert [tuple(r[1]) for r in rows] == [(16, 8, 3, 3)]
+
+
+# --- predict: the conv and layout classes moved by the timed ratio ---------------------------
+
+def _timing(src_ms: tuple[float, float], dst_ms: tuple[float, float], share: float = 0.9
+            ) -> ConvTiming:
+    a, b = (FIRST, 2.0), (SECOND, 1.0)  # (layer, count per step)
+    rows = [ConvTimed(layer, "fp32", n, ms) for (layer, n), ms in zip((a, b), src_ms, strict=True)]
+    rows += [ConvTimed(layer, "bf16", n, ms) for (layer, n), ms in zip((a, b), dst_ms, strict=True)]
+    return ConvTiming(timed=tuple(rows), flops_share=share)
+
+
+def test_the_timed_ratio_is_time_weighted_over_the_layers_timed_in_both():
+    w = OpWork(cls="conv", ms=10.0, flops=1e12, bytes=1e9, convs=_timing((3.0, 4.0), (1.0, 0.5)))
+    ratio, layers, share = timed_conv_ratio(w, "fp32", "bf16")
+    assert ratio == pytest.approx((2 * 1.0 + 1 * 0.5) / (2 * 3.0 + 1 * 4.0))
+    assert (layers, share) == (2, 0.9)
+    assert timed_conv_ratio(w, "bf16", "fp32")[0] == pytest.approx(1 / ratio)
+    assert timed_conv_ratio(w, "fp32", "fp16") is None  # fp16 was not timed
+    assert timed_conv_ratio(w.with_(convs=None), "fp32", "bf16") is None
+
+
+def _state(layout_ms: float | None, timing: ConvTiming | None) -> StepState:
+    from gpuaudit.predict.hardware import Roofs
+    from gpuaudit.specs.catalog import load_catalog
+
+    roofs = Roofs(gpu=load_catalog().get("h200-sxm"),
+                  matmul_tflops={"bf16": 700.0, "fp16": 700.0, "fp32": 50.0},
+                  memory_gbps=4000.0, sms=132, measured=True)
+    conv = OpWork(cls="conv", ms=100.0, flops=1e12, bytes=2e9, convs=timing)
+    classes = {"conv": ClassState(work=conv, measured_ms=100.0, ms=100.0, achieved=0.5)}
+    if layout_ms is not None:
+        lay = OpWork(cls=LAYOUT, ms=layout_ms, flops=0.0, bytes=1e9)
+        classes[LAYOUT] = ClassState(work=lay, measured_ms=layout_ms, ms=layout_ms,
+                                     achieved=None)
+    return StepState(classes=classes, idle_ms=0.0, idle_unc=0.0, precision="fp32",
+                     roofs=roofs, gpus=1, batch=8, tokens=None, model="m",
+                     matmul_params=None, buckets=(), grad_bytes=0, allreduce=None)
+
+
+def test_a_precision_change_moves_conv_and_its_transforms_together():
+    timing = _timing((3.0, 4.0), (1.0, 0.5))
+    ratio = timed_conv_ratio(OpWork(cls="conv", ms=0, flops=0, bytes=0, convs=timing),
+                             "fp32", "bf16")[0]
+    state = _state(layout_ms=2.0, timing=timing)
+    change(state, "bf16")
+    conv, layout = state.classes["conv"], state.classes[LAYOUT]
+    assert conv.ms == pytest.approx((100.0 + 2.0) * ratio)
+    assert layout.ms == 0.0 and "timed ratio" in layout.basis[-1]
+    assert conv.unc == pytest.approx(math.hypot(U_NORM_TIMED, 0.1 * U_CONV_UNTIMED))
+    assert "timed alone in both precisions" in conv.basis[-1]
+    # re-calibrated at the new time, for the changes that follow
+    from gpuaudit.predict.ideal import ideal_seconds
+    assert conv.achieved == pytest.approx(
+        ideal_seconds("conv", conv.work, state.roofs, "bf16") * 1e3 / conv.ms)
+    assert all(g.dtype_bytes == 2 for g in conv.work.shapes)
+
+
+def test_without_the_timing_the_roofline_and_modeled_transforms_stay():
+    state = _state(layout_ms=None, timing=None)
+    change(state, "bf16")
+    # fp32 NCHW → bf16: cuDNN's transforms are modeled afresh (not in the recording)
+    assert LAYOUT in state.classes and state.classes[LAYOUT].ms > 0
+    assert "timed alone" not in " ".join(state.classes["conv"].basis)
+
+
+def test_bench_train_op_profile_records_the_layers_and_predict_uses_them():
+    from gpuaudit.model import load_run
+    from gpuaudit.predict import Change, load_profile, machine_rates, predict
+    from gpuaudit.specs.catalog import load_catalog
+
+    from .conftest import FIXTURES
+    from .test_predict_capture import op_profile_run
+
+    run = op_profile_run("resnet-tiny")
+    got = {m.name: m for m in run.measurements}
+    detail = json.loads(got["resnet-tiny/fp32/op/conv"].params["detail"])["timed_convs"]
+    timed = detail["timed"]
+    assert {r[9] for r in timed} == {"fp32", "bf16"} and all(r[13] > 0 for r in timed)
+    assert 0 < detail["timed_flops_share"] <= 1 and detail["layers"] >= len(timed) // 2
+    prof = load_profile(run, "resnet-tiny/fp32")
+    assert prof.classes["conv"].convs is not None
+    specs = load_catalog()
+    rates = machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
+                                   .read_text()), specs)
+    p = predict(prof, rates, Change(precision="bf16"), specs)
+    conv = next(c for c in p.classes if c.op_class == "conv")
+    assert "timed alone in both precisions" in conv.basis
