@@ -3,6 +3,7 @@ predicts, in one call (~6 minutes on 2 H200s, nvidia-h200-x2).
 
     python3 scripts/device_predict.py OUTDIR                          # everything below
     python3 scripts/device_predict.py --phase NAME OPTIONS_JSON OUTFILE   # one phase
+    GPUAUDIT_PREDICT_PHASES=R,P1 python3 scripts/device_predict.py OUTDIR  # those alone
 
 Phases (each a process of its own; P0 and P1 at once, one per GPU):
 
@@ -206,6 +207,8 @@ def compare(docs: dict[str, Any], ngpu: int) -> tuple[list[dict[str, Any]], list
         try:
             if rates is None:
                 raise ValueError(why)
+            if c["run"] not in runs:
+                raise ValueError(f"phase {c['run']} not run")
             run = runs[c["run"]]
             profile = load_profile(run, c["workload"])
             p = predict(profile, rates, Change(**c["change"]), specs)
@@ -265,8 +268,13 @@ def main(outdir: str) -> int:
     docs: dict[str, Any] = {}
     start = time.time()
 
+    # GPUAUDIT_PREDICT_PHASES=R,P1: these phases alone (the cases that need others fail,
+    # saying which phase is missing)
+    only = set(filter(None, os.environ.get("GPUAUDIT_PREDICT_PHASES", "").split(",")))
+
     def run(names: list[str], gpus: list[str | None]) -> None:
-        ps = [Phase(n, spec[n], g, tmp) for n, g in zip(names, gpus, strict=True)]
+        ps = [Phase(n, spec[n], g, tmp) for n, g in zip(names, gpus, strict=True)
+              if not only or n in only]
         for p in ps:
             info[p.name] = p.wait(LIMITS[p.name])
             docs[p.name] = json.loads(p.out.read_text()) if p.out.exists() else None

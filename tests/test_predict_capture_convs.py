@@ -169,3 +169,31 @@ def test_bench_train_op_profile_records_the_layers_and_predict_uses_them():
     p = predict(prof, rates, Change(precision="bf16"), specs)
     conv = next(c for c in p.classes if c.op_class == "conv")
     assert "timed alone in both precisions" in conv.basis
+
+
+def test_held_timing_on_a_cpu_is_the_plain_median():
+    from gpuaudit.workloads import timing
+
+    n = []
+    timing.held_call_ms(torch, torch.device("cpu"), lambda: n.append(1), 0.0)
+    assert len(n) == 2 + 3  # median_call_ms: two warm-ups, three calls
+
+
+@pytest.mark.gpu
+def test_held_timing_keeps_pythons_launches_out_of_a_short_call():
+    """Eight 20 µs spin kernels launched one by one from Python: timed with the host in the
+    window, the launches' gaps count; held, the GPU runs them back to back."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from gpuaudit.workloads import timing
+
+    device = torch.device("cuda", 0)
+    cycles = timing.spin_cycles_per_us(torch)
+
+    def eight() -> None:
+        for _ in range(8):
+            torch.cuda._sleep(int(20 * cycles))
+
+    held = timing.held_call_ms(torch, device, eight, 0.2)
+    assert held == pytest.approx(8 * 20 / 1e3, rel=0.25)
+    assert timing.median_call_ms(torch, device, eight, 0.2) >= held

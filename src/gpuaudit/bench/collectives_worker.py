@@ -31,6 +31,8 @@ import time
 import warnings
 from typing import Any
 
+from gpuaudit.workloads.timing import spin_cycles_per_us
+
 MARKER = "GPUAUDIT_COLLECTIVES"
 PERIOD = 4099  # the input pattern repeats with this (prime) period, so it is cheap to build
 TILE_ELEMENTS = PERIOD * 4096  # ≈16.8 M elements: the pattern block filled/compared at a time
@@ -173,7 +175,6 @@ class Rank:
         except TypeError:
             dist.init_process_group(cfg["backend"], rank=self.rank, world_size=self.n)
         self.pattern = Pattern(torch, self.dtype, self.device, self.n, int(cfg.get("seed", 0)))
-        self._clock: float | None = None
 
     def sync(self) -> None:
         if self.cuda:
@@ -254,25 +255,13 @@ class Rank:
             return None
         return inp, out
 
-    def _cycles_per_us(self) -> float:
-        """The spin kernel's clock, measured once (the hold is given in GPU cycles)."""
-        if self._clock is None:
-            torch = self.torch
-            a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            a.record()
-            torch.cuda._sleep(1_000_000)
-            b.record()
-            b.synchronize()
-            self._clock = 1_000_000 / max(a.elapsed_time(b) * 1e3, 1.0)
-        return self._clock
-
     def _batch(self, once: Any, iters: int, hold: float) -> tuple[float, bool, float]:
         """One batch: hold the GPU, queue an untimed op and `iters` timed ones between two
         events. (milliseconds, whether the batch was all queued before the GPU reached it,
         the host's µs per op to queue it)."""
         torch = self.torch
         start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        torch.cuda._sleep(int(hold * self._cycles_per_us()))
+        torch.cuda._sleep(int(hold * spin_cycles_per_us(torch)))
         t0 = time.perf_counter()
         once()  # all ranks leave this op together: the timed ops start aligned
         start.record()

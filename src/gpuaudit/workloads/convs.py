@@ -14,10 +14,13 @@ under the conv class's detail (`timed_convs`):
   count and forward FLOPs per step;
 - its `CONV_SHAPES` biggest layers (by FLOPs) timed alone, forward + backward (the gradients
   the step takes) under each precision family's autocast, at that memory format and with the
-  dtypes each family's own step fed them: CUDA events, two warm-up calls, the median of as many
-  calls as `CONV_BUDGET_MS` allows (3 to 25 each). The transforms cuDNN runs around a layer
-  are in its time, as they are not in the conv class's: `predict` moves the conv and layout
-  classes together.
+  dtypes each family's own step fed them, TF32 as that family's step has it (off for fp32):
+  four calls queued behind a spin kernel between CUDA events, so that they run back to back
+  as in the step and not at Python's launch pace (`timing.held_call_ms`; timed one call at a
+  time, with the host in, resnet50's bf16 layers read 1.2-1.3x their time in the step on an
+  H200 and its fp32 ones 1.07x), the median of as many samples as `CONV_BUDGET_MS` allows.
+  The transforms cuDNN runs around a layer are in its time, as they are not in the conv
+  class's: `predict` moves the conv and layout classes together.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from gpuaudit.workloads.norms import ACTIVATION, memory_format
-from gpuaudit.workloads.timing import is_cuda, median_call_ms
+from gpuaudit.workloads.timing import held_call_ms, is_cuda
 
 CONV_SHAPES = 24  # resnet50 has 23 distinct layers at a given batch: all of them
 CONV_BUDGET_MS = {True: 6000.0, False: 400.0}  # all layers in both precisions; GPU, CPU
@@ -88,8 +91,8 @@ def _time_one(torch: Any, device: Any, key: ConvKey, amp: Any, budget_s: float) 
             return conv(x, w, b, stride, padding, dilation, groups)
 
     g = torch.randn_like(forward())
-    return median_call_ms(torch, device, lambda: torch.autograd.grad(forward(), wrt, g),
-                          budget_s)
+    return held_call_ms(torch, device, lambda: torch.autograd.grad(forward(), wrt, g),
+                        budget_s)
 
 
 def time_convs(torch: Any, device: Any, families: dict[str, dict[ConvKey, list[int]]], *,
@@ -99,7 +102,7 @@ def time_convs(torch: Any, device: Any, families: dict[str, dict[ConvKey, list[i
     of `TIMED_FIELDS`. A layer takes the dtypes its precision's own step fed it (that
     precision's activation dtype where its tally lacks the layer). Layers that cannot run
     here (out of memory, no kernel for the dtype) are left out."""
-    from gpuaudit.workloads.precision import autocast_dtype
+    from gpuaudit.workloads.precision import autocast_dtype, float32_matmuls
 
     if not families:
         return []
@@ -117,7 +120,10 @@ def time_convs(torch: Any, device: Any, families: dict[str, dict[ConvKey, list[i
         for (layer, _, _), (count, _) in top:
             key = seen.get(layer, (layer, act, act))
             try:
-                ms = _time_one(torch, device, key, amp, each)
+                # TF32 as the precision's own step has it: off for fp32 (cuDNN's default is
+                # on: a bf16 recording timed its "fp32" layers on tensor cores, 3× too fast)
+                with float32_matmuls(torch, tf32=precision != "fp32"):
+                    ms = _time_one(torch, device, key, amp, each)
             except (RuntimeError, TypeError, AttributeError, KeyError):
                 continue
             (ishape, wshape, stride, padding, dilation, groups, bias, grad, fmt) = layer

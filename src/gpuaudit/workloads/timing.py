@@ -96,3 +96,62 @@ def median_call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: flo
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+_SPIN_CYCLES_PER_US: dict[int, float] = {}
+
+
+def spin_cycles_per_us(torch: Any) -> float:
+    """The clock of `torch.cuda._sleep` on the current device (its hold is given in cycles),
+    measured once per device."""
+    dev = torch.cuda.current_device()
+    if dev not in _SPIN_CYCLES_PER_US:
+        a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        a.record()
+        torch.cuda._sleep(1_000_000)
+        b.record()
+        b.synchronize()
+        _SPIN_CYCLES_PER_US[dev] = 1_000_000 / max(a.elapsed_time(b) * 1e3, 1.0)
+    return _SPIN_CYCLES_PER_US[dev]
+
+
+HOLD_FACTOR = 2.0  # the hold: the host's time to queue the calls, times this, plus a margin
+HOLD_MARGIN_US = 200.0
+
+
+def held_call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: float,
+                 calls: int = 4) -> float:
+    """Milliseconds per call of `fn`, with the host out of the timing: before each sample the
+    GPU is held by a spin kernel while the host queues `calls` calls between two CUDA events,
+    so they run back to back as inside a step, not at the pace of Python's launches (a
+    layer's forward + backward alone can take less GPU time than its launches). A sample whose
+    start event fired before the last call was queued is taken again with a 4× longer hold.
+    The median of 3 to 25 samples that fill `budget_s`; on a CPU, `median_call_ms`."""
+    if not is_cuda(device):
+        return median_call_ms(torch, device, fn, budget_s)
+    with torch.cuda.device(device):
+        fn()
+        sync(torch, device)
+        t0 = time.perf_counter()
+        fn()
+        host_s = time.perf_counter() - t0
+        sync(torch, device)
+        gpu_s = time.perf_counter() - t0
+        cycles = spin_cycles_per_us(torch)
+        hold_us = HOLD_FACTOR * host_s * 1e6 * calls + HOLD_MARGIN_US
+        samples = []
+        for _ in range(iterations_for(gpu_s * calls, budget_s, 3, 25)):
+            for _attempt in range(3):
+                a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                torch.cuda._sleep(int(min(hold_us, 50_000.0) * cycles))
+                a.record()
+                for _ in range(calls):
+                    fn()
+                b.record()
+                queued = not a.query()
+                b.synchronize()
+                if queued:
+                    break
+                hold_us *= 4
+            samples.append(a.elapsed_time(b) / calls)
+    return statistics.median(samples)
