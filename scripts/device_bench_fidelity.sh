@@ -66,8 +66,11 @@ if [ "$ngpu" -ge 2 ] && [ -d .peers/nccl-tests ]; then  # build while the GPUs w
     # a second build with MPI=1 where an MPI is installed: launch form "mpi" (one process per
     # GPU under mpirun, as our ranks run)
     if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
+      # Open MPI on Debian/Ubuntu keeps include/ and lib/ under /usr/lib/<arch>/openmpi
+      inc=$(mpicc --showme:incdirs 2>/dev/null | awk '{print $1}')
+      mpi_home=${inc%/include}; [ -n "$inc" ] || mpi_home=$(dirname "$(dirname "$(command -v mpicc)")")
       rm -rf /tmp/nccl-tests-mpi && cp -r .peers/nccl-tests /tmp/nccl-tests-mpi &&
-      make -C /tmp/nccl-tests-mpi/src -j8 MPI=1 MPI_HOME="$(dirname "$(dirname "$(command -v mpicc)")")" \
+      make -C /tmp/nccl-tests-mpi/src -j8 MPI=1 MPI_HOME="$mpi_home" \
         BUILDDIR=/tmp/nccl-tests-mpi/build CUDA_HOME="$(dirname "$(dirname "$(which nvcc)")")" \
         NCCL_HOME=/tmp/nccl NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > /tmp/nccl-mpi-build.log 2>&1
       echo "nccl-tests MPI=1 build rc=$?" >> /tmp/nccl-build.log
