@@ -422,3 +422,24 @@ def test_bad_launch_form_is_refused_before_anything_runs(monkeypatch):
     monkeypatch.setattr(runner, "suite", lambda name: pytest.fail("must not measure"))
     with pytest.raises(BadInputError, match="nccl-tests launch fast"):
         runner.run_bench(["collectives"], machine=machine())
+
+
+def test_the_mpi_form_takes_only_the_mpi_build(monkeypatch, tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "all_reduce_perf").write_text("#!/bin/sh\n")
+    (plain / "all_reduce_perf").chmod(0o755)
+    monkeypatch.setenv("PATH", str(plain))  # a build without MPI on PATH must not be used
+    monkeypatch.delenv(nt.MPI_DIR_ENV, raising=False)
+    exe, why = nt._binary("all_reduce_perf", "mpi", "/usr/bin/mpirun")
+    assert exe is None and nt.MPI_DIR_ENV in why
+    mpi = tmp_path / "mpi"
+    mpi.mkdir()
+    monkeypatch.setenv(nt.MPI_DIR_ENV, str(mpi))
+    assert nt._binary("all_reduce_perf", "mpi", "/usr/bin/mpirun")[0] is None
+    (mpi / "all_reduce_perf").write_text("#!/bin/sh\n")
+    (mpi / "all_reduce_perf").chmod(0o755)
+    assert nt._binary("all_reduce_perf", "mpi", "/usr/bin/mpirun") == (
+        str(mpi / "all_reduce_perf"), "")
+    assert nt._binary("all_reduce_perf", "mpi", None) == (None, "mpirun not found (launch mpi)")
+    assert nt._binary("all_reduce_perf", "group", None)[0] == str(plain / "all_reduce_perf")

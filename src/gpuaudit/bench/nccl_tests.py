@@ -280,12 +280,8 @@ def run_native(ctx: BenchContext) -> Iterator[Measurement]:
     for op, binary in BINARIES.items():
         for launch in forms:
             base: Params = {"tool": "nccl-tests", "op": op, "launch": launch}
-            mpi = launch == "mpi"
-            exe = find_binary(binary, os.environ.get(MPI_DIR_ENV, "") if mpi else None)
-            if exe is None or (mpi and mpirun is None):
-                reason = NOT_FOUND if exe is None else "mpirun not found (launch mpi)"
-                if mpi and not os.environ.get(MPI_DIR_ENV):
-                    reason = f"launch mpi needs {MPI_DIR_ENV}: nccl-tests built with MPI=1"
+            exe, reason = _binary(binary, launch, mpirun)
+            if exe is None:
                 yield skipped(SUITE, f"{op}_busbw", UNIT, reason, params=base)
                 continue
             cmd = launch_command(launch, exe, n, mpirun) + sizes
@@ -295,6 +291,23 @@ def run_native(ctx: BenchContext) -> Iterator[Measurement]:
                 yield from _one_run(ctx, op, binary, cmd, env, run if runs > 1 else None,
                                     ranks=n, warmup=warmup, iters=iters, spec=spec,
                                     launch=launch)
+
+
+def _binary(binary: str, launch: str, mpirun: str | None) -> tuple[str | None, str]:
+    """(the executable for this launch form, or None and why). Form mpi takes only the MPI=1
+    build's (one built without MPI under mpirun would run N single-rank copies)."""
+    if launch != "mpi":
+        exe = find_binary(binary)
+        return exe, NOT_FOUND
+    folder = os.environ.get(MPI_DIR_ENV)
+    if not folder:
+        return None, f"launch mpi needs {MPI_DIR_ENV}: a folder of nccl-tests built with MPI=1"
+    path = Path(folder) / binary
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        return None, f"{binary} not in {MPI_DIR_ENV} ({folder})"
+    if mpirun is None:
+        return None, "mpirun not found (launch mpi)"
+    return str(path), ""
 
 
 def _one_run(ctx: BenchContext, op: str, binary: str, cmd: list[str], env: dict[str, str],
