@@ -68,6 +68,13 @@ def load_fixture(name: str, file: str = "inspect.json") -> dict:
     return json.loads((FIXTURES / name / file).read_text())
 
 
+def fixture_machine(name: str = "h200-1gpu"):
+    """The Machine recorded on a real H200 box (`tests/fixtures/<name>/inspect.json`)."""
+    from gpuaudit.model import Machine
+
+    return Machine.model_validate(load_fixture(name)["machine"])
+
+
 def pg_base_url() -> str:
     url = os.environ.get(PG_ENV)
     if url:

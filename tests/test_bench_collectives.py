@@ -18,13 +18,14 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.hw.torch_env import CudaDevice
 from gpuaudit.model import LinkKind, Machine
 
+from .conftest import fixture_machine
+
 FIXTURES = Path(__file__).parent / "fixtures"
 NCCL_FIXTURES = FIXTURES / "nccl-tests"
 
 
 def machine(name: str = "h200-1gpu") -> Machine:
-    return Machine.model_validate(json.loads((FIXTURES / name / "inspect.json").read_text())
-                                  ["machine"])
+    return fixture_machine(name)
 
 
 def fake_devices(n: int) -> tuple[tuple[CudaDevice, int], ...]:

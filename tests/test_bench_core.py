@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from gpuaudit.bench import runner
@@ -14,12 +12,11 @@ from gpuaudit.bench.stragglers import find_stragglers
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Machine, RunStatus, Severity
 
-from .conftest import FIXTURES
+from .conftest import fixture_machine
 
 
 def machine(name: str = "h200-2gpu") -> Machine:
-    return Machine.model_validate(json.loads((FIXTURES / name / "inspect.json").read_text())[
-        "machine"])
+    return fixture_machine(name)
 
 
 # -- statistics ---------------------------------------------------------------------------

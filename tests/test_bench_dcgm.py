@@ -16,7 +16,7 @@ from gpuaudit.bench.context import BenchContext, Profile
 from gpuaudit.bench.dcgm import extract_figures, figures_of, parse_dcgmi_diag_json
 from gpuaudit.model import Machine, Severity
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, fixture_machine
 
 DCGM = FIXTURES / "dcgm"
 VC_R2 = DCGM / "virtualclient_dcgm3_r2_1gpu.json"
@@ -31,8 +31,7 @@ ENGINE_DOWN = ("Error: unable to establish a connection to the specified host: l
 
 
 def machine(name: str = "h200-2gpu") -> Machine:
-    return Machine.model_validate(
-        json.loads((FIXTURES / name / "inspect.json").read_text())["machine"])
+    return fixture_machine(name)
 
 
 def ctx_for(m: Machine, **kw) -> BenchContext:

@@ -21,15 +21,14 @@ from gpuaudit.bench.pcie import below_max_note, link_rate_gbps
 from gpuaudit.bench.stats import reason_of
 from gpuaudit.model import LinkKind, Machine, PcieLink
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, fixture_machine
 
 NVB = FIXTURES / "nvbandwidth"
 GEN5_X16 = 32 * 128 / 130 * 16 / 8  # 63.015 GB/s
 
 
 def machine(name: str = "h200-2gpu") -> Machine:
-    return Machine.model_validate(
-        json.loads((FIXTURES / name / "inspect.json").read_text())["machine"])
+    return fixture_machine(name)
 
 
 def ctx_for(m: Machine, **kw) -> BenchContext:

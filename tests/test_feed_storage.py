@@ -19,15 +19,14 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model import Machine
 from tests.conftest import cli_env
 
-from .conftest import FIXTURES
+from .conftest import fixture_machine
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = {"file_bytes": 16 << 20, "seq_jobs": 2, "depths": (1, 4)}
 
 
 def machine() -> Machine:
-    return Machine.model_validate(json.loads((FIXTURES / "h200-1gpu" / "inspect.json")
-                                             .read_text())["machine"])
+    return fixture_machine("h200-1gpu")
 
 
 def bench(path: Path, **options) -> dict:

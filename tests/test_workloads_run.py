@@ -22,7 +22,7 @@ from gpuaudit.model import Machine, RunStatus  # noqa: E402
 from gpuaudit.workloads import flops, models  # noqa: E402
 from gpuaudit.workloads.entry import load  # noqa: E402
 
-from .conftest import FIXTURES  # noqa: E402
+from .conftest import fixture_machine  # noqa: E402
 
 GPU = pytest.mark.gpu
 
@@ -37,8 +37,7 @@ def one_thread():
 
 
 def machine() -> Machine:
-    return Machine.model_validate(json.loads((FIXTURES / "h200-1gpu" / "inspect.json")
-                                             .read_text())["machine"])
+    return fixture_machine("h200-1gpu")
 
 
 def bench(suite: str, profile: Profile = Profile.STANDARD, **options):
