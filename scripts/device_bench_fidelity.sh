@@ -56,28 +56,26 @@ fi
 say "== device_bench_fidelity $name: $ngpu GPU(s), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 if [ "$ngpu" -ge 2 ] && [ -d .peers/nccl-tests ]; then  # build while the GPUs work
   NCCL_DIR=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
-  ( mkdir -p /tmp/nccl/lib && ln -sfn "$NCCL_DIR/include" /tmp/nccl/include &&
-    ln -sf "$NCCL_DIR/lib/libnccl.so.2" /tmp/nccl/lib/libnccl.so &&
-    rm -rf /tmp/nccl-tests && cp -r .peers/nccl-tests /tmp/nccl-tests &&
-    make -C /tmp/nccl-tests/src -j8 MPI=0 BUILDDIR=/tmp/nccl-tests/build \
+  mkdir -p /tmp/nccl/lib && ln -sfn "$NCCL_DIR/include" /tmp/nccl/include &&
+    ln -sf "$NCCL_DIR/lib/libnccl.so.2" /tmp/nccl/lib/libnccl.so
+  # nccl-tests into /tmp/$1 with `make MPI=$2 ...`, its rc in the log
+  nt_build() { local dir=$1 mpi=$2; shift 2
+    rm -rf "/tmp/$dir" && cp -r .peers/nccl-tests "/tmp/$dir" &&
+    make -C "/tmp/$dir/src" -j8 MPI="$mpi" "$@" BUILDDIR="/tmp/$dir/build" \
       CUDA_HOME="$(dirname "$(dirname "$(which nvcc)")")" NCCL_HOME=/tmp/nccl \
-      NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > /tmp/nccl-build.log 2>&1
-    echo "nccl-tests build rc=$?" >> /tmp/nccl-build.log
-    # a second build with MPI=1 where an MPI is installed: launch form "mpi" (one process per
-    # GPU under mpirun, as our ranks run)
-    if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
-      # Open MPI on Debian/Ubuntu keeps include/ and lib/ under /usr/lib/<arch>/openmpi
-      inc=$(mpicc --showme:incdirs 2>/dev/null | awk '{print $1}')
-      mpi_home=${inc%/include}; [ -n "$inc" ] || mpi_home=$(dirname "$(dirname "$(command -v mpicc)")")
-      rm -rf /tmp/nccl-tests-mpi && cp -r .peers/nccl-tests /tmp/nccl-tests-mpi &&
-      make -C /tmp/nccl-tests-mpi/src -j8 MPI=1 MPI_HOME="$mpi_home" \
-        BUILDDIR=/tmp/nccl-tests-mpi/build CUDA_HOME="$(dirname "$(dirname "$(which nvcc)")")" \
-        NCCL_HOME=/tmp/nccl NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > /tmp/nccl-mpi-build.log 2>&1
-      echo "nccl-tests MPI=1 build rc=$?" >> /tmp/nccl-build.log
-    else
-      echo "no mpicc/mpirun here: nccl-tests launch form mpi not built" >> /tmp/nccl-build.log
-    fi ) &
-  build=$!
+      NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > "/tmp/$dir-build.log" 2>&1
+    echo "nccl-tests MPI=$mpi build rc=$?" >> /tmp/nccl-build.log; }
+  : > /tmp/nccl-build.log
+  nt_build nccl-tests 0 & build=$!
+  # with an MPI, the launch form "mpi" (one process per GPU under mpirun, as our ranks run);
+  # Open MPI on Debian/Ubuntu keeps include/ and lib/ under /usr/lib/<arch>/openmpi
+  if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
+    inc=$(mpicc --showme:incdirs 2>/dev/null | awk '{print $1}')
+    mpi_home=${inc%/include}; [ -n "$inc" ] || mpi_home=$(dirname "$(dirname "$(command -v mpicc)")")
+    nt_build nccl-tests-mpi 1 MPI_HOME="$mpi_home" & build_mpi=$!
+  else
+    echo "no mpicc/mpirun here: nccl-tests launch form mpi not built" >> /tmp/nccl-build.log
+  fi
 fi
 
 # 1. the quick profile, as a user runs it (also the control: nothing else on the GPUs)
@@ -131,7 +129,7 @@ fi
 #    (~4 % of a 1 MiB all-reduce at its default -n 20); ours has no host in it
 say ""; say "## 3. collectives: ours beside nccl-tests"
 if [ -n "${build:-}" ]; then
-  wait $build; grep -E "rc=|no mpicc" /tmp/nccl-build.log | tee -a "$P" >> "$S"
+  wait $build ${build_mpi:-}; tee -a "$P" < /tmp/nccl-build.log >> "$S"
   export LD_LIBRARY_PATH="$NCCL_DIR/lib:${LD_LIBRARY_PATH:-}"
   forms=threads,group
   if [ -x /tmp/nccl-tests-mpi/build/all_reduce_perf ]; then
