@@ -8,12 +8,14 @@ fio pass i, with the order swapped every other pass so drift over the run falls 
 each pair gives a ratio. Random reads and TCP: one run of each per round, ours first.
 
 Usage: python scripts/feed_compare.py PATH [ROUNDS] [FILE_SIZE]
+       (GPUAUDIT_COMPARE_SEQ_ONLY=1: the sequential passes alone)
 Prints each pair as measured, then per figure: the medians of ours and of the reference, and the
 median of the pair ratios (ours / reference) with their range.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import statistics
@@ -58,21 +60,34 @@ class Summary:
     low: float  # the lowest pair ratio
     high: float  # the highest
     pairs: int
+    ci_low: float  # the median ratio's 95 % confidence interval (distribution-free)
+    ci_high: float
+
+
+def median_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """A 95 % confidence interval for the median, from order statistics alone (the ranks
+    n/2 ∓ 0.98·√n of the sorted values, the normal approximation to the binomial): whether
+    ours is within 3 % of the reference is then a statement the pairs can make or not."""
+    v = sorted(values)
+    n = len(v)
+    half = 0.98 * math.sqrt(n)
+    return v[max(0, math.floor(n / 2 - half))], v[min(n - 1, math.ceil(n / 2 + half))]
 
 
 def summarize(pairs: Sequence[tuple[float, float]]) -> Summary:
     if not pairs:
         raise ValueError("no pairs")
     ratios = sorted(o / r for o, r in pairs)
+    lo, hi = median_ci95(ratios)
     return Summary(ours=statistics.median(o for o, _ in pairs),
                    reference=statistics.median(r for _, r in pairs),
                    ratio=statistics.median(ratios), low=ratios[0], high=ratios[-1],
-                   pairs=len(pairs))
+                   pairs=len(pairs), ci_low=lo, ci_high=hi)
 
 
 def row(name: str, s: Summary) -> str:
     return (f"{name:18s} {s.ours:14.4g} {s.reference:12.4g} {s.ratio:7.3f}  "
-            f"{s.low:.3f}–{s.high:.3f} {s.pairs:5d}")
+            f"{s.ci_low:.3f}–{s.ci_high:.3f}  {s.low:.3f}–{s.high:.3f} {s.pairs:5d}")
 
 
 def storage_rows(exe: str, path: str, p: storage.Plan, rounds: int
@@ -145,22 +160,25 @@ def main() -> None:
     path = sys.argv[1]
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     size = parse_bytes(sys.argv[3]) if len(sys.argv) > 3 else 1 << 30
-    p = storage.Plan(file_bytes=size, seq_jobs=4, passes=PASSES, depths=(1, 16),
-                     rand_seconds=2.0)
+    # GPUAUDIT_COMPARE_SEQ_ONLY=1: sequential passes only (more pairs in the same time)
+    seq_only = os.environ.get("GPUAUDIT_COMPARE_SEQ_ONLY") == "1"
+    p = storage.Plan(file_bytes=size, seq_jobs=4, passes=PASSES,
+                     depths=() if seq_only else (1, 16), rand_seconds=2.0)
     rows: dict[str, list[tuple[float, float]]] = {}
     exe = fio.find_binary()
     if exe:
         rows.update(storage_rows(exe, path, p, rounds))
     else:
         print(fio.NOT_FOUND)
-    if shutil.which("iperf3"):
+    if shutil.which("iperf3") and not seq_only:
         rows.update(network_rows(rounds))
     print(f"\n{'figure':18s} {'ours (median)':>14s} {'reference':>12s} {'ratio':>7s}  "
-          f"{'range':11s} {'pairs':>5s}")
+          f"{'ratio CI95':11s}  {'range':11s} {'pairs':>5s}")
     for name, pairs in rows.items():
         print(row(name, summarize(pairs)))
     print("ratio: median of the pair ratios ours / reference (sequential: one pair per pass, "
-          "the order alternating; random and TCP: one pair per round)")
+          "the order alternating; random and TCP: one pair per round); CI95: its 95 % "
+          "confidence interval from order statistics")
 
 
 if __name__ == "__main__":

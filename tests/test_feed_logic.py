@@ -509,7 +509,21 @@ def test_compare_summary_is_the_median_of_the_pair_ratios_with_their_range():
     assert (s.ours, s.reference, s.pairs) == (2.4, 2.5, 5)
     assert s.ratio == pytest.approx(1.0, abs=1e-12)
     assert (s.low, s.high) == (pytest.approx(0.5), pytest.approx(1.2))
+    # five pairs: the interval is ranks 0 and 4 of the sorted ratios, the whole range
+    assert (s.ci_low, s.ci_high) == (pytest.approx(0.5), pytest.approx(1.2))
     assert fc.row("seq_read", s) == ("seq_read                      2.4          2.5   1.000  "
-                                     "0.500–1.200     5")
+                                     "0.500–1.200  0.500–1.200     5")
     with pytest.raises(ValueError):
         fc.summarize([])
+
+
+def test_the_median_ratios_confidence_interval_narrows_with_the_pairs():
+    fc = _feed_compare()
+    ratios = [0.90 + 0.01 * k for k in range(21)]  # 0.90 … 1.10, median 1.00
+    # n = 21: ranks floor(10.5 - 4.49) = 6 and ceil(10.5 + 4.49) = 15
+    assert fc.median_ci95(ratios) == (pytest.approx(0.96), pytest.approx(1.05))
+    assert fc.median_ci95(list(reversed(ratios))) == fc.median_ci95(ratios)
+    many = [0.90 + 0.002 * k for k in range(101)]  # n = 101: ranks 40 and 61
+    lo, hi = fc.median_ci95(many)
+    assert (lo, hi) == (pytest.approx(0.98), pytest.approx(1.022))
+    assert hi - lo < 1.05 - 0.96  # more pairs, a narrower interval around the same median
