@@ -31,22 +31,18 @@ import time
 import warnings
 from typing import Any
 
-from gpuaudit.workloads.timing import spin_cycles_per_us
+# The hold before a batch: shared with the layers timed alone (workloads/timing.py).
+from gpuaudit.workloads.timing import (
+    HOLD_MAX_US,
+    HOLD_TRIES,
+    hold_us,
+    spin_cycles_per_us,
+)
 
 MARKER = "GPUAUDIT_COLLECTIVES"
 PERIOD = 4099  # the input pattern repeats with this (prime) period, so it is cheap to build
 TILE_ELEMENTS = PERIOD * 4096  # ≈16.8 M elements: the pattern block filled/compared at a time
 DTYPES = {"float32": 4, "bfloat16": 2}
-
-# The hold before a batch: the host's measured time to queue it, times this, plus a margin.
-HOLD_FACTOR = 2.0
-HOLD_MARGIN_US = 200.0
-HOLD_TRIES = 3  # a batch that started before it was queued is run again, holding 4x longer
-
-
-def hold_us(host_us_per_op: float, ops: int) -> float:
-    """How long to hold the GPU while the host queues `ops` ops (µs)."""
-    return HOLD_FACTOR * max(host_us_per_op, 1.0) * ops + HOLD_MARGIN_US
 
 
 def per_op_seconds(batch_ms: list[float], iters: int) -> list[float]:
@@ -287,7 +283,7 @@ class Rank:
             return per_op_seconds(out, iters), reps
         batches, queued = [], 0
         # the warm-up's first op may have set something up: never hold longer than 50 ms
-        hold = min(hold_us(host_us, iters + 1), 50_000.0)
+        hold = min(hold_us(host_us, iters + 1), HOLD_MAX_US)
         for _ in range(reps):
             for attempt in range(HOLD_TRIES):
                 ms, ok, host_us = self._batch(once, iters, hold)

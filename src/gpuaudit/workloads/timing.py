@@ -115,8 +115,17 @@ def spin_cycles_per_us(torch: Any) -> float:
     return _SPIN_CYCLES_PER_US[dev]
 
 
-HOLD_FACTOR = 2.0  # the hold: the host's time to queue the calls, times this, plus a margin
+# The hold before timed work queued behind a spin kernel: the host's measured time to queue
+# it, times this, plus a margin (also the collectives worker's, bench/collectives_worker.py).
+HOLD_FACTOR = 2.0
 HOLD_MARGIN_US = 200.0
+HOLD_TRIES = 3  # work that started before it was all queued is run again, holding 4x longer
+HOLD_MAX_US = 50_000.0
+
+
+def hold_us(host_us_per_call: float, calls: int) -> float:
+    """How long to hold the GPU while the host queues `calls` calls (µs)."""
+    return HOLD_FACTOR * max(host_us_per_call, 1.0) * calls + HOLD_MARGIN_US
 
 
 def held_call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: float,
@@ -138,12 +147,12 @@ def held_call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: float
         sync(torch, device)
         gpu_s = time.perf_counter() - t0
         cycles = spin_cycles_per_us(torch)
-        hold_us = HOLD_FACTOR * host_s * 1e6 * calls + HOLD_MARGIN_US
+        hold = hold_us(host_s * 1e6, calls)
         samples = []
         for _ in range(iterations_for(gpu_s * calls, budget_s, 3, 25)):
-            for _attempt in range(3):
+            for _attempt in range(HOLD_TRIES):
                 a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                torch.cuda._sleep(int(min(hold_us, 50_000.0) * cycles))
+                torch.cuda._sleep(int(min(hold, HOLD_MAX_US) * cycles))
                 a.record()
                 for _ in range(calls):
                     fn()
@@ -152,6 +161,6 @@ def held_call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: float
                 b.synchronize()
                 if queued:
                     break
-                hold_us *= 4
+                hold *= 4
             samples.append(a.elapsed_time(b) / calls)
     return statistics.median(samples)
