@@ -612,23 +612,26 @@ def capture(trainer: Any, *, steps: int = 3) -> OpProfile:
     kernels = profile_kernels(torch, device, trainer.step, steps)
     phases = phase_times_ms(torch, device, trainer, steps)
     timed = time_shapes(torch, device, tally, [mode.precision] + ([alt] if alt else []))
-    norm_timed: list[list[Any]] = []
-    conv_timed: list[list[Any]] = []
-    not_timed = conv_not_timed = None
-    if tally.norms and mode.compile:
-        not_timed = "compiled: the step runs batch norm fused into inductor's own kernels"
-    elif tally.norms:
-        families = {mode.precision: dict(tally.norms)}
+    def timed_alone(layers: str, time_them: Callable[..., list[list[Any]]],
+                    compiled: str) -> tuple[list[list[Any]], str | None]:
+        """The step's `layers` (a tally field) timed alone in its precision family and the
+        other one's; or why not (a compiled step)."""
+        own = getattr(tally, layers)
+        if not own:
+            return [], None
+        if mode.compile:
+            return [], compiled
+        families = {mode.precision: dict(own)}
         if alt and alt_tally is not None:
-            families[alt] = dict(alt_tally.norms)
-        norm_timed = bn.time_norms(torch, device, families)
-    if tally.convs and mode.compile:
-        conv_not_timed = "compiled: inductor chooses the step's layouts and fusions itself"
-    elif tally.convs:
-        conv_families = {mode.precision: dict(tally.convs)}
-        if alt and alt_tally is not None:
-            conv_families[alt] = dict(alt_tally.convs)
-        conv_timed = cv.time_convs(torch, device, conv_families)
+            families[alt] = dict(getattr(alt_tally, layers))
+        return time_them(torch, device, families), None
+
+    norm_timed, not_timed = timed_alone(
+        "norms", bn.time_norms,
+        "compiled: the step runs batch norm fused into inductor's own kernels")
+    conv_timed, conv_not_timed = timed_alone(
+        "convs", cv.time_convs,
+        "compiled: inductor chooses the step's layouts and fusions itself")
     params = list(trainer.net.parameters())
     unique = {id(p): p for p in params if p.requires_grad}
     grad_bytes = sum(p.numel() * p.element_size() for p in unique.values())
