@@ -202,15 +202,22 @@ def test_run_native_not_found_and_too_few_gpus(monkeypatch, tmp_path):
     assert all(m.skipped_reason == "needs 2 or more GPUs" for m in nt.run_native(one))
 
 
+def fake_all_reduce_perf(folder: Path, record: str) -> Path:
+    """A stand-in all_reduce_perf in `folder`: runs the Python line `record` (json, os and
+    sys imported), then prints the recorded H100 table."""
+    fake = folder / "all_reduce_perf"
+    table = str(NCCL_FIXTURES / "h100-16rank-all_reduce.txt")
+    fake.write_text("#!/usr/bin/env python3\nimport json, os, sys\n" + record + "\n"
+                    f"sys.stdout.write(open({table!r}).read())\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return fake
+
+
 def test_run_native_runs_parses_and_passes_safe_env(monkeypatch, tmp_path):
     log = tmp_path / "call.json"
-    fake = tmp_path / "all_reduce_perf"
-    fake.write_text(
-        "#!/usr/bin/env python3\n"
-        "import json, os, sys\n"
-        f"json.dump({{'argv': sys.argv[1:], 'env': dict(os.environ)}}, open({str(log)!r}, 'w'))\n"
-        f"sys.stdout.write(open({str(NCCL_FIXTURES / 'h100-16rank-all_reduce.txt')!r}).read())\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    fake_all_reduce_perf(
+        tmp_path, f"json.dump({{'argv': sys.argv[1:], 'env': dict(os.environ)}}, "
+                  f"open({str(log)!r}, 'w'))")
     monkeypatch.setenv(nt.ENV_DIR, str(tmp_path))
     monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
     monkeypatch.setattr(nt.shutil, "which", lambda name: None)  # only the stand-in exists
@@ -239,12 +246,7 @@ def test_run_native_runs_parses_and_passes_safe_env(monkeypatch, tmp_path):
 
 def test_run_native_repeated_gives_each_run_its_number(monkeypatch, tmp_path):
     calls = tmp_path / "calls"
-    fake = tmp_path / "all_reduce_perf"
-    fake.write_text(
-        "#!/usr/bin/env python3\n"
-        f"open({str(calls)!r}, 'a').write('x')\n"
-        f"print(open({str(NCCL_FIXTURES / 'h100-16rank-all_reduce.txt')!r}).read())\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    fake_all_reduce_perf(tmp_path, f"open({str(calls)!r}, 'a').write('x')")
     monkeypatch.setenv(nt.ENV_DIR, str(tmp_path))
     monkeypatch.setenv(nt.RUNS_ENV, "3")
     monkeypatch.setenv(nt.ITERS_ENV, "100")
@@ -288,7 +290,7 @@ def test_time_per_op_is_the_batch_over_its_ops():
 
 
 def test_the_hold_covers_the_hosts_queueing_of_the_whole_batch():
-    from gpuaudit.bench.collectives_worker import HOLD_MARGIN_US, hold_us
+    from gpuaudit.workloads.timing import HOLD_MARGIN_US, hold_us
 
     # 21 ops (the aligning op + 20 timed) at 30 µs of Python each: 630 µs to queue
     assert hold_us(30.0, 21) == pytest.approx(2 * 630 + HOLD_MARGIN_US)
@@ -394,13 +396,8 @@ def test_launch_forms_and_their_command_lines():
 
 def test_run_native_runs_each_launch_form_and_labels_its_figures(monkeypatch, tmp_path):
     calls = tmp_path / "calls.jsonl"
-    fake = tmp_path / "all_reduce_perf"
-    fake.write_text(
-        "#!/usr/bin/env python3\n"
-        "import json, sys\n"
-        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        f"sys.stdout.write(open({str(NCCL_FIXTURES / 'h100-16rank-all_reduce.txt')!r}).read())\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    fake_all_reduce_perf(
+        tmp_path, f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')")
     monkeypatch.setenv(nt.ENV_DIR, str(tmp_path))
     monkeypatch.setenv(nt.LAUNCH_ENV, "threads,group,mpi")
     monkeypatch.delenv(nt.MPI_DIR_ENV, raising=False)
