@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gpuaudit.bench import fidelity as fid
 from gpuaudit.model import load_run
+from gpuaudit.report.terminal import suite_times_line
 from gpuaudit.units import human_bytes
 
 
@@ -83,7 +84,7 @@ def times(run_json: str) -> int:
     run = load_run(Path(run_json).read_text())
     sec = run.suite_seconds
     groups = {"micro benchmarks": MICRO, "train + infer": ("train", "infer")}
-    print("suites: " + ", ".join(f"{k} {v:.1f} s" for k, v in sec.items()))
+    print(suite_times_line(sec))
     for label, names in groups.items():
         print(f"{label}: {sum(v for k, v in sec.items() if k in names):.1f} s")
     rest = sum(v for k, v in sec.items() if not any(k in g for g in groups.values()))
