@@ -1,0 +1,150 @@
+"""Why sequential O_DIRECT reads differ between ours and fio on a virtio disk: the reader's
+buffer. Variants of our read pass, interleaved round-robin with fio's on one file (the order
+rotated every round); per run the GB/s and the block device's requests per MiB read
+(/sys/class/block/DEV/stat deltas), and for ours each worker's own start and end, so that the
+rate over the whole span can be set beside fio's convention (bytes over the slowest worker's own
+time).
+
+Variants (each worker: one 1 MiB buffer, the pass's 1 MiB preadv calls into it):
+  ours          the suite's own: a shared anonymous mapping, its pages faulted by the first read
+  ours_private_lazy   private anonymous, faulted by the first read (what fio's malloc gives it)
+  ours_private  private anonymous, written once before the pass (pages faulted in order)
+  ours_huge     private, madvise(MADV_HUGEPAGE), 2 MiB-aligned (one huge page where THP allows)
+  fio           fio's seq_read job of the suite (psync, thread=1, 4 jobs)
+
+Usage: python scripts/feed_read_probe.py DIR ROUNDS [FILE_SIZE]   (GPUAUDIT_FIO or fio on PATH)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import statistics
+import sys
+import time
+
+from gpuaudit.bench.feed import fio, storage
+from gpuaudit.bench.feed.procs import Workers
+from gpuaudit.units import parse_bytes
+
+SEQ = storage.SEQ_BLOCK
+JOBS = 4
+VARIANTS = ("ours", "fio", "ours_private_lazy", "ours_private", "ours_huge")
+QUEUE = ("max_segments", "max_sectors_kb", "max_segment_size", "scheduler")
+
+
+def block_device(path: str) -> str:
+    st_dev = os.stat(path).st_dev
+    return os.path.basename(os.path.realpath(
+        f"/sys/dev/block/{os.major(st_dev)}:{os.minor(st_dev)}"))
+
+
+def sysfs(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
+def reads_done(dev: str) -> int:
+    return int(sysfs(f"/sys/class/block/{dev}/stat").split()[0])
+
+
+def buffer(mode: str) -> tuple[object, object]:
+    """(the mapping, the 1 MiB buffer in it) for a variant."""
+    private = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    if mode == "ours_huge":
+        m = mmap.mmap(-1, 4 * SEQ, flags=private)
+        m.madvise(mmap.MADV_HUGEPAGE)
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        off = (-addr) % (2 * SEQ)
+        buf = memoryview(m)[off:off + SEQ]
+        buf[:] = bytes(SEQ)
+        return m, buf
+    if mode == "ours":
+        m = mmap.mmap(-1, SEQ)
+        return m, m
+    m = mmap.mmap(-1, SEQ, flags=private)
+    if mode == "ours_private":
+        m[:] = bytes(SEQ)
+    return m, m
+
+
+def worker(name: str, first: int, count: int, mode: str, ready) -> tuple[float, float]:
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECT)
+    try:
+        _, buf = buffer(mode)
+        ready()
+        t0 = time.perf_counter()
+        for b in range(first, first + count):
+            if os.preadv(fd, [buf], b * SEQ) != SEQ:
+                raise OSError("short read")
+        return t0, time.perf_counter()
+    finally:
+        os.close(fd)
+
+
+def ours(f: storage.TestFile, mode: str) -> tuple[float, float]:
+    """(GB/s over the span from go to the last worker's result, GB/s over the slowest worker's
+    own time)."""
+    region = f.nbytes // JOBS // SEQ
+    with Workers(worker, [(f.name, k * region, region, mode) for k in range(JOBS)]) as w:
+        start = time.perf_counter()
+        times = w.results()
+        end = time.perf_counter()
+    return f.nbytes / (end - start) / 1e9, f.nbytes / max(b - a for a, b in times) / 1e9
+
+
+def main() -> None:
+    d, rounds = sys.argv[1], int(sys.argv[2])
+    size = parse_bytes(sys.argv[3]) if len(sys.argv) > 3 else 512 << 20
+    exe = fio.find_binary()
+    if not exe:
+        sys.exit(fio.NOT_FOUND)
+    dev = block_device(d)
+    queue = {q: sysfs(f"/sys/class/block/{dev}/queue/{q}") for q in QUEUE
+             if os.path.exists(f"/sys/class/block/{dev}/queue/{q}")}
+    print(f"{d} on {dev}: {queue}; THP "
+          f"{sysfs('/sys/kernel/mm/transparent_hugepage/enabled')}")
+    f = storage.TestFile(d, size, False)
+    job = os.path.join(d, f"{storage.PREFIX}probe.fio")
+    try:
+        print("cache bypass:", f.method)
+        storage.seq_pass(f, JOBS, True, 0)
+        with open(job, "w") as jf:
+            jf.write(fio.job_file(storage.Plan(size, JOBS, 1, (), 1.0), f.name, f.direct))
+        rate: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        reqs: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        own: list[float] = []
+        for r in range(rounds):
+            for v in VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]:
+                before = reads_done(dev)
+                if v == "fio":
+                    (found,) = fio.run_jobs(exe, job, ("seq_read",), 120)
+                    g = fio.seq_rate(found)
+                else:
+                    g, slowest = ours(f, v)
+                    if v == "ours":
+                        own.append(slowest)
+                rate[v].append(g)
+                reqs[v].append(round((reads_done(dev) - before) / (size >> 20), 2))
+                print(f"r{r} {v:18s} {g:.4f} GB/s  requests/MiB {reqs[v][-1]:.2f}", flush=True)
+    finally:
+        f.close()
+        if os.path.exists(job):
+            os.unlink(job)
+    print(f"\n{'variant':18s} {'GB/s':>7s} {'÷ fio':>6s} {'req/MiB':>7s}  GB/s by requests/MiB")
+    for v in VARIANTS:
+        ratio = statistics.median(a / b for a, b in zip(rate[v], rate["fio"], strict=True))
+        by: dict[float, list[float]] = {}
+        for g, q in zip(rate[v], reqs[v], strict=True):
+            by.setdefault(q, []).append(g)
+        strata = "  ".join(f"{q:g}: {statistics.median(x):.3f} (n={len(x)})"
+                           for q, x in sorted(by.items()))
+        print(f"{v:18s} {statistics.median(rate[v]):7.4f} {ratio:6.3f} "
+              f"{statistics.mean(reqs[v]):7.2f}  {strata}")
+    print("ours over the slowest worker's own time (fio's convention):",
+          f"{statistics.median(own):.4f}")
+
+
+if __name__ == "__main__":
+    main()
