@@ -11,7 +11,7 @@ import pytest
 
 from gpuaudit.bench import contention, runner
 from gpuaudit.bench.contention import Watch, others
-from gpuaudit.bench.stats import measure
+from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.telemetry import TraceReplay
 from gpuaudit.model import GpuSample, ProcessSample, Severity
@@ -118,6 +118,67 @@ def test_our_own_kernels_counted_late_by_gpm_do_not_mark_a_clean_run(monkeypatch
     (m,) = hasty.measurements
     assert m.contended and m.contention.activity_pct == 30.0
     assert [f.code for f in hasty.findings] == ["bench.contended"]
+
+
+def idle_but_active_at(frame: int, pct: float = 84.0) -> dict:
+    """The idle H200 trace with SM activity planted in one frame. Look k reads frames 2k,
+    2k + 1 and 2k + 2 and takes activity from the last, so only look (frame - 2) / 2 sees it."""
+    doc = json.loads((REAL / "h200-1gpu-idle.json").read_text())
+    gpm = next(k for k in doc["frames"][frame]["calls"] if k.startswith("gpm_metrics("))
+    doc["frames"][frame]["calls"][gpm]["value"]["2"] = pct
+    return doc
+
+
+def figures_of(*suites: str):
+    """Fake suites: each named one yields a steady figure on GPU 0; p2p, collectives,
+    storage and network yield only a skipped one, as they do on one GPU without a path or
+    peer."""
+    def steady(name):
+        return lambda ctx: iter([measure(name, "x", "u/s", [100.0, 101.0, 102.0, 103.0, 104.0],
+                                         warmup=1, gpu_index=0)])
+
+    def empty(name):
+        return lambda ctx: iter([skipped(name, "x", "u/s", "needs two GPUs")])
+
+    return {n: steady(n) if n in suites else empty(n) for n in runner.SUITES}
+
+
+def test_no_look_after_a_suite_that_measured_nothing(monkeypatch):
+    _fake_suites(monkeypatch, figures_of("matmul", "train"))
+    w = watch("h200-1gpu-idle")
+    run = runner.run_bench(["matmul", "p2p", "collectives", "train", "storage"],
+                           machine=machine("h200-1gpu"), watch=w)
+    # 3 looks, not 6: none before collectives or train (p2p and collectives measured
+    # nothing since the look before p2p), none after storage
+    assert [lk.where for lk in w.looks] == ["before matmul", "before p2p", "before storage"]
+    assert [m.skipped for m in run.measurements] == [False, True, True, False, True]
+    assert not any(m.contended for m in run.measurements)
+
+
+def test_a_figure_after_empty_suites_is_judged_on_the_look_before_them(monkeypatch):
+    # the only busy look is the first one, before p2p; the next is after train
+    _fake_suites(monkeypatch, figures_of("train"))
+    w = watch(idle_but_active_at(2))
+    run = runner.run_bench(["p2p", "collectives", "train"], machine=machine("h200-1gpu"),
+                           watch=w)
+    assert [lk.where for lk in w.looks] == ["before p2p", "after train"]
+    assert [bool(lk.busy_gpus()) for lk in w.looks] == [True, False]
+    train = next(m for m in run.measurements if m.suite == "train")
+    assert train.contended and train.contention.activity_pct == 84.0
+    assert [f.code for f in run.findings] == ["bench.contended"]
+
+
+def test_a_figure_after_empty_suites_is_judged_on_the_look_right_after_it(monkeypatch):
+    # busy only at the third look, the first after train (which ran after two empty suites)
+    _fake_suites(monkeypatch, figures_of("matmul", "train", "infer"))
+    w = watch(idle_but_active_at(6))
+    run = runner.run_bench(["matmul", "p2p", "collectives", "train", "infer"],
+                           machine=machine("h200-1gpu"), watch=w)
+    assert [lk.where for lk in w.looks] == ["before matmul", "before p2p", "before infer",
+                                            "after infer"]
+    assert [bool(lk.busy_gpus()) for lk in w.looks] == [False, False, True, False]
+    marked = {m.suite: m.contended for m in run.measurements if not m.skipped}
+    assert marked == {"matmul": False, "train": True, "infer": True}
 
 
 def test_exclusive_refuses_a_busy_gpu_naming_the_process(monkeypatch):

@@ -1,7 +1,8 @@
 """Was anything else using the GPUs while we measured? A figure taken on a shared GPU says how
 fast the GPU was for us while someone else used it, not what the server delivers.
 
-Between suites (and before the first, after the last) `Watch.look` reads every benchmarked GPU
+Between suites (and before the first, after the last; the runner leaves out a look where
+nothing was measured since the previous one) `Watch.look` reads every benchmarked GPU
 through `gpuaudit.hw` (NVML) while this run does nothing on it: once, then after `settle_s`
 (GPM still counts our last kernels right after they end) and `window_s` later:
 - NVML's process lists: a process that is not this run holds the GPU;
@@ -189,14 +190,15 @@ def _evidence(looks: Sequence[Look], gpus: Iterable[int]) -> Contention | None:
 def mark(measured: Sequence[tuple[int, Measurement]], looks: Sequence[Look],
          gpus: Sequence[int]) -> list[Measurement]:
     """The figures with their contention set. `measured` pairs each figure with the index of
-    the suite that made it; looks[i] was taken before suite i, looks[i + 1] after it. A figure
-    of no one GPU (collectives, totals) is judged on every benchmarked GPU."""
+    the last look taken before its suite began; no look is taken during a suite, so the next
+    look (if the run got that far) is the first one after the suite. A figure of no one GPU
+    (collectives, totals) is judged on every benchmarked GPU."""
     out = []
-    for suite_no, m in measured:
+    for before, m in measured:
         if m.value is None or m.params.get("device") == "cpu":
             out.append(m)
             continue
-        around = looks[suite_no:suite_no + 2]
+        around = looks[before:before + 2]
         on = [m.gpu_index] if m.gpu_index is not None else list(gpus)
         found = _evidence(around, on)
         spread = relative_iqr(m)

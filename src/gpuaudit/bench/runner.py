@@ -113,21 +113,28 @@ def run_bench(
                        timeout_s=timeout_s, options=dict(options or {}))
     owned = watch is None
     watch = watch if watch is not None else _live_watch(ctx, exclusive)
-    measured: list[tuple[int, Measurement]] = []
+    measured: list[tuple[int, Measurement]] = []  # (the last look before it, the figure)
     seconds: dict[str, float] = {}
     status = RunStatus.COMPLETE
+    # A look costs half a second. Where nothing was measured since the last one (a suite that
+    # only skipped: p2p on one GPU, storage without a path), that look still brackets what
+    # comes next, so none is taken.
+    look_due = True
     try:
         if exclusive and watch is not None and names:
             busy = watch.look(f"before {names[0]}")
+            look_due = False
             if busy.busy_gpus():
                 raise BadInputError(f"--exclusive: the GPUs are busy: "
                                     f"{contention.busy_line(busy)}")
         for done, name in enumerate(names):
             if on_suite:
                 on_suite(done, len(names))  # suites finished so far, of how many
-            if watch is not None and len(watch.looks) == done:
+            if watch is not None and look_due:
                 ctx.step(f"looking for other work on the GPUs before {name}")
                 watch.look(f"before {name}")
+                look_due = False
+            before = len(watch.looks) - 1 if watch is not None else 0
             ctx.step(name)
             runs = [suite(name)]
             if with_native and name in NATIVE:
@@ -136,12 +143,13 @@ def run_bench(
             try:
                 for fn in runs:
                     for m in _guarded(name, fn, ctx):
-                        measured.append((done, m))
+                        measured.append((before, m))
+                        look_due = look_due or m.value is not None
                         if on_measurement:
                             on_measurement(m)
             finally:  # an interrupted suite keeps the time it had run
                 seconds[name] = round(time.perf_counter() - t0, 2)
-        if watch is not None and names:
+        if watch is not None and names and look_due:
             watch.look(f"after {names[-1]}")
     except KeyboardInterrupt:
         status = RunStatus.PARTIAL
