@@ -13,6 +13,7 @@ import pytest
 
 from gpuaudit.bench import runner
 from gpuaudit.bench.feed import jpeg, stream
+from gpuaudit.bench.stats import MIN_SAMPLES
 
 from .test_feed_storage import gpuaudit, machine
 
@@ -71,11 +72,13 @@ def test_host_suite_and_its_capacity_finding():
     one, every = found["jpeg_pil_1core"], found["jpeg_pil_all"]
     assert one.value > 0 and every.value > 0 and every.params["cores"] == "all"
     assert every.params["threads"] == len(os.sched_getaffinity(0))
+    for m in (one, every):  # quick's short decode still gives a spread worth reading
+        assert len(m.samples) >= MIN_SAMPLES and not any("rough guide" in n for n in m.notes)
     gpu = found["jpeg_nvjpeg"]
     if gpu.skipped:  # no GPU here: said why
         assert gpu.value is None and gpu.skipped_reason
     else:  # on the GPU machine: nvJPEG's decode agrees with the CPU's
-        assert gpu.value > 0 and gpu.verified is True
+        assert gpu.value > 0 and gpu.verified is True and len(gpu.samples) >= MIN_SAMPLES
         assert gpu.params["vs_cpu_psnr_db"] >= jpeg.AGREE_PSNR_DB
     (cap,) = [f for f in run.findings if f.code.startswith("feed.")]
     assert cap.code == "feed.capacity" and cap.evidence["limiting_stage"] == "decode"

@@ -12,13 +12,14 @@ import psutil
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.feed import jpeg, stream
 from gpuaudit.bench.feed.rates import per_second, window_rates
-from gpuaudit.bench.stats import measure, reason_of, skipped
+from gpuaudit.bench.stats import MIN_SAMPLES, measure, reason_of, skipped
 from gpuaudit.hw.cpus import last_level_cache_bytes, numa_cpus
 from gpuaudit.hw.torch_env import import_torch, why_no_cuda
 from gpuaudit.model import Measurement, Params
 
 SUITE = "host"
 GIB = 1 << 30
+WINDOW_S = 0.25  # the CPU decode's spread: images/s in windows of this width
 STREAM_NOTE = ("STREAM counting: copy 2 arrays, triad 3 (reads + writes; write-allocate "
                "traffic not counted)")
 
@@ -54,7 +55,8 @@ def memory(ctx: BenchContext) -> Iterator[Measurement]:
 
 def decode(ctx: BenchContext) -> Iterator[Measurement]:
     cpus = sorted(c for group in numa_cpus().values() for c in group)
-    seconds = ctx.pick(1.5, 4.0, 10.0)
+    # quick: the fewest whole windows whose spread `measure` does not call a rough guide
+    seconds = ctx.pick(MIN_SAMPLES * WINDOW_S, 4.0, 10.0)
     images = None
     for library in jpeg.LIBRARIES:
         why = jpeg.available(library)
@@ -83,7 +85,7 @@ def decode(ctx: BenchContext) -> Iterator[Measurement]:
                 yield skipped(SUITE, name, "images/s", reason_of(exc), params=params)
                 continue
             rate = per_second(len(done), done[-1] - start)
-            m = measure(SUITE, name, "images/s", window_rates(done, start, 0.25) or [rate],
+            m = measure(SUITE, name, "images/s", window_rates(done, start, WINDOW_S) or [rate],
                         warmup=1, params={**params, "per_core": round(rate / len(chosen), 1)})
             yield m.model_copy(update={"value": rate, "statistic": "images / wall time"})
     yield from gpu_decode(ctx, images)
@@ -107,7 +109,8 @@ def gpu_decode(ctx: BenchContext, images: list[bytes] | None) -> Iterator[Measur
                       "image": f"{jpeg.WIDTH}x{jpeg.HEIGHT} q{jpeg.QUALITY}",
                       "augment": "none (decode only)"}
     try:
-        rates, agree, count = jpeg.nvjpeg(images, ctx.pick(2.0, 5.0, 10.0),
+        # a sample per batch of 64, ~300 a second on an H200: quick's one second is plenty
+        rates, agree, count = jpeg.nvjpeg(images, ctx.pick(1.0, 5.0, 10.0),
                                           device.cuda_index)
     except Exception as exc:
         yield skipped(SUITE, name, "images/s", reason_of(exc), gpu_index=index, params=params)
