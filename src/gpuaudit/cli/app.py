@@ -256,11 +256,10 @@ def _finish(result: Run, *, json_: bool, save: bool, db: str | None,
             show_all: bool = False) -> None:
     """Save the run, print it (JSON on stdout, or the terminal view), exit with its code.
     A store that fails now still gets the run printed, and kept in the file its error names."""
-    from gpuaudit.report.terminal import run_view
-    from gpuaudit.store import UnsavedRunError, save_or_keep
-
     saved = unsaved = None
-    if save:
+    if save:  # the store (SQLAlchemy) takes ~0.3 s to import: not for --no-save
+        from gpuaudit.store import UnsavedRunError, save_or_keep
+
         try:
             saved = save_or_keep(result, db)
         except UnsavedRunError as exc:
@@ -268,6 +267,8 @@ def _finish(result: Run, *, json_: bool, save: bool, db: str | None,
     if json_:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
+        from gpuaudit.report.terminal import run_view
+
         out.print(run_view(result, show_all=show_all))
     console = err if json_ else out
     if saved:
