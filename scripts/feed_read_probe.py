@@ -10,7 +10,11 @@ Variants (each worker: one 1 MiB buffer, the pass's 1 MiB preadv calls into it):
   ours_private_lazy   private anonymous, faulted by the first read (what fio's malloc gives it)
   ours_private  private anonymous, written once before the pass (pages faulted in order)
   ours_huge     private, madvise(MADV_HUGEPAGE), 2 MiB-aligned (one huge page where THP allows)
+  ours_parent   shared, mapped by the parent before the workers fork, faulted by their reads
+  ours_parent_touched   the same, written once by the parent before the fork
+  ours_threads  4 threads of this process (not processes), private buffers faulted by the read
   fio           fio's seq_read job of the suite (psync, thread=1, 4 jobs)
+  fio_processes the same job with thread=0 (fio forks a process per job)
 
 Usage: python scripts/feed_read_probe.py DIR ROUNDS [FILE_SIZE]   (GPUAUDIT_FIO or fio on PATH)
 """
@@ -30,7 +34,8 @@ from gpuaudit.units import parse_bytes
 
 SEQ = storage.SEQ_BLOCK
 JOBS = 4
-VARIANTS = ("ours", "fio", "ours_private_lazy", "ours_private", "ours_huge")
+VARIANTS = ("ours", "fio", "ours_private_lazy", "ours_private", "ours_huge", "ours_parent",
+            "ours_parent_touched", "ours_threads", "fio_processes")
 QUEUE = ("max_segments", "max_sectors_kb", "max_segment_size", "scheduler")
 
 
@@ -69,10 +74,12 @@ def buffer(mode: str) -> tuple[object, object]:
     return m, m
 
 
-def worker(name: str, first: int, count: int, mode: str, ready) -> tuple[float, float]:
+def worker(name: str, first: int, count: int, mode: str, given, ready) -> tuple[float, float]:
+    """One region read in 1 MiB calls into `given` (a view of the parent's mapping) or into a
+    buffer of the variant's own; (start, end) on the shared monotonic clock."""
     fd = os.open(name, os.O_RDONLY | os.O_DIRECT)
     try:
-        _, buf = buffer(mode)
+        buf = given if given is not None else buffer(mode)[1]
         ready()
         t0 = time.perf_counter()
         for b in range(first, first + count):
@@ -83,11 +90,38 @@ def worker(name: str, first: int, count: int, mode: str, ready) -> tuple[float, 
         os.close(fd)
 
 
+def threads(f: storage.TestFile) -> tuple[float, float]:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    region = f.nbytes // JOBS // SEQ
+    go = threading.Barrier(JOBS + 1)
+    with ThreadPoolExecutor(JOBS) as pool:
+        futures = [pool.submit(worker, f.name, k * region, region, "ours_private_lazy", None,
+                               go.wait) for k in range(JOBS)]
+        go.wait()
+        start = time.perf_counter()
+        times = [x.result() for x in futures]
+        end = time.perf_counter()
+    return f.nbytes / (end - start) / 1e9, f.nbytes / max(b - a for a, b in times) / 1e9
+
+
 def ours(f: storage.TestFile, mode: str) -> tuple[float, float]:
     """(GB/s over the span from go to the last worker's result, GB/s over the slowest worker's
     own time)."""
+    if mode == "ours_threads":
+        return threads(f)
     region = f.nbytes // JOBS // SEQ
-    with Workers(worker, [(f.name, k * region, region, mode) for k in range(JOBS)]) as w:
+    shared = None
+    if mode.startswith("ours_parent"):
+        shared = mmap.mmap(-1, JOBS * SEQ)
+        if mode == "ours_parent_touched":
+            shared[:] = bytes(JOBS * SEQ)
+    # forked workers inherit the parent's mapping: its views need no pickling
+    view = memoryview(shared) if shared is not None else None
+    args = [(f.name, k * region, region, mode,
+             None if view is None else view[k * SEQ:(k + 1) * SEQ]) for k in range(JOBS)]
+    with Workers(worker, args) as w:
         start = time.perf_counter()
         times = w.results()
         end = time.perf_counter()
@@ -110,16 +144,20 @@ def main() -> None:
     try:
         print("cache bypass:", f.method)
         storage.seq_pass(f, JOBS, True, 0)
+        text = fio.job_file(storage.Plan(size, JOBS, 1, (), 1.0), f.name, f.direct)
         with open(job, "w") as jf:
-            jf.write(fio.job_file(storage.Plan(size, JOBS, 1, (), 1.0), f.name, f.direct))
+            jf.write(text)
+        with open(job + ".proc", "w") as jf:
+            jf.write(text.replace("thread=1", "thread=0"))
         rate: dict[str, list[float]] = {v: [] for v in VARIANTS}
         reqs: dict[str, list[float]] = {v: [] for v in VARIANTS}
         own: list[float] = []
         for r in range(rounds):
             for v in VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]:
                 before = reads_done(dev)
-                if v == "fio":
-                    (found,) = fio.run_jobs(exe, job, ("seq_read",), 120)
+                if v.startswith("fio"):
+                    (found,) = fio.run_jobs(exe, job + (".proc" if v == "fio_processes" else ""),
+                                            ("seq_read",), 120)
                     g = fio.seq_rate(found)
                 else:
                     g, slowest = ours(f, v)
@@ -130,8 +168,9 @@ def main() -> None:
                 print(f"r{r} {v:18s} {g:.4f} GB/s  requests/MiB {reqs[v][-1]:.2f}", flush=True)
     finally:
         f.close()
-        if os.path.exists(job):
-            os.unlink(job)
+        for leftover in (job, job + ".proc"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
     print(f"\n{'variant':18s} {'GB/s':>7s} {'÷ fio':>6s} {'req/MiB':>7s}  GB/s by requests/MiB")
     for v in VARIANTS:
         ratio = statistics.median(a / b for a, b in zip(rate[v], rate["fio"], strict=True))
