@@ -243,3 +243,17 @@ def test_figures_of_no_one_gpu_take_every_gpus_evidence():
     assert not clean.contended
     f = contention.findings([marked])[0]
     assert f.gpu_index is None and "shared figures" in f.message
+
+
+def test_host_figures_are_not_judged_on_the_gpus_looks():
+    # A neighbour on the GPU says nothing about the disk, the NIC or the CPUs' JPEG decoding
+    # (none of them carries "device": "cpu"; storage's "device" is the block device's name).
+    # nvJPEG, on the GPU, is judged like any GPU figure.
+    busy = contention.Look(where="before host", activity={0: (84.0, "gpm_sm_activity")})
+    host = [measure("host", "jpeg_pil_all", "images/s", [3000.0] * 5, warmup=1),
+            measure("storage", "seq_read", "GB/s", [1.3] * 5, warmup=0,
+                    params={"device": "vda"}),
+            measure("network", "tcp_send", "Gbit/s", [9.0] * 5, warmup=0)]
+    nvjpeg = measure("host", "jpeg_nvjpeg", "images/s", [16000.0] * 5, warmup=1, gpu_index=0)
+    marked = contention.mark([(0, m) for m in [*host, nvjpeg]], [busy], gpus=[0])
+    assert [m.contended for m in marked] == [False, False, False, True]

@@ -42,6 +42,9 @@ from gpuaudit.parse import human_bytes
 ACTIVITY_PCT = 5.0  # SM activity while we are idle above this: another workload computes
 SPREAD_FRACTION = 0.30
 SPREAD_SUITES = frozenset({"matmul", "memory"})
+# These measure the host (CPUs, disks, NICs): a process on a GPU does not make them contended.
+# nvJPEG, the one GPU figure among them, carries its gpu_index and is judged like the others.
+HOST_SUITES = frozenset({"host", "storage", "network"})
 WINDOW_S = 0.25  # GPM needs samples ~100 ms+ apart; a quarter second per look
 # A GPM sample taken right after our own kernels end still counts some of them: on an H200
 # (scripts/gpm_settle.py, 2026-12-01) a look right after a synchronized matmul burst read 22-36 %
@@ -195,7 +198,8 @@ def mark(measured: Sequence[tuple[int, Measurement]], looks: Sequence[Look],
     (collectives, totals) is judged on every benchmarked GPU."""
     out = []
     for before, m in measured:
-        if m.value is None or m.params.get("device") == "cpu":
+        if (m.value is None or m.params.get("device") == "cpu"
+                or (m.suite in HOST_SUITES and m.gpu_index is None)):
             out.append(m)
             continue
         around = looks[before:before + 2]
