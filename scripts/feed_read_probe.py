@@ -26,7 +26,9 @@ import mmap
 import os
 import statistics
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from gpuaudit.bench.feed import fio, storage
 from gpuaudit.bench.feed.procs import Workers
@@ -91,9 +93,6 @@ def worker(name: str, first: int, count: int, mode: str, given, ready) -> tuple[
 
 
 def threads(f: storage.TestFile) -> tuple[float, float]:
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
     region = f.nbytes // JOBS // SEQ
     go = threading.Barrier(JOBS + 1)
     with ThreadPoolExecutor(JOBS) as pool:
