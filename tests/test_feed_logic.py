@@ -25,7 +25,14 @@ from gpuaudit.bench.stats import measure
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.cpus import last_level_cache_bytes, numa_cpus, parse_cpulist
 from gpuaudit.hw.net import merge_ports, parse_ibv_devinfo, rdma_ports, read_nics
-from gpuaudit.hw.storage import is_network_fs, mount_of, parse_mountinfo, storage_target
+from gpuaudit.hw.storage import (
+    completed_ios,
+    is_network_fs,
+    max_request_bytes,
+    mount_of,
+    parse_mountinfo,
+    storage_target,
+)
 
 from .conftest import FIXTURES
 from .test_feed_storage import machine as _machine
@@ -157,6 +164,20 @@ def test_storage_target_resolves_a_partition_to_its_nvme_disk(tmp_path: Path):
     assert t.device_size_bytes == 7501476528 * 512
     assert not t.network_fs and not t.read_only and t.free_bytes > 0
     assert t.unavailable == {}
+
+
+def test_a_disks_completed_requests_and_largest_request_from_sysfs(tmp_path: Path):
+    # /sys/block/vda/stat of the GPU machine: reads completed first, writes completed fifth
+    _write(tmp_path / "sys/block/vda/stat",
+           "  812390   10521 63386954  2405917  2061380  1301271 372843840 11069843        0 "
+           "1882208 13678306        0        0        0        0   203157   202545\n")
+    _write(tmp_path / "sys/block/vda/queue/max_sectors_kb", "4096\n")
+    _write(tmp_path / "sys/block/sda/queue/max_sectors_kb", "0\n")
+    assert completed_ios("vda", root=str(tmp_path)) == (812390, 2061380)
+    assert max_request_bytes("vda", root=str(tmp_path)) == 4096 * 1024
+    assert completed_ios("sda", root=str(tmp_path)) is None  # no stat
+    assert max_request_bytes("sda", root=str(tmp_path)) is None  # no limit read
+    assert max_request_bytes("nvme0n1", root=str(tmp_path)) is None
 
 
 def test_storage_target_of_a_network_mount_has_no_device_and_says_why(tmp_path: Path):

@@ -69,6 +69,32 @@ def test_real_disk_figures_with_o_direct_and_nothing_left_behind(tmp_path: Path)
         assert iops.value < depth * 1e6 / p50 * 20
 
 
+@pytest.mark.parametrize(("per_mib", "limit_bytes", "noted"),
+                         [(2.0, 4 << 20, True), (1.0, 4 << 20, False), (2.0, 512 << 10, False),
+                          (2.5, 512 << 10, True)])
+def test_split_reads_are_counted_and_said(tmp_path: Path, monkeypatch, per_mib, limit_bytes,
+                                          noted):
+    # The disk's completed requests, planted: each pass's before/after pair differs by
+    # per_mib × the file's MiB in both directions. A split is said only beyond what the queue's
+    # size limit explains (512 KiB: two requests per 1 MiB read, whatever the buffer).
+    calls = iter(range(10_000))
+    step = per_mib * (SMALL["file_bytes"] >> 20)
+    monkeypatch.setattr(storage, "completed_ios",
+                        lambda _disk: (int(next(calls) * step),) * 2)
+    monkeypatch.setattr(storage, "max_request_bytes", lambda _disk: limit_bytes)
+    found = bench(tmp_path, depths=())
+    read, write = found[("seq_read", None)], found[("seq_write", None)]
+    if read.params.get("device") is None:
+        pytest.skip("the test directory has no block device under it")
+    assert read.params["device_requests_per_mib"] == write.params["device_requests_per_mib"] \
+        == per_mib
+    split = [n for n in read.notes if "requests per MiB read" in n]
+    assert bool(split) == (noted and read.params["cache_bypass"] == "O_DIRECT")
+    assert not any("requests per MiB" in n for n in write.notes)
+    if split:
+        assert f"took {per_mib:g} requests per MiB" in split[0]
+
+
 def test_fadvise_is_used_and_said_where_o_direct_is_refused(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(storage, "open_direct", lambda name: None)
     found = bench(tmp_path)

@@ -109,6 +109,23 @@ def whole_disk(dev: str, root: str = "/") -> tuple[str | None, str | None]:
     return target.name, None
 
 
+def completed_ios(disk: str, root: str = "/") -> tuple[int, int] | None:
+    """(reads, writes) the block device `disk` has completed since boot, from
+    /sys/block/DISK/stat (the kernel's count of requests, after splitting and merging); None
+    where sysfs has no such device. Every process's I/O on the disk counts."""
+    fields = (_read(Path(root, "sys/block", disk, "stat")) or "").split()
+    if len(fields) < 5 or not (fields[0].isdigit() and fields[4].isdigit()):
+        return None
+    return int(fields[0]), int(fields[4])
+
+
+def max_request_bytes(disk: str, root: str = "/") -> int | None:
+    """The largest request the block layer sends `disk` (queue/max_sectors_kb): a larger read
+    is split whatever its buffer."""
+    kb = _read(Path(root, "sys/block", disk, "queue/max_sectors_kb"))
+    return int(kb) * 1024 if kb and kb.isdigit() and int(kb) > 0 else None
+
+
 def storage_target(path: str, root: str = "/", mountinfo: str | None = None) -> StorageTarget:
     """What `path` is stored on. `path` must exist (the caller checks and says so)."""
     resolved = os.path.realpath(path)

@@ -12,9 +12,11 @@ recorded beside every figure. fio, with `--with-native`, runs the same jobs on i
 from __future__ import annotations
 
 import contextlib
+import math
 import mmap
 import os
 import random
+import statistics
 import struct
 import tempfile
 import time
@@ -33,7 +35,7 @@ from gpuaudit.bench.feed.rates import (
 )
 from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.errors import BadInputError
-from gpuaudit.hw.storage import storage_target
+from gpuaudit.hw.storage import completed_ios, max_request_bytes, storage_target
 from gpuaudit.model import Measurement, Params, StorageTarget
 from gpuaudit.units import human_bytes
 
@@ -46,6 +48,11 @@ MARGIN_BYTES = 256 * MIB  # left free beyond the test file: never fill a disk
 PREFIX = ".gpuaudit-io-"
 NO_PATH = "no PATH given: `gpuaudit bench storage PATH...` (a temporary file is written there)"
 MEMORY_FS = frozenset({"tmpfs", "ramfs", "devtmpfs"})
+# 1 MiB reads that reach the disk as more requests than the queue's size limit explains (by
+# this factor) were split for their buffers' 4 KiB pages: too scattered for the queue's segment
+# limit (docs/feed.md, "Why reads differ": on a virtio disk 1.3-1.8 requests per MiB, ±25 % a
+# pass, where one huge page per buffer read 1.8x).
+SPLIT_FACTOR = 1.1
 
 
 @dataclass(frozen=True)
@@ -258,6 +265,37 @@ def seq_pass(f: TestFile, jobs: int, write: bool, pass_no: int) -> tuple[float, 
     return seconds, all(results)
 
 
+def seq_passes(f: TestFile, p: Plan, write: bool, device: str | None
+               ) -> tuple[list[float], bool, float | None]:
+    """GB/s of each pass, whether every block read back carried its index, and the median
+    requests per MiB the disk completed in that direction (None without a block device)."""
+    samples, requests, ok = [], [], True
+    for i in range(p.passes):
+        before = completed_ios(device) if device else None
+        seconds, good = seq_pass(f, p.seq_jobs, write, i)
+        after = completed_ios(device) if before else None
+        samples.append(gb_per_s(p.file_bytes, seconds))
+        if before and after:
+            k = 1 if write else 0  # (reads, writes)
+            requests.append((after[k] - before[k]) / (p.file_bytes / MIB))
+        ok = ok and good
+    per_mib = round(statistics.median(requests), 2) if len(requests) == p.passes else None
+    return samples, ok, per_mib
+
+
+def split_note(per_mib: float, device: str | None) -> tuple[str, ...]:
+    """A note where 1 MiB O_DIRECT reads reached the disk as more requests than the queue's
+    size limit explains: split for their buffers' scattered pages."""
+    largest = max_request_bytes(device) if device else None
+    by_size = math.ceil(SEQ_BLOCK / largest) if largest else 1
+    if per_mib <= SPLIT_FACTOR * by_size:
+        return ()
+    return (f"the disk took {per_mib:g} requests per MiB read (its size limit explains "
+            f"{by_size}): the 1 MiB reads were split, their buffers' pages too scattered for "
+            f"the queue's segment limit; such reads vary with where the pages sit (on virtio "
+            f"disks ±25 % a pass; huge-page buffers read up to 1.9x)",)
+
+
 @dataclass(frozen=True)
 class RandomResult:
     ios: int
@@ -347,14 +385,15 @@ def _one_path(ctx: BenchContext, p: Plan, target: StorageTarget) -> Iterator[Mea
             name = "seq_write" if write else "seq_read"
             ctx.step(f"storage {target.path}: {name.replace('_', ' ')} "
                      f"{human_bytes(p.file_bytes)} × {p.passes}")
-            samples, ok = [], True
-            for i in range(p.passes):
-                seconds, good = seq_pass(f, p.seq_jobs, write, i)
-                samples.append(gb_per_s(p.file_bytes, seconds))
-                ok = ok and good
+            samples, ok, per_mib = seq_passes(f, p, write, target.device)
             first = (describe(target, f.method),) if write else ()
-            yield measure(SUITE, name, "GB/s", samples, warmup=0, params=seq,
-                          verified=None if write else ok, notes=first + notes)
+            params, split = seq, ()
+            if per_mib is not None:
+                params = {**seq, "device_requests_per_mib": per_mib}
+                if not write and f.direct:
+                    split = split_note(per_mib, target.device)
+            yield measure(SUITE, name, "GB/s", samples, warmup=0, params=params,
+                          verified=None if write else ok, notes=first + split + notes)
         for depth in p.depths:
             ctx.step(f"storage {target.path}: random 4 KiB reads, depth {depth}")
             r = random_reads(f, depth, p.rand_seconds, p.window_s, seed=depth)
