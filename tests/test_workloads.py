@@ -316,3 +316,16 @@ def test_infer_mode_plan_orders_modes_by_cost_and_keeps_batch_one_modes() -> Non
         ("eager", 1), ("compile+cudagraph", 1), ("max-autotune", 1)]
     assert mode_plan(ctx(Profile.QUICK), "resnet50", "bf16", (1, 256), on_gpu=True) == [
         ("cudagraph", 256)]
+
+
+def test_the_biggest_layers_of_the_first_family_share_the_timing_budget():
+    from gpuaudit.workloads.timing import biggest_first
+
+    fp32 = {"a": [2, 10], "b": [1, 30], "c": [4, 30], "d": [1, 5]}
+    families = {"fp32": fp32, "bf16": {"a": [2, 5]}}
+    top, each = biggest_first(families, 3, 6.0)
+    # by size, ties in the order seen; the second family's tally does not choose
+    assert [k for k, _ in top] == ["b", "c", "a"]
+    assert each == 6.0 / (3 * 2)
+    assert biggest_first({}, 3, 6.0) == ([], 0.0)
+    assert biggest_first({"fp32": {}}, 3, 6.0) == ([], 0.0)

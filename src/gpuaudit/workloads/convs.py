@@ -29,7 +29,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from gpuaudit.workloads.norms import ACTIVATION, memory_format
-from gpuaudit.workloads.timing import held_call_ms, is_cuda
+from gpuaudit.workloads.timing import biggest_first, held_call_ms, is_cuda
 
 CONV_SHAPES = 24  # resnet50 has 23 distinct layers at a given batch: all of them
 CONV_BUDGET_MS = {True: 6000.0, False: 400.0}  # all layers in both precisions; GPU, CPU
@@ -104,14 +104,8 @@ def time_convs(torch: Any, device: Any, families: dict[str, dict[ConvKey, list[i
     here (out of memory, no kernel for the dtype) are left out."""
     from gpuaudit.workloads.precision import autocast_dtype, float32_matmuls
 
-    if not families:
-        return []
-    first = next(iter(families.values()))
-    top = sorted(first.items(), key=lambda kv: kv[1][1], reverse=True)[:shapes]
-    if not top:
-        return []
     budget = (budget_ms if budget_ms is not None else CONV_BUDGET_MS[is_cuda(device)]) / 1e3
-    each = budget / (len(top) * len(families))
+    top, each = biggest_first(families, shapes, budget)
     rows: list[list[Any]] = []
     for precision, tally in families.items():
         seen = {k[0]: k for k in tally}

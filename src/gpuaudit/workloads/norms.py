@@ -93,11 +93,6 @@ def norm_key(args: tuple[Any, ...], torch: Any) -> NormKey | None:
             str(x.dtype).removeprefix("torch."), wdt)
 
 
-def top_shapes(norms: dict[NormKey, list[int]], n: int) -> list[tuple[NormKey, list[int]]]:
-    """The `n` keys with the most traffic, the biggest first (ties: the first seen)."""
-    return sorted(norms.items(), key=lambda kv: kv[1][1], reverse=True)[:n]
-
-
 # --- timing the layers alone -----------------------------------------------------------------
 
 
@@ -137,16 +132,10 @@ def time_norms(torch: Any, device: Any, families: dict[str, dict[NormKey, list[i
     (`ACTIVATION` and float32 weights where its tally lacks it). Shapes that cannot run here
     (out of memory, a dtype without kernels) are left out."""
     from gpuaudit.workloads.precision import autocast_dtype
-    from gpuaudit.workloads.timing import is_cuda
+    from gpuaudit.workloads.timing import biggest_first, is_cuda
 
-    if not families:
-        return []
-    first = next(iter(families.values()))
-    top = top_shapes(first, shapes)
-    if not top:
-        return []
     budget = (budget_ms if budget_ms is not None else NORM_BUDGET_MS[is_cuda(device)]) / 1e3
-    each = budget / (len(top) * len(families))
+    top, each = biggest_first(families, shapes, budget)
     rows: list[list[Any]] = []
     for precision, tally in families.items():
         seen = {(k[0], k[1]): k for k in tally}

@@ -72,6 +72,16 @@ def iterations_for(seconds_each: float, budget_s: float, lo: int, hi: int) -> in
     return max(lo, min(hi, int(budget_s / seconds_each)))
 
 
+def biggest_first(families: dict[str, dict[Any, list[int]]], n: int, budget_s: float
+                  ) -> tuple[list[tuple[Any, list[int]]], float]:
+    """What to time alone, and for how long: the first family's `n` biggest layers (a tally of
+    key → [count, size per step], by size, ties in the order seen), and each timing's share
+    of `budget_s` once every family has timed them all. ([], 0.0) where there is none."""
+    first = next(iter(families.values()), {})
+    top = sorted(first.items(), key=lambda kv: kv[1][1], reverse=True)[:n]
+    return top, (budget_s / (len(top) * len(families)) if top else 0.0)
+
+
 def median_call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: float) -> float:
     """Milliseconds per call: two warm-up calls (the second timed for the count), then the
     median of 3 to 25 calls that fill `budget_s`; CUDA events on a GPU."""
