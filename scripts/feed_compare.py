@@ -7,6 +7,10 @@ Sequential write and read are compared pass by pass, the statistic the suite rep
 fio pass i, with the order swapped every other pass so drift over the run falls on both alike;
 each pair gives a ratio. Random reads and TCP: one run of each per round, ours first.
 
+Each sequential pass reads and writes through buffers made for it (storage.io_buffers), ours and
+fio's alike, as the suite does; GPUAUDIT_COMPARE_SHARED_BUFFERS=1 gives a round's passes of both
+tools the very same buffers (the same pages: the tools compared with the buffers' luck removed).
+
 Usage: python scripts/feed_compare.py PATH [ROUNDS] [FILE_SIZE]
        (GPUAUDIT_COMPARE_SEQ_ONLY=1: the sequential passes alone)
 Prints each pair as measured, then per figure: the medians of ours and of the reference, and the
@@ -15,6 +19,7 @@ median of the pair ratios (ours / reference) with their range.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -97,27 +102,29 @@ def storage_rows(exe: str, path: str, p: storage.Plan, rounds: int
     print(storage.describe(target, "(see below)"), f"file {p.file_bytes} B, fio {exe}")
     f = storage.TestFile(target.path, p.file_bytes, target.fs_type in storage.MEMORY_FS)
     fd, jobs_path = tempfile.mkstemp(prefix=storage.PREFIX, suffix=".fio", dir=target.path)
+    os.close(fd)
+    shared = os.environ.get("GPUAUDIT_COMPARE_SHARED_BUFFERS") == "1"
     try:
-        with os.fdopen(fd, "w") as jf:
-            jf.write(fio.job_file(p, f.name, f.direct))
-        print("cache bypass:", f.method)
-
-        def fio_pass(job: str) -> float:
-            (found,) = fio.run_jobs(exe, jobs_path, (job,), FIO_TIMEOUT_S)
-            return fio.seq_rate(found)
-
+        print("cache bypass:", f.method, "| buffers:",
+              "shared by both tools each round" if shared else "made for each pass")
         for r in range(rounds):
             for job in fio.SEQ_JOBS:
                 write = job == "seq_write"
-                pairs = paired_passes(
-                    p.passes,
-                    lambda i, w=write: gb_per_s(p.file_bytes,
-                                                storage.seq_pass(f, p.seq_jobs, w, i)[0]),
-                    lambda i, j=job: fio_pass(j),
-                    first=r * p.passes)
+                with contextlib.ExitStack() as stack:
+                    bufs = stack.enter_context(storage.io_buffers(p.seq_jobs)) if shared \
+                        else None
+                    pairs = paired_passes(
+                        p.passes,
+                        lambda i, w=write, b=bufs: gb_per_s(
+                            p.file_bytes, storage.seq_pass(f, p.seq_jobs, w, i, b)[0]),
+                        lambda i, j=job, b=bufs: fio.seq_rate(fio.seq_pass(
+                            exe, jobs_path, p, f.name, f.direct, j, FIO_TIMEOUT_S, b)[0]),
+                        first=r * p.passes)
                 rows.setdefault(job, []).extend(pairs)
                 print(f"round {r} {job} per pass (ours, fio): "
                       + " ".join(f"{o:.4g}/{x:.4g}" for o, x in pairs), flush=True)
+            with open(jobs_path, "w") as jf:
+                jf.write(fio.job_file(p, f.name, f.direct))
             for job, depth in zip(fio.rand_jobs(p), p.depths, strict=True):
                 res = storage.random_reads(f, depth, p.rand_seconds, p.window_s, seed=depth)
                 ours = per_second(res.ios, res.seconds)

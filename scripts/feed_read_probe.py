@@ -15,6 +15,11 @@ Variants (each worker: one 1 MiB buffer, the pass's 1 MiB preadv calls into it):
   ours_threads  4 threads of this process (not processes), private buffers faulted by the read
   fio           fio's seq_read job of the suite (psync, thread=1, 4 jobs)
   fio_processes the same job with thread=0 (fio forks a process per job)
+  ours_memfd    the suite's pass since 2026-12-01 (storage.seq_pass): buffers made by the
+                parent for each pass (storage.io_buffers: memfds, written through)
+  fio_memfd     fio's pass of the suite since then (fio.seq_pass): buffers made the same way
+
+GPUAUDIT_PROBE_VARIANTS=a,b,...: these variants only (in this order).
 
 Usage: python scripts/feed_read_probe.py DIR ROUNDS [FILE_SIZE]   (GPUAUDIT_FIO or fio on PATH)
 """
@@ -22,6 +27,7 @@ Usage: python scripts/feed_read_probe.py DIR ROUNDS [FILE_SIZE]   (GPUAUDIT_FIO 
 from __future__ import annotations
 
 import ctypes
+import math
 import mmap
 import os
 import statistics
@@ -37,7 +43,7 @@ from gpuaudit.units import parse_bytes
 SEQ = storage.SEQ_BLOCK
 JOBS = 4
 VARIANTS = ("ours", "fio", "ours_private_lazy", "ours_private", "ours_huge", "ours_parent",
-            "ours_parent_touched", "ours_threads", "fio_processes")
+            "ours_parent_touched", "ours_threads", "fio_processes", "ours_memfd", "fio_memfd")
 QUEUE = ("max_segments", "max_sectors_kb", "max_segment_size", "scheduler")
 
 
@@ -110,6 +116,9 @@ def ours(f: storage.TestFile, mode: str) -> tuple[float, float]:
     own time)."""
     if mode == "ours_threads":
         return threads(f)
+    if mode == "ours_memfd":
+        g = f.nbytes / storage.seq_pass(f, JOBS, False, 0)[0] / 1e9
+        return g, g
     region = f.nbytes // JOBS // SEQ
     shared = None
     if mode.startswith("ours_parent"):
@@ -148,13 +157,20 @@ def main() -> None:
             jf.write(text)
         with open(job + ".proc", "w") as jf:
             jf.write(text.replace("thread=1", "thread=0"))
-        rate: dict[str, list[float]] = {v: [] for v in VARIANTS}
-        reqs: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        chosen = os.environ.get("GPUAUDIT_PROBE_VARIANTS")
+        variants = tuple(chosen.split(",")) if chosen else VARIANTS
+        rate: dict[str, list[float]] = {v: [] for v in variants}
+        reqs: dict[str, list[float]] = {v: [] for v in variants}
         own: list[float] = []
         for r in range(rounds):
-            for v in VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]:
+            for v in variants[r % len(variants):] + variants[:r % len(variants)]:
                 before = reads_done(dev)
-                if v.startswith("fio"):
+                if v == "fio_memfd":
+                    (found,) = fio.seq_pass(exe, job + ".memfd",
+                                            storage.Plan(size, JOBS, 1, (), 1.0),
+                                            f.name, f.direct, "seq_read", 120)
+                    g = fio.seq_rate(found)
+                elif v.startswith("fio"):
                     (found,) = fio.run_jobs(exe, job + (".proc" if v == "fio_processes" else ""),
                                             ("seq_read",), 120)
                     g = fio.seq_rate(found)
@@ -167,12 +183,14 @@ def main() -> None:
                 print(f"r{r} {v:18s} {g:.4f} GB/s  requests/MiB {reqs[v][-1]:.2f}", flush=True)
     finally:
         f.close()
-        for leftover in (job, job + ".proc"):
+        for leftover in (job, job + ".proc", job + ".memfd"):
             if os.path.exists(leftover):
                 os.unlink(leftover)
     print(f"\n{'variant':18s} {'GB/s':>7s} {'÷ fio':>6s} {'req/MiB':>7s}  GB/s by requests/MiB")
-    for v in VARIANTS:
-        ratio = statistics.median(a / b for a, b in zip(rate[v], rate["fio"], strict=True))
+    for v in variants:
+        ref = "fio_memfd" if v.endswith("_memfd") and "fio_memfd" in rate else "fio"
+        ratio = statistics.median(a / b for a, b in zip(rate[v], rate[ref], strict=True)) \
+            if ref in rate else math.nan
         by: dict[float, list[float]] = {}
         for g, q in zip(rate[v], reqs[v], strict=True):
             by.setdefault(q, []).append(g)
@@ -180,8 +198,11 @@ def main() -> None:
                            for q, x in sorted(by.items()))
         print(f"{v:18s} {statistics.median(rate[v]):7.4f} {ratio:6.3f} "
               f"{statistics.mean(reqs[v]):7.2f}  {strata}")
-    print("ours over the slowest worker's own time (fio's convention):",
-          f"{statistics.median(own):.4f}")
+    if own:
+        print("ours over the slowest worker's own time (fio's convention):",
+              f"{statistics.median(own):.4f}")
+    print("÷ fio: the median of the round's ratios to fio's job (the _memfd variants: to "
+          "fio_memfd)")
 
 
 if __name__ == "__main__":

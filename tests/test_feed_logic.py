@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuaudit.bench.context import BenchContext
-from gpuaudit.bench.feed import fio, rates
+from gpuaudit.bench.feed import fio, rates, storage
 from gpuaudit.bench.feed.fio import job_file, parse_fio_json, to_measurements
 from gpuaudit.bench.feed.jpeg import crop_box
 from gpuaudit.bench.feed.native_net import parse_ib_write_bw, parse_iperf3
@@ -333,6 +333,34 @@ def test_fio_job_file_mirrors_our_plan():
     assert "[rand4k_read_qd16]" in text and "numjobs=16" in text and "runtime=2s" in text
 
 
+def test_fio_job_file_with_buffers_gives_each_thread_its_own_section():
+    text = job_file(Plan(file_bytes=1 << 30, seq_jobs=4, passes=5, depths=(1,),
+                         rand_seconds=2.0), "/data/x", direct=True, buffers=(7, 8, 9, 10))
+    read = text[text.index("[seq_read]"):text.index("[rand4k_read_qd1]")]
+    threads = read.strip().split("\n\n")
+    # four sections of one name: --section=seq_read runs them all, one group (one figure)
+    assert [t.splitlines()[0] for t in threads] == ["[seq_read]"] * 4
+    assert ["stonewall" in t for t in threads] == [True, False, False, False]
+    assert [t.split("offset=")[1].split("\n")[0] for t in threads] == \
+        [str(k * (256 << 20)) for k in range(4)]
+    assert [t.split("iomem=")[1].split("\n")[0] for t in threads] == \
+        [f"mmapshared:/proc/self/fd/{fd}" for fd in (7, 8, 9, 10)]
+    assert all("size=268435456" in t and "numjobs" not in t for t in threads)
+    assert text.count("end_fsync=1") == 4 and "iomem" not in text.split("[rand4k_read_qd1]")[1]
+
+
+def test_io_buffers_are_written_through_and_closed():
+    with storage.io_buffers(3) as fds:
+        assert len(fds) == 3 and len(set(fds)) == 3
+        for fd in fds:
+            st = os.fstat(fd)
+            assert st.st_size == storage.BUFFER_BYTES == (1 << 20) + 4096
+            assert st.st_blocks * 512 >= storage.BUFFER_BYTES  # its pages exist before use
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
 def _fio_passes() -> dict:
     return json.loads((FEED / "fio_passes.json").read_text())
 
@@ -383,6 +411,16 @@ with open(log, "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\\n")
 runs = json.load(open({fixture!r}))["runs"]
 sections = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--section=")]
+# the buffers this run's sections name, as this process sees them: their sizes in bytes
+name, sizes = None, []
+for line in open(sys.argv[-1]) if os.path.exists(sys.argv[-1]) else ():
+    line = line.strip()
+    if line.startswith("["):
+        name = line[1:-1]
+    elif line.startswith("iomem=mmapshared:") and name in sections:
+        sizes.append(os.stat(line.split(":", 1)[1]).st_size)
+with open(log + ".buffers", "a") as f:
+    f.write(json.dumps(sizes) + "\\n")
 key = sections[0] if sections[0].startswith("seq_") else "rand"
 done = sum(1 for line in open(log) if key in line)  # this run's number for this section
 if os.environ.get("FAKE_FIO_FAIL") == key:
@@ -433,6 +471,10 @@ def test_the_suite_runs_fio_once_per_pass_then_once_for_random_reads(fake_fio: P
     assert found["rand4k_read_qd1"].unit == "IOPS" and "rand4k_read_qd4_p99" in found
     assert any("seq write" in s and "× 5" in s for s in steps)
     assert os.listdir(data) == []  # fio's file and the job file removed
+    # each sequential pass's two threads mapped buffers made for it (open in fio's process),
+    # as ours are; random reads use fio's own
+    buffers = [json.loads(line) for line in (tmp_path / "calls.buffers").read_text().splitlines()]
+    assert buffers == [[storage.BUFFER_BYTES] * 2] * 10 + [[]]
 
 
 def test_fio_failing_is_one_skipped_line_after_what_it_measured(fake_fio: Path,

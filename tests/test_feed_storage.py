@@ -4,7 +4,9 @@ the temporary file always removed, bad paths and sizes refused before anything i
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 
 from gpuaudit.bench import runner
 from gpuaudit.bench.context import BenchContext
+from gpuaudit.bench.feed import fio as fio_tool
 from gpuaudit.bench.feed import storage
 from gpuaudit.bench.feed.fio import find_binary
 from gpuaudit.errors import BadInputError
@@ -177,8 +180,19 @@ def test_read_only_mount_is_refused(tmp_path: Path):
         subprocess.run(["umount", str(target)], check=False)
 
 
-@pytest.mark.skipif(find_binary() is None, reason="fio not installed (nor GPUAUDIT_FIO set)")
+def fio_or_skip() -> str:
+    """fio's path, or a skip (a failure in CI, whose .ci/run installs it)."""
+    exe = find_binary()
+    if exe is None:
+        why = "fio not installed (nor GPUAUDIT_FIO set)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why + "; .ci/run installs it")
+        pytest.skip(why)
+    return exe
+
+
 def test_fio_runs_the_same_jobs_beside_ours(tmp_path: Path):
+    fio_or_skip()
     run = runner.run_bench(["storage"], machine=machine(), with_native=True,
                            options={"paths": (str(tmp_path),), **SMALL, "file_bytes": 64 << 20})
     ours = {m.name: m for m in run.measurements if not m.params.get("tool")}
@@ -194,6 +208,39 @@ def test_fio_runs_the_same_jobs_beside_ours(tmp_path: Path):
         # comparison (within 3 % on medians).
         assert 0.25 < ratio < 4.0, (name, ours[name].value, fio[name].value)
     assert os.listdir(tmp_path) == []
+
+
+def _headers(buffers: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(block index, pass) stamped at the start of each buffer: the last block read into it."""
+    found = []
+    for fd in buffers:
+        with mmap.mmap(fd, storage.SEQ_BLOCK) as m:
+            found.append(struct.unpack_from("<QQ", m, 0))
+    return found
+
+
+def test_fio_and_ours_read_through_the_buffers_made_for_the_pass(tmp_path: Path):
+    """The two tools' reads land in the same pages, so where those pages sit (which splits a
+    1 MiB read on some queues) is the same for both (docs/feed.md, "Why reads differ")."""
+    exe = fio_or_skip()
+    p = storage.Plan(file_bytes=8 << 20, seq_jobs=2, passes=1, depths=(), rand_seconds=1.0)
+    f = storage.TestFile(str(tmp_path), p.file_bytes, memory_fs=False)
+    try:
+        storage.seq_pass(f, p.seq_jobs, True, 7)  # each block stamped (its index, pass 7)
+        with storage.io_buffers(p.seq_jobs) as buffers:
+            (job,) = fio_tool.seq_pass(exe, str(tmp_path / "x.fio"), p, f.name, f.direct,
+                                       "seq_read", 60, buffers)
+            assert job["read"]["io_bytes"] == p.file_bytes  # both threads, one figure
+            # each thread's last read (blocks 3 and 7 end the two 4 MiB regions) is in its
+            # buffer, in our process's pages
+            assert _headers(buffers) == [(3, 7), (7, 7)]
+            for fd in buffers:
+                os.pwrite(fd, bytes(16), 0)
+            seconds, verified = storage.seq_pass(f, p.seq_jobs, False, 0, buffers)
+            assert verified and seconds > 0 and _headers(buffers) == [(3, 7), (7, 7)]
+    finally:
+        f.close()
+    assert sorted(os.listdir(tmp_path)) == ["x.fio"]
 
 
 def test_ctrl_c_mid_pass_keeps_the_figures_and_leaves_no_file_nor_worker(tmp_path: Path):

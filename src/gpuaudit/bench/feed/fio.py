@@ -39,6 +39,7 @@ from gpuaudit.bench.feed.storage import (
     Plan,
     check_path,
     check_plan,
+    io_buffers,
     open_direct,
     paths_of,
     plan,
@@ -63,18 +64,26 @@ class FioFailed(Exception):
     """fio ran but gave no figures (timed out, no JSON): the one-line reason."""
 
 
-def job_file(p: Plan, filename: str, direct: bool) -> str:
+def job_file(p: Plan, filename: str, direct: bool, buffers: Sequence[int] = ()) -> str:
     """A fio job file with one section per job of ours (stonewall between them). A sequential
-    section is one pass over the file (loops=1): run it once per pass (`run_jobs`)."""
+    section is one pass over the file (loops=1): run it once per pass (`run_jobs`). With
+    `buffers` (storage.io_buffers, one per thread, passed to fio with `pass_fds`), each thread
+    of a sequential job is a section of its own that reads and writes through its buffer, as
+    our worker does; the sections share the job's name and group (one figure)."""
     region = p.file_bytes // p.seq_jobs // SEQ_BLOCK * SEQ_BLOCK
     lines = ["[global]", f"filename={filename}", "ioengine=psync", "thread=1",
              "group_reporting=1", f"direct={1 if direct else 0}", "invalidate=1"]
     for name, rw in (("seq_write", "write"), ("seq_read", "read")):
-        lines += ["", f"[{name}]", "stonewall", f"rw={rw}", f"bs={SEQ_BLOCK}",
-                  f"numjobs={p.seq_jobs}", f"size={region}", f"offset_increment={region}",
-                  "loops=1"]
+        common = [f"rw={rw}", f"bs={SEQ_BLOCK}", f"size={region}", "loops=1"]
         if rw == "write":
-            lines.append("end_fsync=1")
+            common.append("end_fsync=1")
+        if not buffers:
+            lines += ["", f"[{name}]", "stonewall", *common, f"numjobs={p.seq_jobs}",
+                      f"offset_increment={region}"]
+            continue
+        for k, fd in enumerate(buffers[:p.seq_jobs]):
+            lines += ["", f"[{name}]", *(["stonewall"] if k == 0 else []), *common,
+                      f"offset={k * region}", f"iomem=mmapshared:/proc/self/fd/{fd}"]
     for name, depth in zip(rand_jobs(p), p.depths, strict=True):
         lines += ["", f"[{name}]", "stonewall", "rw=randread",
                   f"bs={RAND_BLOCK}", f"numjobs={depth}", f"size={p.file_bytes}",
@@ -86,8 +95,8 @@ def rand_jobs(p: Plan) -> tuple[str, ...]:
     return tuple(f"rand4k_read_qd{depth}" for depth in p.depths)
 
 
-def run_jobs(exe: str, jobs_path: str, sections: Sequence[str], timeout: float
-             ) -> list[dict[str, Any]]:
+def run_jobs(exe: str, jobs_path: str, sections: Sequence[str], timeout: float,
+             pass_fds: Sequence[int] = ()) -> list[dict[str, Any]]:
     """One fio run of these sections (jobs) of the job file: its jobs' results. Raises
     FioFailed with a one-line reason when fio gives none."""
     if not sections:
@@ -95,7 +104,7 @@ def run_jobs(exe: str, jobs_path: str, sections: Sequence[str], timeout: float
     cmd = [exe, "--output-format=json", *(f"--section={s}" for s in sections), jobs_path]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+                              check=False, pass_fds=tuple(pass_fds))
     except subprocess.TimeoutExpired:
         raise FioFailed(f"fio timed out after {timeout:g} s") from None
     try:
@@ -119,6 +128,19 @@ def parse_fio_json(text: str) -> list[dict[str, Any]]:
     if not isinstance(jobs, list) or not jobs:
         raise ValueError("fio's JSON has no jobs")
     return jobs
+
+
+def seq_pass(exe: str, jobs_path: str, p: Plan, filename: str, direct: bool, job: str,
+             timeout: float, buffers: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """One fio pass of the sequential `job` (seq_write or seq_read) through buffers made as
+    ours are (`io_buffers`, made for this pass unless given); the job file at `jobs_path` is
+    written for them."""
+    if buffers is None:
+        with io_buffers(p.seq_jobs) as made:
+            return seq_pass(exe, jobs_path, p, filename, direct, job, timeout, made)
+    with open(jobs_path, "w") as f:
+        f.write(job_file(p, filename, direct, buffers))
+    return run_jobs(exe, jobs_path, (job,), timeout, pass_fds=buffers)
 
 
 def seq_rate(job: Mapping[str, Any]) -> float:
@@ -200,27 +222,28 @@ def _one_path(ctx: BenchContext, exe: str, p: Plan, path: str, params: Params
         if probe is not None:
             os.close(probe)
         direct = probe is not None
-        with open(jobs_path, "w") as f:
-            f.write(job_file(p, name, direct))
         method = "O_DIRECT" if direct else "fio invalidate=1 (O_DIRECT refused)"
         base = {**params, "cache_bypass": method, "file_bytes": p.file_bytes}
-        # As ours: every write pass, then every read pass (one fio run each), then the
-        # random reads (one fio run, a job per depth).
-        stages = [(f"fio on {path}: {job.replace('_', ' ')} {human_bytes(p.file_bytes)} × "
-                   f"{p.passes}", (job,), p.passes, ctx.timeout_s) for job in SEQ_JOBS]
-        if p.depths:
-            stages.append((f"fio on {path}: random 4 KiB reads", rand_jobs(p), 1,
-                           ctx.timeout_s + len(p.depths) * p.rand_seconds))
-        for step, sections, runs, budget in stages:
-            ctx.step(step)
-            jobs: list[dict[str, Any]] = []
-            try:
-                for _ in range(runs):
-                    jobs += run_jobs(exe, jobs_path, sections, budget)
-            except FioFailed as exc:
-                yield skipped(SUITE, "fio", "", str(exc), params={**params, "tool": "fio"})
-                return
-            yield from to_measurements(jobs, base)
+        try:
+            # As ours: every write pass, then every read pass (one fio run each, through
+            # buffers made for it as ours are), then the random reads (one fio run, a job per
+            # depth).
+            for job in SEQ_JOBS:
+                ctx.step(f"fio on {path}: {job.replace('_', ' ')} "
+                         f"{human_bytes(p.file_bytes)} × {p.passes}")
+                yield from to_measurements(
+                    [found for _ in range(p.passes)
+                     for found in seq_pass(exe, jobs_path, p, name, direct, job, ctx.timeout_s)],
+                    base)
+            if p.depths:
+                ctx.step(f"fio on {path}: random 4 KiB reads")
+                with open(jobs_path, "w") as f:
+                    f.write(job_file(p, name, direct))
+                yield from to_measurements(
+                    run_jobs(exe, jobs_path, rand_jobs(p),
+                             ctx.timeout_s + len(p.depths) * p.rand_seconds), base)
+        except FioFailed as exc:
+            yield skipped(SUITE, "fio", "", str(exc), params={**params, "tool": "fio"})
     finally:
         for leftover in (name, jobs_path):
             with contextlib.suppress(FileNotFoundError):

@@ -181,6 +181,36 @@ class TestFile:
             os.unlink(self.name)
 
 
+# ---- the sequential I/O buffers ----
+# Each worker's 1 MiB buffer is shared memory (a memfd) that the parent creates and writes
+# through just before the pass; fio, beside ours, reads and writes through buffers made the
+# same way (fio.py: iomem=mmapshared). A 1 MiB O_DIRECT read into 256 scattered 4 KiB pages
+# needs more segments than some queues take (virtio: 254), so it is split in two where none of
+# its pages sit side by side, and a pass's rate follows where the kernel put them (±25 % on
+# virtio disks). fio's malloc'd buffers and our workers' own mappings came out scattered at
+# different rates (1.3 against 1.6 requests per MiB read): the two tools differed by where their
+# pages sat, not by how they do I/O (docs/feed.md, "Why reads differ"). Buffers made one way
+# give both the same odds; made afresh each pass, they give each pass its own draw.
+BUFFER_BYTES = SEQ_BLOCK + 4096  # fio maps its block plus a page of alignment slack
+
+
+@contextlib.contextmanager
+def io_buffers(count: int) -> Iterator[tuple[int, ...]]:
+    """`count` sequential I/O buffers as memfd descriptors, each written through (its pages
+    allocated) before use; none (an empty tuple) where the OS has no memfd: each worker then
+    maps its own."""
+    fds: list[int] = []
+    try:
+        if hasattr(os, "memfd_create"):
+            for k in range(count):
+                fds.append(os.memfd_create(f"gpuaudit-io-{k}"))
+                os.pwrite(fds[-1], bytes(BUFFER_BYTES), 0)
+        yield tuple(fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 # ---- the I/O workers: processes, like fio's jobs ----
 # Each worker is a process with its own descriptor, so no interpreter lock sits between an
 # I/O's completion and the next one being issued (with threads it does, and on a busy host the
@@ -191,11 +221,13 @@ def _open_worker(name: str, direct: bool) -> int:
 
 
 def _seq_worker(name: str, direct: bool, first: int, count: int, write: bool, pass_no: int,
-                seed: bytes, ready: Callable[[], None]) -> bool:
-    """Returns: every block read back carried its own index (True for writes)."""
+                seed: bytes, buffer_fd: int | None, ready: Callable[[], None]) -> bool:
+    """Returns: every block read back carried its own index (True for writes). `buffer_fd`:
+    the parent's buffer for this worker (inherited across the fork), or None for its own."""
     fd = _open_worker(name, direct)
     try:
-        buf = mmap.mmap(-1, SEQ_BLOCK)  # page-aligned, as O_DIRECT needs
+        # page-aligned, as O_DIRECT needs
+        buf = mmap.mmap(-1 if buffer_fd is None else buffer_fd, SEQ_BLOCK)
         if write:
             buf[:] = seed
         ready()
@@ -248,14 +280,20 @@ def _rand_worker(name: str, direct: bool, blocks: int, seconds: float, seed: int
         os.close(fd)
 
 
-def seq_pass(f: TestFile, jobs: int, write: bool, pass_no: int) -> tuple[float, bool]:
-    """One pass over the whole file, `jobs` processes each on its own region, 1 MiB per call.
-    Returns (seconds, every block read back carried its own index)."""
+def seq_pass(f: TestFile, jobs: int, write: bool, pass_no: int,
+             buffers: Sequence[int] | None = None) -> tuple[float, bool]:
+    """One pass over the whole file, `jobs` processes each on its own region, 1 MiB per call,
+    each into its buffer (`io_buffers`, made for this pass unless given). Returns (seconds,
+    every block read back carried its own index)."""
+    if buffers is None:
+        with io_buffers(jobs) as made:
+            return seq_pass(f, jobs, write, pass_no, made)
     region = f.nbytes // jobs // SEQ_BLOCK
     seed = os.urandom(SEQ_BLOCK)  # random, never zeros: no compression or dedupe helps
     if not write:
         f.drop_cache()
-    args = [(f.name, f.direct, k * region, region, write, pass_no, seed) for k in range(jobs)]
+    args = [(f.name, f.direct, k * region, region, write, pass_no, seed,
+             buffers[k] if buffers else None) for k in range(jobs)]
     with Workers(_seq_worker, args, what="I/O worker") as w:
         start = time.perf_counter()
         results = w.results()  # writes: each worker's fsync included
