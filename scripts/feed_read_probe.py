@@ -20,6 +20,9 @@ Variants (each worker: one 1 MiB buffer, the pass's 1 MiB preadv calls into it):
   fio_memfd     fio's pass of the suite since then (fio.seq_pass): buffers made the same way
 
 GPUAUDIT_PROBE_VARIANTS=a,b,...: these variants only (in this order).
+GPUAUDIT_PROBE_WRITE=1: sequential writes instead (ours_memfd, fio and fio_memfd, and ours: the
+suite's pass with each worker's own buffer, written before the pass), with the requests per MiB
+written.
 
 Usage: python scripts/feed_read_probe.py DIR ROUNDS [FILE_SIZE]   (GPUAUDIT_FIO or fio on PATH)
 """
@@ -58,8 +61,13 @@ def sysfs(path: str) -> str:
         return f.read().strip()
 
 
-def reads_done(dev: str) -> int:
-    return int(sysfs(f"/sys/class/block/{dev}/stat").split()[0])
+WRITE = os.environ.get("GPUAUDIT_PROBE_WRITE") == "1"
+JOB = "seq_write" if WRITE else "seq_read"
+
+
+def ios_done(dev: str) -> int:
+    """Requests the disk completed in the probe's direction (reads, or writes)."""
+    return int(sysfs(f"/sys/class/block/{dev}/stat").split()[4 if WRITE else 0])
 
 
 def buffer(mode: str) -> tuple[object, object]:
@@ -114,10 +122,13 @@ def threads(f: storage.TestFile) -> tuple[float, float]:
 def ours(f: storage.TestFile, mode: str) -> tuple[float, float]:
     """(GB/s over the span from go to the last worker's result, GB/s over the slowest worker's
     own time)."""
+    if mode == "ours" and WRITE:
+        g = f.nbytes / storage.seq_pass(f, JOBS, True, 0, buffers=())[0] / 1e9
+        return g, g
     if mode == "ours_threads":
         return threads(f)
     if mode == "ours_memfd":
-        g = f.nbytes / storage.seq_pass(f, JOBS, False, 0)[0] / 1e9
+        g = f.nbytes / storage.seq_pass(f, JOBS, WRITE, 0)[0] / 1e9
         return g, g
     region = f.nbytes // JOBS // SEQ
     shared = None
@@ -159,27 +170,29 @@ def main() -> None:
             jf.write(text.replace("thread=1", "thread=0"))
         chosen = os.environ.get("GPUAUDIT_PROBE_VARIANTS")
         variants = tuple(chosen.split(",")) if chosen else VARIANTS
+        if WRITE and set(variants) - {"ours", "ours_memfd", "fio", "fio_memfd"}:
+            sys.exit("writes: the variants ours, ours_memfd, fio and fio_memfd only")
         rate: dict[str, list[float]] = {v: [] for v in variants}
         reqs: dict[str, list[float]] = {v: [] for v in variants}
         own: list[float] = []
         for r in range(rounds):
             for v in variants[r % len(variants):] + variants[:r % len(variants)]:
-                before = reads_done(dev)
+                before = ios_done(dev)
                 if v == "fio_memfd":
                     (found,) = fio.seq_pass(exe, job + ".memfd",
                                             storage.Plan(size, JOBS, 1, (), 1.0),
-                                            f.name, f.direct, "seq_read", 120)
+                                            f.name, f.direct, JOB, 120)
                     g = fio.seq_rate(found)
                 elif v.startswith("fio"):
                     (found,) = fio.run_jobs(exe, job + (".proc" if v == "fio_processes" else ""),
-                                            ("seq_read",), 120)
+                                            (JOB,), 120)
                     g = fio.seq_rate(found)
                 else:
                     g, slowest = ours(f, v)
                     if v == "ours":
                         own.append(slowest)
                 rate[v].append(g)
-                reqs[v].append(round((reads_done(dev) - before) / (size >> 20), 2))
+                reqs[v].append(round((ios_done(dev) - before) / (size >> 20), 2))
                 print(f"r{r} {v:18s} {g:.4f} GB/s  requests/MiB {reqs[v][-1]:.2f}", flush=True)
     finally:
         f.close()

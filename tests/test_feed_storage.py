@@ -219,6 +219,21 @@ def _headers(buffers: tuple[int, ...]) -> list[tuple[int, int]]:
     return found
 
 
+def test_every_sector_written_is_unique_as_fio_makes_them(tmp_path: Path):
+    f = storage.TestFile(str(tmp_path), 4 << 20, memory_fs=False)
+    try:
+        storage.seq_pass(f, 2, True, 3)
+        with open(f.name, "rb") as written:
+            data = written.read()
+    finally:
+        f.close()
+    sectors = [data[k:k + 512] for k in range(0, len(data), 512)]
+    assert len(sectors) == 8192 and len(set(sectors)) == 8192  # nothing for a dedupe to save
+    # sector 7 of block 2: (block, pass, sector), then the pass's random bytes
+    assert struct.unpack_from("<QQQ", data, 2 * storage.SEQ_BLOCK + 7 * 512) == (2, 3, 7)
+    assert data[24:512] != bytes(488)
+
+
 def test_fio_and_ours_read_through_the_buffers_made_for_the_pass(tmp_path: Path):
     """The two tools' reads land in the same pages, so where those pages sit (which splits a
     1 MiB read on some queues) is the same for both (docs/feed.md, "Why reads differ")."""

@@ -17,7 +17,6 @@ import mmap
 import os
 import random
 import statistics
-import struct
 import tempfile
 import time
 from array import array
@@ -192,6 +191,8 @@ class TestFile:
 # pages sat, not by how they do I/O (docs/feed.md, "Why reads differ"). Buffers made one way
 # give both the same odds; made afresh each pass, they give each pass its own draw.
 BUFFER_BYTES = SEQ_BLOCK + 4096  # fio maps its block plus a page of alignment slack
+SECTORS = SEQ_BLOCK // 512
+SECTOR_WORDS = 512 // 8  # 64-bit words in a sector
 
 
 @contextlib.contextmanager
@@ -228,17 +229,23 @@ def _seq_worker(name: str, direct: bool, first: int, count: int, write: bool, pa
     try:
         # page-aligned, as O_DIRECT needs
         buf = mmap.mmap(-1 if buffer_fd is None else buffer_fd, SEQ_BLOCK)
+        words = memoryview(buf).cast("Q")
         if write:
+            # Every 512-byte sector written is unique, as fio's writes are (scramble_buffers,
+            # its default): each starts with (block, pass, sector), so no deduplicating or
+            # compressing store writes less than it is given. Only the block changes per call.
             buf[:] = seed
+            words[1::SECTOR_WORDS] = array("Q", [pass_no]) * SECTORS
+            words[2::SECTOR_WORDS] = array("Q", range(SECTORS))
         ready()
         ok = True
         for b in range(first, first + count):
             if write:
-                struct.pack_into("<QQ", buf, 0, b, pass_no)
+                words[0::SECTOR_WORDS] = array("Q", [b]) * SECTORS
                 done = os.pwrite(fd, buf, b * SEQ_BLOCK)
             else:
                 done = os.preadv(fd, [buf], b * SEQ_BLOCK)
-                ok = ok and struct.unpack_from("<Q", buf, 0)[0] == b
+                ok = ok and words[0] == b
             if done != SEQ_BLOCK:
                 raise OSError(f"short {'write' if write else 'read'}: {done} bytes")
         if write:
