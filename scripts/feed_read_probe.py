@@ -18,6 +18,7 @@ Variants (each worker: one 1 MiB buffer, the pass's 1 MiB preadv calls into it):
   ours_memfd    the suite's pass since 2026-12-01 (storage.seq_pass): buffers made by the
                 parent for each pass (storage.io_buffers: memfds, written through)
   fio_memfd     fio's pass of the suite since then (fio.seq_pass): buffers made the same way
+  fio_memfd_processes   the same with thread=0 (fio's default: a process per job)
 
 GPUAUDIT_PROBE_VARIANTS=a,b,...: these variants only (in this order).
 GPUAUDIT_PROBE_WRITE=1: sequential writes instead (ours_memfd, fio and fio_memfd, and ours: the
@@ -46,7 +47,8 @@ from gpuaudit.units import parse_bytes
 SEQ = storage.SEQ_BLOCK
 JOBS = 4
 VARIANTS = ("ours", "fio", "ours_private_lazy", "ours_private", "ours_huge", "ours_parent",
-            "ours_parent_touched", "ours_threads", "fio_processes", "ours_memfd", "fio_memfd")
+            "ours_parent_touched", "ours_threads", "fio_processes", "ours_memfd", "fio_memfd",
+            "fio_memfd_processes")
 QUEUE = ("max_segments", "max_sectors_kb", "max_segment_size", "scheduler")
 
 
@@ -147,6 +149,18 @@ def ours(f: storage.TestFile, mode: str) -> tuple[float, float]:
     return f.nbytes / (end - start) / 1e9, f.nbytes / max(b - a for a, b in times) / 1e9
 
 
+def fio_memfd(exe: str, path: str, f: storage.TestFile, size: int, processes: bool) -> float:
+    """GB/s of fio's pass through buffers made for it (fio.seq_pass), its jobs threads or
+    processes."""
+    p = storage.Plan(size, JOBS, 1, (), 1.0)
+    with storage.io_buffers(JOBS) as bufs:
+        text = fio.job_file(p, f.name, f.direct, bufs)
+        with open(path, "w") as jf:
+            jf.write(text.replace("thread=1", "thread=0") if processes else text)
+        (found,) = fio.run_jobs(exe, path, (JOB,), 120, pass_fds=bufs)
+    return fio.seq_rate(found)
+
+
 def main() -> None:
     d, rounds = sys.argv[1], int(sys.argv[2])
     size = parse_bytes(sys.argv[3]) if len(sys.argv) > 3 else 512 << 20
@@ -170,19 +184,17 @@ def main() -> None:
             jf.write(text.replace("thread=1", "thread=0"))
         chosen = os.environ.get("GPUAUDIT_PROBE_VARIANTS")
         variants = tuple(chosen.split(",")) if chosen else VARIANTS
-        if WRITE and set(variants) - {"ours", "ours_memfd", "fio", "fio_memfd"}:
-            sys.exit("writes: the variants ours, ours_memfd, fio and fio_memfd only")
+        if WRITE and set(variants) - {"ours", "ours_memfd", "fio", "fio_memfd",
+                                      "fio_memfd_processes"}:
+            sys.exit("writes: the variants ours, ours_memfd, fio and fio_memfd(_processes) only")
         rate: dict[str, list[float]] = {v: [] for v in variants}
         reqs: dict[str, list[float]] = {v: [] for v in variants}
         own: list[float] = []
         for r in range(rounds):
             for v in variants[r % len(variants):] + variants[:r % len(variants)]:
                 before = ios_done(dev)
-                if v == "fio_memfd":
-                    (found,) = fio.seq_pass(exe, job + ".memfd",
-                                            storage.Plan(size, JOBS, 1, (), 1.0),
-                                            f.name, f.direct, JOB, 120)
-                    g = fio.seq_rate(found)
+                if v.startswith("fio_memfd"):
+                    g = fio_memfd(exe, job + ".memfd", f, size, v.endswith("_processes"))
                 elif v.startswith("fio"):
                     (found,) = fio.run_jobs(exe, job + (".proc" if v == "fio_processes" else ""),
                                             (JOB,), 120)
@@ -201,7 +213,7 @@ def main() -> None:
                 os.unlink(leftover)
     print(f"\n{'variant':18s} {'GB/s':>7s} {'÷ fio':>6s} {'req/MiB':>7s}  GB/s by requests/MiB")
     for v in variants:
-        ref = "fio_memfd" if v.endswith("_memfd") and "fio_memfd" in rate else "fio"
+        ref = "fio_memfd" if "_memfd" in v and "fio_memfd" in rate else "fio"
         ratio = statistics.median(a / b for a, b in zip(rate[v], rate[ref], strict=True)) \
             if ref in rate else math.nan
         by: dict[float, list[float]] = {}
