@@ -11,10 +11,9 @@ bytes over the whole run, a different statistic.) Random reads stay one fio job 
 ours are one run per depth (all depths in one fio run, stonewalled): IOPS over the job's run,
 statistic "fio mean".
 
-The same bytes written: fio stamps every 512-byte sector of a write (scramble_buffers, its
-default), ours stamps each with (block, pass, sector); both defeat a deduplicating store, and the
-stamping costs each tool about the same per call. (Ours stamped only each block's first bytes
-before 2026-12-01 and wrote 1.03-1.05x fio's rate at equal request counts.)
+Alike written bytes: fio stamps every 512-byte sector of a write (scramble_buffers, its
+default) and ours stamps each with (block, pass, sector), so a deduplicating store saves neither
+tool anything. Sequential passes of both go through buffers made alike (storage.io_buffers).
 
 fio's own conventions: bw_bytes is bytes per second over the job's run time (with
 group_reporting, all threads' bytes over the slowest thread's run time, each thread's time from
