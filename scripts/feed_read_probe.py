@@ -19,6 +19,8 @@ Variants (each worker: one 1 MiB buffer, the pass's 1 MiB preadv calls into it):
                 parent for each pass (storage.io_buffers: memfds, written through)
   fio_memfd     fio's pass of the suite since then (fio.seq_pass): buffers made the same way
   fio_memfd_processes   the same with thread=0 (fio's default: a process per job)
+  fio_memfd_lean        fio_memfd with scramble_buffers=0 and gtod_reduce=1: fio's per-call
+                        work (sector stamps, clock reads, latency stats) left out
 
 GPUAUDIT_PROBE_VARIANTS=a,b,...: these variants only (in this order).
 GPUAUDIT_PROBE_WRITE=1: sequential writes instead (ours_memfd, fio and fio_memfd, and ours: the
@@ -48,7 +50,7 @@ SEQ = storage.SEQ_BLOCK
 JOBS = 4
 VARIANTS = ("ours", "fio", "ours_private_lazy", "ours_private", "ours_huge", "ours_parent",
             "ours_parent_touched", "ours_threads", "fio_processes", "ours_memfd", "fio_memfd",
-            "fio_memfd_processes")
+            "fio_memfd_processes", "fio_memfd_lean")
 QUEUE = ("max_segments", "max_sectors_kb", "max_segment_size", "scheduler")
 
 
@@ -149,14 +151,23 @@ def ours(f: storage.TestFile, mode: str) -> tuple[float, float]:
     return f.nbytes / (end - start) / 1e9, f.nbytes / max(b - a for a, b in times) / 1e9
 
 
-def fio_memfd(exe: str, path: str, f: storage.TestFile, size: int, processes: bool) -> float:
-    """GB/s of fio's pass through buffers made for it (fio.seq_pass), its jobs threads or
-    processes."""
+FIO_MEMFD_EDITS = {
+    "fio_memfd": {},
+    "fio_memfd_processes": {"thread=1\n": "thread=0\n"},
+    "fio_memfd_lean": {"[global]\n": "[global]\nscramble_buffers=0\ngtod_reduce=1\n"},
+}
+
+
+def fio_memfd(exe: str, path: str, f: storage.TestFile, size: int, variant: str) -> float:
+    """GB/s of fio's pass through buffers made for it (fio.seq_pass's job), edited as the
+    variant says."""
     p = storage.Plan(size, JOBS, 1, (), 1.0)
     with storage.io_buffers(JOBS) as bufs:
         text = fio.job_file(p, f.name, f.direct, bufs)
+        for old, new in FIO_MEMFD_EDITS[variant].items():
+            text = text.replace(old, new)
         with open(path, "w") as jf:
-            jf.write(text.replace("thread=1", "thread=0") if processes else text)
+            jf.write(text)
         (found,) = fio.run_jobs(exe, path, (JOB,), 120, pass_fds=bufs)
     return fio.seq_rate(found)
 
@@ -184,9 +195,8 @@ def main() -> None:
             jf.write(text.replace("thread=1", "thread=0"))
         chosen = os.environ.get("GPUAUDIT_PROBE_VARIANTS")
         variants = tuple(chosen.split(",")) if chosen else VARIANTS
-        if WRITE and set(variants) - {"ours", "ours_memfd", "fio", "fio_memfd",
-                                      "fio_memfd_processes"}:
-            sys.exit("writes: the variants ours, ours_memfd, fio and fio_memfd(_processes) only")
+        if WRITE and set(variants) - {"ours", "ours_memfd", "fio", *FIO_MEMFD_EDITS}:
+            sys.exit("writes: the variants ours, ours_memfd, fio and fio_memfd* only")
         rate: dict[str, list[float]] = {v: [] for v in variants}
         reqs: dict[str, list[float]] = {v: [] for v in variants}
         own: list[float] = []
@@ -194,7 +204,7 @@ def main() -> None:
             for v in variants[r % len(variants):] + variants[:r % len(variants)]:
                 before = ios_done(dev)
                 if v.startswith("fio_memfd"):
-                    g = fio_memfd(exe, job + ".memfd", f, size, v.endswith("_processes"))
+                    g = fio_memfd(exe, job + ".memfd", f, size, v)
                 elif v.startswith("fio"):
                     (found,) = fio.run_jobs(exe, job + (".proc" if v == "fio_processes" else ""),
                                             (JOB,), 120)
