@@ -123,8 +123,9 @@ def storage_rows(exe: str, path: str, p: storage.Plan, rounds: int
                 rows.setdefault(job, []).extend(pairs)
                 print(f"round {r} {job} per pass (ours, fio): "
                       + " ".join(f"{o:.4g}/{x:.4g}" for o, x in pairs), flush=True)
-            with open(jobs_path, "w") as jf:
-                jf.write(fio.job_file(p, f.name, f.direct))
+            if p.depths:  # the sequential passes rewrote the job file for their buffers
+                with open(jobs_path, "w") as jf:
+                    jf.write(fio.job_file(p, f.name, f.direct))
             for job, depth in zip(fio.rand_jobs(p), p.depths, strict=True):
                 res = storage.random_reads(f, depth, p.rand_seconds, p.window_s, seed=depth)
                 ours = per_second(res.ios, res.seconds)

@@ -44,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from gpuaudit.bench.feed import fio, storage
 from gpuaudit.bench.feed.procs import Workers
+from gpuaudit.hw.storage import completed_ios
 from gpuaudit.units import parse_bytes
 
 SEQ = storage.SEQ_BLOCK
@@ -52,12 +53,6 @@ VARIANTS = ("ours", "fio", "ours_private_lazy", "ours_private", "ours_huge", "ou
             "ours_parent_touched", "ours_threads", "fio_processes", "ours_memfd", "fio_memfd",
             "fio_memfd_processes", "fio_memfd_lean")
 QUEUE = ("max_segments", "max_sectors_kb", "max_segment_size", "scheduler")
-
-
-def block_device(path: str) -> str:
-    st_dev = os.stat(path).st_dev
-    return os.path.basename(os.path.realpath(
-        f"/sys/dev/block/{os.major(st_dev)}:{os.minor(st_dev)}"))
 
 
 def sysfs(path: str) -> str:
@@ -71,7 +66,10 @@ JOB = "seq_write" if WRITE else "seq_read"
 
 def ios_done(dev: str) -> int:
     """Requests the disk completed in the probe's direction (reads, or writes)."""
-    return int(sysfs(f"/sys/class/block/{dev}/stat").split()[4 if WRITE else 0])
+    done = completed_ios(dev)
+    if done is None:
+        sys.exit(f"no request counts for {dev} in /sys/block")
+    return done[1 if WRITE else 0]
 
 
 def buffer(mode: str) -> tuple[object, object]:
@@ -178,9 +176,11 @@ def main() -> None:
     exe = fio.find_binary()
     if not exe:
         sys.exit(fio.NOT_FOUND)
-    dev = block_device(d)
-    queue = {q: sysfs(f"/sys/class/block/{dev}/queue/{q}") for q in QUEUE
-             if os.path.exists(f"/sys/class/block/{dev}/queue/{q}")}
+    dev = storage.storage_target(d).device
+    if dev is None:
+        sys.exit(f"{d} is not on a block device: no request counts to read")
+    queue = {q: sysfs(f"/sys/block/{dev}/queue/{q}") for q in QUEUE
+             if os.path.exists(f"/sys/block/{dev}/queue/{q}")}
     print(f"{d} on {dev}: {queue}; THP "
           f"{sysfs('/sys/kernel/mm/transparent_hugepage/enabled')}")
     f = storage.TestFile(d, size, False)
