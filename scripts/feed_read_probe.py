@@ -1,9 +1,10 @@
 """Why sequential O_DIRECT reads differ between ours and fio on a virtio disk: the reader's
 buffer. Variants of our read pass, interleaved round-robin with fio's on one file (the order
-rotated every round); per run the GB/s and the block device's requests per MiB read
-(/sys/class/block/DEV/stat deltas), and for ours each worker's own start and end, so that the
-rate over the whole span can be set beside fio's convention (bytes over the slowest worker's own
-time).
+rotated every round); per run the GB/s and what the block device did (/sys/block/DEV/stat
+deltas: requests per MiB, each request's ms at the disk, the requests in flight on average over
+the tool's own timed interval, cache flushes), and for ours each worker's own start and end, so
+that the rate over the whole span can be set beside fio's convention (bytes over the slowest
+worker's own time).
 
 Variants (each worker: one 1 MiB buffer, the pass's 1 MiB preadv calls into it):
   ours          the suite's own: a shared anonymous mapping, its pages faulted by the first read
@@ -21,6 +22,8 @@ Variants (each worker: one 1 MiB buffer, the pass's 1 MiB preadv calls into it):
   fio_memfd_processes   the same with thread=0 (fio's default: a process per job)
   fio_memfd_lean        fio_memfd with scramble_buffers=0 and gtod_reduce=1: fio's per-call
                         work (sector stamps, clock reads, latency stats) left out
+  fio_memfd_each        fio_memfd with group_reporting=0: the group's figure made from each
+                        thread's own, and how far apart the threads started and ended
 
 GPUAUDIT_PROBE_VARIANTS=a,b,...: these variants only (in this order).
 GPUAUDIT_PROBE_WRITE=1: sequential writes instead (ours_memfd, fio and fio_memfd, and ours: the
@@ -41,17 +44,18 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from gpuaudit.bench.feed import fio, storage
 from gpuaudit.bench.feed.procs import Workers
-from gpuaudit.hw.storage import completed_ios
+from gpuaudit.hw.storage import DiskStat, disk_stat
 from gpuaudit.units import parse_bytes
 
 SEQ = storage.SEQ_BLOCK
 JOBS = 4
 VARIANTS = ("ours", "fio", "ours_private_lazy", "ours_private", "ours_huge", "ours_parent",
             "ours_parent_touched", "ours_threads", "fio_processes", "ours_memfd", "fio_memfd",
-            "fio_memfd_processes", "fio_memfd_lean")
+            "fio_memfd_processes", "fio_memfd_lean", "fio_memfd_each")
 QUEUE = ("max_segments", "max_sectors_kb", "max_segment_size", "scheduler")
 
 
@@ -64,12 +68,33 @@ WRITE = os.environ.get("GPUAUDIT_PROBE_WRITE") == "1"
 JOB = "seq_write" if WRITE else "seq_read"
 
 
-def ios_done(dev: str) -> int:
-    """Requests the disk completed in the probe's direction (reads, or writes)."""
-    done = completed_ios(dev)
-    if done is None:
+def counters(dev: str) -> DiskStat:
+    found = disk_stat(dev)
+    if found is None:
         sys.exit(f"no request counts for {dev} in /sys/block")
-    return done[1 if WRITE else 0]
+    return found
+
+
+@dataclass(frozen=True)
+class DiskShare:
+    """What the disk did during one run, in the probe's direction."""
+    requests_per_mib: float
+    ms_per_request: float  # each request's time at the disk, start to completion
+    in_flight: float  # requests at the disk on average over the tool's own timed interval
+    flushes: int | None  # cache flushes the disk completed (the writers' fsyncs, the journal's)
+    flush_ms: int | None
+
+
+def disk_share(before: DiskStat, after: DiskStat, nbytes: int, seconds: float) -> DiskShare:
+    done = after.writes - before.writes if WRITE else after.reads - before.reads
+    ms = after.write_ms - before.write_ms if WRITE else after.read_ms - before.read_ms
+    return DiskShare(requests_per_mib=round(done / (nbytes >> 20), 2),
+                     ms_per_request=ms / max(done, 1),
+                     in_flight=(after.in_queue_ms - before.in_queue_ms) / (seconds * 1e3),
+                     flushes=None if after.flushes is None or before.flushes is None
+                     else after.flushes - before.flushes,
+                     flush_ms=None if after.flush_ms is None or before.flush_ms is None
+                     else after.flush_ms - before.flush_ms)
 
 
 def buffer(mode: str) -> tuple[object, object]:
@@ -153,6 +178,7 @@ FIO_MEMFD_EDITS = {
     "fio_memfd": {},
     "fio_memfd_processes": {"thread=1\n": "thread=0\n"},
     "fio_memfd_lean": {"[global]\n": "[global]\nscramble_buffers=0\ngtod_reduce=1\n"},
+    "fio_memfd_each": {"group_reporting=1\n": "group_reporting=0\n"},
 }
 
 
@@ -166,8 +192,17 @@ def fio_memfd(exe: str, path: str, f: storage.TestFile, size: int, variant: str)
             text = text.replace(old, new)
         with open(path, "w") as jf:
             jf.write(text)
-        (found,) = fio.run_jobs(exe, path, (JOB,), 120, pass_fds=bufs)
-    return fio.seq_rate(found)
+        found = fio.run_jobs(exe, path, (JOB,), 120, pass_fds=bufs)
+    if len(found) == 1:
+        return fio.seq_rate(found[0])
+    # each thread apart (fio_memfd_each): the group's figure made from them, and how far apart
+    # the threads started and how long each ran
+    side = "write" if WRITE else "read"
+    runtimes = [job[side]["runtime"] for job in found]
+    starts = [job["job_start"] for job in found]
+    print(f"   fio threads: started over {max(starts) - min(starts)} ms, ran "
+          f"{min(runtimes)}–{max(runtimes)} ms")
+    return sum(job[side]["io_bytes"] for job in found) / (max(runtimes) / 1e3) / 1e9
 
 
 def main() -> None:
@@ -199,10 +234,11 @@ def main() -> None:
             sys.exit("writes: the variants ours, ours_memfd, fio and fio_memfd* only")
         rate: dict[str, list[float]] = {v: [] for v in variants}
         reqs: dict[str, list[float]] = {v: [] for v in variants}
+        shares: dict[str, list[DiskShare]] = {v: [] for v in variants}
         own: list[float] = []
         for r in range(rounds):
             for v in variants[r % len(variants):] + variants[:r % len(variants)]:
-                before = ios_done(dev)
+                before = counters(dev)
                 if v.startswith("fio_memfd"):
                     g = fio_memfd(exe, job + ".memfd", f, size, v)
                 elif v.startswith("fio"):
@@ -213,9 +249,14 @@ def main() -> None:
                     g, slowest = ours(f, v)
                     if v == "ours":
                         own.append(slowest)
+                share = disk_share(before, counters(dev), size, size / (g * 1e9))
                 rate[v].append(g)
-                reqs[v].append(round((ios_done(dev) - before) / (size >> 20), 2))
-                print(f"r{r} {v:18s} {g:.4f} GB/s  requests/MiB {reqs[v][-1]:.2f}", flush=True)
+                reqs[v].append(share.requests_per_mib)
+                shares[v].append(share)
+                print(f"r{r} {v:18s} {g:.4f} GB/s  requests/MiB {share.requests_per_mib:.2f}"
+                      f"  ms/request {share.ms_per_request:.3f}  in flight "
+                      f"{share.in_flight:.2f}  flushes {share.flushes} "
+                      f"({share.flush_ms} ms)", flush=True)
     finally:
         f.close()
         for leftover in (job, job + ".proc", job + ".memfd"):
@@ -233,6 +274,14 @@ def main() -> None:
                            for q, x in sorted(by.items()))
         print(f"{v:18s} {statistics.median(rate[v]):7.4f} {ratio:6.3f} "
               f"{statistics.mean(reqs[v]):7.2f}  {strata}")
+    print(f"\n{'variant':18s} {'ms/req':>7s} {'in flight':>9s} {'flushes':>7s} "
+          f"{'flush ms':>8s}  (medians; over each tool's own timed interval)")
+    for v in variants:
+        x = shares[v]
+        print(f"{v:18s} {statistics.median(a.ms_per_request for a in x):7.3f} "
+              f"{statistics.median(a.in_flight for a in x):9.2f} "
+              f"{statistics.median(a.flushes or 0 for a in x):7g} "
+              f"{statistics.median(a.flush_ms or 0 for a in x):8g}")
     if own:
         print("ours over the slowest worker's own time (fio's convention):",
               f"{statistics.median(own):.4f}")

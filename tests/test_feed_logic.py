@@ -26,7 +26,8 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.hw.cpus import last_level_cache_bytes, numa_cpus, parse_cpulist
 from gpuaudit.hw.net import merge_ports, parse_ibv_devinfo, rdma_ports, read_nics
 from gpuaudit.hw.storage import (
-    completed_ios,
+    DiskStat,
+    disk_stat,
     is_network_fs,
     max_request_bytes,
     mount_of,
@@ -166,16 +167,22 @@ def test_storage_target_resolves_a_partition_to_its_nvme_disk(tmp_path: Path):
     assert t.unavailable == {}
 
 
-def test_a_disks_completed_requests_and_largest_request_from_sysfs(tmp_path: Path):
-    # /sys/block/vda/stat of the GPU machine: reads completed first, writes completed fifth
+def test_a_disks_counters_and_largest_request_from_sysfs(tmp_path: Path):
+    # /sys/block/vda/stat of the GPU machine: reads and writes completed (fields 1 and 5),
+    # their ms (4 and 8), ms busy and requests × ms in flight (10 and 11), cache flushes and
+    # their ms (16 and 17, since Linux 5.5)
     _write(tmp_path / "sys/block/vda/stat",
            "  812390   10521 63386954  2405917  2061380  1301271 372843840 11069843        0 "
            "1882208 13678306        0        0        0        0   203157   202545\n")
     _write(tmp_path / "sys/block/vda/queue/max_sectors_kb", "4096\n")
     _write(tmp_path / "sys/block/sda/queue/max_sectors_kb", "0\n")
-    assert completed_ios("vda", root=str(tmp_path)) == (812390, 2061380)
+    _write(tmp_path / "sys/block/sdb/stat", "1 2 3 4 5 6 7 8 0 10 11\n")  # Linux 4.x: 11 fields
+    assert disk_stat("sdb", root=str(tmp_path)) == DiskStat(1, 5, 4, 8, 10, 11, None, None)
+    assert disk_stat("vda", root=str(tmp_path)) == DiskStat(
+        reads=812390, writes=2061380, read_ms=2405917, write_ms=11069843, busy_ms=1882208,
+        in_queue_ms=13678306, flushes=203157, flush_ms=202545)
     assert max_request_bytes("vda", root=str(tmp_path)) == 4096 * 1024
-    assert completed_ios("sda", root=str(tmp_path)) is None  # no stat
+    assert disk_stat("sda", root=str(tmp_path)) is None  # no stat
     assert max_request_bytes("sda", root=str(tmp_path)) is None  # no limit read
     assert max_request_bytes("nvme0n1", root=str(tmp_path)) is None
 

@@ -19,6 +19,7 @@ from gpuaudit.bench.feed import fio as fio_tool
 from gpuaudit.bench.feed import storage
 from gpuaudit.bench.feed.fio import find_binary
 from gpuaudit.errors import BadInputError
+from gpuaudit.hw.storage import DiskStat
 from gpuaudit.model import Machine
 from tests.conftest import cli_env
 
@@ -82,8 +83,8 @@ def test_split_reads_are_counted_and_said(tmp_path: Path, monkeypatch, per_mib, 
     # size limit explains (512 KiB: two requests per 1 MiB read, whatever the buffer).
     calls = iter(range(10_000))
     step = per_mib * (SMALL["file_bytes"] >> 20)
-    monkeypatch.setattr(storage, "completed_ios",
-                        lambda _disk: (int(next(calls) * step),) * 2)
+    monkeypatch.setattr(storage, "disk_stat", lambda _disk: DiskStat(
+        *(int(next(calls) * step),) * 2, 0, 0, 0, 0, None, None))
     monkeypatch.setattr(storage, "max_request_bytes", lambda _disk: limit_bytes)
     found = bench(tmp_path, depths=())
     read, write = found[("seq_read", None)], found[("seq_write", None)]

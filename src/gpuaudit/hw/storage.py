@@ -109,14 +109,29 @@ def whole_disk(dev: str, root: str = "/") -> tuple[str | None, str | None]:
     return target.name, None
 
 
-def completed_ios(disk: str, root: str = "/") -> tuple[int, int] | None:
-    """(reads, writes) the block device `disk` has completed since boot, from
-    /sys/block/DISK/stat (the kernel's count of requests, after splitting and merging); None
-    where sysfs has no such device. Every process's I/O on the disk counts."""
+@dataclass(frozen=True)
+class DiskStat:
+    """A block device's counters since boot (/sys/block/DISK/stat): requests completed after
+    splitting and merging, and the kernel's time accounting. Every process's I/O counts."""
+    reads: int
+    writes: int
+    read_ms: int  # summed over requests: each one's time from start to completion
+    write_ms: int
+    busy_ms: int  # time with at least one request in flight (io_ticks)
+    in_queue_ms: int  # requests in flight, integrated over time (time_in_queue)
+    flushes: int | None  # cache flushes completed (fsync's); None before Linux 5.5
+    flush_ms: int | None
+
+
+def disk_stat(disk: str, root: str = "/") -> DiskStat | None:
+    """`disk`'s counters, or None where sysfs has no such device."""
     fields = (_read(Path(root, "sys/block", disk, "stat")) or "").split()
-    if len(fields) < 5 or not (fields[0].isdigit() and fields[4].isdigit()):
+    if len(fields) < 11 or not all(x.isdigit() for x in fields):
         return None
-    return int(fields[0]), int(fields[4])
+    n = [int(x) for x in fields]
+    flushes = (n[15], n[16]) if len(n) >= 17 else (None, None)
+    return DiskStat(reads=n[0], writes=n[4], read_ms=n[3], write_ms=n[7], busy_ms=n[9],
+                    in_queue_ms=n[10], flushes=flushes[0], flush_ms=flushes[1])
 
 
 def max_request_bytes(disk: str, root: str = "/") -> int | None:

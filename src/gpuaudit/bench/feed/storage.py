@@ -34,7 +34,7 @@ from gpuaudit.bench.feed.rates import (
 )
 from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.errors import BadInputError
-from gpuaudit.hw.storage import completed_ios, max_request_bytes, storage_target
+from gpuaudit.hw.storage import disk_stat, max_request_bytes, storage_target
 from gpuaudit.model import Measurement, Params, StorageTarget
 from gpuaudit.units import human_bytes
 
@@ -316,13 +316,13 @@ def seq_passes(f: TestFile, p: Plan, write: bool, device: str | None
     requests per MiB the disk completed in that direction (None without a block device)."""
     samples, requests, ok = [], [], True
     for i in range(p.passes):
-        before = completed_ios(device) if device else None
+        before = disk_stat(device) if device else None
         seconds, good = seq_pass(f, p.seq_jobs, write, i)
-        after = completed_ios(device) if before else None
+        after = disk_stat(device) if before else None
         samples.append(gb_per_s(p.file_bytes, seconds))
         if before and after:
-            k = 1 if write else 0  # (reads, writes)
-            requests.append((after[k] - before[k]) / (p.file_bytes / MIB))
+            done = after.writes - before.writes if write else after.reads - before.reads
+            requests.append(done / (p.file_bytes / MIB))
         ok = ok and good
     per_mib = round(statistics.median(requests), 2) if len(requests) == p.passes else None
     return samples, ok, per_mib
