@@ -24,6 +24,9 @@ Variants (each worker: one 1 MiB buffer, the pass's 1 MiB preadv calls into it):
                         work (sector stamps, clock reads, latency stats) left out
   fio_memfd_each        fio_memfd with group_reporting=0: the group's figure made from each
                         thread's own, and how far apart the threads started and ended
+  fio_memfd_gtod        fio_memfd with gtod_reduce=1 alone (no per-I/O clock reads or latency
+                        stats; the bandwidth is still timed)
+  fio_memfd_noscramble  fio_memfd with scramble_buffers=0 alone (no per-I/O sector stamps)
 
 GPUAUDIT_PROBE_VARIANTS=a,b,...: these variants only (in this order).
 GPUAUDIT_PROBE_WRITE=1: sequential writes instead (ours_memfd, fio and fio_memfd, and ours: the
@@ -55,7 +58,8 @@ SEQ = storage.SEQ_BLOCK
 JOBS = 4
 VARIANTS = ("ours", "fio", "ours_private_lazy", "ours_private", "ours_huge", "ours_parent",
             "ours_parent_touched", "ours_threads", "fio_processes", "ours_memfd", "fio_memfd",
-            "fio_memfd_processes", "fio_memfd_lean", "fio_memfd_each")
+            "fio_memfd_processes", "fio_memfd_lean", "fio_memfd_each", "fio_memfd_gtod",
+            "fio_memfd_noscramble")
 QUEUE = ("max_segments", "max_sectors_kb", "max_segment_size", "scheduler")
 
 
@@ -179,6 +183,8 @@ FIO_MEMFD_EDITS = {
     "fio_memfd_processes": {"thread=1\n": "thread=0\n"},
     "fio_memfd_lean": {"[global]\n": "[global]\nscramble_buffers=0\ngtod_reduce=1\n"},
     "fio_memfd_each": {"group_reporting=1\n": "group_reporting=0\n"},
+    "fio_memfd_gtod": {"[global]\n": "[global]\ngtod_reduce=1\n"},
+    "fio_memfd_noscramble": {"[global]\n": "[global]\nscramble_buffers=0\n"},
 }
 
 
