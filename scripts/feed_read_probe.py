@@ -19,14 +19,15 @@ Variants (each worker: one 1 MiB buffer, the pass's 1 MiB preadv calls into it):
   ours_memfd    the suite's pass since 2026-12-01 (storage.seq_pass): buffers made by the
                 parent for each pass (storage.io_buffers: memfds, written through)
   fio_memfd     fio's pass of the suite since then (fio.seq_pass): buffers made the same way
+                (and gtod_reduce=1 since the sixth session)
   fio_memfd_processes   the same with thread=0 (fio's default: a process per job)
-  fio_memfd_lean        fio_memfd with scramble_buffers=0 and gtod_reduce=1: fio's per-call
-                        work (sector stamps, clock reads, latency stats) left out
+  fio_memfd_lean        fio_memfd with scramble_buffers=0 as well: no per-I/O sector stamps,
+                        clock reads or latency stats
   fio_memfd_each        fio_memfd with group_reporting=0: the group's figure made from each
                         thread's own, and how far apart the threads started and ended
-  fio_memfd_gtod        fio_memfd with gtod_reduce=1 alone (no per-I/O clock reads or latency
-                        stats; the bandwidth is still timed)
-  fio_memfd_noscramble  fio_memfd with scramble_buffers=0 alone (no per-I/O sector stamps)
+  fio_memfd_timed       fio_memfd without gtod_reduce=1: fio's default per-I/O clock reads and
+                        latency stats (the suite's pass before 2026-12-01's sixth session)
+  fio_memfd_noscramble  fio_memfd_timed with scramble_buffers=0 (no per-I/O sector stamps)
 
 GPUAUDIT_PROBE_VARIANTS=a,b,...: these variants only (in this order).
 GPUAUDIT_PROBE_WRITE=1: sequential writes instead (ours_memfd, fio and fio_memfd, and ours: the
@@ -58,7 +59,7 @@ SEQ = storage.SEQ_BLOCK
 JOBS = 4
 VARIANTS = ("ours", "fio", "ours_private_lazy", "ours_private", "ours_huge", "ours_parent",
             "ours_parent_touched", "ours_threads", "fio_processes", "ours_memfd", "fio_memfd",
-            "fio_memfd_processes", "fio_memfd_lean", "fio_memfd_each", "fio_memfd_gtod",
+            "fio_memfd_processes", "fio_memfd_lean", "fio_memfd_each", "fio_memfd_timed",
             "fio_memfd_noscramble")
 QUEUE = ("max_segments", "max_sectors_kb", "max_segment_size", "scheduler")
 
@@ -181,10 +182,10 @@ def ours(f: storage.TestFile, mode: str) -> tuple[float, float]:
 FIO_MEMFD_EDITS = {
     "fio_memfd": {},
     "fio_memfd_processes": {"thread=1\n": "thread=0\n"},
-    "fio_memfd_lean": {"[global]\n": "[global]\nscramble_buffers=0\ngtod_reduce=1\n"},
+    "fio_memfd_lean": {"[global]\n": "[global]\nscramble_buffers=0\n"},
     "fio_memfd_each": {"group_reporting=1\n": "group_reporting=0\n"},
-    "fio_memfd_gtod": {"[global]\n": "[global]\ngtod_reduce=1\n"},
-    "fio_memfd_noscramble": {"[global]\n": "[global]\nscramble_buffers=0\n"},
+    "fio_memfd_timed": {"gtod_reduce=1\n": ""},
+    "fio_memfd_noscramble": {"gtod_reduce=1\n": "", "[global]\n": "[global]\nscramble_buffers=0\n"},
 }
 
 
