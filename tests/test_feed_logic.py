@@ -169,7 +169,7 @@ def test_storage_target_resolves_a_partition_to_its_nvme_disk(tmp_path: Path):
 
 def test_a_disks_counters_and_largest_request_from_sysfs(tmp_path: Path):
     # /sys/block/vda/stat of the GPU machine: reads and writes completed (fields 1 and 5),
-    # their ms (4 and 8), ms busy and requests × ms in flight (10 and 11), cache flushes and
+    # their ms (4 and 8), requests × ms in flight (11), cache flushes and
     # their ms (16 and 17, since Linux 5.5)
     _write(tmp_path / "sys/block/vda/stat",
            "  812390   10521 63386954  2405917  2061380  1301271 372843840 11069843        0 "
@@ -177,10 +177,10 @@ def test_a_disks_counters_and_largest_request_from_sysfs(tmp_path: Path):
     _write(tmp_path / "sys/block/vda/queue/max_sectors_kb", "4096\n")
     _write(tmp_path / "sys/block/sda/queue/max_sectors_kb", "0\n")
     _write(tmp_path / "sys/block/sdb/stat", "1 2 3 4 5 6 7 8 0 10 11\n")  # Linux 4.x: 11 fields
-    assert disk_stat("sdb", root=str(tmp_path)) == DiskStat(1, 5, 4, 8, 10, 11, None, None)
+    assert disk_stat("sdb", root=str(tmp_path)) == DiskStat(1, 5, 4, 8, 11, None, None)
     assert disk_stat("vda", root=str(tmp_path)) == DiskStat(
-        reads=812390, writes=2061380, read_ms=2405917, write_ms=11069843, busy_ms=1882208,
-        in_queue_ms=13678306, flushes=203157, flush_ms=202545)
+        reads=812390, writes=2061380, read_ms=2405917, write_ms=11069843, in_queue_ms=13678306,
+        flushes=203157, flush_ms=202545)
     assert max_request_bytes("vda", root=str(tmp_path)) == 4096 * 1024
     assert disk_stat("sda", root=str(tmp_path)) is None  # no stat
     assert max_request_bytes("sda", root=str(tmp_path)) is None  # no limit read

@@ -84,7 +84,7 @@ def test_split_reads_are_counted_and_said(tmp_path: Path, monkeypatch, per_mib, 
     calls = iter(range(10_000))
     step = per_mib * (SMALL["file_bytes"] >> 20)
     monkeypatch.setattr(storage, "disk_stat", lambda _disk: DiskStat(
-        *(int(next(calls) * step),) * 2, 0, 0, 0, 0, None, None))
+        *(int(next(calls) * step),) * 2, 0, 0, 0, None, None))
     monkeypatch.setattr(storage, "max_request_bytes", lambda _disk: limit_bytes)
     found = bench(tmp_path, depths=())
     read, write = found[("seq_read", None)], found[("seq_write", None)]

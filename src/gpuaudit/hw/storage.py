@@ -117,7 +117,6 @@ class DiskStat:
     writes: int
     read_ms: int  # summed over requests: each one's time from start to completion
     write_ms: int
-    busy_ms: int  # time with at least one request in flight (io_ticks)
     in_queue_ms: int  # requests in flight, integrated over time (time_in_queue)
     flushes: int | None  # cache flushes completed (fsync's); None before Linux 5.5
     flush_ms: int | None
@@ -130,8 +129,8 @@ def disk_stat(disk: str, root: str = "/") -> DiskStat | None:
         return None
     n = [int(x) for x in fields]
     flushes = (n[15], n[16]) if len(n) >= 17 else (None, None)
-    return DiskStat(reads=n[0], writes=n[4], read_ms=n[3], write_ms=n[7], busy_ms=n[9],
-                    in_queue_ms=n[10], flushes=flushes[0], flush_ms=flushes[1])
+    return DiskStat(reads=n[0], writes=n[4], read_ms=n[3], write_ms=n[7], in_queue_ms=n[10],
+                    flushes=flushes[0], flush_ms=flushes[1])
 
 
 def max_request_bytes(disk: str, root: str = "/") -> int | None:

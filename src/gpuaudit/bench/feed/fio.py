@@ -15,7 +15,7 @@ Alike per-call work: fio's sequential jobs run with gtod_reduce=1, no clock read
 statistics per I/O (their run time is still timed; only their bandwidth is used), as our
 sequential workers read no clock per call. With fio's default per-I/O timing, each 1 MiB write
 took 5 % longer at a virtio disk (the H200 machine, 2026-12-01: 1.673 against 1.586 ms, 44
-rounds) and fio's writes ran 5.5 % slower; its reads did not change (docs/feed.md). The random
+rounds) and fio's writes ran 5 % slower; its reads did not change (docs/feed.md). The random
 reads keep it, their latency percentiles need it.
 
 Alike written bytes: fio stamps every 512-byte sector of a write (scramble_buffers, its
@@ -63,8 +63,8 @@ from gpuaudit.units import human_bytes
 ENV_VAR = "GPUAUDIT_FIO"
 NOT_FOUND = "fio not found (apt-get install fio, or set GPUAUDIT_FIO)"
 SEQ_JOBS = ("seq_write", "seq_read")  # one pass over the file each
-SEQ_NOTE = ("fio ran with gtod_reduce=1 (no per-I/O clock reads or latency stats, as ours): "
-            "its per-I/O timing made each write 5 % slower on a virtio disk")
+SEQ_NOTE = ("fio ran with gtod_reduce=1: no per-I/O clock reads or latency stats, as ours (on "
+            "a virtio disk they made fio's writes 5 % slower)")
 PERCENTILE_KEYS = {"50.000000": "p50", "99.000000": "p99", "99.900000": "p99.9"}
 
 
