@@ -91,15 +91,12 @@ class DiskShare:
 
 
 def disk_share(before: DiskStat, after: DiskStat, nbytes: int, seconds: float) -> DiskShare:
-    done = after.writes - before.writes if WRITE else after.reads - before.reads
-    ms = after.write_ms - before.write_ms if WRITE else after.read_ms - before.read_ms
+    d = after.since(before)
+    done = d.requests(WRITE)
     return DiskShare(requests_per_mib=round(done / (nbytes >> 20), 2),
-                     ms_per_request=ms / max(done, 1),
-                     in_flight=(after.in_queue_ms - before.in_queue_ms) / (seconds * 1e3),
-                     flushes=None if after.flushes is None or before.flushes is None
-                     else after.flushes - before.flushes,
-                     flush_ms=None if after.flush_ms is None or before.flush_ms is None
-                     else after.flush_ms - before.flush_ms)
+                     ms_per_request=d.requests_ms(WRITE) / max(done, 1),
+                     in_flight=d.in_queue_ms / (seconds * 1e3),
+                     flushes=d.flushes, flush_ms=d.flush_ms)
 
 
 def buffer(mode: str) -> tuple[object, object]:

@@ -182,6 +182,15 @@ def test_a_disks_counters_and_largest_request_from_sysfs(tmp_path: Path):
         reads=812390, writes=2061380, read_ms=2405917, write_ms=11069843, in_queue_ms=13678306,
         flushes=203157, flush_ms=202545)
     assert max_request_bytes("vda", root=str(tmp_path)) == 4096 * 1024
+    # what the disk did between two readings, in each direction; no flush count, no difference
+    later = DiskStat(reads=812400, writes=2061500, read_ms=2406000, write_ms=11070043,
+                     in_queue_ms=13678906, flushes=203160, flush_ms=202547)
+    done = later.since(disk_stat("vda", root=str(tmp_path)))
+    assert (done.requests(False), done.requests(True)) == (10, 120)
+    assert (done.requests_ms(False), done.requests_ms(True)) == (83, 200)
+    assert (done.in_queue_ms, done.flushes, done.flush_ms) == (600, 3, 2)
+    old = later.since(DiskStat(1, 5, 4, 8, 11, None, None))
+    assert (old.flushes, old.flush_ms, old.writes) == (None, None, 2061495)
     assert disk_stat("sda", root=str(tmp_path)) is None  # no stat
     assert max_request_bytes("sda", root=str(tmp_path)) is None  # no limit read
     assert max_request_bytes("nvme0n1", root=str(tmp_path)) is None

@@ -121,6 +121,24 @@ class DiskStat:
     flushes: int | None  # cache flushes completed (fsync's); None before Linux 5.5
     flush_ms: int | None
 
+    def since(self, before: DiskStat) -> DiskStat:
+        """What the disk did between `before` and this reading."""
+        def less(now: int | None, then: int | None) -> int | None:
+            return None if now is None or then is None else now - then
+
+        return DiskStat(self.reads - before.reads, self.writes - before.writes,
+                        self.read_ms - before.read_ms, self.write_ms - before.write_ms,
+                        self.in_queue_ms - before.in_queue_ms,
+                        less(self.flushes, before.flushes), less(self.flush_ms, before.flush_ms))
+
+    def requests(self, write: bool) -> int:
+        """Requests completed in one direction."""
+        return self.writes if write else self.reads
+
+    def requests_ms(self, write: bool) -> int:
+        """Their time at the disk, summed over the requests."""
+        return self.write_ms if write else self.read_ms
+
 
 def disk_stat(disk: str, root: str = "/") -> DiskStat | None:
     """`disk`'s counters, or None where sysfs has no such device."""

@@ -321,8 +321,7 @@ def seq_passes(f: TestFile, p: Plan, write: bool, device: str | None
         after = disk_stat(device) if before else None
         samples.append(gb_per_s(p.file_bytes, seconds))
         if before and after:
-            done = after.writes - before.writes if write else after.reads - before.reads
-            requests.append(done / (p.file_bytes / MIB))
+            requests.append(after.since(before).requests(write) / (p.file_bytes / MIB))
         ok = ok and good
     per_mib = round(statistics.median(requests), 2) if len(requests) == p.passes else None
     return samples, ok, per_mib
