@@ -205,9 +205,9 @@ def test_on_a_terminal_the_job_reads_the_keyboard_and_gets_ctrl_c():
 
 
 def test_keep_profile_needs_a_profiled_command(tmp_path):
-    proc = doctor("--keep-profile", str(tmp_path / "t.json.gz"), "--", sys.executable, "-c",
-                  "pass")
+    proc = doctor("--keep-profile", str(tmp_path / "t.json.gz"), "--profile-steps", "0", "--",
+                  sys.executable, "-c", "pass")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "gpuaudit: error: --keep-profile needs a command run with --profile-steps N"]
+        "gpuaudit: error: --keep-profile needs a command run with --profile-steps N or auto"]
     assert not (tmp_path / "t.json.gz").exists()

@@ -73,9 +73,10 @@ def test_under_the_doctor_steps_go_to_its_directory(tmp_path):
     from gpuaudit.diagnose.channel import read_channel
 
     ch = read_channel(tmp_path)
-    _pid, times, waits = ch.main_steps()
-    assert len(times) == 30 and waits == []
-    assert times == sorted(set(times))
+    steps = ch.main_steps()
+    assert steps.source == "markers" and len(steps.end_s) == 30
+    assert set(steps.wait_s) == {None}  # no loader() around the batches: not measured
+    assert list(steps.end_s) == sorted(set(steps.end_s))
 
 
 class _FakeCallback:  # what lightning.pytorch.Callback is to the subclass

@@ -19,123 +19,59 @@ after a few warm-up steps, for kernel-level evidence. For PyTorch Lightning:
 from __future__ import annotations
 
 import atexit
-import contextlib
-import json
+import importlib.util
 import os
+import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gpuaudit.diagnose.channel import ENV_DIR, ENV_PROFILE, StepLog
+from gpuaudit.diagnose.channel import ENV_DIR
 
-PROFILE_SKIP = 3  # steps before the profiler starts recording (allocation, autotuning)
+_BOOTSTRAP = Path(__file__).parent / "diagnose" / "bootstrap" / "_gpuaudit_bootstrap.py"
 
 
-class _Profiler:
-    """torch.profiler over `steps` steps after PROFILE_SKIP + 1 warm-up, driven by step()."""
-
-    def __init__(self, steps: int, out: Path) -> None:
-        import torch
-
-        self.out = out
-        self.done = False
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        sched = torch.profiler.schedule(skip_first=PROFILE_SKIP, wait=0, warmup=1,
-                                        active=steps, repeat=1)
-        self.prof = torch.profiler.profile(activities=activities, schedule=sched,
-                                           on_trace_ready=self._ready)
-        self.prof.start()
-
-    def _ready(self, prof: Any) -> None:
-        prof.export_chrome_trace(str(self.out))
-        self.done = True
-
-    def step(self) -> None:
-        self.prof.step()
-        if self.done:
-            self.stop()
-
-    def stop(self) -> None:
-        prof, self.prof = self.prof, None
-        if prof is not None:
-            with contextlib.suppress(Exception):
-                prof.stop()
+def _bootstrap() -> Any:
+    """The doctor's job-side module: the one `gpuaudit doctor` loaded into this process, else
+    loaded now from the package (the same file)."""
+    mod = sys.modules.get("_gpuaudit_bootstrap")
+    if mod is None:
+        spec = importlib.util.spec_from_file_location("_gpuaudit_bootstrap", _BOOTSTRAP)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["_gpuaudit_bootstrap"] = mod
+        spec.loader.exec_module(mod)
+    return mod
 
 
 class _State:
-    """The process's markers: one per process, made on first use."""
+    """This process's markers. Under the doctor they go to the bootstrap's Job (the doctor's
+    own, or one made here when the bootstrap was not injected); otherwise to `watch()`'s."""
 
     def __init__(self) -> None:
+        self.job: Any = None
+        boot = _bootstrap()
         directory = os.environ.get(ENV_DIR)
-        self.doctor_dir = Path(directory) if directory and Path(directory).is_dir() else None
-        self.log = StepLog(self.doctor_dir)
-        self.on = self.doctor_dir is not None
-        self.wait_s: float | None = None  # batch wait of the step in progress
-        self.last_end: float | None = None
-        self.profiler: _Profiler | None = None
-        self.profile_steps = int(os.environ.get(ENV_PROFILE, "0") or 0) if self.on else 0
-        self.profile_path: Path | None = None
-        self.lock = threading.Lock()
-        if self.on:
-            atexit.register(self.close)
+        if boot.JOB is not None:
+            self.job = boot.JOB
+        elif directory and Path(directory).is_dir():  # doctor --no-inject, python -I...
+            self.job = boot.JOB = boot.Job(directory, profile_steps=_env_profile(boot))
+            atexit.register(self.job.close)
+        self.doctor = self.job is not None
 
-    def start_profiler(self, steps: int, path: Path) -> None:
-        if self.profiler is None and steps > 0 and "torch" in sys.modules:
-            try:
-                self.profiler = _Profiler(steps, path)
-                self.profile_path = path
-            except Exception as exc:  # a profiler that cannot start must not stop the job
-                sys.stderr.write(f"gpuaudit: profiler not started: {exc}\n")
-                self.profile_steps = 0
-
-    def step(self) -> None:
-        now = time.monotonic()
-        with self.lock:
-            self.log.add(now, self.wait_s)
-            self.wait_s = None
-            self.last_end = now
-        if self.profile_steps and self.profiler is None and self.doctor_dir is not None:
-            self.start_profiler(self.profile_steps,
-                                self.doctor_dir / f"trace-{os.getpid()}.json.gz")
-            self.profile_steps = 0
-        if self.profiler is not None:
-            self.profiler.step()
-            if self.profiler.done:
-                self.profiler = None
-
-    def waited(self, seconds: float) -> None:
-        with self.lock:
-            self.wait_s = (self.wait_s or 0.0) + seconds
-
-    def close(self) -> None:
-        if self.profiler is not None:
-            self.profiler.stop()
-            self.profiler = None
-        self.log.flush()
-        if self.doctor_dir is not None:
-            retries = _alloc_retries()
-            if retries is not None:
-                with contextlib.suppress(OSError):
-                    (self.doctor_dir / f"memory-{os.getpid()}.json").write_text(
-                        json.dumps({"num_alloc_retries": retries}))
+    @property
+    def on(self) -> bool:
+        return self.job is not None
 
 
-def _alloc_retries() -> int | None:
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
+def _env_profile(boot: Any) -> int:
     try:
-        if not torch.cuda.is_initialized():
-            return None
-        return int(torch.cuda.memory_stats().get("num_alloc_retries", 0))
-    except Exception:
-        return None
+        return int(os.environ.get(boot.ENV_PROFILE) or 0)
+    except ValueError:
+        return 0
 
 
 _state: _State | None = None
@@ -152,7 +88,7 @@ def step() -> None:
     """Mark the end of a training step (call it once per optimizer step)."""
     s = _get()
     if s.on:
-        s.step()
+        s.job.marker_step()
 
 
 def loader(iterable: Iterable[Any]) -> Iterator[Any]:
@@ -167,7 +103,7 @@ def loader(iterable: Iterable[Any]) -> Iterator[Any]:
         except StopIteration:
             return
         if s.on:
-            s.waited(time.monotonic() - t0)
+            s.job.waited(time.monotonic() - t0, marked=True)
         yield batch
 
 
@@ -186,19 +122,18 @@ class Watch:
 
     def __enter__(self) -> Watch:
         s = _get()
-        if s.doctor_dir is not None:  # the doctor outside does the watching
-            s.profile_steps = max(s.profile_steps, self.profile_steps)
+        if s.doctor:  # the doctor outside does the watching
+            s.job.profile_steps = max(s.job.profile_steps, self.profile_steps)
             return self
         from gpuaudit.diagnose.session import Watcher
         from gpuaudit.hw.torch_env import apply_safe_env
 
         apply_safe_env()
-        s.on = True
-        s.log = StepLog(None)
+        s.job = _bootstrap().Job(None, keep=True)
         self._watcher = Watcher(os.getpid(), interval_s=self.interval_s).start()
         if self.profile_steps:
             self._trace_dir = tempfile.mkdtemp(prefix="gpuaudit-profile-")
-            s.start_profiler(self.profile_steps, Path(self._trace_dir) / "trace.json.gz")
+            s.job.start_profiler(self.profile_steps, Path(self._trace_dir) / "trace.json.gz")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -206,37 +141,35 @@ class Watch:
         if self._watcher is None:
             return
         data = self._watcher.stop()
-        s.on = False
-        if s.profiler is not None:
-            s.profiler.stop()
-            s.profiler = None
-        self.diagnosis = _diagnose_here(data, s, self._trace_dir)
+        job, s.job = s.job, None
+        if job.profiler is not None:
+            job.profiler.stop()
+            job.profiler = None
+        self.diagnosis = _diagnose_here(data, job, self._trace_dir)
         if self.report:
             from gpuaudit.report.doctor_view import render_text
 
             sys.stderr.write(render_text(self.diagnosis))
 
 
-def _diagnose_here(data: Any, s: _State, trace_dir: str | None) -> Any:
-    import shutil
-
+def _diagnose_here(data: Any, job: Any, trace_dir: str | None) -> Any:
     from gpuaudit.diagnose.engine import build_signals, make_diagnosis
     from gpuaudit.diagnose.hoststats import step_stats
     from gpuaudit.diagnose.kineto import analyse, read_trace
 
-    waits = [w for w in s.log.waits if w is not None]
-    steps = step_stats(s.log.times, waits)
+    steps = step_stats(job.markers.times, job.markers.waits)
     trace = None
     sources: dict[str, str] = {}
-    if trace_dir and s.profile_path and s.profile_path.exists():
-        trace = analyse(read_trace(s.profile_path))
+    path = job.profile_path
+    if trace_dir and path is not None and Path(path).exists():
+        trace = analyse(read_trace(Path(path)))
         sources["profiler"] = f"torch.profiler, {trace.steps} steps"
     if trace_dir:
         shutil.rmtree(trace_dir, ignore_errors=True)
     pids = {p.pid for t in data.proc_ticks for p in t.procs} | {os.getpid()}
     sig, how = build_signals(data.samples, job_pids=pids, proc_ticks=data.proc_ticks,
                              steps=steps, trace=trace, sm_clock_max_mhz=data.sm_clock_max_mhz,
-                             alloc_retries=_alloc_retries())
+                             alloc_retries=_bootstrap().alloc_retries())
     sources["gpu"] = (f"NVML, {len(data.samples)} samples; job GPUs: {how}" if data.samples
                       else f"none: {data.gpu_reason or 'no sample taken'}")
     if steps:
@@ -275,7 +208,9 @@ def lightning_callback(*, profile_steps: int = 0, report: bool = True) -> Any:
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
                                  batch_idx: int) -> None:
             if self._batch_done is not None:  # the loader's time between two batches
-                _get().waited(time.monotonic() - self._batch_done)
+                s = _get()
+                if s.on:
+                    s.job.waited(time.monotonic() - self._batch_done, marked=True)
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                                batch_idx: int) -> None:

@@ -16,6 +16,15 @@ from gpuaudit import parse
 from gpuaudit.cli import common
 from gpuaudit.errors import BadInputError
 
+
+def _profile_steps(text: str) -> int:
+    from gpuaudit.diagnose.collect import AUTO
+
+    if str(text).strip().lower() == "auto":
+        return AUTO
+    return parse.integer(text, "--profile-steps", lo=0, hi=100_000)
+
+
 DOCTOR_CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True,
                   "help_option_names": ["-h", "--help"]}
 
@@ -33,9 +42,17 @@ def doctor(
     window: Annotated[float, common.duration(
         "--window", help="Diagnose the last part of the job this long (memory stays "
                          "bounded).", lo_s=1, hi_s=parse.WEEK)] = "10m",
-    profile_steps: Annotated[int, common.integer(
-        "--profile-steps", help="Record this many steps with torch.profiler (the job must "
-                                "call gpuaudit.step()).", lo=0, hi=100_000)] = "0",
+    profile_steps: Annotated[int, typer.Option(
+        "--profile-steps", metavar="N|auto",
+        parser=lambda text: _profile_steps(text),
+        help="Record N steady steps with torch.profiler (0: never). auto: a few steps, only "
+             "when the job's GPU is mostly idle.")] = "auto",
+    no_inject: Annotated[bool, typer.Option(
+        "--no-inject", help="Do not load the doctor's bootstrap into the job's Python (no "
+                            "steps, batch waits, syncs or compile events found; the GPU, the "
+                            "processes and the stacks are still watched).")] = False,
+    no_stacks: Annotated[bool, typer.Option(
+        "--no-stacks", help="Do not sample the job's Python stacks (py-spy).")] = False,
     gpus: Annotated[Any, common.gpus(help="GPUs to watch: 0,1 [default: all]")] = None,
     trace: Annotated[Path | None, typer.Option(
         "--trace", help="Diagnose a telemetry trace (`gpuaudit monitor --record`) instead.",
@@ -49,6 +66,13 @@ def doctor(
     save: Annotated[Path | None, typer.Option(
         "--save", help="Also write the diagnosis as JSON to this file.", dir_okay=False)
                     ] = None,
+    save_evidence: Annotated[Path | None, typer.Option(
+        "--save-evidence", help="Also save everything watched (GPU samples, processes, steps, "
+                                "stacks, profile) to this file; diagnose it again with "
+                                "--evidence.", dir_okay=False)] = None,
+    evidence: Annotated[Path | None, typer.Option(
+        "--evidence", help="Diagnose evidence saved with --save-evidence instead.",
+        dir_okay=False)] = None,
     keep_profile: Annotated[Path | None, typer.Option(
         "--keep-profile", help="With --profile-steps: keep the torch.profiler trace in this "
                                "file (.json.gz; diagnose it again with --profile).",
@@ -57,7 +81,9 @@ def doctor(
         "--json", help="The diagnosis as JSON on stdout, after the job's own output.")] = False,
 ) -> None:
     """Why is this job slow? Runs it unchanged and watches the GPUs (SM and tensor activity,
-    memory bandwidth, PCIe/NVLink, clocks), the job's processes and data-loader workers.
+    memory bandwidth, PCIe/NVLink, clocks), the job's processes and data-loader workers, its
+    Python stacks, and (through a bootstrap on its PYTHONPATH) its steps, batch waits, host
+    syncs and torch.compile, with no change to its code.
 
     Prints the findings with their evidence and the changes ranked by expected gain on
     stderr after the job ends. Exit status: the job's own (2 when it cannot start).
@@ -69,28 +95,35 @@ def doctor(
     from gpuaudit.report.doctor_view import doctor_view
 
     argv = list(command or [])
-    chosen = [bool(argv), attach is not None, trace is not None or profile is not None]
+    chosen = [bool(argv), attach is not None, trace is not None or profile is not None,
+              evidence is not None]
     if sum(chosen) != 1:
         raise BadInputError("give exactly one of: -- COMMAND, --attach PID, --trace/--profile "
-                            "FILE")
+                            "FILE, --evidence FILE")
     common.writable(save, "--save")  # before the job runs, not after
     common.writable(keep_profile, "--keep-profile")
+    common.writable(save_evidence, "--save-evidence")
+    if save_evidence is not None and not (argv or attach is not None):
+        raise BadInputError("--save-evidence needs a command or --attach PID to watch")
     if keep_profile is not None and not (argv and profile_steps):
-        raise BadInputError("--keep-profile needs a command run with --profile-steps N")
+        raise BadInputError("--keep-profile needs a command run with --profile-steps N or auto")
     keep = max(2, int(window / interval))
     opts = doc.WatchOptions(interval_s=interval, keep=keep, gpus=gpus,
-                            profile_steps=profile_steps, keep_profile=keep_profile)
+                            profile_steps=profile_steps, keep_profile=keep_profile,
+                            inject=not no_inject, stacks=not no_stacks)
     status = 0
     if argv:
-        status, diagnosis = doc.run(argv, opts)
+        status, diagnosis = doc.run(argv, opts, save_evidence=save_evidence)
     elif attach is not None:
         stop = threading.Event()
         old = signal.signal(signal.SIGINT, lambda *_: stop.set())
         try:
             err.print(f"watching process {attach} (Ctrl-C to stop and diagnose)", style="dim")
-            diagnosis = doc.attach(attach, opts, stop)
+            diagnosis = doc.attach(attach, opts, stop, save_evidence=save_evidence)
         finally:
             signal.signal(signal.SIGINT, old)
+    elif evidence is not None:
+        diagnosis = doc.from_evidence(evidence)
     else:
         for path in (trace, profile):
             if path is not None and not path.exists():

@@ -1,11 +1,14 @@
 """`gpuaudit doctor` as library functions: run a command and diagnose it, watch a running
-process, or diagnose recordings (a telemetry trace, a profiler trace) after the fact."""
+process, or diagnose recordings after the fact (saved evidence, a telemetry trace, a profiler
+trace).
+
+The diagnosis describes the job's steady state: what came before its first step (imports, the
+model's building), a torch.compile warm-up (until the steps run without compiling) and the few
+steps a profile slowed are left out of the window, and said so.
+"""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,136 +17,168 @@ from pathlib import Path
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Diagnosis, utc_now
 
-from . import launch
-from .channel import ENV_DIR, ENV_PROFILE, ChannelData, read_channel
+from . import collect, recording
+from .channel import StepTimes, main_steps
+from .collect import AUTO, WatchOptions
+from .compilation import CompileStats, compile_stats
 from .engine import build_signals, make_diagnosis
-from .hoststats import step_stats
+from .hoststats import SOURCES, is_python, step_stats
 from .kineto import TraceStats, analyse, read_trace
-from .session import WatchData, Watcher, wait_for
+from .recording import Evidence
+from .stacks import main_thread
+
+__all__ = ["AUTO", "WatchOptions", "attach", "diagnose", "from_evidence", "from_recordings",
+           "run"]
+PROFILE_EXPORT_S = 0.5  # after a profile ends: its trace being written, the job paused
+MIN_SAMPLES = 3
+
+
+def run(argv: Sequence[str], opts: WatchOptions | None = None,
+        on_started: Callable[[int], None] | None = None,
+        save_evidence: Path | None = None) -> tuple[int, Diagnosis]:
+    """Run `argv` unchanged, watch it until it ends; its exit status and the diagnosis."""
+    status, ev = collect.run(argv, opts or WatchOptions(), on_started)
+    if save_evidence is not None:
+        recording.save(ev, save_evidence)
+    return status, diagnose(ev)
+
+
+def attach(pid: int, opts: WatchOptions | None = None,
+           stop: threading.Event | None = None, save_evidence: Path | None = None
+           ) -> Diagnosis:
+    """Watch a running process (and its children) until it ends or `stop` is set."""
+    ev = collect.attach(pid, opts or WatchOptions(), stop)
+    if save_evidence is not None:
+        recording.save(ev, save_evidence)
+    return diagnose(ev)
+
+
+def from_evidence(path: Path) -> Diagnosis:
+    return diagnose(recording.load(path))
 
 
 @dataclass(frozen=True)
-class WatchOptions:
-    interval_s: float = 0.5
-    keep: int = 1200  # samples kept: the diagnosis describes the last keep × interval
-    gpus: list[int] | None = None
-    profile_steps: int = 0
-    nvml: bool = True
-    keep_profile: Path | None = None  # copy the profiler trace here (replay: --profile)
+class Window:
+    """The part of the job diagnosed: from `start_s` on, without the `excluded` spans."""
+
+    start_s: float | None
+    excluded: tuple[tuple[float, float], ...] = ()
+
+    def keeps(self, t: float) -> bool:
+        return (self.start_s is None or t >= self.start_s) and \
+            not any(a <= t <= b for a, b in self.excluded)
+
+    def clear_of(self, a: float, b: float) -> bool:
+        """The span [a, b] touches no excluded span."""
+        return not any(a <= y and x <= b for x, y in self.excluded)
 
 
-def run(argv: Sequence[str], opts: WatchOptions = WatchOptions(),
-        on_started: Callable[[int], None] | None = None) -> tuple[int, Diagnosis]:
-    """Run `argv` unchanged (its stdin, stdout and stderr are ours), watch it until it ends,
-    and return its exit status with the diagnosis of what ran."""
-    from gpuaudit.hw.torch_env import apply_safe_env
-
-    channel = Path(tempfile.mkdtemp(prefix="gpuaudit-doctor-"))
-    try:
-        env = apply_safe_env(dict(os.environ))
-        env[ENV_DIR] = str(channel)
-        if opts.profile_steps:
-            env[ENV_PROFILE] = str(opts.profile_steps)
-        proc = launch.start(argv, env)
-        if on_started:
-            on_started(proc.pid)
-        watcher = _watcher(proc.pid, opts)
-        with launch.forwarding(proc) as signals_got:
-            watcher.start()
-            while True:
-                try:
-                    returncode = proc.wait()
-                    break
-                except KeyboardInterrupt:  # pragma: no cover - the handler forwards instead
-                    continue
-        data = watcher.stop() if watcher else None
-        status = launch.exit_status(returncode)
-        notes = []
-        if signals_got:
-            notes.append(f"signal {signals_got[0]} was passed on to the job")
-        if returncode < 0:
-            notes.append(f"the job was ended by signal {-returncode}")
-        elif returncode:
-            notes.append(f"the job failed (exit status {returncode}): the diagnosis covers "
-                         "what ran before")
-        found = read_channel(channel)
-        if opts.keep_profile is not None and found.traces:
-            shutil.copyfile(found.traces[0], opts.keep_profile)
-        diag = _diagnose(data, found, command=argv, pid=proc.pid,
-                         exit_code=status, job_pids=None, notes=notes,
-                         profile_steps=opts.profile_steps)
-        return status, diag
-    finally:
-        shutil.rmtree(channel, ignore_errors=True)
+def _profiled(ev: Evidence) -> tuple[tuple[float, float], ...]:
+    starts = [e.t_s for e in ev.events if e.kind == "profile_start"]
+    ends = [e.t_s for e in ev.events if e.kind == "profile_end"]
+    return tuple((a, (ends[i] if i < len(ends) else ev.ended_mono_s) + PROFILE_EXPORT_S)
+                 for i, a in enumerate(starts))
 
 
-def attach(pid: int, opts: WatchOptions = WatchOptions(),
-           stop: threading.Event | None = None) -> Diagnosis:
-    """Watch a process that is already running (and its children) until it ends or `stop`
-    is set."""
-    from gpuaudit.hw.proctree import pid_exists
+def _steps_in(steps: StepTimes, window: Window) -> StepTimes:
+    steps = steps.since(window.start_s)
+    keep = [i for i, t in enumerate(steps.end_s) if window.keeps(t)]
+    if len(keep) == len(steps.end_s):
+        return steps
 
-    if not pid_exists(pid):
-        raise BadInputError(f"--attach {pid}: no such process")
-    stop = stop or threading.Event()
-    watcher = _watcher(pid, opts)
-    if watcher is None:
-        raise BadInputError(f"--attach {pid}: the process ended")
-    watcher.start()
-    wait_for(watcher.root_alive, stop)
-    data = watcher.stop()
-    notes = ["attached to a running process: its exit status is its parent's to see",
-             "step markers and profiles need the job started by `gpuaudit doctor` or "
-             "`with gpuaudit.watch():` in the job"]
-    if stop.is_set():
-        notes.insert(0, "watching stopped before the process ended")
-    return _diagnose(data, ChannelData(), command=None, pid=pid, exit_code=None,
-                     job_pids=None, notes=notes, profile_steps=0)
+    def pick(values: Sequence) -> tuple:
+        return tuple(values[i] for i in keep if i < len(values))
+
+    return StepTimes(steps.pid, steps.source, pick(steps.end_s), pick(steps.wait_s),
+                     pick(steps.syncs), pick(steps.sync_s))
 
 
-def _watcher(pid: int, opts: WatchOptions) -> Watcher | None:
-    try:
-        return Watcher(pid, interval_s=opts.interval_s, keep=opts.keep, gpus=opts.gpus,
-                       nvml=opts.nvml)
-    except ProcessLookupError:
-        return None  # ended before we could look: the diagnosis says what little it can
-
-
-def _diagnose(data: WatchData | None, channel: ChannelData, *, command: Sequence[str] | None,
-              pid: int, exit_code: int | None, job_pids: set[int] | None, notes: list[str],
-              profile_steps: int) -> Diagnosis:
-    tree_pids = {p.pid for t in (data.proc_ticks if data else []) for p in t.procs} | {pid}
-    steps = None
-    main = channel.main_steps()
-    if main:
-        _pid, times, waits = main
-        steps = step_stats(times, waits)
-    trace = None
+def diagnose(ev: Evidence) -> Diagnosis:
+    """The diagnosis of gathered evidence."""
+    notes = list(ev.notes)
     sources: dict[str, str] = {}
-    if channel.traces:
-        trace = analyse(read_trace(channel.traces[0]))
-        sources["profiler"] = f"torch.profiler, {trace.steps} steps ({channel.traces[0].name})"
-    elif profile_steps:
-        notes.append(f"no profile: the job did not call gpuaudit.step() {profile_steps + 4} "
-                     "times (the profiler needs the step markers)")
-    notes += channel.problems
-    samples = data.samples if data else []
-    sig, how = build_signals(samples, job_pids=tree_pids if samples else job_pids,
-                             proc_ticks=data.proc_ticks if data else [], steps=steps,
-                             trace=trace, sm_clock_max_mhz=data.sm_clock_max_mhz if data else None,
-                             alloc_retries=channel.alloc_retries)
-    if data and samples:
+    all_steps = main_steps(ev.markers, ev.auto)
+    comp = compile_stats(ev.events, job_start_s=ev.started_mono_s, job_end_s=ev.ended_mono_s,
+                         steps=all_steps)
+    window = Window(_window_start(comp, all_steps), _profiled(ev))
+    notes += _window_notes(comp, window)
+    samples = [s for s in ev.samples if window.keeps(ev.mono(s.time))]
+    ticks = [t for t in ev.proc_ticks if window.keeps(t.time_s)]
+    if len(samples) < MIN_SAMPLES or len(ticks) < MIN_SAMPLES:
+        samples, ticks = ev.samples, ev.proc_ticks  # too little left: the whole run
+    steps = None
+    if all_steps is not None:
+        seen = _steps_in(all_steps, window)
+        steps = step_stats(seen.end_s, seen.wait_s, source=SOURCES[seen.source],
+                           syncs=seen.syncs if seen.source != "markers" else (),
+                           sync_s=seen.sync_s if seen.source != "markers" else ())
+        if steps:
+            sources["steps"] = f"{steps.source}, {steps.steps} steps (pid {seen.pid})"
+    chunks = [c for c in ev.stacks if window.clear_of(c.start_s, c.end_s)] or ev.stacks
+    stacks = main_thread(chunks, pid=all_steps.pid if all_steps else None,
+                         start_s=window.start_s)
+    if stacks is not None:
+        sources["stacks"] = (f"py-spy, {stacks.samples} samples of the main thread of pid "
+                             f"{stacks.pid} ({stacks.seconds:.0f} s)")
+    elif ev.stacks_reason:
+        notes.append(f"Python stacks not sampled: {ev.stacks_reason}")
+    notes += _bootstrap_notes(ev)
+    if ev.trace is not None:
+        sources["profiler"] = f"torch.profiler, {ev.trace.steps} steps ({ev.trace_name})"
+    if ev.profile_requested:
+        notes.append(ev.profile_requested)
+    tree_pids = {p.pid for t in ev.proc_ticks for p in t.procs} | {ev.pid}
+    sites = tuple(ev.sync_sites.get(all_steps.pid, ())) if all_steps else ()
+    sig, how = build_signals(samples, job_pids=tree_pids if samples else None,
+                             proc_ticks=ticks, steps=steps, trace=ev.trace,
+                             sm_clock_max_mhz=ev.sm_clock_max_mhz,
+                             alloc_retries=ev.alloc_retries, stacks=stacks, compile=comp,
+                             sync_sites=sites)
+    if samples:
         sources["gpu"] = (f"NVML through the monitor's sampler, {len(samples)} samples at "
                           f"{samples[0].interval_s:g} s; job GPUs: {how}")
-    elif data:
-        sources["gpu"] = f"none: {data.gpu_reason or 'no sample taken'}"
-    if data and data.proc_ticks:
-        sources["process"] = f"psutil, {len(data.proc_ticks)} readings of the process tree"
-    if steps:
-        sources["steps"] = f"gpuaudit.step() markers, {steps.steps} steps"
-    return make_diagnosis(sig, started_at=data.started_at if data else utc_now(),
-                          duration_s=data.duration_s if data else 0.0, command=command,
-                          pid=pid, exit_code=exit_code, sources=sources, notes=notes)
+    else:
+        sources["gpu"] = f"none: {ev.gpu_reason or 'no sample taken'}"
+    if ticks:
+        sources["process"] = f"psutil, {len(ticks)} readings of the process tree"
+    if ev.boots:
+        hooks = sorted({h for b in ev.boots for h in b.hooks})
+        sources["bootstrap"] = (f"{len(ev.boots)} Python process(es) of the job; hooks: "
+                                f"{', '.join(hooks) or 'none (torch not imported)'}")
+    return make_diagnosis(sig, started_at=ev.started_at, duration_s=ev.duration_s,
+                          command=ev.command, pid=ev.pid, exit_code=ev.exit_code,
+                          sources=sources, notes=notes)
+
+
+def _window_start(comp: CompileStats | None, steps: StepTimes | None) -> float | None:
+    """Where the steady state begins: after torch.compile's warm-up; else after the first
+    step (imports, building the model, the first step's allocations and autotuning); the
+    whole run where there are no steps or compilation never settled."""
+    if comp is not None:
+        return comp.steady_from_s
+    return steps.end_s[0] if steps is not None and steps.end_s else None
+
+
+def _window_notes(comp: CompileStats | None, window: Window) -> list[str]:
+    out = []
+    if comp is not None and comp.warmup_s is not None:
+        out.append(f"the first {comp.warmup_s:.1f} s (torch.compile's warm-up, "
+                   f"{comp.compile_s - comp.window_compile_s:.1f} s compiling) are left out "
+                   "of the diagnosis window")
+    if window.excluded:
+        out.append("the profiled steps (and the trace's writing) are left out of the window")
+    return out
+
+
+def _bootstrap_notes(ev: Evidence) -> list[str]:
+    if not ev.injected or ev.boots:
+        return []
+    pythons = any(is_python(p.name) for t in ev.proc_ticks for p in t.procs)
+    if not pythons:
+        return []
+    return ["no Python process of the job loaded the doctor's bootstrap (python -I, -E or -S, "
+            "or a PYTHONPATH the job sets itself): steps, batch waits, syncs and compilation "
+            "were not seen"]
 
 
 def from_recordings(telemetry: Path | None = None, profile: Path | None = None,
@@ -167,8 +202,8 @@ def from_recordings(telemetry: Path | None = None, profile: Path | None = None,
         trace = analyse(read_trace(profile))
         sources["profiler"] = f"profiler trace {profile.name}, {trace.steps} steps"
     if telemetry is None and profile is None:
-        raise BadInputError("nothing to diagnose: give a command, --attach PID, --trace or "
-                            "--profile")
+        raise BadInputError("nothing to diagnose: give a command, --attach PID, --trace, "
+                            "--profile or --evidence")
     clocks = None
     if sm_clock_max_mhz and samples:
         clocks = {g.index: sm_clock_max_mhz for g in samples[0].gpus}

@@ -9,18 +9,34 @@ from datetime import datetime
 from gpuaudit.hw.proctree import ProcTick
 from gpuaudit.model import Bottleneck, Change, Diagnosis, Observation, Sample
 
+from .channel import SyncSite
+from .compilation import CompileStats
 from .evidence import Signals, gpu_source, obs, process_source, steps_source, trace_source
+from .findings import Result
 from .gpustats import gpu_stats, job_gpus
 from .hoststats import StepStats, process_stats
 from .kineto import TraceStats
-from .rules import RULES, Result
+from .rules import RULES as GPU_RULES
+from .rules_copies import copy_bound
+from .rules_host import RULES as HOST_RULES
+from .rules_job import RULES as JOB_RULES
+from .rules_job import unexplained_idle
+from .stacks import HostStacks
 
+# In this order ties of share and severity are broken.
+RULES = (*GPU_RULES[:3], copy_bound, *GPU_RULES[3:], *HOST_RULES, *JOB_RULES)
 # A finding that explains another's numbers silences it (the SMs idle *because* of copies).
 SUPPRESSED_BY = {
-    "gpu-idle": {"input-bound"},
+    "gpu-idle": {"input-bound", "host-bound", "launch-bound"},
     "batch-too-small": {"copy-bound", "input-bound"},
     "launch-bound": {"copy-bound"},
+    "host-bound": {"copy-bound"},
 }
+# A job that spent most of its window compiling: its GPU idled for that, not for the reasons
+# the idle-time rules would give.
+COMPILE_DOMINANT = 0.5
+IDLE_RULES = {"input-bound", "gpu-idle", "batch-too-small", "host-bound", "launch-bound",
+              "host-syncs"}
 _ORDER = {rule.__name__.replace("_", "-"): i for i, rule in enumerate(RULES)}
 
 
@@ -28,7 +44,9 @@ def build_signals(samples: Sequence[Sample] = (), *, job_pids: set[int] | None =
                   proc_ticks: Sequence[ProcTick] = (), steps: StepStats | None = None,
                   trace: TraceStats | None = None,
                   sm_clock_max_mhz: dict[int, int | None] | None = None,
-                  alloc_retries: int | None = None) -> tuple[Signals, str]:
+                  alloc_retries: int | None = None, stacks: HostStacks | None = None,
+                  compile: CompileStats | None = None,
+                  sync_sites: Sequence[SyncSite] = ()) -> tuple[Signals, str]:
     """The Signals for a job, and how its GPUs were chosen."""
     gpus = []
     how = "no GPU telemetry"
@@ -42,7 +60,8 @@ def build_signals(samples: Sequence[Sample] = (), *, job_pids: set[int] | None =
     proc = process_stats(proc_ticks, (gpu_pids & job_pids) if job_pids else gpu_pids)
     return Signals(gpus=tuple(gpus), process=proc, steps=steps, trace=trace,
                    peaks_tflops=_peaks(gpus[0].name if gpus else None),
-                   alloc_retries=alloc_retries), how
+                   alloc_retries=alloc_retries, stacks=stacks, compile=compile,
+                   sync_sites=tuple(sync_sites)), how
 
 
 def _peaks(name: str | None) -> dict[str, float] | None:
@@ -57,11 +76,22 @@ def _peaks(name: str | None) -> dict[str, float] | None:
 
 
 def diagnose(sig: Signals) -> tuple[list[Bottleneck], list[Change]]:
-    """Every rule's findings, largest share first, and their changes ranked by expected gain."""
-    results: list[Result] = [r for rule in RULES for r in rule(sig)]
-    codes = {r.finding.code for r in results}
-    results = [r for r in results if not (SUPPRESSED_BY.get(r.finding.code, set()) & codes)]
-    results.sort(key=lambda r: (-r.finding.share, -r.finding.severity.rank,
+    """Every rule's findings, most severe and largest share first, and their changes ranked
+    by expected gain. One finding a code: the largest share of those found."""
+    best: dict[str, Result] = {}
+    for rule in RULES:
+        for r in rule(sig):
+            old = best.get(r.finding.code)
+            if old is None or r.finding.share > old.finding.share:
+                best[r.finding.code] = r
+    codes = set(best)
+    results = [r for r in best.values()
+               if not (SUPPRESSED_BY.get(r.finding.code, set()) & codes)]
+    if any(r.finding.code == "compilation" and r.finding.share >= COMPILE_DOMINANT
+           for r in results):
+        results = [r for r in results if r.finding.code not in IDLE_RULES]
+    results += unexplained_idle(sig, results)
+    results.sort(key=lambda r: (-r.finding.severity.rank, -r.finding.share,
                                 _ORDER.get(r.finding.code, 99)))
     proposals = []
     seen: set[str] = set()

@@ -7,9 +7,12 @@ from dataclasses import dataclass
 
 from gpuaudit.model import Observation
 
+from .channel import SyncSite
+from .compilation import CompileStats
 from .gpustats import GpuStats
 from .hoststats import ProcessStats, StepStats
 from .kineto import TraceStats
+from .stacks import HostStacks
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,9 @@ class Signals:
     # The GPU's dense datasheet peaks (TFLOP/s) by precision, where the GPU is in the catalog.
     peaks_tflops: dict[str, float] | None = None
     alloc_retries: int | None = None  # torch.cuda.memory_stats()["num_alloc_retries"]
+    stacks: HostStacks | None = None  # where the trainer's main thread spends its time
+    compile: CompileStats | None = None  # torch.compile's warm-up and recompiles
+    sync_sites: tuple[SyncSite, ...] = ()  # the job's host syncs, by call site
 
 
 def gpu_source(g: GpuStats) -> str:
@@ -48,6 +54,14 @@ def process_source(p: ProcessStats) -> str:
 
 def steps_source(s: StepStats) -> str:
     return f"{s.source}, median of {s.steps} steps"
+
+
+def stacks_source(h: HostStacks) -> str:
+    return f"py-spy, {h.samples} samples of pid {h.pid}'s main thread"
+
+
+def compile_source(c: CompileStats) -> str:
+    return f"torch.compile's callbacks (bootstrap), {c.compiles} compilations"
 
 
 def trace_source(t: TraceStats) -> str:

@@ -51,6 +51,10 @@ class GpuStats:
     h2d_burst_ratio: float | None = None  # median H2D rate on active ticks ÷ on idle ticks
     job_memory_bytes: int | None = None  # what the job's processes hold (max)
     other_processes: tuple[tuple[int, str | None, int | None], ...] = ()  # (pid, cmd, bytes)
+    # SM utilization of the other processes together and of the job's (NVML's per-process
+    # samples, median over the ticks that had them); None where NVML gave none
+    others_sm_pct: float | None = None
+    job_sm_pct: float | None = None
     utilization_series: tuple[float | None, ...] = field(default=(), repr=False)
 
     @property
@@ -163,6 +167,14 @@ def gpu_stats(samples: Sequence[Sample], index: int, job_pids: set[int] | None =
                     old = others.get(p.pid)
                     used = max(p.used_memory_bytes or 0, (old[2] or 0) if old else 0)
                     others[p.pid] = (p.pid, p.command, used)
+    others_sm, job_sm = [], []
+    for g in gs:
+        if any(p.sm_util_pct is not None for p in g.processes):
+            mine = job_pids is None
+            job_sm.append(sum(p.sm_util_pct or 0.0 for p in g.processes
+                              if mine or p.pid in (job_pids or ())))
+            others_sm.append(0.0 if mine else sum(p.sm_util_pct or 0.0 for p in g.processes
+                                                  if p.pid not in (job_pids or ())))
     last = gs[-1]
     interval = samples[-1].interval_s if samples else 0.0
     return GpuStats(
@@ -189,6 +201,8 @@ def gpu_stats(samples: Sequence[Sample], index: int, job_pids: set[int] | None =
         active_fraction=len(active) / len(gs), h2d_burst_ratio=burst,
         job_memory_bytes=max(job_mem) if any(job_mem) else None,
         other_processes=tuple(others.values()),
+        others_sm_pct=_median(others_sm) if job_pids is not None else None,
+        job_sm_pct=_median(job_sm),
         utilization_series=tuple(g.utilization_gpu_pct for g in gs))
 
 

@@ -26,6 +26,8 @@ class ProcessStats:
     host_cpu_pct: float  # the whole host, 0–100 of all cores
     host_memory_used_max: float  # fraction
     swap_used_max_bytes: int
+    # median over ticks of the busiest trainer's main thread alone (None: not read)
+    main_thread_cpu_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class StepStats:
     p90_s: float
     data_wait_median_s: float | None = None  # time waiting for the next batch, per step
     source: str = "gpuaudit.step() markers"
+    syncs_per_step: float | None = None  # host syncs (median per step), where counted
+    sync_wait_median_s: float | None = None  # time blocked in them, per step
 
     @property
     def steps_per_s(self) -> float:
@@ -48,12 +52,18 @@ class StepStats:
         return min(1.0, self.data_wait_median_s / self.median_s)
 
     @property
+    def sync_wait_share(self) -> float | None:
+        if self.sync_wait_median_s is None or self.median_s <= 0:
+            return None
+        return min(1.0, self.sync_wait_median_s / self.median_s)
+
+    @property
     def spread(self) -> float:
         """(p90 − p10) ÷ median: how uneven the steps are."""
         return (self.p90_s - self.p10_s) / self.median_s if self.median_s > 0 else 0.0
 
 
-def _is_python(name: str) -> bool:
+def is_python(name: str) -> bool:
     return any(name.lower().startswith(p) for p in PYTHON_NAMES)
 
 
@@ -69,7 +79,7 @@ def process_stats(ticks: Sequence[ProcTick], gpu_pids: set[int] | None = None
     if gpu_pids:
         trainer_ids = {pid for pid in seen if pid in gpu_pids}
     if not trainer_ids:
-        pythons = [p for p in seen.values() if _is_python(p.name)]
+        pythons = [p for p in seen.values() if is_python(p.name)]
         if pythons:
             parents = {p.pid for p in pythons}
             # the outermost Python processes: no Python parent in the tree
@@ -77,10 +87,14 @@ def process_stats(ticks: Sequence[ProcTick], gpu_pids: set[int] | None = None
         elif ticks[0].procs:
             trainer_ids = {ticks[0].procs[0].pid}
     trainer_cpu, worker_mean, worker_total, counts = [], [], [], []
+    main_cpu: list[float] = []
     for t in ticks:
         trainers = [p for p in t.procs if p.pid in trainer_ids]
+        threads = [p.main_thread_cpu_pct for p in trainers if p.main_thread_cpu_pct is not None]
+        if threads:
+            main_cpu.append(max(threads))
         workers = [p for p in t.procs if p.ppid in trainer_ids and p.pid not in trainer_ids
-                   and _is_python(p.name)]
+                   and is_python(p.name)]
         trainer_cpu.append(max((p.cpu_pct for p in trainers), default=0.0))
         counts.append(len(workers))
         worker_total.append(sum(p.cpu_pct for p in workers))
@@ -89,6 +103,7 @@ def process_stats(ticks: Sequence[ProcTick], gpu_pids: set[int] | None = None
     return ProcessStats(
         ticks=len(ticks), cores=ticks[-1].cores, trainers=len(trainer_ids),
         trainer_cpu_pct=statistics.median(trainer_cpu),
+        main_thread_cpu_pct=statistics.median(main_cpu) if main_cpu else None,
         workers=max(counts), worker_cpu_pct=statistics.median(worker_mean) if worker_mean else 0.0,
         workers_cpu_total_pct=statistics.median(worker_total),
         host_cpu_pct=statistics.median(t.host_cpu_pct for t in ticks),
@@ -105,19 +120,38 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def step_stats(times_s: Sequence[float], waits_s: Sequence[float] = (), *, skip: int = 1,
-               source: str = "gpuaudit.step() markers") -> StepStats | None:
+SOURCES = {"markers": "gpuaudit.step() markers",
+           "optimizer": "optimizer steps (found by the bootstrap)",
+           "batches": "DataLoader batches (found by the bootstrap)"}
+
+
+def step_stats(times_s: Sequence[float], waits_s: Sequence[float | None] = (), *,
+               skip: int = 1, source: str = "gpuaudit.step() markers",
+               syncs: Sequence[int] = (), sync_s: Sequence[float] = ()) -> StepStats | None:
     """Step durations from the times the steps ended; the first `skip` steps (warm-up:
-    allocation, autotuning, compilation) are left out when there are enough."""
-    times = sorted(times_s)
+    allocation, autotuning, compilation) are left out when there are enough. Per-step
+    values (waits, syncs) belong to the step that ends at the same index."""
+    order = sorted(range(len(times_s)), key=lambda i: times_s[i])
+    times = [times_s[i] for i in order]
+
+    def per_step(values: Sequence) -> list:  # the value of each step that has a duration
+        if len(values) != len(times_s):
+            return list(values)
+        return [values[i] for i in order][1:]
+
     durations = [b - a for a, b in itertools.pairwise(times)]
+    waits, n_syncs, blocked = per_step(waits_s), per_step(syncs), per_step(sync_s)
     if len(durations) > skip + 2:
         durations = durations[skip:]
-        waits_s = list(waits_s)[skip:] if len(waits_s) > skip + 2 else list(waits_s)
+        waits, n_syncs, blocked = (v[skip:] if len(v) > skip + 2 else v
+                                   for v in (waits, n_syncs, blocked))
     if not durations:
         return None
+    waits = [w for w in waits if w is not None]
     d = sorted(durations)
     return StepStats(steps=len(durations), median_s=statistics.median(d),
                      p10_s=_quantile(d, 0.1), p90_s=_quantile(d, 0.9),
-                     data_wait_median_s=statistics.median(waits_s) if waits_s else None,
-                     source=source)
+                     data_wait_median_s=statistics.median(waits) if waits else None,
+                     source=source,
+                     syncs_per_step=statistics.median(n_syncs) if n_syncs else None,
+                     sync_wait_median_s=statistics.median(blocked) if blocked else None)

@@ -11,10 +11,8 @@ docs/doctor.md lists them with the traces they were checked on.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from gpuaudit.model import Bottleneck, Observation, Severity
+from gpuaudit.model import Observation, Severity
 
 from .evidence import (
     Signals,
@@ -25,6 +23,9 @@ from .evidence import (
     steps_source,
     trace_source,
 )
+from .findings import Proposal, Result, amdahl
+from .findings import finding as _finding
+from .findings import pct as _pct
 from .gpustats import GpuStats
 from .kineto import TraceStats
 
@@ -33,49 +34,9 @@ GIB = 1 << 30
 COPY_RATE = 1 * GB  # host↔device bytes/s above which copies are a suspect
 PINNED_OF_LINK = 0.8  # pinned copies reach about this much of the link (H200: 55 of 63 GB/s)
 LOADER_SHARE = 0.05  # the TensorBoard plugin's DataLoader rule: > 5 % of the step
-GAIN_CAP = 20.0  # an "up to" beyond this says nothing more
 PINNED_SETTINGS = ("DataLoader(..., pin_memory=True)\n"
                    "x = x.to('cuda', non_blocking=True)  # from a pinned tensor: "
                    "x = x.pin_memory()")
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A change before ranking."""
-
-    action: str
-    settings: str | None = None
-    gain_low: float | None = None
-    gain_high: float | None = None
-    gain_basis: str = ""
-
-
-@dataclass(frozen=True)
-class Result:
-    finding: Bottleneck
-    proposals: tuple[Proposal, ...] = field(default=())
-
-
-def amdahl(share: float, speedup: float = math.inf) -> float:
-    """Speed-up of the whole when `share` of the time becomes `speedup` times faster."""
-    share = min(max(share, 0.0), 0.999)
-    rest = 0.0 if math.isinf(speedup) else share / speedup
-    return round(min(1 / (1 - share + rest), GAIN_CAP), 2)
-
-
-def _finding(code: str, title: str, share: float | None, confidence: str, message: str,
-             evidence: list[Observation], gpu: int | None = None,
-             severity: Severity | None = None) -> Bottleneck:
-    if severity is None:
-        severity = Severity.WARN if (share or 0) >= 0.2 else Severity.INFO
-    return Bottleneck(code=code, title=title, severity=severity,
-                      share=round(share, 3) if share is not None else 0.0,
-                      confidence=confidence, message=message, gpu_index=gpu,
-                      evidence=tuple(evidence))
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:.0f} %"
 
 
 def _copies(g: GpuStats) -> bool:
@@ -315,113 +276,6 @@ def memory_bound(sig: Signals) -> list[Result]:
     return []
 
 
-# ---------------------------------------------------------------- copies
-
-
-def copy_bound(sig: Signals) -> list[Result]:
-    """Host↔device copies dominate: ≥ 1 GB/s over PCIe while the SMs work under half the
-    time and the GPU is busy without them (NVML utilization − SM activity ≥ 10 points, or
-    utilization ≥ 50 %); pageable memory when the rate is under 30 % of the link or the
-    profiler shows pageable copies."""
-    t = sig.trace
-    pageable_us = sum(v for k, v in (t.memcpy_time_us.items() if t else ()) if "pageable" in k)
-    for g in sig.gpus:
-        u, s = g.utilization_pct, g.sm_activity_pct
-        rate = g.pcie_bytes_per_s
-        if u is None or rate is None or rate < COPY_RATE:
-            continue
-        s_eff = s if s is not None else 0.0
-        if s_eff >= 50 or not (u - s_eff >= 10 or u >= 50):
-            continue
-        share = 1 - s_eff / 100
-        link = g.pcie_link_bytes_per_s
-        pinned = link * PINNED_OF_LINK if link else None
-        pageable = (pageable_us > 0) or (pinned is not None and rate < 0.3 * link)  # type: ignore[operator]
-        ev = [obs("pcie_rate", rate / GB, "GB/s", gpu_source(g), 2),
-              gpu_obs(g, "utilization_pct"), gpu_obs(g, "sm_activity_pct")]
-        if link:
-            ev.append(obs("pcie_link", link / GB, "GB/s", f"PCIe gen {g.pcie_gen} x"
-                          f"{g.pcie_width} as trained now, one direction"))
-        if t and pageable_us:
-            ev.append(obs("pageable_copy_time", pageable_us / max(t.window_us, 1), "of window",
-                          trace_source(t)))
-        if pageable and pinned:
-            speed = max(pinned / rate, 1.0)
-            msg = (f"host↔device copies fill the GPU's time at {rate / GB:.1f} GB/s, "
-                   f"{_pct(rate / link)} of the link: pageable host memory")  # type: ignore[operator]
-            props = (Proposal(
-                action="pinned host memory and asynchronous copies",
-                settings=PINNED_SETTINGS,
-                gain_low=amdahl(share, speed / 2), gain_high=amdahl(share, speed),
-                gain_basis=f"copies at {rate / GB:.1f} GB/s could run at ~{pinned / GB:.0f} "
-                           f"GB/s pinned ({PINNED_OF_LINK:.0%} of the link)"),
-                     _copy_less(share))
-        else:
-            msg = (f"host↔device copies fill the GPU's time at {rate / GB:.1f} GB/s"
-                   + (f", {_pct(rate / link)} of the link: the link is the limit" if link
-                      else ""))
-            props = (_copy_less(share),)
-            if s_eff >= 5:  # something to hide the copies behind
-                props += (Proposal(
-                    action="overlap copies with compute (prefetch the next batch on a side "
-                           "stream)",
-                    settings="x = x.to('cuda', non_blocking=True)  # from pinned memory",
-                    gain_high=amdahl(min(share, s_eff / 100)),
-                    gain_basis="hides copies behind compute: at most the compute time"),)
-        return [Result(_finding("copy-bound", "Copy bound (host↔device)", share, "high", msg,
-                                ev, g.index), props)]
-    return _copy_bound_from_trace(sig)
-
-
-def _copy_bound_from_trace(sig: Signals) -> list[Result]:
-    """The profiled steps spend ≥ 30 % of the GPU's span in host↔device copies (an H200 job
-    copying 128 MiB pageable batches read NVML utilization 44 % and SM activity 35 %: too
-    little for the telemetry test, while its trace showed 60 % non-compute time)."""
-    t = sig.trace
-    if not (t and t.cuda and t.devices):
-        return []
-    keys = [k for k in t.memcpy_time_us if k.startswith(("HtoD", "DtoH"))]
-    copy_us = sum(t.memcpy_time_us[k] for k in keys)
-    d = t.devices[0]
-    share = min(d.share(copy_us), 1.0)
-    if share < 0.3:
-        return []
-    pageable_us = sum(t.memcpy_time_us[k] for k in keys if "pageable" in k)
-    moved = sum(t.memcpy_bytes.get(k, 0) for k in keys)
-    rate = moved / (copy_us / 1e6) if copy_us and moved else None
-    ev = [obs("copy_time", share, "of GPU span", trace_source(t)),
-          obs("pageable_copy_time", pageable_us / copy_us, "of copy time", trace_source(t))]
-    if rate:
-        ev.append(obs("copy_rate", rate / GB, "GB/s", trace_source(t), 2))
-    g = sig.gpus[0] if sig.gpus else None
-    link = g.pcie_link_bytes_per_s if g else None
-    props: tuple[Proposal, ...] = (_copy_less(share),)
-    if pageable_us >= 0.5 * copy_us:
-        msg = (f"host↔device copies take {_pct(share)} of the GPU's time, from pageable host "
-               "memory" + (f" at {rate / GB:.1f} GB/s" if rate else ""))
-        speed = (link * PINNED_OF_LINK / rate) if link and rate else None
-        props = (Proposal(
-            action="pinned host memory and asynchronous copies",
-            settings=PINNED_SETTINGS,
-            gain_low=amdahl(share, speed / 2) if speed and speed > 2 else None,
-            gain_high=amdahl(share, speed) if speed and speed > 1 else amdahl(share),
-            gain_basis=(f"copies at {rate / GB:.1f} GB/s could run at ~"  # type: ignore[operator]
-                        f"{link * PINNED_OF_LINK / GB:.0f} GB/s pinned" if speed
-                        else "pinned copies overlap compute; the link rate was not read")),
-            *props)
-    else:
-        msg = f"host↔device copies take {_pct(share)} of the GPU's time"
-    return [Result(_finding("copy-bound", "Copy bound (host↔device)", share, "high", msg, ev,
-                            d.device), props)]
-
-
-def _copy_less(share: float) -> Proposal:
-    return Proposal(action="move less data: keep tensors on the GPU between steps, send "
-                           "uint8/bf16 instead of float32, decode on the GPU",
-                    gain_high=amdahl(share / 2),
-                    gain_basis="half the bytes assumed (float32 → bf16)")
-
-
 # ---------------------------------------------------------------- communication
 
 
@@ -495,44 +349,6 @@ def throttled(sig: Signals) -> list[Result]:
                       gain_high=round(g.sm_clock_max_mhz / g.sm_clock_mhz, 2),
                       gain_basis="at most the clock ratio, for compute-bound kernels"),))]
     return []
-
-
-# ---------------------------------------------------------------- host syncs
-
-
-def host_syncs(sig: Signals) -> list[Result]:
-    """The step waits for the GPU: `.item()` / `.cpu()` / synchronize at least every other
-    profiled step. Its cost is the GPU's idle time in the gaps a sync call returned in (a
-    CPU-only run has no GPU to idle: the finding stands, the share is not measured)."""
-    t = sig.trace
-    if not t or not t.steps:
-        return []
-    items, syncs = t.per_step(t.item_calls), t.per_step(t.sync_calls)
-    if max(items, syncs) < 0.5:  # the last profiled step is often cut short
-        return []
-    # What a sync costs is the GPU's idle time after it, while the CPU launches the next work
-    # (the queue was drained). The CPU's blocked time is not: a CPU ahead of the GPU blocks
-    # anyway, and an .item() blocks inside its copy call (an H200 run read 1 % here while
-    # the GPU sat idle 16 % of the time).
-    share = t.devices[0].share(t.devices[0].sync_idle_us) if t.cuda and t.devices else 0.0
-    ev = [obs("item_calls_per_step", items, "", trace_source(t), 1),
-          obs("sync_calls_per_step", syncs, "", trace_source(t), 1)]
-    if t.cuda:
-        ev += [obs("gpu_idle_after_syncs", share, "of GPU span", trace_source(t)),
-               obs("sync_wait", t.sync_share, "of the step", trace_source(t))]
-    msg = (f"{max(items, syncs):.1f} host sync(s) per step (.item(), .cpu(), synchronize): "
-           "the CPU stops queuing work until the GPU catches up")
-    return [Result(
-        _finding("host-syncs", "Host syncs in the loop", share, "high" if t.cuda else "medium",
-                 msg, ev, severity=Severity.WARN if share >= 0.05 or not t.cuda
-                 else Severity.INFO),
-        (Proposal(action="keep values on the GPU; read them every N steps, not every step",
-                  settings=("running = running + loss.detach()  # no sync\n"
-                            "if step % 100 == 0: print((running / 100).item()); "
-                            "running.zero_()"),
-                  gain_high=amdahl(share) if share else None,
-                  gain_basis=f"time lost to syncs: {_pct(share)} of the step" if t.cuda
-                  else "not measurable on the CPU: on a GPU each sync drains the queue"),))]
 
 
 # ---------------------------------------------------------------- batch size
@@ -630,83 +446,5 @@ def _batch_result(share: float, confidence: str, ev: list[Observation], gpu: int
                   gain_basis=f"{_pct(share)} of the time the GPU is not doing math"),))
 
 
-# ---------------------------------------------------------------- memory, sharing, idle
-
-
-def memory_nearly_full(sig: Signals) -> list[Result]:
-    """GPU memory ≥ 95 % used at some tick, or the caching allocator had to retry (free its
-    cache and call cudaMalloc again)."""
-    for g in sig.gpus:
-        mem = g.memory_used_fraction
-        retries = sig.alloc_retries or 0
-        if (mem is None or mem < 0.95) and not retries:
-            continue
-        ev = []
-        if mem is not None:
-            ev.append(obs("memory_used_max", mem, "fraction", gpu_source(g)))
-        if retries:
-            ev.append(obs("alloc_retries", retries, "", "torch.cuda.memory_stats()"))
-        msg = (f"GPU memory is {_pct(mem or 0)} used: one more batch shape away from out of "
-               "memory" + (f"; the allocator retried {retries} times" if retries else ""))
-        return [Result(
-            _finding("memory-nearly-full", "GPU memory nearly full", 0.05 if retries else 0.0,
-                     "high", msg, ev, g.index, Severity.WARN),
-            (Proposal(action="less memory per step: activation checkpointing, or a smaller "
-                             "micro-batch with gradient accumulation (`gpuaudit tune`)",
-                      settings="torch.utils.checkpoint.checkpoint(block, x, "
-                               "use_reentrant=False)",
-                      gain_basis="keeps the job clear of out-of-memory; no speed-up"),
-             Proposal(action="less fragmentation in PyTorch's allocator",
-                      settings="export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                      gain_basis="fewer allocator retries"),))]
-    return []
-
-
-def shared_gpu(sig: Signals) -> list[Result]:
-    """Another process holds memory on one of the job's GPUs (NVML's process list)."""
-    for g in sig.gpus:
-        others = [p for p in g.other_processes if (p[2] or 0) > 0 or p[2] is None]
-        if not others:
-            continue
-        ev = [obs("other_process", f"pid {pid} {(cmd or '?')[:60]}", "",
-                  f"NVML process list, GPU {g.index} ({(used or 0) / GIB:.1f} GiB)")
-              for pid, cmd, used in others[:3]]
-        msg = (f"{len(others)} other process(es) use GPU {g.index}: they take SM time and "
-               "memory from the job (not measured per process)")
-        return [Result(
-            _finding("shared-gpu", "Another process shares the GPU", None, "medium", msg, ev,
-                     g.index, Severity.WARN),
-            (Proposal(action="run on a GPU of its own (pick a free one with "
-                             "CUDA_VISIBLE_DEVICES)",
-                      settings="CUDA_VISIBLE_DEVICES=<free GPU> python train.py",
-                      gain_basis="what the other process takes, not measured"),))]
-    return []
-
-
-def gpu_idle(sig: Signals) -> list[Result]:
-    """No GPU work at all: NVML utilization ≤ 5 %, under 5 % of the ticks active."""
-    for g in sig.gpus:
-        if g.utilization_pct is None or g.utilization_pct > 5 or g.active_fraction >= 0.05:
-            continue
-        held = g.job_memory_bytes
-        ev = [gpu_obs(g, "utilization_pct"),
-              obs("active_ticks", g.active_fraction, "fraction", gpu_source(g))]
-        if held:
-            ev.append(obs("job_memory", held / GIB, "GiB", gpu_source(g), 2))
-            msg = (f"the job holds {held / GIB:.1f} GiB on GPU {g.index} but runs no kernels: "
-                   "it waits on input, I/O or another rank, or computes on the CPU")
-        else:
-            msg = f"GPU {g.index} did no work while the job ran"
-        return [Result(
-            _finding("gpu-idle", "GPU idle", 1 - g.utilization_pct / 100, "medium", msg, ev,
-                     g.index),
-            (Proposal(action="find what the host is doing: mark steps with gpuaudit.step() or "
-                             "profile a few steps",
-                      settings="gpuaudit doctor --profile-steps 5 -- python train.py",
-                      gain_basis="the GPU's whole time is idle"),))]
-    return []
-
-
-RULES: tuple[Callable[[Signals], list[Result]], ...] = (
-    input_bound, launch_bound, tensor_cores_unused, copy_bound, memory_bound, comm_bound,
-    throttled, host_syncs, batch_too_small, memory_nearly_full, shared_gpu, gpu_idle)
+RULES = (input_bound, launch_bound, tensor_cores_unused, memory_bound, comm_bound, throttled,
+         batch_too_small)

@@ -5,8 +5,11 @@ The sampler reads NVML through `gpuaudit.hw.LiveNvml` (safe by construction: see
 docs/monitor-safety.md). A machine without NVML still gets a diagnosis from the host side
 (process tree, step markers, profiler); the reason is kept.
 
-The job's own evidence (step markers, data-wait times, a profiler trace, allocator retries)
-comes from the Python API (`gpuaudit.watch`, `gpuaudit.step`) through files in a directory
+Where asked, the Python stacks of the job's outermost Python processes are sampled too
+(`hw.pystacks`, py-spy from outside: the job pays nothing).
+
+The job's own evidence (steps, data-wait times, syncs, compilation, a profiler trace,
+allocator retries) comes from its bootstrap and the Python API through files in a directory
 named by $GPUAUDIT_DOCTOR_DIR (`channel`).
 """
 
@@ -24,7 +27,10 @@ from datetime import datetime
 from typing import Any
 
 from gpuaudit.hw.proctree import ProcessTree, ProcTick, max_sm_clock_mhz
+from gpuaudit.hw.pystacks import StackChunk, StackSampler
 from gpuaudit.model import Sample, utc_now
+
+from .hoststats import is_python
 
 log = logging.getLogger("gpuaudit.doctor")
 
@@ -38,6 +44,8 @@ class WatchData:
     gpu_reason: str | None = None  # why there is no GPU telemetry
     ended_at: float | None = None  # time.monotonic() when the watch stopped
     started_mono: float = field(default_factory=time.monotonic)
+    stacks: list[StackChunk] = field(default_factory=list)
+    stacks_reason: str | None = None  # why there are no stacks
 
     @property
     def duration_s(self) -> float:
@@ -62,7 +70,7 @@ class Watcher:
 
     def __init__(self, root_pid: int, *, interval_s: float = 0.5, keep: int = 1200,
                  gpus: list[int] | None = None, source: Any | None = None,
-                 nvml: bool = True) -> None:
+                 nvml: bool = True, stacks: bool = False) -> None:
         self.interval_s = interval_s
         self.data = WatchData(started_at=utc_now())
         self._tree = ProcessTree(root_pid)
@@ -91,10 +99,31 @@ class Watcher:
                 self.data.gpu_reason = f"GPU telemetry failed: {type(exc).__name__}: {exc}"
                 self._sampler = None
         self._thread = threading.Thread(target=self._run, name="gpuaudit-doctor", daemon=True)
+        self._stacks = StackSampler(self.python_roots, keep_s=keep * interval_s) \
+            if stacks else None
+        if not stacks:
+            self.data.stacks_reason = "stack sampling off"
 
     def start(self) -> Watcher:
         self._thread.start()
+        if self._stacks is not None:
+            self._stacks.start()
         return self
+
+    def python_roots(self) -> list[int]:
+        """The job's outermost Python processes (py-spy follows their children)."""
+        if not self._ticks:
+            return []
+        procs = self._ticks[-1].procs
+        pythons = {p.pid for p in procs if is_python(p.name)}
+        return [p.pid for p in procs if p.pid in pythons and p.ppid not in pythons]
+
+    def tree_pids(self) -> set[int]:
+        """The job's processes at the last tick."""
+        return {p.pid for p in self._ticks[-1].procs} if self._ticks else set()
+
+    def recent_samples(self, n: int) -> list[Sample]:
+        return list(self._samples)[-n:]
 
     def _run(self) -> None:
         next_at = time.monotonic()
@@ -124,6 +153,10 @@ class Watcher:
         self.data.ended_at = time.monotonic()
         self.data.samples = list(self._samples)
         self.data.proc_ticks = list(self._ticks)
+        if self._stacks is not None:
+            self.data.stacks = self._stacks.stop()
+            self.data.stacks_reason = None if self.data.stacks else \
+                (self._stacks.reason or "no Python process was sampled")
         if self._owned is not None:
             self._owned.close()
             self._owned = None

@@ -34,6 +34,9 @@ GPM_METRICS = "gpm_metrics"  # (Dev, "id,id,..."): {id: value} between this call
 XID_EVENTS = "xid_events"  # (): [{"gpu": index, "code": xid}] since the last call
 KERNEL_XIDS = "kernel_xids"  # (): [[bus id, xid], ...] the kernel log got since the last call
 PROCESS_INFO = "process_info"  # (pid): {"user", "command"} from the host (psutil)
+# (Dev): [{"pid", "sm_pct", "samples"}], each process's mean SM utilization over NVML's
+# samples since the last call
+PROCESS_UTILIZATION = "process_utilization"
 FIELD_VALUES = "nvmlDeviceGetFieldValues"  # (Dev, "field:scope,..."): [{field, scope, value}]
 
 
@@ -143,6 +146,7 @@ CALLER_STRUCTS = {
     "c_nvmlUtilization_t": 8,
     "nvmlPciInfo_t": 68,
     "c_nvmlDeviceAttributes": 40,
+    "c_nvmlProcessUtilizationSample_t": 32,
 }
 # Which queries hand NVML which struct.
 QUERY_STRUCTS = {
@@ -157,6 +161,7 @@ QUERY_STRUCTS = {
     "nvmlDeviceGetPciInfo_v3": "nvmlPciInfo_t",
     "nvmlDeviceGetNvLinkRemotePciInfo_v2": "nvmlPciInfo_t",
     "nvmlDeviceGetAttributes_v2": "c_nvmlDeviceAttributes",
+    PROCESS_UTILIZATION: "c_nvmlProcessUtilizationSample_t",
 }
 
 # nvmlGpmMetricsGet_t ends in an array of NVML_GPM_METRIC_MAX metrics, and its version word
@@ -332,6 +337,7 @@ class LiveNvml:
         self.overruns: dict[str, int] = {}  # query → calls in which NVML wrote past its buffer
         self._events = _XidEvents(pynvml, self._handle)
         self._kmsg: Any = None  # the kernel log, followed once KERNEL_XIDS is first asked
+        self._util_seen: dict[Dev, int] = {}  # the newest process-utilization sample read (µs)
 
     def close(self) -> None:
         with self._lock:
@@ -436,6 +442,39 @@ class LiveNvml:
             out.append(entry)
         return out
 
+    def _process_utilization(self, dev: Dev) -> list[dict[str, Any]]:
+        """Each process's mean SM utilization over NVML's samples since the last call (NVML
+        keeps a few seconds of them, one per process every ~1/6 s)."""
+        nvml = self._nvml
+        struct = getattr(nvml, "c_nvmlProcessUtilizationSample_t", None)
+        if struct is None:
+            raise Unsupported("this nvidia-ml-py has no process utilization")
+        fn = nvml._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
+        handle, since = self._handle(dev), ctypes.c_ulonglong(self._util_seen.get(dev, 0))
+        count = ctypes.c_uint(0)
+        ret = fn(handle, None, ctypes.byref(count), since)
+        if ret == nvml.NVML_ERROR_NOT_FOUND:
+            return []  # no sample since the last call
+        if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            nvml._nvmlCheckReturn(ret)
+            return []
+        slots = count.value + 16  # room for processes that appear between the two calls
+        guarded = Guarded(struct, slots, max(GUARD_BYTES, ctypes.sizeof(struct) * slots))
+        count = ctypes.c_uint(slots)
+        ret = fn(handle, guarded.items, ctypes.byref(count), since)
+        self._check_guard(PROCESS_UTILIZATION, guarded)
+        if ret == nvml.NVML_ERROR_NOT_FOUND:
+            return []
+        nvml._nvmlCheckReturn(ret)
+        got = guarded.items[: min(count.value, slots)]
+        if got:
+            self._util_seen[dev] = max(int(x.timeStamp) for x in got)
+        by_pid: dict[int, list[int]] = {}
+        for x in got:
+            by_pid.setdefault(int(x.pid), []).append(int(x.smUtil))
+        return [{"pid": pid, "sm_pct": sum(v) / len(v), "samples": len(v)}
+                for pid, v in sorted(by_pid.items())]
+
     def _check_guard(self, fn: str, guarded: Guarded) -> None:
         """NVML wrote into the guard: count it (the evidence), and refuse the query from now
         on if it wrote past the guard's end too."""
@@ -464,7 +503,8 @@ class LiveNvml:
 
     def _query(self, fn: str, args: tuple[Arg, ...]) -> Any:
         special = {GPM_METRICS: self._gpm_metrics, XID_EVENTS: self._events.poll,
-                   KERNEL_XIDS: self._kernel_xids, FIELD_VALUES: self._field_values}.get(fn)
+                   KERNEL_XIDS: self._kernel_xids, FIELD_VALUES: self._field_values,
+                   PROCESS_UTILIZATION: self._process_utilization}.get(fn)
         if special is not None:
             try:
                 return special(*args)

@@ -26,6 +26,9 @@ class ProcInfo:
     cpu_pct: float  # of one core, since the previous tick (100 = one core busy)
     rss_bytes: int
     threads: int
+    # The process's main thread (the one that runs the training loop) alone, % of one core
+    # since the previous tick; None on the first tick or where threads cannot be read.
+    main_thread_cpu_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class ProcessTree:
     def __init__(self, root_pid: int) -> None:
         self.root_pid = root_pid
         self._procs: dict[int, psutil.Process] = {}
+        self._main_cpu: dict[int, tuple[float, float]] = {}  # pid → (time, main thread's s)
         try:
             root = psutil.Process(root_pid)
         except psutil.Error as exc:
@@ -76,17 +80,37 @@ class ProcessTree:
                     cpu = known.cpu_percent(None)
                     infos.append(ProcInfo(pid=known.pid, ppid=known.ppid(), name=known.name(),
                                           cpu_pct=cpu, rss_bytes=known.memory_info().rss,
-                                          threads=known.num_threads()))
+                                          threads=known.num_threads(),
+                                          main_thread_cpu_pct=self._main_thread(known)))
             except psutil.Error:
                 continue  # ended between the listing and the reading
         alive = {i.pid for i in infos}
         for pid in [pid for pid in self._procs if pid not in alive and pid != self.root_pid]:
             del self._procs[pid]
+            self._main_cpu.pop(pid, None)
         mem = psutil.virtual_memory()
         return ProcTick(time_s=time.monotonic(), procs=tuple(infos),
                         host_cpu_pct=psutil.cpu_percent(None),
                         host_memory_used_fraction=1 - mem.available / mem.total,
                         swap_used_bytes=psutil.swap_memory().used, cores=self.cores)
+
+
+    def _main_thread(self, p: psutil.Process) -> float | None:
+        """CPU of the thread whose id is the process's (Linux: the main thread), in % of a
+        core since the last reading; psutil's per-thread times, no interval of its own."""
+        try:
+            used = next((t.user_time + t.system_time for t in p.threads() if t.id == p.pid),
+                        None)
+        except (psutil.Error, OSError):
+            return None
+        if used is None:
+            return None
+        now = time.monotonic()
+        before = self._main_cpu.get(p.pid)
+        self._main_cpu[p.pid] = (now, used)
+        if before is None or now <= before[0]:
+            return None
+        return max(0.0, (used - before[1]) / (now - before[0]) * 100)
 
 
 def max_sm_clock_mhz(src: NvmlSource, index: int) -> int | None:

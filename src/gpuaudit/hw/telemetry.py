@@ -27,6 +27,7 @@ from .nvml import (
     KERNEL_XIDS,
     NOT_RECORDED,
     PROCESS_INFO,
+    PROCESS_UTILIZATION,
     TRACE_FORMAT,
     XID_EVENTS,
     Arg,
@@ -107,11 +108,16 @@ def read_static(src: NvmlSource, index: int) -> GpuStatic:
 
 def _processes(r: Reader, h: Dev) -> tuple[ProcessSample, ...]:
     out = []
-    for pid, (_kind, used) in (running_processes(r, h) or {}).items():
+    running = running_processes(r, h) or {}
+    util = {}
+    if running:
+        util = {int(u["pid"]): float(u["sm_pct"])
+                for u in r.get("process_utilization", PROCESS_UTILIZATION, h) or ()}
+    for pid, (_kind, used) in running.items():
         info = r.get(f"processes.{pid}", PROCESS_INFO, pid) or {}
         r.unavailable.pop(f"processes.{pid}", None)
         out.append(ProcessSample(pid=pid, user=info.get("user"), command=info.get("command"),
-                                 used_memory_bytes=used))
+                                 used_memory_bytes=used, sm_util_pct=util.get(pid)))
     return tuple(out)
 
 

@@ -21,6 +21,8 @@ class ProcessSample(Record):
     user: str | None = None
     command: str | None = None
     used_memory_bytes: int | None = None
+    # its share of the GPU's SM time over the last interval (NVML's per-process samples)
+    sm_util_pct: float | None = None
 
 
 class XidEvent(Record):
