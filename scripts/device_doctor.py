@@ -2,8 +2,9 @@
 
 - known: every known-answer workload (examples/doctor) under `gpuaudit doctor --profile-steps
   5`; a table of expected vs top finding with its evidence;
-- overhead: the LM preset (examples/doctor/healthy.py, GPT-2 small's shape, bf16) alone and
-  under the doctor (at 500 ms and at 100 ms), alternated, median step times compared;
+- overhead: the LM preset (examples/doctor/healthy.py, GPT-2 small's shape, bf16) alone,
+  under the doctor with its markers only, and with the bootstrap and py-spy's stack sampling
+  (the default), alternated, median step times compared;
 - tune: `gpuaudit tune` on the same LM, out-of-memory included.
 
 `--dry` runs what a CPU can (the CPU-observable workloads, a short overhead run, tune on the
@@ -110,8 +111,12 @@ def overhead(out: Path, dry: bool, log: list[str]) -> None:
     device, seconds, rounds = ("cpu", "8", 1) if dry else ("cuda", "20", 2)
     job = [sys.executable, "healthy.py", "--device", device, "--seconds", seconds]
     doctor = [sys.executable, "-m", "gpuaudit", "doctor"]
-    configs = {"alone": job, "doctor 500 ms": [*doctor, "--", *job],
-               "doctor 100 ms": [*doctor, "--interval", "100ms", "--", *job]}
+    # The job marks its steps (gpuaudit.step()); under the doctor with --no-inject they are
+    # all the doctor learns from inside; by default the bootstrap's hooks and py-spy's
+    # sampling come on top.
+    configs = {"alone": job,
+               "doctor, markers only": [*doctor, "--no-inject", "--no-stacks", "--", *job],
+               "doctor, bootstrap + stacks": [*doctor, "--", *job]}
     got: dict[str, list[float]] = {k: [] for k in configs}
     for _ in range(rounds):
         for k, cmd in configs.items():

@@ -48,6 +48,7 @@ class StepTimes:
     wait_s: tuple[float | None, ...] = ()
     syncs: tuple[int, ...] = ()
     sync_s: tuple[float, ...] = ()
+    new_shapes: tuple[bool, ...] = ()  # a convolution met a new shape (cudnn.benchmark on)
 
     def since(self, start_s: float | None) -> StepTimes:
         """The steps that began at or after `start_s` (the step before gives the start)."""
@@ -56,7 +57,7 @@ class StepTimes:
         first = next((i for i, t in enumerate(self.end_s) if t >= start_s), len(self.end_s))
         keep = slice(first, None)
         return StepTimes(self.pid, self.source, self.end_s[keep], self.wait_s[keep],
-                         self.syncs[keep], self.sync_s[keep])
+                         self.syncs[keep], self.sync_s[keep], self.new_shapes[keep])
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def _float(text: str) -> float | None:
 
 
 def _read_steps(path: Path, pid: int, markers: bool, problems: list[str]) -> list[StepTimes]:
-    rows: dict[str, list[tuple[float, float | None, int, float]]] = {}
+    rows: dict[str, list[tuple[float, float | None, int, float, bool]]] = {}
     with path.open(errors="replace") as f:
         for n, line in enumerate(f, 1):
             if n > MAX_LINES:
@@ -121,18 +122,18 @@ def _read_steps(path: Path, pid: int, markers: bool, problems: list[str]) -> lis
             try:
                 end, wait = float(parts[0]), _float(parts[1]) if len(parts) > 1 else None
                 if markers:
-                    rows.setdefault("markers", []).append((end, wait, 0, 0.0))
+                    rows.setdefault("markers", []).append((end, wait, 0, 0.0, False))
                 else:
                     source = {"opt": "optimizer", "batch": "batches"}[parts[4]]
+                    new = len(parts) > 5 and parts[5] == "1"
                     rows.setdefault(source, []).append((end, wait, int(parts[2]),
-                                                        float(parts[3])))
+                                                        float(parts[3]), new))
             except (IndexError, ValueError, KeyError):
                 problems.append(f"{path.name} line {n}: not a step line")
     out = []
     for source, got in rows.items():
         got.sort()
-        out.append(StepTimes(pid, source, tuple(r[0] for r in got), tuple(r[1] for r in got),
-                             tuple(r[2] for r in got), tuple(r[3] for r in got)))
+        out.append(StepTimes(pid, source, *(tuple(r[i] for r in got) for i in range(5))))
     return out
 
 

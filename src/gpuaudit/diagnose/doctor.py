@@ -90,7 +90,7 @@ def _steps_in(steps: StepTimes, window: Window) -> StepTimes:
         return tuple(values[i] for i in keep if i < len(values))
 
     return StepTimes(steps.pid, steps.source, pick(steps.end_s), pick(steps.wait_s),
-                     pick(steps.syncs), pick(steps.sync_s))
+                     pick(steps.syncs), pick(steps.sync_s), pick(steps.new_shapes))
 
 
 def diagnose(ev: Evidence) -> Diagnosis:
@@ -109,9 +109,10 @@ def diagnose(ev: Evidence) -> Diagnosis:
     steps = None
     if all_steps is not None:
         seen = _steps_in(all_steps, window)
+        auto = seen.source != "markers"
         steps = step_stats(seen.end_s, seen.wait_s, source=SOURCES[seen.source],
-                           syncs=seen.syncs if seen.source != "markers" else (),
-                           sync_s=seen.sync_s if seen.source != "markers" else ())
+                           syncs=seen.syncs if auto else (), sync_s=seen.sync_s if auto else (),
+                           new_shapes=seen.new_shapes if auto else ())
         if steps:
             sources["steps"] = f"{steps.source}, {steps.steps} steps (pid {seen.pid})"
     chunks = [c for c in ev.stacks if window.clear_of(c.start_s, c.end_s)] or ev.stacks

@@ -40,6 +40,10 @@ class StepStats:
     source: str = "gpuaudit.step() markers"
     syncs_per_step: float | None = None  # host syncs (median per step), where counted
     sync_wait_median_s: float | None = None  # time blocked in them, per step
+    # steps in which a convolution met a new input shape under cudnn.benchmark, and the time
+    # they took beyond the median of the others, as a share of all the steps' time
+    new_shape_steps: int = 0
+    new_shape_extra_share: float = 0.0
 
     @property
     def steps_per_s(self) -> float:
@@ -127,7 +131,8 @@ SOURCES = {"markers": "gpuaudit.step() markers",
 
 def step_stats(times_s: Sequence[float], waits_s: Sequence[float | None] = (), *,
                skip: int = 1, source: str = "gpuaudit.step() markers",
-               syncs: Sequence[int] = (), sync_s: Sequence[float] = ()) -> StepStats | None:
+               syncs: Sequence[int] = (), sync_s: Sequence[float] = (),
+               new_shapes: Sequence[bool] = ()) -> StepStats | None:
     """Step durations from the times the steps ended; the first `skip` steps (warm-up:
     allocation, autotuning, compilation) are left out when there are enough. Per-step
     values (waits, syncs) belong to the step that ends at the same index."""
@@ -140,13 +145,14 @@ def step_stats(times_s: Sequence[float], waits_s: Sequence[float | None] = (), *
         return [values[i] for i in order][1:]
 
     durations = [b - a for a, b in itertools.pairwise(times)]
-    waits, n_syncs, blocked = per_step(waits_s), per_step(syncs), per_step(sync_s)
+    waits, n_syncs, blocked, new = (per_step(v) for v in (waits_s, syncs, sync_s, new_shapes))
     if len(durations) > skip + 2:
         durations = durations[skip:]
-        waits, n_syncs, blocked = (v[skip:] if len(v) > skip + 2 else v
-                                   for v in (waits, n_syncs, blocked))
+        waits, n_syncs, blocked, new = (v[skip:] if len(v) > skip + 2 else v
+                                        for v in (waits, n_syncs, blocked, new))
     if not durations:
         return None
+    new_steps, extra = _new_shape_cost(durations, new)
     waits = [w for w in waits if w is not None]
     d = sorted(durations)
     return StepStats(steps=len(durations), median_s=statistics.median(d),
@@ -154,4 +160,17 @@ def step_stats(times_s: Sequence[float], waits_s: Sequence[float | None] = (), *
                      data_wait_median_s=statistics.median(waits) if waits else None,
                      source=source,
                      syncs_per_step=statistics.median(n_syncs) if n_syncs else None,
-                     sync_wait_median_s=statistics.median(blocked) if blocked else None)
+                     sync_wait_median_s=statistics.median(blocked) if blocked else None,
+                     new_shape_steps=new_steps, new_shape_extra_share=extra)
+
+
+def _new_shape_cost(durations: Sequence[float], new: Sequence[bool]) -> tuple[int, float]:
+    """Steps flagged new-shape, and their time beyond the median of the other steps as a
+    share of all the steps' time."""
+    if len(new) != len(durations) or not any(new):
+        return 0, 0.0
+    others = [d for d, n in zip(durations, new, strict=True) if not n]
+    base = statistics.median(others) if others else min(durations)
+    extra = sum(max(0.0, d - base) for d, n in zip(durations, new, strict=True) if n)
+    total = sum(durations)
+    return sum(new), (extra / total if total > 0 else 0.0)

@@ -18,7 +18,8 @@ GIB = 1 << 30
 UNDERUSED = 0.5  # the GPU idle at least this share: some finding must account for it
 # Findings that account for a GPU's idle time (their share is idle time they explain).
 EXPLAINS_IDLE = ("input-bound", "host-bound", "launch-bound", "host-syncs", "copy-bound",
-                 "batch-too-small", "comm-bound", "compilation", "gpu-idle", "shared-gpu")
+                 "batch-too-small", "comm-bound", "compilation", "gpu-idle", "shared-gpu",
+                 "cudnn-autotune")
 
 
 def memory_nearly_full(sig: Signals) -> list[Result]:

@@ -14,14 +14,17 @@ changing the job's code, results, output or exit status.
   blocked in them and the line of the job that called them;
 - compilation: torch.compile's start and end callbacks, the reasons dynamo gives for each
   recompile, and its recompile-limit warnings;
+- cuDNN autotuning: with `torch.backends.cudnn.benchmark` on, the steps in which a
+  convolution met an input shape it had not seen (each such shape is benchmarked again);
 - `--profile-steps N`: torch.profiler over N steady steps (after warm-up and compilation).
 
 What it finds goes to files in $GPUAUDIT_DOCTOR_DIR, one set per process (the doctor's
 `diagnose.channel` reads them):
 
     boot-PID.json       what was installed, the interpreter, problems met
-    autosteps-PID.txt   "END_S WAIT_S SYNCS SYNC_S SOURCE" a step ("opt" or "batch";
-                        WAIT_S "-" when the process never iterated a DataLoader)
+    autosteps-PID.txt   "END_S WAIT_S SYNCS SYNC_S SOURCE NEW" a step ("opt" or "batch";
+                        WAIT_S "-" when the process never iterated a DataLoader; NEW 1
+                        when a convolution met a new shape under cudnn.benchmark)
     steps-PID.txt       "END_S WAIT_S" a step marked by gpuaudit.step() (the Python API)
     syncs-PID.json      the sync call sites: what, where, calls, seconds blocked
     events-PID.jsonl    compile starts/ends, recompile reasons, limit warnings
@@ -134,18 +137,19 @@ class Profiler:
 
 
 class _Tally:
-    """What happened since the last step of one kind: batch waits and syncs."""
+    """What happened since the last step of one kind: batch waits, syncs, new shapes."""
 
-    __slots__ = ("sync_s", "syncs", "wait_s")
+    __slots__ = ("new_shape", "sync_s", "syncs", "wait_s")
 
     def __init__(self):
         self.wait_s = 0.0
         self.syncs = 0
         self.sync_s = 0.0
+        self.new_shape = False
 
     def take(self):
-        out = (self.wait_s, self.syncs, self.sync_s)
-        self.wait_s, self.syncs, self.sync_s = 0.0, 0, 0.0
+        out = (self.wait_s, self.syncs, self.sync_s, self.new_shape)
+        self.wait_s, self.syncs, self.sync_s, self.new_shape = 0.0, 0, 0.0, False
         return out
 
 
@@ -208,17 +212,17 @@ class Job:
             return  # a second optimizer (a GAN's) in the same step
         now = time.monotonic()
         with self.lock:
-            wait, syncs, sync_s = self.opt_tally.take()
+            wait, syncs, sync_s, new = self.opt_tally.take()
             self.auto.add(now, wait if self.loader_seen else None,
-                          f" {syncs} {sync_s:.6f} opt")
+                          f" {syncs} {sync_s:.6f} opt {int(new)}")
         self._profile_step(now)
 
     def batch_begins(self, now):
         """A DataLoader's __next__ starts: the previous batch's step ends (inference jobs)."""
         if self.batch_started is not None and self.auto.count == 0:
             with self.lock:
-                wait, syncs, sync_s = self.batch_tally.take()
-                self.batches.add(now, wait, f" {syncs} {sync_s:.6f} batch")
+                wait, syncs, sync_s, new = self.batch_tally.take()
+                self.batches.add(now, wait, f" {syncs} {sync_s:.6f} batch {int(new)}")
             self._profile_step(now)
         self.batch_started = now
 
@@ -244,6 +248,9 @@ class Job:
             self.marker_wait = None
         if self.auto.count == 0:
             self._profile_step(now)
+
+    def new_shape(self):
+        self.opt_tally.new_shape = self.batch_tally.new_shape = True
 
     def synced(self, what, started, where):
         seconds = time.perf_counter() - started
@@ -373,10 +380,18 @@ def _caller(depth=2):
     return "?"
 
 
+def _not_compiling():
+    """False while torch.compile traces (our wrappers then step aside: no graph breaks)."""
+    torch = sys.modules.get("torch")
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return compiling is None or not compiling()
+
+
 def _sync_method(orig, what, cuda_only):
     def wrapper(self, *args, **kwargs):
         job = JOB
-        if job is None or (cuda_only and not getattr(self, "is_cuda", False)):
+        if job is None or not _not_compiling() or \
+                (cuda_only and not getattr(self, "is_cuda", False)):
             return orig(self, *args, **kwargs)
         started = time.perf_counter()
         try:
@@ -395,7 +410,7 @@ def _sync_method(orig, what, cuda_only):
 def _sync_function(orig, what):
     def wrapper(*args, **kwargs):
         job = JOB
-        if job is None:
+        if job is None or not _not_compiling():
             return orig(*args, **kwargs)
         started = time.perf_counter()
         try:
@@ -457,6 +472,43 @@ def _hook_syncs(torch):
         owner.synchronize = _sync_method(owner.synchronize, owner.__name__ + ".synchronize", False)
 
 
+CONVS = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+         "conv_transpose3d")
+
+
+def _hook_conv_shapes(torch):
+    """Under cudnn.benchmark every new input shape of a convolution is benchmarked again:
+    note the steps that met one."""
+    import torch.nn.functional as F
+
+    cudnn = torch.backends.cudnn
+    seen = set()
+
+    def watch(orig, name):
+        def wrapper(input, weight, *args, **kwargs):
+            if cudnn.benchmark and JOB is not None and _not_compiling():
+                try:
+                    if input.is_cuda:
+                        key = (name, tuple(input.shape), tuple(weight.shape), input.dtype,
+                               tuple(None if hasattr(a, "shape") else a for a in args),
+                               tuple(sorted(kwargs.items())))
+                        if key not in seen:
+                            seen.add(key)
+                            JOB.new_shape()
+                except Exception:
+                    pass
+            return orig(input, weight, *args, **kwargs)
+
+        wrapper.__name__ = getattr(orig, "__name__", name)
+        wrapper.__doc__ = getattr(orig, "__doc__", None)
+        wrapper.__wrapped__ = orig
+        return wrapper
+
+    for name in CONVS:
+        if hasattr(F, name):
+            setattr(F, name, watch(getattr(F, name), name))
+
+
 def _compile_args(args):
     a = args[0] if args else None
     trigger = getattr(getattr(a, "callback_trigger", None), "name", None)
@@ -495,7 +547,7 @@ def _hook_dynamo(dynamo):
 
 
 TORCH_HOOKS = (("optimizer", _hook_optimizer), ("dataloader", _hook_dataloader),
-               ("syncs", _hook_syncs))
+               ("syncs", _hook_syncs), ("conv-shapes", _hook_conv_shapes))
 
 
 def _torch_imported(job, torch):
