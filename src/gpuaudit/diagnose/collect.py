@@ -16,9 +16,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from gpuaudit.errors import BadInputError
+from gpuaudit.model import utc_now
 
 from . import launch
 from .channel import ENV_DIR, ENV_PROFILE, PROFILE_REQUEST, ChannelData, read_channel
@@ -83,18 +85,23 @@ class AutoProfile:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        steps_from = None  # when the job's first steps reached the channel
         while not self._stop.wait(1.0):
-            if not any(self.channel.glob("boot-*.json")):
+            if steps_from is None:
+                if any(self.channel.glob("*steps-*.txt")):
+                    steps_from = utc_now()
                 continue
-            why = self.idle_gpu()
+            why = self.idle_gpu(steps_from)
             if why:
                 self.why = why
                 (self.channel / PROFILE_REQUEST).write_text(str(AUTO_PROFILE_STEPS))
                 return
 
-    def idle_gpu(self) -> str | None:
+    def idle_gpu(self, since: datetime) -> str | None:
+        """Why to profile, judged on the samples since the job began its steps (the GPU idles
+        while a job imports and builds its model: that says nothing)."""
         pids = self.job_pids()
-        samples = self.watcher.recent_samples(AUTO_SAMPLES)
+        samples = [s for s in self.watcher.recent_samples(AUTO_SAMPLES) if s.time >= since]
         if len(samples) < AUTO_SAMPLES:
             return None
         utils = [g.utilization_gpu_pct for s in samples for g in s.gpus
@@ -194,8 +201,6 @@ def _watcher(pid: int, opts: WatchOptions) -> Watcher | None:
 def evidence(data: WatchData | None, found: ChannelData, *, pid: int,
              command: tuple[str, ...] | None, exit_code: int | None, notes: list[str],
              injected: bool) -> Evidence:
-    from gpuaudit.model import utc_now
-
     data = data or WatchData(started_at=utc_now(), ended_at=time.monotonic())
     trace, trace_name = None, None
     if found.traces:

@@ -59,18 +59,23 @@ def from_evidence(path: Path) -> Diagnosis:
 
 @dataclass(frozen=True)
 class Window:
-    """The part of the job diagnosed: from `start_s` on, without the `excluded` spans."""
+    """The part of the job diagnosed: from `start_s` to `end_s`, without the `excluded`
+    spans."""
 
     start_s: float | None
+    end_s: float | None = None
     excluded: tuple[tuple[float, float], ...] = ()
 
     def keeps(self, t: float) -> bool:
         return (self.start_s is None or t >= self.start_s) and \
+            (self.end_s is None or t <= self.end_s) and \
             not any(a <= t <= b for a, b in self.excluded)
 
-    def clear_of(self, a: float, b: float) -> bool:
-        """The span [a, b] touches no excluded span."""
-        return not any(a <= y and x <= b for x, y in self.excluded)
+    def mostly_in(self, a: float, b: float) -> bool:
+        """At least half of the span [a, b] lies between the window's start and end."""
+        lo = a if self.start_s is None else max(a, self.start_s)
+        hi = b if self.end_s is None else min(b, self.end_s)
+        return b <= a or hi - lo >= (b - a) / 2
 
 
 def _profiled(ev: Evidence) -> tuple[tuple[float, float], ...]:
@@ -100,7 +105,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
     all_steps = main_steps(ev.markers, ev.auto)
     comp = compile_stats(ev.events, job_start_s=ev.started_mono_s, job_end_s=ev.ended_mono_s,
                          steps=all_steps)
-    window = Window(_window_start(comp, all_steps), _profiled(ev))
+    window = Window(_window_start(comp, all_steps), _window_end(all_steps), _profiled(ev))
     notes += _window_notes(comp, window)
     samples = [s for s in ev.samples if window.keeps(ev.mono(s.time))]
     ticks = [t for t in ev.proc_ticks if window.keeps(t.time_s)]
@@ -115,9 +120,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
                            new_shapes=seen.new_shapes if auto else ())
         if steps:
             sources["steps"] = f"{steps.source}, {steps.steps} steps (pid {seen.pid})"
-    chunks = [c for c in ev.stacks if window.clear_of(c.start_s, c.end_s)] or ev.stacks
-    stacks = main_thread(chunks, pid=all_steps.pid if all_steps else None,
-                         start_s=window.start_s)
+    chunks = [c for c in ev.stacks if window.mostly_in(c.start_s, c.end_s)] or ev.stacks
+    stacks = main_thread(chunks, pid=all_steps.pid if all_steps else None)
     if stacks is not None:
         sources["stacks"] = (f"py-spy, {stacks.samples} samples of the main thread of pid "
                              f"{stacks.pid} ({stacks.seconds:.0f} s)")
@@ -158,6 +162,14 @@ def _window_start(comp: CompileStats | None, steps: StepTimes | None) -> float |
     if comp is not None:
         return comp.steady_from_s
     return steps.end_s[0] if steps is not None and steps.end_s else None
+
+
+def _window_end(steps: StepTimes | None) -> float | None:
+    """After the last step the job shuts down (saving, printing, exiting): not its steady
+    state. None without steps."""
+    if steps is None or len(steps.end_s) < 2:
+        return None
+    return steps.end_s[-1]
 
 
 def _window_notes(comp: CompileStats | None, window: Window) -> list[str]:

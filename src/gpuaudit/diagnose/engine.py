@@ -28,13 +28,14 @@ RULES = (*GPU_RULES[:3], copy_bound, *GPU_RULES[3:], *HOST_RULES, *JOB_RULES)
 # A finding that explains another's numbers silences it (the SMs idle *because* of copies).
 SUPPRESSED_BY = {
     "gpu-idle": {"input-bound", "host-bound", "launch-bound"},
-    "batch-too-small": {"copy-bound", "input-bound"},
+    # (a GPU idle because the host builds the batches is not short of work per step)
+    "batch-too-small": {"copy-bound", "input-bound", "host-bound"},
     "launch-bound": {"copy-bound"},
     "host-bound": {"copy-bound"},
 }
-# A job that spent most of its window compiling: its GPU idled for that, not for the reasons
-# the idle-time rules would give.
-COMPILE_DOMINANT = 0.5
+# A job that spent most of its window compiling or autotuning: its GPU idled (and its host
+# synced) for that, not for the reasons the idle-time rules would give.
+DOMINANT = {"compilation": 0.5, "cudnn-autotune": 0.5}
 IDLE_RULES = {"input-bound", "gpu-idle", "batch-too-small", "host-bound", "launch-bound",
               "host-syncs"}
 _ORDER = {rule.__name__.replace("_", "-"): i for i, rule in enumerate(RULES)}
@@ -87,8 +88,7 @@ def diagnose(sig: Signals) -> tuple[list[Bottleneck], list[Change]]:
     codes = set(best)
     results = [r for r in best.values()
                if not (SUPPRESSED_BY.get(r.finding.code, set()) & codes)]
-    if any(r.finding.code == "compilation" and r.finding.share >= COMPILE_DOMINANT
-           for r in results):
+    if any(r.finding.share >= DOMINANT.get(r.finding.code, 2.0) for r in results):
         results = [r for r in results if r.finding.code not in IDLE_RULES]
     results += unexplained_idle(sig, results)
     results.sort(key=lambda r: (-r.finding.severity.rank, -r.finding.share,

@@ -193,24 +193,29 @@ def _launch_result(share: float, confidence: str, ev: list[Observation], gpu: in
 def tensor_cores_unused(sig: Signals) -> list[Result]:
     """FP32 matmuls: the SMs are busy (≥ 40 %) with the FP32 pipes doing the work (≥ 15 %)
     and tensor activity under 5 % (GPM); or the profiled matmul kernels take ≥ 20 % of
-    kernel time and under 10 % of it runs on tensor cores (kernel names)."""
+    kernel time and under 10 % of it runs on tensor cores (kernel names). The share is of
+    the job's time, not of the GPU's busy time: FP32 matmuls on a GPU that idles 97 % of
+    the time cost little (an H200 job whose batches were built on the CPU read 81 % of its
+    kernel time in FP32 matmuls, 2.5 % of its time)."""
     ratio_tf32, ratio_bf16, ratio_basis = _tc_ratios(sig)
     t = sig.trace
     if t and t.cuda and t.kernel_time_us > 0 and (tc := t.tensor_core_share) is not None:
         no_tc = t.matmul_time_us.get("no tensor cores (fp32)", 0.0)
         f = no_tc / t.kernel_time_us
         if tc < 0.1 and f >= 0.2:
+            of_job = min(f, t.devices[0].share(no_tc)) if t.devices else f
             ev = [obs("matmul_time_on_tensor_cores", tc, "fraction", trace_source(t)),
                   obs("fp32_matmul_time", f, "of kernel time", trace_source(t))]
             ev += [obs("kernel", name[:90], "", f"{us / 1000:.1f} ms, {kind}")
                    for name, us, kind in t.top_matmuls[:3]]
-            return [_tc_result(f, "high", ev, None, ratio_tf32, ratio_bf16, ratio_basis)]
+            return [_tc_result(of_job, "high", ev, None, ratio_tf32, ratio_bf16,
+                               ratio_basis)]
     for g in sig.gpus:
         s, tensor, fp32 = g.sm_activity_pct, g.tensor_activity_pct, g.fp32_activity_pct
         if s is None or tensor is None or fp32 is None:
             continue
         if s >= 40 and tensor < 5 and fp32 >= 15:
-            f = min(fp32 / s, 1.0)  # the share of the busy time in FP32 math
+            f = min(fp32 / 100, 1.0)  # the share of the time in FP32 math
             ev = [gpu_obs(g, "sm_activity_pct"), gpu_obs(g, "tensor_activity_pct"),
                   gpu_obs(g, "fp32_activity_pct")]
             return [_tc_result(f, "high", ev, g.index, ratio_tf32, ratio_bf16, ratio_basis)]

@@ -29,7 +29,11 @@ from .stacks import HostStacks
 IDLE = 0.5  # the GPU idle at least this share of the time: the host may be the limit
 HOST_SHARE = 0.3  # the main thread's share in the job's own code and libraries
 TORCH_SHARE = 0.5  # the main thread's share issuing PyTorch ops (launch-bound)
-BUSY_THREAD_PCT = 70.0  # the main thread on the CPU at least this much of a core
+# The trainer busy on the CPU at least this much of a core: PyTorch issues its work from one
+# thread at a time (the main thread forward, autograd's thread backward), so the process's
+# CPU, not the main thread's alone, says the issuing is saturated (an H200 job launching 724
+# kernels a step read 98 % for the process).
+BUSY_TRAINER_PCT = 85.0
 SYNC_SOURCE = "the bootstrap's sync wrappers (per step)"
 
 
@@ -145,22 +149,24 @@ def _host_changes(share: float, function: str | None, library: str | None
 
 
 def launch_bound_host(sig: Signals) -> list[Result]:
-    """The SMs are mostly idle (< 50 % busy) while the main thread, busy on the CPU (≥ 70 % of
-    a core), spends ≥ 50 % of its samples in PyTorch's Python (modules' forward, autograd,
-    the optimizer): the host cannot issue kernels as fast as the GPU runs them. Share: the
-    smaller of that share and the SMs' idle share."""
+    """The SMs are mostly idle (< 50 % busy) while the trainer, busy on the CPU (≥ 85 % of a
+    core), spends ≥ 50 % of its main thread's samples in PyTorch's Python (modules' forward,
+    autograd, the optimizer): the host cannot issue kernels as fast as the GPU runs them.
+    Share: the smaller of that share and the SMs' idle share."""
     h = sig.stacks
     g = sig.gpus[0] if sig.gpus else None
-    if h is None or g is None or g.sm_busy is None:
+    if h is None or g is None or g.sm_busy is None or sig.process is None:
         return []
-    cpu = main_thread_cpu(sig)
     torch_share = h.share("torch")
-    if g.sm_busy >= 0.5 or torch_share < TORCH_SHARE or cpu is None or cpu < BUSY_THREAD_PCT:
+    if g.sm_busy >= 0.5 or torch_share < TORCH_SHARE or \
+            sig.process.trainer_cpu_pct < BUSY_TRAINER_PCT:
         return []
     share = min(torch_share, 1 - g.sm_busy)
     ev = [gpu_obs(g, "utilization_pct"),
           gpu_obs(g, "sm_activity_pct") if g.sm_activity_pct is not None else None,
-          *_thread_obs(sig), obs("main_thread_in_pytorch", torch_share, "of its time",
+          obs("trainer_cpu", sig.process.trainer_cpu_pct, "% of a core",
+              process_source(sig.process), 1),
+          obs("main_thread_in_pytorch", torch_share, "of its time",
                                  stacks_source(h)), *_functions(h, 2)]
     return [_launch_result(share, "medium", [e for e in ev if e is not None], g.index)]
 

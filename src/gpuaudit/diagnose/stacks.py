@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from gpuaudit.hw.pystacks import Frame, StackChunk
 
 CLASSES = ("compile", "loader", "sync", "torch", "library", "own")
+# torch.profiler's own work (a short profile the doctor asked for, its trace being written):
+# the doctor's, not the job's; its samples are left out.
+_PROFILER = ("/torch/profiler/", "/torch/autograd/profiler")
 _COMPILE = ("/torch/_dynamo/convert_frame.py", "/torch/_dynamo/symbolic_convert.py",
             "/torch/_dynamo/output_graph.py", "/torch/_inductor/compile_fx.py",
             "/torch/_inductor/codecache.py", "/torch/_inductor/select_algorithm.py",
@@ -82,13 +85,15 @@ def _is_torch(file: str) -> bool:
 
 def classify(frames: Sequence[Frame]) -> str:
     files = [f.file for f in frames]
+    if not frames:
+        return "none"  # no Python on the thread: the interpreter starting or shutting down
+    if any(p in f for f in files for p in _PROFILER):
+        return "profiler"
     # (a module being imported is not compiling: torch's import runs through these files)
     if any(c in f.file for f in frames if f.function != "<module>" for c in _COMPILE):
         return "compile"
     if any("/torch/utils/data/" in f for f in files):
         return "loader"
-    if not frames:
-        return "own"
     leaf = files[-1]
     if any(leaf.endswith(s) for s in _SYNC_FILES) or \
             (leaf.endswith("/torch/cuda/__init__.py") and frames[-1].function == "synchronize"):
@@ -113,11 +118,9 @@ def _source(frame: Frame) -> str | None:
     return text[:120] or None
 
 
-def main_thread(chunks: Iterable[StackChunk], pid: int | None = None,
-                start_s: float | None = None) -> HostStacks | None:
-    """The stacks of the main thread of `pid` (None: the process with the most samples)
-    in the chunks that end after `start_s`."""
-    chunks = [c for c in chunks if start_s is None or c.end_s > start_s]
+def main_thread(chunks: Iterable[StackChunk], pid: int | None = None) -> HostStacks | None:
+    """The stacks of the main thread of `pid` (None: the process with the most samples)."""
+    chunks = list(chunks)
     by_pid: dict[int, list] = collections.defaultdict(list)
     rate = max((c.rate_hz for c in chunks), default=100) or 100
     for c in chunks:
@@ -129,9 +132,6 @@ def main_thread(chunks: Iterable[StackChunk], pid: int | None = None,
     if pid is None or pid not in by_pid:
         pid = max(by_pid, key=lambda p: sum(n for _f, n in by_pid[p]))
     stacks = by_pid[pid]
-    total = sum(n for _frames, n in stacks)
-    if not total:
-        return None
     shares: collections.Counter[str] = collections.Counter()
     libraries: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -139,8 +139,12 @@ def main_thread(chunks: Iterable[StackChunk], pid: int | None = None,
         collections.Counter)
     below: dict[tuple[str, str], collections.Counter[str]] = collections.defaultdict(
         collections.Counter)
-    for frames, count in stacks:
-        cls = classify(frames)
+    stacks = [(frames, count, classify(frames)) for frames, count in stacks]
+    stacks = [s for s in stacks if s[2] not in ("profiler", "none")]
+    total = sum(n for _f, n, _c in stacks)
+    if not total:
+        return None
+    for frames, count, cls in stacks:
         shares[cls] += count
         leaf_lib = _package(frames[-1].file) if frames else None
         if cls == "library" and leaf_lib:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RATE_HZ = 100
-CHUNK_S = 5
+CHUNK_S = 3  # short enough to leave a job's start and end out; py-spy restarts in ~0.1 s
 _PROCESS = re.compile(r'process (\d+):".*?";', re.S)  # its command line may hold newlines
 _FRAME = re.compile(r"^(?P<fn>.*) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
 _THREAD = re.compile(r"^thread \((?P<tid>\w+)\)(?::\s*(?P<name>.*))?$")
