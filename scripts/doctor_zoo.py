@@ -85,6 +85,8 @@ def run_case(name: str, case: dict, out: Path, deadline: float, log: list[str]) 
     if not save.exists():
         return {**row, "error": f"no diagnosis (exit {proc.returncode})"}
     d = json.loads(save.read_text())
+    if proc.returncode != 0:
+        return {**row, "error": f"the job failed (exit {d.get('exit_code')}): see zoo_log.txt"}
     findings = [{"code": f["code"], "severity": f["severity"], "share": f["share"]}
                 for f in d["findings"]]
     return {**row, "found": findings, "pass": judge(case["expected"], d["findings"]),

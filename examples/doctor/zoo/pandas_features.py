@@ -27,7 +27,7 @@ def features(rows):
     return torch.from_numpy(x), torch.from_numpy((df["amount"] > 60).to_numpy(np.float32))
 
 
-model = nn.Sequential(nn.Linear(28, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+model = nn.Sequential(nn.Linear(29, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                       nn.Linear(512, 1)).to(args.device)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 start, step = time.time(), 0

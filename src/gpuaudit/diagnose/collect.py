@@ -27,6 +27,7 @@ from .channel import ENV_DIR, ENV_PROFILE, PROFILE_REQUEST, ChannelData, read_ch
 from .kineto import analyse, read_trace
 from .recording import Evidence
 from .session import WatchData, Watcher, wait_for
+from .stacks import source_lines
 
 BOOTSTRAP_DIR = Path(__file__).with_name("bootstrap")
 AUTO = -1  # profile_steps: profile a few steps only if the GPU is mostly idle
@@ -213,4 +214,5 @@ def evidence(data: WatchData | None, found: ChannelData, *, pid: int,
         boots=found.boots, markers=found.markers, auto=found.auto,
         sync_sites=found.sync_sites, events=found.events, alloc_retries=found.alloc_retries,
         trace=trace, trace_name=trace_name, stacks=data.stacks,
-        stacks_reason=data.stacks_reason, injected=injected, notes=notes + found.problems)
+        stacks_reason=data.stacks_reason, source_lines=source_lines(data.stacks),
+        injected=injected, notes=notes + found.problems)

@@ -121,7 +121,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
         if steps:
             sources["steps"] = f"{steps.source}, {steps.steps} steps (pid {seen.pid})"
     chunks = [c for c in ev.stacks if window.mostly_in(c.start_s, c.end_s)] or ev.stacks
-    stacks = main_thread(chunks, pid=all_steps.pid if all_steps else None)
+    stacks = main_thread(chunks, pid=all_steps.pid if all_steps else None,
+                         sources=ev.source_lines)
     if stacks is not None:
         sources["stacks"] = (f"py-spy, {stacks.samples} samples of the main thread of pid "
                              f"{stacks.pid} ({stacks.seconds:.0f} s)")

@@ -41,9 +41,10 @@ class StepStats:
     syncs_per_step: float | None = None  # host syncs (median per step), where counted
     sync_wait_median_s: float | None = None  # time blocked in them, per step
     # steps in which a convolution met a new input shape under cudnn.benchmark, and the time
-    # they took beyond the median of the others, as a share of all the steps' time
+    # they took beyond the median of the others, as a share of all the steps' time (None:
+    # too few ordinary steps to compare with)
     new_shape_steps: int = 0
-    new_shape_extra_share: float = 0.0
+    new_shape_extra_share: float | None = 0.0
 
     @property
     def steps_per_s(self) -> float:
@@ -164,13 +165,17 @@ def step_stats(times_s: Sequence[float], waits_s: Sequence[float | None] = (), *
                      new_shape_steps=new_steps, new_shape_extra_share=extra)
 
 
-def _new_shape_cost(durations: Sequence[float], new: Sequence[bool]) -> tuple[int, float]:
+def _new_shape_cost(durations: Sequence[float], new: Sequence[bool]
+                    ) -> tuple[int, float | None]:
     """Steps flagged new-shape, and their time beyond the median of the other steps as a
-    share of all the steps' time."""
+    share of all the steps' time; None with fewer than 3 other steps to compare with (every
+    step met a new shape: an H200 job at a new resolution each step had none)."""
     if len(new) != len(durations) or not any(new):
         return 0, 0.0
     others = [d for d, n in zip(durations, new, strict=True) if not n]
-    base = statistics.median(others) if others else min(durations)
+    if len(others) < 3:
+        return sum(new), None
+    base = statistics.median(others)
     extra = sum(max(0.0, d - base) for d, n in zip(durations, new, strict=True) if n)
     total = sum(durations)
     return sum(new), (extra / total if total > 0 else 0.0)

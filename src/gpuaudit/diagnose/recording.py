@@ -51,6 +51,7 @@ class Evidence:
     trace_name: str | None = None
     stacks: list[StackChunk] = field(default_factory=list)
     stacks_reason: str | None = None  # why there are no stacks
+    source_lines: dict[str, str] = field(default_factory=dict)  # "file:line" → the line
     injected: bool = False  # the bootstrap was put on the job's PYTHONPATH
     profile_requested: str | None = None  # why the doctor asked for a profile mid-run
     notes: list[str] = field(default_factory=list)

@@ -304,27 +304,39 @@ def compilation(sig: Signals) -> list[Result]:
 def cudnn_autotune(sig: Signals) -> list[Result]:
     """`torch.backends.cudnn.benchmark` on while the convolutions' input shapes change: each
     new shape is benchmarked again. At least 3 steps of the window met a new shape and those
-    steps took ≥ 5 % of the steps' time beyond an ordinary step (their median)."""
+    steps took ≥ 5 % of the steps' time beyond an ordinary step (their median). Where almost
+    no step is ordinary (≥ half met a new shape, < 3 did not) there is nothing to compare
+    with: the share is then the share of the steps that paid for tuning, said so."""
     st = sig.steps
-    if st is None or st.new_shape_steps < 3 or st.new_shape_extra_share < 0.05:
+    if st is None or st.new_shape_steps < 3:
         return []
-    share = st.new_shape_extra_share
     src = "the bootstrap's convolution shapes, per step"
     ev = [obs("new_shape_steps", st.new_shape_steps, "", src),
-          obs("steps", st.steps, "", steps_source(st)),
-          obs("new_shape_extra_time", share, "of the steps' time", src)]
+          obs("steps", st.steps, "", steps_source(st))]
+    if st.new_shape_extra_share is None:
+        share = st.new_shape_steps / st.steps
+        if share < 0.5:
+            return []
+        cost = (f"{_pct(share)} of the steps: no step ran with algorithms already tuned, so "
+                "the cost is not measured against an ordinary one")
+        basis = f"{_pct(share)} of the steps pay for tuning (the cost of each not measured)"
+    else:
+        share = st.new_shape_extra_share
+        if share < 0.05:
+            return []
+        ev.append(obs("new_shape_extra_time", share, "of the steps' time", src))
+        cost = f"{_pct(share)} of the time"
+        basis = f"the new-shape steps' extra time is {_pct(share)} of the steps' time"
     msg = (f"cudnn.benchmark is on and {st.new_shape_steps} of {st.steps} steps met a "
            f"convolution input shape not seen before: each new shape is benchmarked again "
-           f"({_pct(share)} of the time)")
+           f"({cost})")
     return [Result(
         _finding("cudnn-autotune", "cuDNN autotuning every new shape", share, "high", msg, ev,
                  sig.gpus[0].index if sig.gpus else None),
         (Proposal(action="turn cudnn.benchmark off while the input shapes vary, or bring the "
                          "inputs to a few fixed sizes (each is then tuned once)",
                   settings="torch.backends.cudnn.benchmark = False  # the shapes vary",
-                  gain_low=amdahl(share / 2), gain_high=amdahl(share),
-                  gain_basis=f"the new-shape steps' extra time is {_pct(share)} of the "
-                             "steps' time"),))]
+                  gain_low=amdahl(share / 2), gain_high=amdahl(share), gain_basis=basis),))]
 
 
 RULES = (host_syncs, compilation, cudnn_autotune, host_bound, launch_bound_host)

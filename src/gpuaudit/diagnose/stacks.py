@@ -111,15 +111,25 @@ def _own(frame: Frame) -> bool:
             and not frame.file.endswith(_SYNC_FILES) and not frame.file.startswith("<"))
 
 
-def _source(frame: Frame) -> str | None:
-    if frame.line is None:
-        return None
-    text = linecache.getline(frame.file, frame.line).strip()
-    return text[:120] or None
+def source_lines(chunks: Iterable[StackChunk]) -> dict[str, str]:
+    """"file:line" → the source line, for the job's own frames: read while the job's files
+    are at hand (a saved evidence file may be diagnosed elsewhere)."""
+    out = {}
+    for c in chunks:
+        for f in c.frames:
+            key = f"{f.file}:{f.line}"
+            if f.line is not None and key not in out and _own(f):
+                text = linecache.getline(f.file, f.line).strip()
+                if text:
+                    out[key] = text[:120]
+    return out
 
 
-def main_thread(chunks: Iterable[StackChunk], pid: int | None = None) -> HostStacks | None:
-    """The stacks of the main thread of `pid` (None: the process with the most samples)."""
+def main_thread(chunks: Iterable[StackChunk], pid: int | None = None,
+                sources: dict[str, str] | None = None) -> HostStacks | None:
+    """The stacks of the main thread of `pid` (None: the process with the most samples);
+    `sources`: the source lines of the job's frames (`source_lines`)."""
+    sources = sources or {}
     chunks = list(chunks)
     by_pid: dict[int, list] = collections.defaultdict(list)
     rate = max((c.rate_hz for c in chunks), default=100) or 100
@@ -167,7 +177,7 @@ def main_thread(chunks: Iterable[StackChunk], pid: int | None = None) -> HostSta
         functions.append(FunctionShare(
             function=key[0], where=f"{_short(frame.file)}:{frame.line or '?'}",
             share=round(count / total, 3), library=lib if lib != "own" else None,
-            line=_source(frame)))
+            line=sources.get(f"{frame.file}:{frame.line}")))
         if len(functions) == TOP:
             break
     return HostStacks(pid=pid, samples=total, seconds=round(total / rate, 3),
