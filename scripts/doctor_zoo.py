@@ -69,11 +69,13 @@ def run_case(name: str, case: dict, out: Path, deadline: float, log: list[str]) 
     budget = max(10.0, min(float(case.get("seconds", 10)) + 120, deadline - time.monotonic()))
     proc = subprocess.Popen(cmd, cwd=ZOO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    stopped = False
     try:
         stdout, stderr = proc.communicate(timeout=budget)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGINT)  # the doctor forwards it and diagnoses what ran
         stdout, stderr = proc.communicate(timeout=60)
+        stopped = True
     finally:
         if tenant is not None:
             os.killpg(tenant.pid, signal.SIGKILL)
@@ -85,7 +87,8 @@ def run_case(name: str, case: dict, out: Path, deadline: float, log: list[str]) 
     if not save.exists():
         return {**row, "error": f"no diagnosis (exit {proc.returncode})"}
     d = json.loads(save.read_text())
-    if proc.returncode != 0:
+    row["stopped"] = stopped
+    if proc.returncode != 0 and not (stopped and proc.returncode == 130):
         return {**row, "error": f"the job failed (exit {d.get('exit_code')}): see zoo_log.txt"}
     findings = [{"code": f["code"], "severity": f["severity"], "share": f["share"]}
                 for f in d["findings"]]

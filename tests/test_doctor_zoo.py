@@ -28,7 +28,9 @@ KNOWN_MISSES = {
 
 def _diagnose(name: str):
     ev = recording.load(EVIDENCE / f"{name}.json.gz")
-    if ev.exit_code:  # a recording of a job that failed says nothing about its case
+    # A job that failed says nothing about its case; one the runner stopped with Ctrl-C
+    # (130: still compiling at its time limit) is diagnosed on what ran, as users see it.
+    if ev.exit_code not in (0, 130):
         pytest.skip(f"the recorded run failed (exit {ev.exit_code}): to be recorded again")
     return doctor.diagnose(ev)
 
@@ -73,7 +75,7 @@ def test_unmodified_jobs_were_seen_from_inside():
     them) and its main thread's stacks sampled."""
     for name, case in CASES.items():
         ev = recording.load(EVIDENCE / f"{name}.json.gz")
-        if ev.exit_code:
+        if ev.exit_code not in (0, 130):
             continue
         assert ev.injected and ev.boots, name
         assert not ev.markers, name  # none of the zoo's jobs marks its own steps
