@@ -22,13 +22,14 @@ from .channel import StepTimes, main_steps
 from .collect import AUTO, WatchOptions
 from .compilation import CompileStats, compile_stats
 from .engine import build_signals, make_diagnosis
+from .evidence import Signals
 from .hoststats import SOURCES, is_python, step_stats
 from .kineto import TraceStats, analyse, read_trace
 from .recording import Evidence
 from .stacks import main_thread
 
 __all__ = ["AUTO", "WatchOptions", "attach", "diagnose", "from_evidence", "from_recordings",
-           "run"]
+           "run", "signals"]
 PROFILE_EXPORT_S = 0.5  # after a profile ends: its trace being written, the job paused
 MIN_SAMPLES = 3
 
@@ -100,6 +101,15 @@ def _steps_in(steps: StepTimes, window: Window) -> StepTimes:
 
 def diagnose(ev: Evidence) -> Diagnosis:
     """The diagnosis of gathered evidence."""
+    sig, sources, notes = signals(ev)
+    return make_diagnosis(sig, started_at=ev.started_at, duration_s=ev.duration_s,
+                          command=ev.command, pid=ev.pid, exit_code=ev.exit_code,
+                          sources=sources, notes=notes)
+
+
+def signals(ev: Evidence) -> tuple[Signals, dict[str, str], list[str]]:
+    """What the rules see of gathered evidence (over the steady-state window), where each
+    part came from, and the notes on what was left out or missing."""
     notes = list(ev.notes)
     sources: dict[str, str] = {}
     all_steps = main_steps(ev.markers, ev.auto)
@@ -151,9 +161,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
         hooks = sorted({h for b in ev.boots for h in b.hooks})
         sources["bootstrap"] = (f"{len(ev.boots)} Python process(es) of the job; hooks: "
                                 f"{', '.join(hooks) or 'none (torch not imported)'}")
-    return make_diagnosis(sig, started_at=ev.started_at, duration_s=ev.duration_s,
-                          command=ev.command, pid=ev.pid, exit_code=ev.exit_code,
-                          sources=sources, notes=notes)
+    return sig, sources, notes
 
 
 def _window_start(comp: CompileStats | None, steps: StepTimes | None) -> float | None:
