@@ -11,7 +11,16 @@ from gpuaudit.model import Bottleneck, Change, Diagnosis, Observation, Sample
 
 from .channel import SyncSite
 from .compilation import CompileStats
-from .evidence import Signals, gpu_source, obs, process_source, steps_source, trace_source
+from .evidence import (
+    Signals,
+    compile_source,
+    gpu_source,
+    obs,
+    process_source,
+    stacks_source,
+    steps_source,
+    trace_source,
+)
 from .findings import Result
 from .gpustats import gpu_stats, job_gpus
 from .hoststats import StepStats, process_stats
@@ -21,7 +30,7 @@ from .rules_copies import copy_bound
 from .rules_host import RULES as HOST_RULES
 from .rules_job import RULES as JOB_RULES
 from .rules_job import unexplained_idle
-from .stacks import HostStacks
+from .stacks import CLASSES, HostStacks
 
 # In this order ties of share and severity are broken.
 RULES = (*GPU_RULES[:3], copy_bound, *GPU_RULES[3:], *HOST_RULES, *JOB_RULES)
@@ -124,8 +133,24 @@ def summary(sig: Signals) -> list[Observation]:
             out.append(obs(f"gpu{g.index}.memory_used_max", g.memory_used_fraction, "fraction",
                            src))
     if sig.steps:
-        out += [obs("step_time", sig.steps.median_s, "s", steps_source(sig.steps), 4),
-                obs("steps_per_s", sig.steps.steps_per_s, "1/s", steps_source(sig.steps), 2)]
+        st = sig.steps
+        out += [obs("step_time", st.median_s, "s", steps_source(st), 4),
+                obs("steps_per_s", st.steps_per_s, "1/s", steps_source(st), 2)]
+        if st.data_wait_share is not None:
+            out.append(obs("batch_wait", st.data_wait_share, "of the step", steps_source(st)))
+        if st.syncs_per_step is not None:
+            out.append(obs("syncs_per_step", st.syncs_per_step, "", steps_source(st), 1))
+    if sig.stacks:
+        h = sig.stacks
+        out += [obs(f"main_thread.{cls}", h.share(cls), "of its time", stacks_source(h))
+                for cls in CLASSES if h.share(cls) >= 0.05]
+        if h.functions:
+            f = h.functions[0]
+            out.append(obs("main_thread.busiest", f"{f.function} ({f.where})", "",
+                           stacks_source(h)))
+    if sig.compile:
+        c = sig.compile
+        out.append(obs("compile_time", c.compile_s, "s", compile_source(c), 1))
     if sig.process:
         p = sig.process
         out += [obs("trainer_cpu", p.trainer_cpu_pct, "% of a core", process_source(p), 1),

@@ -234,8 +234,8 @@ def _tc_ratios(sig: Signals) -> tuple[float, float, str]:
 def _tc_result(f: float, confidence: str, ev: list[Observation], gpu: int | None,
                r_tf32: float, r_bf16: float, basis: str) -> Result:
     share = f * (1 - 1 / r_tf32)
-    msg = (f"matmuls run in FP32 on the CUDA cores ({_pct(f)} of the busy time): tensor "
-           "cores are not used")
+    msg = (f"matmuls run in FP32 on the CUDA cores ({_pct(f)} of the time): tensor cores are "
+           "not used")
     return Result(
         _finding("tensor-cores-unused", "Tensor cores unused", share, confidence, msg, ev, gpu),
         (Proposal(action="mixed precision: matmuls in bf16 on tensor cores",

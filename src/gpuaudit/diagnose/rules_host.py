@@ -24,7 +24,7 @@ from .findings import Proposal, Result, amdahl
 from .findings import finding as _finding
 from .findings import pct as _pct
 from .rules import _launch_result
-from .stacks import HostStacks
+from .stacks import HostStacks, short_path
 
 IDLE = 0.5  # the GPU idle at least this share of the time: the host may be the limit
 HOST_SHARE = 0.3  # the main thread's share in the job's own code and libraries
@@ -187,10 +187,10 @@ def host_syncs(sig: Signals) -> list[Result]:
     if not found:
         return []
     share, confidence, ev, msg, cuda = found
-    ev += [obs("sync_site", f"{s.what} at {s.where}: {s.calls} calls, {s.seconds:.2f} s "
-               "blocked", "", SYNC_SOURCE) for s in sig.sync_sites[:2]]
-    where = f" ({sig.sync_sites[0].what} at {sig.sync_sites[0].where})" if sig.sync_sites \
-        else ""
+    ev += [obs("sync_site", f"{s.what} at {short_path(s.where)}: {s.calls} calls, "
+               f"{s.seconds:.2f} s blocked", "", SYNC_SOURCE) for s in sig.sync_sites[:2]]
+    top = sig.sync_sites[0] if sig.sync_sites else None
+    where = f" ({top.what} at {short_path(top.where)})" if top else ""
     return [Result(
         _finding("host-syncs", "Host syncs in the loop", share, confidence, msg + where, ev,
                  severity=Severity.WARN if share >= 0.05 or not cuda else Severity.INFO),

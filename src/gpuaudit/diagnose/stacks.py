@@ -175,7 +175,7 @@ def main_thread(chunks: Iterable[StackChunk], pid: int | None = None,
         frame = lines[key].most_common(1)[0][0]
         lib = below[key].most_common(1)[0][0]
         functions.append(FunctionShare(
-            function=key[0], where=f"{_short(frame.file)}:{frame.line or '?'}",
+            function=key[0], where=f"{short_path(frame.file)}:{frame.line or '?'}",
             share=round(count / total, 3), library=lib if lib != "own" else None,
             line=sources.get(f"{frame.file}:{frame.line}")))
         if len(functions) == TOP:
@@ -195,6 +195,7 @@ def _spent_in(cls: str, leaf_lib: str | None) -> str:
             "loader": "the DataLoader", "compile": "torch.compile"}.get(cls, "own")
 
 
-def _short(file: str) -> str:
+def short_path(file: str) -> str:
+    """The file's folder and name: enough to find it, short enough to read."""
     parts = file.rsplit("/", 2)
     return "/".join(parts[-2:]) if len(parts) > 2 else file
