@@ -244,3 +244,23 @@ def test_sync_wrappers_count_the_cuda_calls_and_name_their_line(tmp_path):
 def _line_of(text: str) -> int:
     return next(i for i, ln in enumerate(Path(__file__).read_text().splitlines(), 1)
                 if text in ln and "_line_of" not in ln)
+
+
+def test_torchrun_ranks_are_followed(tmp_path):
+    job = script(tmp_path, """
+        import os, torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(20):
+            model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()
+        dist.destroy_process_group()
+        print("rank", os.environ["RANK"], "done")
+        """)
+    proc, d, ev = doctor(tmp_path, "--", sys.executable, "-m", "torch.distributed.run",
+                         "--nproc-per-node", "2", "--master-port", "29517", str(job))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(proc.stdout.split("\n")[:2]) == ["rank 0 done", "rank 1 done"]
+    ranks = [s for s in ev.auto if s.source == "optimizer"]
+    assert len(ranks) == 2 and all(len(s.end_s) == 20 for s in ranks)
+    assert d["sources"]["steps"].startswith("optimizer steps")
