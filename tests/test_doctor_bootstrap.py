@@ -228,7 +228,7 @@ def test_sync_wrappers_count_the_cuda_calls_and_name_their_line(tmp_path):
         def item(self):
             return 7
 
-    wrapped = boot._sync_method(Fake.item, "item", True)
+    wrapped = boot._synced(Fake.item, "item", boot._on_cuda)
     assert wrapped(Fake(True)) == 7  # no job: the original, untouched
     boot.JOB = boot.Job(str(tmp_path))
     assert wrapped(Fake(False)) == 7 and wrapped(Fake(True)) == 7  # line of the call site

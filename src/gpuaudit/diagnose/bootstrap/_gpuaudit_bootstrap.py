@@ -387,30 +387,16 @@ def _not_compiling():
     return compiling is None or not compiling()
 
 
-def _sync_method(orig, what, cuda_only):
-    def wrapper(self, *args, **kwargs):
-        job = JOB
-        if job is None or not _not_compiling() or \
-                (cuda_only and not getattr(self, "is_cuda", False)):
-            return orig(self, *args, **kwargs)
-        started = time.perf_counter()
-        try:
-            return orig(self, *args, **kwargs)
-        finally:
-            with contextlib.suppress(Exception):
-                job.synced(what, started, _caller())
-
-    wrapper.__name__ = getattr(orig, "__name__", what)
-    wrapper.__qualname__ = getattr(orig, "__qualname__", what)
-    wrapper.__doc__ = getattr(orig, "__doc__", None)
-    wrapper.__wrapped__ = orig
-    return wrapper
+def _on_cuda(args):
+    return bool(args) and getattr(args[0], "is_cuda", False)
 
 
-def _sync_function(orig, what):
+def _synced(orig, what, when=None):
+    """`orig` (a Tensor method or a torch.cuda function) timed and counted as a host sync,
+    where `when(args)` says it is one (a CPU tensor's .item() is not)."""
     def wrapper(*args, **kwargs):
         job = JOB
-        if job is None or not _not_compiling():
+        if job is None or not _not_compiling() or (when is not None and not when(args)):
             return orig(*args, **kwargs)
         started = time.perf_counter()
         try:
@@ -466,10 +452,10 @@ def _hook_dataloader(torch):
 
 def _hook_syncs(torch):
     for name in SYNCED:
-        setattr(torch.Tensor, name, _sync_method(getattr(torch.Tensor, name), name, True))
-    torch.cuda.synchronize = _sync_function(torch.cuda.synchronize, "cuda.synchronize")
+        setattr(torch.Tensor, name, _synced(getattr(torch.Tensor, name), name, _on_cuda))
+    torch.cuda.synchronize = _synced(torch.cuda.synchronize, "cuda.synchronize")
     for owner in (torch.cuda.Event, torch.cuda.Stream):
-        owner.synchronize = _sync_method(owner.synchronize, owner.__name__ + ".synchronize", False)
+        owner.synchronize = _synced(owner.synchronize, owner.__name__ + ".synchronize")
 
 
 CONVS = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
