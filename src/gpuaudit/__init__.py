@@ -6,8 +6,8 @@ The capabilities are plain functions returning `gpuaudit.model` records:
     >>> run = inspect_machine()          # snapshot + health findings
     >>> run.verdict, run.machine.gpus
 
-They and the others (`run_bench`, `Monitor`, `load_catalog`, `compare_job`, `recommend`...) are imported
-when first used, so `import gpuaudit` stays light and needs no torch.
+They and the others (`run_bench`, `Monitor`, `load_catalog`, `compare_job`, `recommend`...)
+are imported when first used, so `import gpuaudit` stays light and needs no torch.
 """
 
 from __future__ import annotations

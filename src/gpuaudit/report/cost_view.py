@@ -69,7 +69,10 @@ def _compact_offers(offers: Sequence[Offer], title: str | None) -> Table:
     return t
 
 
-def offer_view(o: Offer, location: str | None = None) -> Table:
+Replaced = Sequence[tuple[Offer, str | None, str]]  # (the other source's row, where, why)
+
+
+def offer_view(o: Offer, location: str | None = None, replaced: Replaced = ()) -> Table:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
@@ -96,6 +99,11 @@ def offer_view(o: Offer, location: str | None = None) -> Table:
         t.add_row("notes", escape(o.notes))
     if location:
         t.add_row("from", escape(location))
+    for other, where, why in replaced:
+        t.add_row("replaces", escape(
+            f"{other.key} from {other.source} (price date {other.price_date}"
+            + (f", {where}" if where else "") + f"): {why}; its on-demand was "
+            + f"{price(other.on_demand_price_per_hour)} {other.currency}/h"))
     return t
 
 
@@ -121,13 +129,18 @@ def findings_summary(findings: Sequence[Finding], offers: int) -> Text:
     return Text(f"{offers} offers checked: {errors} errors, {warnings} warnings", style=style)
 
 
-def offer_doc(o: Offer, location: str | None = None) -> dict[str, Any]:
+def offer_doc(o: Offer, location: str | None = None, replaced: Replaced = ()
+              ) -> dict[str, Any]:
     doc = o.model_dump(mode="json")
     doc["key"] = o.key
     doc["on_demand_price_per_gpu_hour"] = o.per_gpu(o.on_demand_price_per_hour)
     doc["spot_price_per_gpu_hour"] = o.per_gpu(o.spot_price_per_hour)
     if location is not None:
         doc["from"] = location
+    if replaced:
+        doc["replaces"] = [{"key": other.key, "source": other.source,
+                            "price_date": other.price_date.isoformat(), "from": where,
+                            "why": why} for other, where, why in replaced]
     return doc
 
 
