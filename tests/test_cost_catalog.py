@@ -4,11 +4,10 @@ user override, and the `catalog` commands with their exit codes and one-line err
 from __future__ import annotations
 
 import csv
-from collections import defaultdict
-
 import json
 import subprocess
 import sys
+from collections import defaultdict
 from datetime import date
 from pathlib import Path
 
@@ -21,9 +20,9 @@ from gpuaudit.cost.catalog import (
     compose_price,
     expected_gpu_count,
     import_catalog,
-    problem_summary,
     load_catalog,
     parse_key,
+    problem_summary,
     read_catalog_file,
     shipped_catalog_path,
     validate,
