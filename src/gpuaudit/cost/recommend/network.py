@@ -8,6 +8,7 @@ marketplace boxes, single-GPU VMs): it is not pooled for one job unless the user
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ NETWORKS: tuple[tuple[str, re.Pattern[str], Network], ...] = tuple(
     ))
 
 
+@functools.lru_cache(maxsize=4096)  # asked once per offer: 10,000 offers, a few dozen types
 def network_of(provider: str, instance_type: str) -> Network | None:
     """The published network between instances of this type, or None when none is known."""
     p = provider.casefold()
