@@ -83,8 +83,8 @@ class OffersListing:
                 lines += [r[0], "  " + self._line(r, rest)]
         dropped = [_COLUMNS[i][0] for i in range(len(_COLUMNS)) if i not in shown]
         if dropped:
-            lines.append(f"{', '.join(dropped)}: left out at this width (a wider terminal, "
-                         "`gpuaudit catalog show OFFER` or --json shows them)")
+            lines += [f"left out at this width: {', '.join(dropped)}",
+                      "(a wider terminal, `gpuaudit catalog show OFFER` or --json shows them)"]
         return "\n".join(line.rstrip() for line in lines)
 
     def _width(self, shown: list[int]) -> int:
