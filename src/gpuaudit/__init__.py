@@ -6,8 +6,8 @@ The capabilities are plain functions returning `gpuaudit.model` records:
     >>> run = inspect_machine()          # snapshot + health findings
     >>> run.verdict, run.machine.gpus
 
-The others (`run_bench`, `Monitor`, `load_catalog`, `compare_job`, `recommend`...) are imported
-when first used, so `import gpuaudit` stays light and needs no torch.
+They and the others (`run_bench`, `Monitor`, `load_catalog`, `compare_job`, `recommend`...)
+are imported when first used, so `import gpuaudit` stays light and needs no torch.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ import importlib
 from typing import Any
 
 from ._version import __version__
-from .inspect import check_machine, inspect_machine, read_snapshot
 
-# name → (module, attribute): the library API of layer 4, loaded on first use.
+# name → (module, attribute): the library API of layer 4, loaded on first use (the inspect
+# functions too: their NVML stack is not for a command that only reads prices).
 _LAZY = {
+    "check_machine": ("gpuaudit.inspect", "check_machine"),
+    "inspect_machine": ("gpuaudit.inspect", "inspect_machine"),
+    "read_snapshot": ("gpuaudit.inspect", "read_snapshot"),
     "audit": ("gpuaudit.audit", "audit"),
     "run_bench": ("gpuaudit.bench.runner", "run_bench"),
     "feed_findings": ("gpuaudit.bench.feed.verdict", "feed_findings"),
@@ -48,7 +51,7 @@ _LAZY = {
     "diagnose_recordings": ("gpuaudit.diagnose.doctor", "from_recordings"),
 }
 
-__all__ = ["__version__", "check_machine", "inspect_machine", "read_snapshot", *_LAZY]
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,48 +1,120 @@
-"""The `gpuaudit` command line: parses options, calls the capabilities, formats the result."""
+"""The `gpuaudit` command line: parses options, calls the capabilities, formats the result.
+
+Every command lives in its own module and is imported only when it runs (or its help is
+asked for): `gpuaudit --help` or `gpuaudit recommend ...` do not import the benchmark, NVML
+or store stacks. `COMMANDS` names them, with the one-line help the root help lists (a test
+checks it against each command's own)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+import importlib
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
-from gpuaudit import parse
 from gpuaudit._version import __version__
-from gpuaudit.bench.context import Profile
-from gpuaudit.bench.suites import SUITES
 from gpuaudit.cli import common
-from gpuaudit.cli import feed as feed_cli
-from gpuaudit.cli.common import DbOpt, JsonOpt, err, out, print_json
-from gpuaudit.errors import BadInputError
-from gpuaudit.model import Run, RunStatus, Severity
+
+# name → (module, attribute, its help's first paragraph, context settings attribute or "").
+# The attribute is a typer app (a group) or a command function.
+COMMANDS: dict[str, tuple[str, str, str, str]] = {
+    "inspect": ("gpuaudit.cli.machine", "inspect", "What is this GPU server, and is it "
+                "healthy? Inventory, topology, health findings.", ""),
+    "run": ("gpuaudit.cli.machine", "run", "The main job: inspect this machine, run the "
+            "quick benchmarks, judge both, save the run.", ""),
+    "bench": ("gpuaudit.cli.machine", "bench", "Micro benchmarks: is this server delivering "
+              "what I pay for, part by part?", ""),
+    "runs": ("gpuaudit.cli.machine", "runs", "List the stored runs, newest first.", ""),
+    "show": ("gpuaudit.cli.machine", "show", "Print a stored run. Exit code 1 when it holds a "
+             "FAIL finding.", ""),
+    "schema": ("gpuaudit.cli.machine", "schema", "Print the JSON Schema of the documents "
+               "gpuaudit writes (--json output, stored runs).", ""),
+    "doctor": ("gpuaudit.cli.doctor", "doctor", "Why is this job slow? Runs it unchanged and "
+               "watches the GPUs (SM and tensor activity, memory bandwidth, PCIe/NVLink, "
+               "clocks), the job's processes and data-loader workers.", "DOCTOR_CONTEXT"),
+    "tune": ("gpuaudit.cli.tune", "tune", "The fastest settings for a training job, measured:"
+             " the throughput-optimal batch size with a memory margin (out-of-memory caught, "
+             "memory checked between trials), a precision comparison, the gradient "
+             "accumulation for a target global batch, a loader workers sweep, and the exact "
+             "settings to paste.", ""),
+    "report": ("gpuaudit.cli.report", "report_cmd", "A page people look at: machine, findings,"
+               " benchmarks with % of spec, roofline, transfers, collectives, workloads, "
+               "telemetry, cost and a diagnosis where there are some.", ""),
+    "compare": ("gpuaudit.cli.report", "compare_cmd", "What changed from run A to run B: each "
+                "figure against its noise, regressions and improvements ranked, findings that "
+                "appeared or cleared, machine and software differences.", ""),
+    "serve": ("gpuaudit.cli.serve", "serve_cmd", "A local web UI over the store: runs with "
+              "filters, each run's report, two runs compared, and a live page of the GPUs fed "
+              "by the monitor.", ""),
+    "predict": ("gpuaudit.cli.predict", "predict", "A recorded step's time and throughput on "
+                "another GPU count, precision, model size or GPU model: per operator class, "
+                "with its basis and an uncertainty band.", ""),
+    "monitor": ("gpuaudit.cli.monitor", "monitor_app", "Watch the GPUs: telemetry, Prometheus "
+                "exporter, alert rules, idle policy.", ""),
+    "cost": ("gpuaudit.cli.cost", "cost_app", "What it costs: a job on-demand, reserved or on "
+             "spot; buy vs rent; $ per unit of work; idle GPUs.", ""),
+    "catalog": ("gpuaudit.cli.catalog", "catalog_app", "The price catalog: GPU instances with "
+                "on-demand, spot and reserved prices, each with its source and date. List, "
+                "show, validate, import your own (ours or SkyPilot's CSV).", ""),
+    "recommend": ("gpuaudit.cli.recommend", "recommend_app", "Which instance to rent for a "
+                  "task: train, fine-tune, serve, or a benchmarked workload (--run). "
+                  "Estimates, with their basis and reasons.", ""),
+    "fleet": ("gpuaudit.cli.fleet", "fleet_app", "Audit every GPU node of a Ray cluster into "
+              "one store, and find the bad nodes.", ""),
+}
+
+
+def load_command(name: str) -> Any:
+    """The click command of one entry of `COMMANDS`, imported now."""
+    module_name, attr, _, context = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    target = getattr(module, attr)
+    if isinstance(target, typer.Typer):
+        command = typer.main.get_command(target)
+    else:
+        single = typer.Typer(add_completion=False, rich_markup_mode=None,
+                             pretty_exceptions_enable=False)
+        single.command(name, context_settings=getattr(module, context) if context else None
+                       )(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    common.tidy_help(command)
+    return command
+
+
+class _Root(common.Group):
+    """The root group: its commands are loaded by name when first needed."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*super().list_commands(ctx), *(n for n in COMMANDS if n not in self.commands)]
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        command = super().get_command(ctx, name)
+        if command is None and name in COMMANDS:
+            command = load_command(name)
+            self.add_command(command, name)
+        return command
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        from typer._click.utils import make_default_short_help
+
+        limit = formatter.width - 6 - max(len(n) for n in self.list_commands(ctx))
+        rows = [(name, make_default_short_help(COMMANDS[name][2], limit)
+                 if name in COMMANDS and name not in self.commands
+                 else self.commands[name].get_short_help_str(limit))
+                for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
 
 app = common.new_app(
     "What a GPU server really delivers, why a job does not get it, and what it costs.",
-    name="gpuaudit", no_args_is_help=True)
-
-ProfileOpt = Annotated[Profile, typer.Option(
-    help="quick: ≤ 60 s on one GPU; standard: ≤ 5 min; full: as long as it takes.")]
-ExclusiveOpt = Annotated[bool, typer.Option(
-    "--exclusive", help="Refuse to start (exit 2) when other processes use the GPUs; without "
-                        "it, figures measured beside them are marked contended.")]
+    name="gpuaudit", no_args_is_help=True, cls=_Root)
 
 
 def _version(value: bool) -> None:
     if value:
-        out.print(f"gpuaudit {__version__}")
+        typer.echo(f"gpuaudit {__version__}")
         raise typer.Exit()
 
 
@@ -52,312 +124,6 @@ def _root(
                                           help="Show the version and exit.")] = False,
 ) -> None:
     """What a GPU server really delivers, why a job does not get it, and what it costs."""
-
-
-def exit_code(run: Run) -> int:
-    return 1 if run.verdict is Severity.FAIL else 0
-
-
-def _check_store(save: bool, db: str | None) -> None:
-    """Before the work: a store that cannot take its results is an error now, not after."""
-    if save:
-        from gpuaudit.store import check_store
-
-        check_store(db)
-
-
-@app.command()
-def inspect(
-    json_: JsonOpt = False,
-    from_: Annotated[Path | None, typer.Option(
-        "--from", help="Analyse a saved snapshot (the JSON of `inspect --json`) instead of "
-                       "this machine.", dir_okay=False)] = None,
-    save: Annotated[bool, typer.Option("--save", help="Keep the run in the store.")] = False,
-    show_pass: Annotated[bool, typer.Option("--all", help="Show passed checks too.")] = False,
-    expect_gpus: Annotated[int | None, common.integer(
-        "--expect-gpus", help="The number of GPUs the machine should have (what you rented): "
-                              "fewer answering is a FAIL.", lo=0, hi=1024)] = None,
-    db: DbOpt = None,
-) -> None:
-    """What is this GPU server, and is it healthy? Inventory, topology, health findings.
-
-    Exit code 1 when a finding is FAIL.
-    """
-    from gpuaudit.inspect import inspect_machine, read_snapshot
-
-    _check_store(save, db)
-    if from_ is not None:
-        run = inspect_machine(read_snapshot(from_), source=str(from_), expect_gpus=expect_gpus)
-    else:
-        run = inspect_machine(expect_gpus=expect_gpus)
-    _finish(run, json_=json_, save=save, db=db, show_all=show_pass)
-
-
-@app.command()
-def run(
-    json_: JsonOpt = False,
-    profile: ProfileOpt = Profile.QUICK,
-    no_bench: Annotated[bool, typer.Option("--no-bench", help="Inspect only, no benchmarks.")
-                        ] = False,
-    data: Annotated[list[str] | None, typer.Option(
-        "--data", help="Also test the storage under this directory (where the training data "
-                       "lives; a temporary file is written there).")] = None,
-    job: Annotated[str | None, typer.Option(help=feed_cli.JOB_HELP)] = None,
-    save: Annotated[bool, typer.Option("--save/--no-save", help="Keep the run in the store.")
-                    ] = True,
-    exclusive: ExclusiveOpt = False,
-    db: DbOpt = None,
-) -> None:
-    """The main job: inspect this machine, run the quick benchmarks, judge both, save the run.
-
-    Exit code 1 when a finding is FAIL. Ctrl-C keeps what was measured (marked partial).
-    """
-    from gpuaudit.audit import audit
-
-    _check_store(save, db)
-    options = feed_cli.feed_options(paths=data or (), job=job)
-    with _progress(err if json_ else out) as bar:
-        result = audit(profile=profile, bench=not no_bench, step=bar.step, on_suite=bar.suite,
-                       exclusive=exclusive, options=options)
-    _finish(result, json_=json_, save=save, db=db)
-
-
-@app.command()
-def bench(
-    suites: Annotated[list[str] | None, typer.Argument(
-        metavar="[SUITE]...", help="Suites to run (default: all): " + ", ".join(SUITES)
-        + "; `storage PATH...` tests the storage under each PATH")] = None,
-    profile: ProfileOpt = Profile.QUICK,
-    gpus: Annotated[Any, common.gpus(
-        help="GPUs to benchmark, as inspect numbers them: 0,1 [default: all]")] = None,
-    sizes: Annotated[Any, typer.Option(
-        "--sizes", metavar="MIN:MAX", parser=lambda t: parse.size_range(t, "--sizes"),
-        help="Collective sizes in bytes, K/M/G/T binary (nccl-tests' -b/-e), e.g. 1M:8G; at "
-             "most 1 TiB (see docs/input.md)")] = None,
-    timeout: Annotated[float, common.duration(
-        "--timeout", help="Before a hung collective is killed (a bare number is seconds).",
-        lo_s=1, hi_s=parse.DAY, bare_unit="s")] = "300s",
-    with_native: Annotated[bool, typer.Option(
-        "--with-native", help="Also run the reference tools where installed (nccl-tests, "
-                              "nvbandwidth, dcgmi diag, fio, iperf3, ib_write_bw) and show "
-                              "their figures beside ours.")
-    ] = False,
-    model: Annotated[list[str] | None, typer.Option(
-        "--model", metavar="MODEL",
-        help="train/infer: a reference model (gpt-124m, gpt-1.3b, bert-base, resnet50, …) or "
-             "your own, pkg.module:build; repeatable")] = None,
-    precision: Annotated[list[str] | None, typer.Option(
-        "--precision", metavar="PRECISION",
-        help="train/infer: only these precisions (fp32 tf32 bf16 fp16 fp8 int8); repeatable")
-    ] = None,
-    batch_size: Annotated[int | None, common.integer(
-        "--batch-size", help="train/infer: batch size instead of the model's default",
-        hi=1_000_000)] = None,
-    slo_ms: Annotated[float | None, common.number(
-        "--slo-ms", help="infer: p99 latency bound for the max-QPS search (default 15 ms)",
-        lo=0.01, hi=1e6)] = None,
-    target_qps: Annotated[float | None, common.number(
-        "--target-qps", help="infer: the load to size a fleet for (default 100,000 QPS)", lo=1,
-        hi=1e12)] = None,
-    file_size: Annotated[str | None, typer.Option(help=feed_cli.FILE_SIZE_HELP)] = None,
-    peer: Annotated[str | None, typer.Option(help=feed_cli.PEER_HELP)] = None,
-    serve: Annotated[bool, typer.Option(
-        "--serve", help="Be the peer of `bench network --peer`: serve until Ctrl-C.")] = False,
-    bind: Annotated[str, typer.Option(help="Address --serve listens on.")] = "127.0.0.1",
-    port: Annotated[int | None, common.integer(
-        "--port", help="Port of --serve / --peer [default: 5301]", metavar="PORT", lo=0,
-        hi=65535)] = None,
-    job: Annotated[str | None, typer.Option(help=feed_cli.JOB_HELP)] = None,
-    op_profile: Annotated[bool, typer.Option(
-        "--op-profile", help="train: also record each mode's per-operator profile (FLOPs, "
-                             "bytes, kernel times) for `gpuaudit predict`")] = False,
-    json_: JsonOpt = False,
-    show_all: Annotated[bool, typer.Option("--all", help="Every figure, each collective size "
-                                                         "too.")] = False,
-    save: Annotated[bool, typer.Option("--save/--no-save", help="Keep the run in the store.")
-                    ] = True,
-    exclusive: ExclusiveOpt = False,
-    db: DbOpt = None,
-) -> None:
-    """Micro benchmarks: is this server delivering what I pay for, part by part?
-
-    Every figure with its spec, % of spec and spread; skipped ones with the reason. Exit code
-    1 when a result check fails. Ctrl-C keeps what was measured (marked partial).
-    """
-    from gpuaudit.bench.runner import check_suites, run_bench
-
-    words, paths = feed_cli.split_args(suites or [])
-    names = check_suites(words)
-    if serve:
-        if words not in ([], ["network"]):
-            raise BadInputError("--serve is for the network suite: `gpuaudit bench network "
-                                "--serve`")
-        feed_cli.serve(bind, port, json_=json_, console=err if json_ else out)
-        raise typer.Exit(0)
-    options = _workload_options(model, precision, batch_size, slo_ms, target_qps)
-    options.update(feed_cli.feed_options(paths=paths, file_size=file_size, peer=peer, port=port,
-                                         job=job))
-    if op_profile:
-        options["op_profile"] = True
-    _check_store(save, db)
-    with _progress(err if json_ else out) as bar:
-        result = run_bench(names, gpus=gpus, profile=profile, size_range=sizes,
-                           timeout_s=timeout, with_native=with_native, step=bar.step,
-                           on_suite=bar.suite, options=options, exclusive=exclusive)
-    _finish(result, json_=json_, save=save, db=db, show_all=show_all)
-
-
-def _workload_options(models: list[str] | None, precisions: list[str] | None,
-                      batch_size: int | None, slo_ms: float | None,
-                      target_qps: float | None) -> dict[str, object]:
-    """The train/infer options, checked now: a model that cannot be imported is bad input
-    before anything runs."""
-    from gpuaudit.workloads.models import check_model
-    from gpuaudit.workloads.precision import check_precisions
-
-    options: dict[str, object] = {}
-    if models:
-        for name in models:
-            check_model(name)
-        options["models"] = list(models)
-    if precisions:
-        options["precisions"] = check_precisions(precisions)
-    for key, value in (("batch_size", batch_size), ("slo_ms", slo_ms),
-                       ("target_qps", target_qps)):
-        if value is not None:
-            options[key] = value
-    return options
-
-
-class _Bar:
-    """What the runner reports, shown: a bar of suites done and the step being measured."""
-
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-        self.task = progress.add_task("starting", total=None)
-
-    def step(self, text: str) -> None:
-        self.progress.update(self.task, description=text)
-
-    def suite(self, done: int, total: int) -> None:
-        self.progress.update(self.task, completed=done, total=total)
-
-
-@contextmanager
-def _progress(console: Console) -> Iterator[_Bar]:
-    """Suites done of all, the step being measured and the time so far; gone when done."""
-    with Progress(SpinnerColumn(), BarColumn(bar_width=20), MofNCompleteColumn(),
-                  TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        yield _Bar(progress)
-
-
-def _finish(result: Run, *, json_: bool, save: bool, db: str | None,
-            show_all: bool = False) -> None:
-    """Save the run, print it (JSON on stdout, or the terminal view), exit with its code.
-    A store that fails now still gets the run printed, and kept in the file its error names."""
-    saved = unsaved = None
-    if save:  # the store (SQLAlchemy) takes ~0.3 s to import: not for --no-save
-        from gpuaudit.store import UnsavedRunError, save_or_keep
-
-        try:
-            saved = save_or_keep(result, db)
-        except UnsavedRunError as exc:
-            unsaved = exc
-    if json_:
-        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
-    else:
-        from gpuaudit.report.terminal import run_view
-
-        out.print(run_view(result, show_all=show_all))
-    console = err if json_ else out
-    if saved:
-        console.print(f"saved as run {saved}: `gpuaudit show {saved}` prints it again")
-    if unsaved is not None:
-        raise unsaved
-    if result.status is RunStatus.PARTIAL:
-        console.print("interrupted: the figures above were measured before Ctrl-C "
-                      "(run marked partial)")
-        raise typer.Exit(130)
-    raise typer.Exit(exit_code(result))
-
-
-@app.command()
-def runs(
-    json_: JsonOpt = False,
-    limit: Annotated[int, common.integer("--limit", help="How many, newest first.", lo=1,
-                                         hi=100_000)] = "20",
-    kind: Annotated[str | None, typer.Option(help="Only runs of this kind (inspect, run…).")
-                    ] = None,
-    db: DbOpt = None,
-) -> None:
-    """List the stored runs, newest first."""
-    from gpuaudit.report.terminal import runs_table
-    from gpuaudit.store import Store
-
-    with Store(db, read_only=True) as store:
-        summaries = store.list_runs(limit=limit, kind=kind)
-    if json_:
-        print_json([s.model_dump(mode="json") for s in summaries])
-    elif summaries:
-        out.print(runs_table(summaries))
-    else:
-        out.print("no runs stored yet: `gpuaudit run` makes one")
-
-
-@app.command()
-def show(
-    run_id: Annotated[str, typer.Argument(metavar="RUN", help="A run id or a unique prefix.")],
-    json_: JsonOpt = False,
-    show_pass: Annotated[bool, typer.Option("--all", help="Show passed checks and every "
-                                                          "figure too.")] = False,
-    db: DbOpt = None,
-) -> None:
-    """Print a stored run. Exit code 1 when it holds a FAIL finding."""
-    from gpuaudit.report.terminal import run_view
-    from gpuaudit.store import Store
-
-    with Store(db, read_only=True) as store:
-        stored = store.get(run_id)
-    if json_:
-        sys.stdout.write(stored.model_dump_json(indent=2) + "\n")
-    else:
-        out.print(f"run {stored.id} ({stored.kind}, {stored.started_at:%Y-%m-%d %H:%M:%S %Z})")
-        out.print(run_view(stored, show_all=show_pass))
-    raise typer.Exit(exit_code(stored))
-
-
-@app.command()
-def schema() -> None:
-    """Print the JSON Schema of the documents gpuaudit writes (--json output, stored runs)."""
-    from gpuaudit.model import json_schema
-
-    print_json(json_schema())
-
-
-# The command groups, each in its own module (they import only typer at module level).
-from gpuaudit.cli.catalog import catalog_app  # noqa: E402
-from gpuaudit.cli.cost import cost_app  # noqa: E402
-from gpuaudit.cli.doctor import DOCTOR_CONTEXT, doctor  # noqa: E402
-from gpuaudit.cli.fleet import fleet_app  # noqa: E402
-from gpuaudit.cli.monitor import monitor_app  # noqa: E402
-from gpuaudit.cli.predict import predict as _predict  # noqa: E402
-from gpuaudit.cli.recommend import recommend_app  # noqa: E402
-from gpuaudit.cli.report import compare_cmd, report_cmd  # noqa: E402
-from gpuaudit.cli.serve import serve_cmd  # noqa: E402
-from gpuaudit.cli.tune import tune  # noqa: E402
-
-app.add_typer(monitor_app, name="monitor")
-app.add_typer(cost_app, name="cost")
-app.add_typer(catalog_app, name="catalog")
-app.add_typer(recommend_app, name="recommend")
-app.command("doctor", context_settings=DOCTOR_CONTEXT)(doctor)
-app.command("tune")(tune)
-app.command("report")(report_cmd)
-app.command("compare")(compare_cmd)
-app.command("serve")(serve_cmd)
-app.add_typer(fleet_app, name="fleet")
-app.command("predict")(_predict)
 
 
 def main() -> None:

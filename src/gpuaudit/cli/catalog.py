@@ -29,27 +29,29 @@ def _load(path: Path | None):
 
 
 def _refuse_bad_numbers(catalog) -> None:
-    """list/show compute with the prices, so a negative or zero price or an unknown currency
-    is bad input (exit 2) there; `validate` is the command that reports them as findings."""
+    """list/show compute with the prices, so a negative price or an unknown currency is bad
+    input (exit 2) there; `validate` is the command that reports them as findings. (Zero
+    prices never get this far: their rows are skipped as data errors when read.)"""
     for prob in catalog.problems:
         if prob.code == "bad-price":
             raise BadInputError(str(prob))
     for offer, loc in zip(catalog.offers, catalog.locations, strict=True):
-        where = f"{loc.file}:{loc.line}" if loc.line else loc.file
-        for key in ("on_demand_price_per_hour", "spot_price_per_hour",
-                    "reserved_1y_price_per_hour", "reserved_3y_price_per_hour"):
-            if getattr(offer, key) == 0:
-                raise BadInputError(f"{where}: {offer.key}: {key} is zero (a placeholder, not"
-                                    " a price); `gpuaudit catalog validate` lists all such")
         if offer.currency not in common.parse.ISO_CURRENCIES:
+            where = f"{loc.file}:{loc.line}" if loc.line else loc.file
             raise BadInputError(f"{where}: {offer.key}: unknown currency {offer.currency!r}")
 
 
 def _warn_problems(catalog, console: Console) -> None:
-    for prob in catalog.problems:
-        console.print(f"[yellow]skipped[/] {prob}", markup=True, highlight=False,
-                      soft_wrap=True)
+    warn_skipped(catalog.problems, console)
     _note_left_out(catalog.left_out, console)
+
+
+def warn_skipped(problems, console: Console) -> None:
+    """One line per file for the rows that did not load, however many."""
+    from gpuaudit.cost.catalog import problem_summary
+
+    for line in problem_summary(problems):
+        console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def _note_left_out(left_out, console: Console) -> None:
@@ -129,17 +131,20 @@ def show(
         raise BadInputError(f"{key}: no such region (`gpuaudit catalog show "
                             f"{provider}/{instance}` shows its regions)")
 
-    def where(o):
-        loc = catalog.location(o)
+    def where(o, loc=None):
+        loc = loc or catalog.location(o)
         return None if loc is None else (f"{loc.file}:{loc.line}" if loc.line else loc.file)
 
+    def replaced(o):
+        return [(s.offer, where(s.offer, s.location), s.why) for s in catalog.superseded_by(o.key)]
+
     if json_:
-        print_json({"offers": [offer_doc(o, where(o)) for o in found]})
+        print_json({"offers": [offer_doc(o, where(o), replaced(o)) for o in found]})
         return
     for i, o in enumerate(found):
         if i:
             out.print()
-        out.print(offer_view(o, where(o)))
+        out.print(offer_view(o, where(o), replaced(o)))
 
 
 @catalog_app.command()
@@ -198,16 +203,19 @@ def import_(
 
     out, err = consoles(json_)
     result = import_catalog(file, provider=provider, include_local_zones=local_zones)
-    for prob in result.skipped:
-        err.print(f"skipped {prob}", markup=False, highlight=False, soft_wrap=True)
+    warn_skipped(result.skipped, err)
     _note_left_out(result.left_out, err)
+    for old in result.kept_older:
+        err.print(f"kept {old.by}: the user catalog's row has {old.why}; the imported row "
+                  "is older", markup=False, highlight=False, soft_wrap=True)
     if json_:
         print_json({"dest": str(result.dest), "added": list(result.added),
-                     "replaced": list(result.replaced), "skipped": [str(p) for p in
-                                                                    result.skipped],
-                     "left_out": [{"file": x.file, "kind": x.kind, "rows": x.rows,
-                                   "zones": list(x.zones)} for x in result.left_out],
-                     "total": result.total})
+                    "replaced": list(result.replaced),
+                    "skipped": [str(p) for p in result.skipped],
+                    "kept_older": [s.by for s in result.kept_older],
+                    "left_out": [{"file": x.file, "kind": x.kind, "rows": x.rows,
+                                  "zones": list(x.zones)} for x in result.left_out],
+                    "total": result.total})
         return
     out.print(f"imported {len(result.added) + len(result.replaced)} offers into {result.dest}"
               f" ({len(result.added)} new, {len(result.replaced)} replaced, "

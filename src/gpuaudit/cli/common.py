@@ -194,11 +194,11 @@ class Group(typer.core.TyperGroup):
         sys.exit(code)
 
 
-def new_app(help: str, **kwargs: Any) -> typer.Typer:
+def new_app(help: str, cls: type[Group] = Group, **kwargs: Any) -> typer.Typer:
     """A typer app with plain help (no boxes, no markup eating '[default: …]', paragraphs
-    re-wrapped to the terminal), -h, and the Group above."""
+    re-wrapped to the terminal), -h, and the Group above (or a subclass of it)."""
     settings = {"help_option_names": ["-h", "--help"], **kwargs.pop("context_settings", {})}
-    return typer.Typer(cls=Group, help=help, rich_markup_mode=None, add_completion=False,
+    return typer.Typer(cls=cls, help=help, rich_markup_mode=None, add_completion=False,
                        pretty_exceptions_enable=False, context_settings=settings, **kwargs)
 
 

@@ -48,6 +48,10 @@ SeqOpt = Annotated[int, common.integer("--seq-len", help="Training sequence leng
                                        hi=10_000_000)]
 MicroOpt = Annotated[int, common.integer("--micro-batch", help="Sequences per GPU per step.",
                                          hi=1_000_000)]
+PoolOpt = Annotated[bool, typer.Option(
+    "--allow-pooling", help="Also pool instances with no published network between them "
+                            "(marketplace and consumer hosts) for one job, over an assumed "
+                            "10 Gb/s each.")]
 ParamsOpt = Annotated[float, common.count("--params", help="Parameters: 7B, 1.3B, 125M.",
                                           hi=1e15)]
 
@@ -66,13 +70,13 @@ def _constraints(deadline_s: float | None, budget: float | None, currency: str, 
 
 
 def _run(task: Task, cons: Constraints, *, catalog: Path | None, top: int, mfu: float,
-         json_: bool) -> None:
+         json_: bool, allow_pooling: bool = False) -> None:
     from gpuaudit.cost.recommend import recommend
     from gpuaudit.model.recommendation import Assumptions
     from gpuaudit.report.recommend_view import recommend_view
 
     result = recommend(task, load_offers(catalog), constraints=cons,
-                       assumptions=Assumptions(mfu=mfu), top=top)
+                       assumptions=Assumptions(mfu=mfu, allow_pooling=allow_pooling), top=top)
     if json_:
         sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
     else:
@@ -196,6 +200,7 @@ def train(
     currency: CurrencyOpt = "USD",
     sort: SortOpt = "cost",
     mfu: MfuOpt = "0.40",
+    allow_pooling: PoolOpt = False,
     top: TopOpt = "10",
     catalog: common.CatalogOpt = None,
     json_: JsonOpt = False,
@@ -206,7 +211,7 @@ def train(
     task = TrainTask(params=params, tokens=tokens, precision=precision, optimizer=optimizer,
                      seq_len=seq_len, micro_batch=micro_batch, layers=layers, hidden=hidden)
     _run(task, _constraints(deadline, budget, currency, sort), catalog=catalog, top=top,
-         mfu=mfu, json_=json_)
+         mfu=mfu, json_=json_, allow_pooling=allow_pooling)
 
 
 @recommend_app.command()
@@ -230,6 +235,7 @@ def finetune(
     currency: CurrencyOpt = "USD",
     sort: SortOpt = "cost",
     mfu: MfuOpt = "0.40",
+    allow_pooling: PoolOpt = False,
     top: TopOpt = "10",
     catalog: common.CatalogOpt = None,
     json_: JsonOpt = False,
@@ -241,7 +247,7 @@ def finetune(
                         precision=precision, optimizer=optimizer, seq_len=seq_len,
                         micro_batch=micro_batch, layers=layers, hidden=hidden)
     _run(task, _constraints(deadline, budget, currency, sort), catalog=catalog, top=top,
-         mfu=mfu, json_=json_)
+         mfu=mfu, json_=json_, allow_pooling=allow_pooling)
 
 
 @recommend_app.command()

@@ -99,7 +99,13 @@ class Assumptions(Record):
     mfu: float = Field(default=0.40, gt=0, le=1)
     intra_node_efficiency_nvlink: float = Field(default=0.95, gt=0, le=1)
     intra_node_efficiency_pcie: float = Field(default=0.85, gt=0, le=1)
+    # across nodes for a benchmarked workload (no model to size its step); training and
+    # fine-tuning compute it from the offer's network (cost/recommend/network.py)
     inter_node_efficiency: float = Field(default=0.90, gt=0, le=1)
+    global_batch_tokens: float = Field(default=4_194_304, gt=0)  # tokens per optimizer step
+    comm_overlap: float = Field(default=2 / 3, ge=0, le=1)  # of a step's compute (backward)
+    allow_pooling: bool = False  # pool instances with no known network between them
+    pooled_network_gbps: float = Field(default=10.0, gt=0)  # assumed for those, when allowed
     bandwidth_efficiency: float = Field(default=0.80, gt=0, le=1)
     memory_margin: float = Field(default=0.10, ge=0, lt=1)
     max_nodes: int = Field(default=64, ge=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -33,43 +34,77 @@ def per_gpu(offer: Offer, value: float | None) -> str:
     return price(offer.per_gpu(value))
 
 
-def offers_table(offers: Sequence[Offer], *, title: str | None = None) -> Fit:
-    """Every offer with its prices; narrower terminals lose the spot per GPU-hour, billing and
-    date columns first (said below the table), never a price's digits."""
-    t = Table(title=title, show_lines=False, header_style="bold")
-    for name, justify in (("offer", "left"), ("GPU", "left"), ("n", "right"),
-                          ("on-demand/h", "right"), ("per GPU-h", "right"),
-                          ("spot/h", "right"), ("spot per GPU-h", "right"),
-                          ("currency", "left"), ("billing", "left"), ("date", "left")):
-        t.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for o in offers:
-        t.add_row(escape(o.key), escape(o.gpu_model), str(o.gpu_count),
-                  price(o.on_demand_price_per_hour), per_gpu(o, o.on_demand_price_per_hour),
-                  price(o.spot_price_per_hour), per_gpu(o, o.spot_price_per_hour), o.currency,
-                  o.billing.value if o.billing else "unknown", o.price_date.isoformat())
-    return Fit(t, alternatives=[_compact_offers(offers, title)], optional=("spot",))
+# The listing's columns: (header, justify, optional). Optional columns are dropped, last
+# first, when the terminal is too narrow, and named below the listing.
+_COLUMNS = (("offer", "<", False), ("GPU", "<", False), ("n", ">", False),
+            ("on-demand/h", ">", False), ("per GPU-h", ">", False), ("spot/h", ">", False),
+            ("spot per GPU-h", ">", True), ("currency", "<", False), ("billing", "<", True),
+            ("date", "<", True))
+_GAP = "  "
 
 
-def _compact_offers(offers: Sequence[Offer], title: str | None) -> Table:
-    """For 80 columns: the offer's key split at its region, its GPUs under it, and the prices
-    (all of them, whole) beside; billing and date are left to `catalog show` and --json."""
-    t = Table(title=title, header_style="bold", show_edge=False, show_lines=True,
-              caption="billing and price date: `gpuaudit catalog show OFFER` or --json",
-              caption_justify="left")
-    t.add_column("offer")
-    for name in ("on-demand", "per GPU", "spot"):
-        t.add_column(name, justify="right")
-    t.add_column("cur")
-    for o in offers:
-        name, at, region = o.key.partition("@")
-        cell = escape(name) + (f"\n@{escape(region)}" if at else "") \
-            + f"\n[dim]{o.gpu_count} × {escape(o.gpu_model)}[/]"
-        t.add_row(cell, price(o.on_demand_price_per_hour), per_gpu(o, o.on_demand_price_per_hour),
-                  price(o.spot_price_per_hour), o.currency)
-    return t
+def _offer_cells(o: Offer) -> tuple[str, ...]:
+    return (o.key, o.gpu_model, str(o.gpu_count), price(o.on_demand_price_per_hour),
+            per_gpu(o, o.on_demand_price_per_hour), price(o.spot_price_per_hour),
+            per_gpu(o, o.spot_price_per_hour), o.currency,
+            o.billing.value if o.billing else "unknown", o.price_date.isoformat())
 
 
-def offer_view(o: Offer, location: str | None = None) -> Table:
+class OffersListing:
+    """Every offer with its prices, as aligned plain text laid out once when printed: the
+    column widths are the widest cell of each, so the layout that fits the terminal is
+    found by arithmetic, not by rendering the table at several widths (a rich Table of
+    2,000 rows takes seconds to render once). Narrower terminals lose the spot per
+    GPU-hour, billing and date columns first (named below), then each offer's figures move
+    under its key; a value is never cut."""
+
+    def __init__(self, offers: Sequence[Offer], title: str | None = None) -> None:
+        self.title = title
+        self.rows = [_offer_cells(o) for o in offers]
+        self.widths = [max([len(h), *(len(r[i]) for r in self.rows)])
+                       for i, (h, _, _) in enumerate(_COLUMNS)]
+
+    def text(self, width: int) -> str:
+        shown = list(range(len(_COLUMNS)))
+        for i in reversed(range(len(_COLUMNS))):
+            if self._width(shown) <= width:
+                break
+            if _COLUMNS[i][2]:
+                shown.remove(i)
+        lines = [self.title] if self.title else []
+        if self._width(shown) <= width:
+            lines += [self._line([h for h, _, _ in _COLUMNS], shown),
+                      self._line(["-" * w for w in self.widths], shown)]
+            lines += [self._line(r, shown) for r in self.rows]
+        else:  # two lines per offer: its key, then its figures indented
+            rest = [i for i in shown if i]
+            lines += ["offer", "  " + self._line([h for h, _, _ in _COLUMNS], rest)]
+            for r in self.rows:
+                lines += [r[0], "  " + self._line(r, rest)]
+        dropped = [_COLUMNS[i][0] for i in range(len(_COLUMNS)) if i not in shown]
+        if dropped:
+            lines += [f"left out at this width: {', '.join(dropped)}",
+                      "(a wider terminal, `gpuaudit catalog show OFFER` or --json shows them)"]
+        return "\n".join(line.rstrip() for line in lines)
+
+    def _width(self, shown: list[int]) -> int:
+        return sum(self.widths[i] for i in shown) + len(_GAP) * (len(shown) - 1)
+
+    def _line(self, cells: Sequence[str], shown: list[int]) -> str:
+        return _GAP.join(f"{cells[i]:{_COLUMNS[i][1]}{self.widths[i]}}" for i in shown)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Text(self.text(options.max_width), no_wrap=True, overflow="ignore")
+
+
+def offers_table(offers: Sequence[Offer], *, title: str | None = None) -> OffersListing:
+    return OffersListing(offers, title)
+
+
+Replaced = Sequence[tuple[Offer, str | None, str]]  # (the other source's row, where, why)
+
+
+def offer_view(o: Offer, location: str | None = None, replaced: Replaced = ()) -> Table:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
@@ -96,6 +131,11 @@ def offer_view(o: Offer, location: str | None = None) -> Table:
         t.add_row("notes", escape(o.notes))
     if location:
         t.add_row("from", escape(location))
+    for other, where, why in replaced:
+        t.add_row("replaces", escape(
+            f"{other.key} from {other.source} (price date {other.price_date}"
+            + (f", {where}" if where else "") + f"): {why}; its on-demand was "
+            + f"{price(other.on_demand_price_per_hour)} {other.currency}/h"))
     return t
 
 
@@ -121,13 +161,18 @@ def findings_summary(findings: Sequence[Finding], offers: int) -> Text:
     return Text(f"{offers} offers checked: {errors} errors, {warnings} warnings", style=style)
 
 
-def offer_doc(o: Offer, location: str | None = None) -> dict[str, Any]:
+def offer_doc(o: Offer, location: str | None = None, replaced: Replaced = ()
+              ) -> dict[str, Any]:
     doc = o.model_dump(mode="json")
     doc["key"] = o.key
     doc["on_demand_price_per_gpu_hour"] = o.per_gpu(o.on_demand_price_per_hour)
     doc["spot_price_per_gpu_hour"] = o.per_gpu(o.spot_price_per_hour)
     if location is not None:
         doc["from"] = location
+    if replaced:
+        doc["replaces"] = [{"key": other.key, "source": other.source,
+                            "price_date": other.price_date.isoformat(), "from": where,
+                            "why": why} for other, where, why in replaced]
     return doc
 
 

@@ -18,7 +18,7 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model.cost import Offer
 
 from .ours import OursFormat
-from .records import Catalog, Location
+from .records import Catalog, Location, Superseded
 from .skypilot import SkyPilotFormat
 from .table import CatalogFormat, ReadOptions, Table, csv_rows
 
@@ -43,8 +43,8 @@ def user_catalog_path() -> Path:
 
 def load_catalog(path: str | os.PathLike[str] | None = None, *, include_user: bool = True,
                  provider: str | None = None, include_local_zones: bool = False) -> Catalog:
-    """The shipped catalog plus the user's imported rows (a user row replaces a shipped row
-    with the same provider/instance/region) when `path` is None; else just that file, in our
+    """The shipped catalog plus the user's imported rows (`merge`: the newer price date wins
+    for the same offer) when `path` is None; else just that file, in our
     format or SkyPilot's. `provider` names the cloud of a SkyPilot file whose path does not;
     `include_local_zones` keeps a SkyPilot AWS file's Local/Wavelength Zone rows.
 
@@ -60,17 +60,62 @@ def load_catalog(path: str | os.PathLike[str] | None = None, *, include_user: bo
 
 
 def merge(parts: Sequence[Catalog]) -> Catalog:
-    """One catalog from several, in order: a later offer replaces an earlier one with the
-    same key (the user's rows override the shipped ones)."""
+    """One catalog from several. Two sources pricing the same offer: the newer price date
+    wins, the later source on a tie (the user's imported rows over the shipped ones); the
+    loser is kept in `superseded`, never dropped silently. A provider's region-less row
+    ("the same price everywhere") and its per-region rows of the same instance type are the
+    same offer too: the newer side wins."""
     by_key: dict[str, tuple[Offer, Location]] = {}
+    lost: list[Superseded] = []
     for part in parts:
-        for offer, loc in zip(part.offers, part.locations, strict=True):
-            by_key[offer.key] = (offer, loc)
+        incoming = list(zip(part.offers, part.locations, strict=True))
+        for offer, loc in incoming:
+            old = by_key.get(offer.key)
+            if old is not None:
+                winner, loser = ((offer, loc), old) if offer.price_date >= old[0].price_date \
+                    else (old, (offer, loc))
+                by_key[offer.key] = winner
+                lost.append(Superseded(loser[0], loser[1], winner[0].key,
+                                       _why(winner[0], loser[0])))
+            else:
+                by_key[offer.key] = (offer, loc)
+        _region_rule(by_key, {(o.provider, o.instance_type) for o, _ in incoming}, lost)
     return Catalog(offers=tuple(o for o, _ in by_key.values()),
                    locations=tuple(loc for _, loc in by_key.values()),
                    problems=tuple(p for part in parts for p in part.problems),
                    files=tuple(f for part in parts for f in part.files),
-                   left_out=tuple(x for part in parts for x in part.left_out))
+                   left_out=tuple(x for part in parts for x in part.left_out),
+                   superseded=tuple(lost))
+
+
+def _region_rule(by_key: dict[str, tuple[Offer, Location]], touched: set[tuple[str, str]],
+                 lost: list[Superseded]) -> None:
+    """Region-less and per-region rows of one instance type: keep the newer side."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for key, (o, _) in by_key.items():
+        if (o.provider, o.instance_type) in touched:
+            groups.setdefault((o.provider, o.instance_type), []).append(key)
+    for keys in groups.values():
+        anywhere = [k for k in keys if by_key[k][0].region is None]
+        regional = [k for k in keys if by_key[k][0].region is not None]
+        if not anywhere or not regional:
+            continue
+        newest_regional = max(by_key[k][0].price_date for k in regional)
+        if newest_regional >= by_key[anywhere[0]][0].price_date:
+            drop, keep = anywhere, regional
+        else:
+            drop, keep = regional, anywhere
+        for k in drop:
+            offer, loc = by_key.pop(k)
+            winner = by_key[keep[0]][0]
+            lost.append(Superseded(offer, loc, winner.key, _why(winner, offer) + (
+                f" (its {len(keep)} per-region rows)" if len(keep) > 1 else "")))
+
+
+def _why(winner: Offer, loser: Offer) -> str:
+    if winner.price_date > loser.price_date:
+        return f"newer prices ({winner.price_date} over {loser.price_date})"
+    return f"the same price date ({winner.price_date}): the later source wins"
 
 
 def read_catalog_file(path: str | os.PathLike[str], *, provider: str | None = None,

@@ -94,6 +94,14 @@ def offer_from_row(row: dict[str, str]) -> Offer:
     count = int(count_f)
     prices = {k: number(row, k) for k in PRICE_FIELDS}
     parts = {k: number(row, k) for k in PART_FIELDS}
+    for key, value in (*prices.items(), *parts.items()):
+        if value == 0:
+            # A placeholder for "unknown", which every cost computed from it would read as
+            # free: the row is a data error, never a cheaper rank.
+            raise RowError(f"{key} is zero (a placeholder, not a price; leave it empty when "
+                           "unknown)", "zero-price")
+    if all(v is None for v in (*prices.values(), *parts.values())):
+        raise RowError("no price at all (on-demand, spot, reserved or parts)", "no-price")
     notes = row.get("notes") or None
     composed = []
     for total_key, host_key, gpu_key, label in (

@@ -29,11 +29,52 @@ class Problem:
     file: str
     line: int | None
     message: str
-    code: str = "malformed"  # malformed | bad-price | duplicate | composition | unreadable
+    # malformed | bad-price | zero-price | no-price | duplicate | composition | unreadable
+    code: str = "malformed"
 
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
         return f"{where}: {self.message}"
+
+
+PROBLEM_LABELS = {"malformed": "malformed", "bad-price": "negative price",
+                  "zero-price": "zero price (a placeholder)", "no-price": "no price",
+                  "duplicate": "repeated", "composition": "parts that do not add up",
+                  "unreadable": "unreadable"}
+
+
+def problem_summary(problems: tuple[Problem, ...] | list[Problem], examples: int = 3
+                    ) -> list[str]:
+    """One line per file for the rows that did not load: how many, of which kinds, and the
+    first few, so that a file with 27,000 bad rows says so in one line, not 27,000
+    (`catalog validate` lists every one)."""
+    by_file: dict[str, list[Problem]] = {}
+    for prob in problems:
+        by_file.setdefault(prob.file, []).append(prob)
+    out = []
+    for file, probs in by_file.items():
+        counts: dict[str, int] = {}
+        for prob in probs:
+            counts[prob.code] = counts.get(prob.code, 0) + 1
+        kinds = ", ".join(f"{n:,} {PROBLEM_LABELS.get(code, code)}"
+                          for code, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        first = "; ".join((f"line {p.line}: " if p.line else "") + p.message
+                          for p in probs[:examples])
+        more = " …" if len(probs) > examples else ""
+        out.append(f"{file}: skipped {len(probs):,} row{'s' * (len(probs) != 1)} ({kinds});"
+                   f" first: {first}{more} (`gpuaudit catalog validate FILE` lists all)")
+    return out
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """A row that lost to another source's row for the same offer: the newer price date
+    wins (the later source on a tie), and `catalog show` says which."""
+
+    offer: Offer
+    location: Location
+    by: str  # the key of the offer that replaced it
+    why: str
 
 
 @dataclass(frozen=True)
@@ -74,6 +115,7 @@ class Catalog:
     locations: tuple[Location, ...] = ()  # parallel to `offers`
     files: tuple[str, ...] = ()  # what was read, in order (later files override earlier)
     left_out: tuple[LeftOut, ...] = ()
+    superseded: tuple[Superseded, ...] = ()
     _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -90,6 +132,10 @@ class Catalog:
     def location(self, offer: Offer) -> Location | None:
         i = self._index.get(offer.key)
         return self.locations[i] if i is not None and i < len(self.locations) else None
+
+    def superseded_by(self, key: str) -> list[Superseded]:
+        """The rows of other sources that this offer replaced."""
+        return [s for s in self.superseded if s.by == key]
 
     def find(self, provider: str, instance_type: str, region: str | None = None
              ) -> list[Offer]:

@@ -3,12 +3,14 @@ SpotPrice, Region, AvailabilityZone``) as a catalog format.
 
 SkyPilot has one row per availability zone, and for GCP the host and its accelerators in
 separate rows. Zones of one instance and region become one offer (spot = the cheapest zone);
-GCP parts are summed with SkyPilot's fixed machine-type → GPU table. AWS Local Zones and
-Wavelength Zones are left out unless asked for: they are separate locations (a city's edge
-site, a carrier's 5G network) with their own spot market, not zones of the region, and their
-prices are not the region's (p5.48xlarge spot in us-east-1: 10.24 in the Atlanta Local Zone,
-17.63 in the region's cheapest zone). When asked for, each becomes an offer of its own
-location (``aws/p5.48xlarge@us-east-1-atl-2``).
+GCP hosts and accelerator rows of the same count are summed zone by zone (`gcp`). A zero
+price on a GPU row is SkyPilot's placeholder for "unknown": the row is skipped as a problem.
+
+AWS Local Zones and Wavelength Zones are left out unless asked for: they are separate
+locations (a city's edge site, a carrier's 5G network) with their own spot market, not zones
+of the region, and their prices are not the region's (p5.48xlarge spot in us-east-1: 10.24
+in the Atlanta Local Zone, 17.63 in the region's cheapest zone). When asked for, each becomes
+an offer of its own location (``aws/p5.48xlarge@us-east-1-atl-2``).
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from __future__ import annotations
 import ast
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
 from gpuaudit.model.cost import Billing, Offer
 
 from .families import FORM_FACTOR_LABEL, gcp_gpu, stated_form_factor, with_form_factor
-from .ours import compose_price
+from .gcp import Zones, compose, n1_gpus, n1_host
 from .records import Catalog, LeftOut, Location, Problem
 from .table import (
     ReadOptions,
@@ -33,7 +35,6 @@ from .table import (
     lenient_int,
     make_offer,
     number,
-    price_text,
 )
 
 # SkyPilot accelerator names → specs ids. PCIe/SXM is not in the name; the instance name or
@@ -98,18 +99,6 @@ def provider_from_path(p: Path) -> str:
     return "skypilot"
 
 
-@dataclass
-class _Zones:
-    """All zone rows of one (instance, location): folded into one offer."""
-
-    line: int
-    row: dict[str, str]
-    on_demand: list[float] = field(default_factory=list)
-    spot: list[float] = field(default_factory=list)
-    zones: int = 0
-    edge_zone: str | None = None  # the Local/Wavelength Zone this location is, if it is one
-
-
 class SkyPilotFormat:
     name = "skypilot"
 
@@ -120,111 +109,181 @@ class SkyPilotFormat:
         name, fields = table.name, table.fields
         provider = options.provider or provider_from_path(table.path)
         problems: list[Problem] = []
-        groups: dict[tuple[str, str], _Zones] = {}
-        accelerators: dict[tuple[str, str], _Zones] = {}
+        hosts: dict[tuple[str, str], Zones] = {}  # (instance, location)
+        accelerators: dict[tuple[str, int, str], Zones] = {}  # GCP: (GPU, count, location)
+        edges: dict[tuple[str, str], str] = {}  # location → the Local/Wavelength Zone it is
         left: dict[str, list[str]] = defaultdict(list)  # kind → zone of each row left out
         for line, cells in table.rows:
             if len(cells) != len(fields):
                 problems.append(Problem(name, line, f"{len(cells)} cells but the header has "
-                                        f"{len(fields)} columns"))
+                                        f"{len(fields)} columns (an unquoted comma?)"))
                 continue
             row = {k: v.strip() for k, v in zip(fields, cells, strict=True)}
+            instance, acc = row.get("InstanceType", ""), row.get("AcceleratorName", "")
+            if acc.lower().startswith("tpu-"):
+                continue  # TPUs are not GPUs: out of scope, not an error
             try:
                 od = number(row, "Price")
                 spot = number(row, "SpotPrice")
-                number(row, "AcceleratorCount")
+                count = number(row, "AcceleratorCount")
             except RowError as exc:
                 problems.append(Problem(name, line, str(exc), exc.code))
                 continue
-            instance, acc = row.get("InstanceType", ""), row.get("AcceleratorName", "")
             region = row.get("Region", "")
             if not region:
                 problems.append(Problem(name, line, "Region is empty"))
                 continue
-            if acc.lower().startswith("tpu-"):
-                continue  # TPUs are not GPUs: out of scope, not an error
             if not instance and not acc:
                 problems.append(Problem(name, line, "both InstanceType and AcceleratorName "
                                         "are empty"))
                 continue
-            location, edge = region, None
+            gpu_row = bool(acc) or (provider == "gcp" and gcp_gpu(instance) is not None)
+            if gpu_row and (od == 0 or spot == 0):
+                # SkyPilot writes 0.0 where it has no price (GCP a4 hosts): a placeholder,
+                # which would rank as free.
+                which = "Price" if od == 0 else "SpotPrice"
+                problems.append(Problem(name, line, f"{which} is zero (a placeholder, not a "
+                                        "price)", "zero-price"))
+                continue
             zone = row.get("AvailabilityZone", "")
+            location = region
             if provider == "aws" and (kind := zone_kind(zone)) != "az":
                 if not options.include_local_zones:
                     if acc:  # CPU-only rows are skipped anyway: not worth a count
                         left[kind].append(zone)
                     continue
-                location, edge = zone_location(region, zone), zone
-            table_, key = ((accelerators, (acc, location)) if not instance
-                           else (groups, (instance, location)))
-            g = table_.get(key)
+                location = zone_location(region, zone)
+                edges[(instance, location)] = zone
+            if instance:
+                key: tuple = (instance, location)
+                groups: dict = hosts
+            else:
+                if count is None or count != int(count) or count < 1:
+                    problems.append(Problem(name, line, "an accelerator row without a whole "
+                                            "AcceleratorCount"))
+                    continue
+                key, groups = (acc, int(count), location), accelerators
+            g = groups.get(key)
             if g is None:
-                g = table_[key] = _Zones(line=line, row=row, edge_zone=edge)
-            g.zones += 1
-            if od is not None:
-                g.on_demand.append(od)
-            if spot is not None:
-                g.spot.append(spot)
-        offers: list[Offer] = []
-        locations: list[Location] = []
-        today = date.today()
-        for (instance, location), g in groups.items():
-            try:
-                offer = _offer(name, provider, instance, location, g, accelerators, today)
-            except RowError as exc:
-                problems.append(Problem(name, g.line, str(exc), exc.code))
-                continue
-            if offer is not None:
-                offers.append(offer)
-                locations.append(Location(name, g.line))
+                g = groups[key] = Zones(line=line, row=row, on_demand={}, spot={})
+            g.add(zone or region, od, spot)
+        built = _build(name, provider, hosts, accelerators, edges, date.today())
+        problems.extend(built.problems)
         left_out = tuple(LeftOut(name, kind, len(zones), tuple(sorted(set(zones))))
                          for kind, zones in sorted(left.items()))
-        return Catalog(offers=tuple(offers), problems=tuple(problems),
-                       locations=tuple(locations), files=(name,), left_out=left_out)
+        return Catalog(offers=built.offers, problems=tuple(problems),
+                       locations=built.locations, files=(name,), left_out=left_out)
 
 
-def _offer(name: str, provider: str, instance: str, region: str, g: _Zones,
-           accelerators: dict[tuple[str, str], _Zones], today: date) -> Offer | None:
+def _build(name: str, provider: str, hosts: dict[tuple[str, str], Zones],
+           accelerators: dict[tuple[str, int, str], Zones], edges: dict[tuple[str, str], str],
+           today: date) -> Catalog:
+    """The offers: whole instances, GCP machine types with their GPUs, GCP N1 hosts with
+    attachable GPUs."""
+    offers: list[Offer] = []
+    locations: list[Location] = []
+    problems: list[Problem] = []
+
+    def add(g: Zones, build: Callable[[], Offer | None]) -> None:
+        try:
+            offer = build()
+        except RowError as exc:
+            problems.append(Problem(name, g.line, str(exc), exc.code))
+            return
+        if offer is not None:
+            offers.append(offer)
+            locations.append(Location(name, g.line))
+
+    for (instance, location), g in hosts.items():
+        part = gcp_gpu(instance) if provider == "gcp" and not g.row.get("AcceleratorName") \
+            else None
+        if part is None:
+            add(g, lambda g=g, i=instance, loc=location: _whole(
+                name, provider, i, loc, g, edges.get((i, loc)), today))
+            continue
+        acc, count = part
+        parts = accelerators.get((acc, count, location))
+        if parts is None:
+            problems.append(Problem(name, g.line, f"{instance}@{location}: the host is priced "
+                                    f"alone and no {acc} × {count} accelerator row exists "
+                                    "for that region (SkyPilot lists GCP accelerators "
+                                    "separately)", "composition"))
+            continue
+        add(g, lambda g=g, i=instance, loc=location, a=acc, n=count, p=parts: _composed(
+            name, i, loc, g, a, n, p, today))
+    if provider == "gcp":
+        by_location: dict[str, dict[str, tuple[Zones, float, float]]] = defaultdict(dict)
+        for (instance, location), g in hosts.items():
+            cpus, mem = lenient_float(g.row.get("vCPUs")), lenient_float(g.row.get("MemoryGiB"))
+            if cpus is not None and mem is not None:
+                by_location[location][instance] = (g, cpus, mem)
+        for (acc, count, location), parts in accelerators.items():
+            if acc not in n1_gpus():
+                continue
+            host = n1_host(acc, count, by_location.get(location, {}))
+            if host is None:
+                continue  # no N1 host in this file can take that many of them there
+            g = by_location[location][host][0]
+            add(parts, lambda g=g, h=host, loc=location, a=acc, n=count, p=parts: _composed(
+                name, h, loc, g, a, n, p, today, attached=True))
+    return Catalog(offers=tuple(offers), locations=tuple(locations), problems=tuple(problems))
+
+
+def _whole(name: str, provider: str, instance: str, region: str, g: Zones, edge: str | None,
+           today: date) -> Offer | None:
+    """An instance priced as a whole (every cloud but GCP's GPU machine types)."""
     row = g.row
     acc = row.get("AcceleratorName", "")
     count_raw = number(row, "AcceleratorCount")
-    host_od = max(g.on_demand) if g.on_demand else None
-    host_spot = min(g.spot) if g.spot else None
+    if not acc or not count_raw:
+        return None  # a CPU-only instance: nothing for a GPU catalog, and not an error
+    if count_raw != int(count_raw) or count_raw < 1:
+        raise RowError(f"AcceleratorCount {count_raw:g} is not a whole number of GPUs")
+    ods, spots = list(g.on_demand.values()), list(g.spot.values())
+    if not ods and not spots:
+        raise RowError(f"{instance}@{region}: neither Price nor SpotPrice is given",
+                       "no-price")
     notes = []
-    if g.edge_zone is not None:
-        notes.append(f"AWS {zone_kind(g.edge_zone).replace('-', ' ').title()} "
-                     f"{g.edge_zone} of {row.get('Region', '')}, priced on its own")
-    if len(set(g.on_demand)) > 1:
-        notes.append(f"on-demand differs across zones ({min(g.on_demand):g}-"
-                     f"{max(g.on_demand):g}); the highest is kept")
-    if len(g.spot) > 1 and min(g.spot) != max(g.spot):
-        notes.append(f"spot: cheapest of {len(g.spot)} zones ({min(g.spot):g}-{max(g.spot):g})")
-    od, spot = host_od, host_spot
-    host_part = gpu_part = None
-    part = gcp_gpu(instance) if not acc else None
-    if part is not None:
-        acc, count = part
-        parts = accelerators.get((acc, region))
-        if parts is None:
-            raise RowError(f"{instance}@{region}: the host is priced alone and no {acc} "
-                           "accelerator row exists for that region (SkyPilot lists GCP "
-                           "accelerators separately)", "composition")
-        gpu_od = max(parts.on_demand) if parts.on_demand else None
-        gpu_spot = min(parts.spot) if parts.spot else None
-        od = compose_price(host_od, gpu_od, count)
-        spot = compose_price(host_spot, gpu_spot, count)
-        host_part, gpu_part = host_od, gpu_od
-        notes.append(f"composed: host {price_text(host_od)} + {count} × {acc} "
-                     f"{price_text(gpu_od)} = {price_text(od)} (spot: host "
-                     f"{price_text(host_spot)} + {count} × {price_text(gpu_spot)} = "
-                     f"{price_text(spot)})")
-    else:
-        if not acc or not count_raw:
-            return None  # a CPU-only instance: nothing for a GPU catalog, and not an error
-        if count_raw != int(count_raw) or count_raw < 1:
-            raise RowError(f"AcceleratorCount {count_raw:g} is not a whole number of GPUs")
-        count = int(count_raw)
-    gpu_model, memory = _gpu(acc, instance, row.get("GpuInfo", ""), notes)
+    if edge is not None:
+        notes.append(f"AWS {zone_kind(edge).replace('-', ' ').title()} {edge} of "
+                     f"{row.get('Region', '')}, priced on its own")
+    if len(set(ods)) > 1:
+        notes.append(f"on-demand differs across zones ({min(ods):g}-{max(ods):g}); the "
+                     "highest is kept")
+    if len(spots) > 1 and min(spots) != max(spots):
+        notes.append(f"spot: cheapest of {len(spots)} zones ({min(spots):g}-{max(spots):g})")
+    return _make(name, provider, instance, region, acc, int(count_raw), row,
+                 max(ods) if ods else None, min(spots) if spots else None, None, None, notes,
+                 today)
+
+
+def _composed(name: str, instance: str, region: str, host: Zones, acc: str, count: int,
+              parts: Zones, today: date, *, attached: bool = False) -> Offer:
+    """A GCP host plus its (or its attached) accelerator row of the same count."""
+    got = compose(host, parts)
+    if got is None:
+        raise RowError(f"{instance}@{region}: no zone sells both the host and {count} × "
+                       f"{acc}", "composition")
+    if got.on_demand is None and got.spot is None:
+        raise RowError(f"{instance}@{region}: no zone prices both the host and {count} × "
+                       f"{acc}", "no-price")
+    notes = [f"{instance} + the {acc} × {count} accelerator row ({got.note})"]
+    label = f"{instance}+{count}x{acc}" if attached else instance
+    if attached:
+        notes.append("N1 host as SkyPilot picks it for --gpus "
+                     f"{acc}:{count} (cheapest with its default vCPUs and 4 GiB each, within "
+                     "GCP's limits)")
+    row = {**host.row, "GpuInfo": parts.row.get("GpuInfo", "")}
+    each = None if got.gpus_on_demand is None else got.gpus_on_demand / count
+    return _make(name, "gcp", label, region, acc, count, row, got.on_demand, got.spot,
+                 got.host_on_demand, each, notes, today, type_name=instance)
+
+
+def _make(name: str, provider: str, instance: str, region: str, acc: str, count: int,
+          row: dict[str, str], od: float | None, spot: float | None, host: float | None,
+          each: float | None, notes: list[str], today: date, type_name: str | None = None
+          ) -> Offer:
+    gpu_model, memory = _gpu(acc, type_name or instance, row.get("GpuInfo", ""), notes)
     billing, minimum, billing_note = BILLING.get(provider, (Billing.SECOND, 0.0, ""))
     return make_offer(
         provider=provider, instance_type=instance, region=region, gpu_model=gpu_model,
@@ -232,7 +291,7 @@ def _offer(name: str, provider: str, instance: str, region: str, g: _Zones,
         vcpus=lenient_int(row.get("vCPUs")), ram_gib=lenient_float(row.get("MemoryGiB")),
         currency="USD",  # SkyPilot's catalogs are all in US dollars
         on_demand_price_per_hour=od, spot_price_per_hour=spot,
-        host_price_per_hour=host_part, gpu_price_per_hour=gpu_part,
+        host_price_per_hour=host, gpu_price_per_hour=None if each is None else round(each, 6),
         billing=billing, billing_minimum_s=minimum,
         source=f"skypilot catalog {name}", price_date=today,
         notes="; ".join(["imported from SkyPilot's vms.csv (price_date = import day)",

@@ -19,6 +19,7 @@ from gpuaudit.model.recommendation import Assumptions, MemoryEstimate
 from gpuaudit.specs.catalog import GpuSpec
 
 from .context import Context
+from .network import cross_node_efficiency, network_of
 from .tasks import (
     BenchmarkedTask,
     FinetuneTask,
@@ -26,6 +27,10 @@ from .tasks import (
     ServeTask,
     TrainingTask,
 )
+
+# Adding a node that leaves each GPU less than this share of its single-node speed is not
+# worth its price even when the order is by time.
+MIN_POOL_EFFICIENCY = 0.5
 
 
 def gpu_memory(offer: Offer, spec: GpuSpec) -> tuple[float, str]:
@@ -131,7 +136,9 @@ Reject = tuple[str, Callable[[], str]]
 
 def cached_hardware(offer: Offer, ctx: Context,
                     build: Callable[[Offer, Context], Hardware | Reject]) -> Hardware | Reject:
-    key = ("hw", offer.gpu_model, offer.gpu_count, offer.gpu_memory_gib)
+    # The network between instances depends on the instance type, not only the GPUs.
+    key = ("hw", offer.gpu_model, offer.gpu_count, offer.gpu_memory_gib,
+           network_of(offer.provider, offer.instance_type))
     hw = ctx.memo.get(key)
     if hw is None:
         hw = ctx.memo[key] = build(offer, ctx)
@@ -190,7 +197,9 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
         per_gpu = peak * ass.mfu  # TFLOP/s
         unit_scale = 1e12
 
-    # Nodes: the fewest that hold the memory plan, more only if the deadline needs them.
+    # Nodes: the fewest that hold the memory plan; more only when the deadline needs them
+    # (the fewest that meet it) or the order is by time (the fastest); only instance types
+    # with a known network between them are pooled.
     nodes = 1
     plan: MemoryEstimate | None = None
     if ctx.shape is not None:
@@ -205,40 +214,69 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
             if nodes > ass.max_nodes:
                 return "memory", lambda: (f"needs {need} × {mem_label} with ZeRO-3, more than "
                                           f"{ass.max_nodes} nodes; has {count} × {mem_label}")
-            plan = memory_plan(ctx, nodes * count, usable)
-            if plan is None:  # the ceiling above makes this unreachable; kept as a guard
-                return "memory", lambda: (f"needs {need} × {mem_label} with ZeRO-3; has "
-                                          f"{count} × {mem_label}")
+    net = network_of(offer.provider, offer.instance_type)
+    gbps = net.gbps if net else (ass.pooled_network_gbps if ass.allow_pooling else None)
+    if nodes > 1 and gbps is None:
+        n_mem = nodes
+        return "network", lambda: (f"needs {n_mem} nodes for memory, but {offer.instance_type} "
+                                   "has no known network between instances (not pooled for "
+                                   "one job; --allow-pooling allows it)")
+    intra = 1.0 if predicted else intra_efficiency(spec, count, ass)
 
-    def rate(n: int) -> float:
-        # A predicted rate already holds its GPUs' scaling; only the nodes' is added.
-        eff = (ass.inter_node_efficiency if n > 1 else 1.0) if predicted else \
-            efficiency(spec, count, n, ass)
-        return per_gpu * n * count * eff
+    def plan_for(n: int) -> MemoryEstimate | None:
+        if ctx.shape is None:
+            return None
+        return memory_plan(ctx, n * count, usable) or plan
 
-    work = ctx.flops * recompute_factor(ctx, plan)
-    hours = work / (rate(nodes) * unit_scale) / 3600
+    def eff(n: int, p: MemoryEstimate | None) -> float:
+        if n <= 1:
+            return 1.0
+        if p is None or gbps is None:  # a benchmarked workload: no model to size the step
+            return ass.inter_node_efficiency
+        factor = ctx.memo["flops_factor"] * recompute_factor(ctx, p)
+        full_grads = p.gradients_bytes * (p.gpus if p.sharding in ("zero-2", "zero-3") else 1)
+        return cross_node_efficiency(
+            nodes=n, gpus_per_node=count, flops_per_token=factor * ctx.shape.params,
+            gpu_flops=per_gpu * unit_scale * intra, grad_bytes=full_grads,
+            volume_factor=1.5 if p.sharding == "zero-3" else 1.0, network_gbps=gbps,
+            batch_tokens=ass.global_batch_tokens, overlap=ass.comm_overlap)
+
+    def at(n: int) -> tuple[float, float, MemoryEstimate | None, float]:
+        """(hours, rate, plan, cross-node efficiency) on n nodes."""
+        key = ("at", offer.gpu_model, count, usable, gbps, n)
+        if key not in ctx.memo:
+            p = plan_for(n)
+            e = eff(n, p)
+            r = per_gpu * n * count * intra * e
+            work = ctx.flops * recompute_factor(ctx, p)
+            ctx.memo[key] = (work / (r * unit_scale) / 3600, r, p, e)
+        return ctx.memo[key]  # type: ignore[no-any-return]
+
+    hours, _, _, _ = at(nodes)
     deadline = ctx.cons.deadline_hours
-    if deadline is not None and hours > deadline:
-        # Solve n·count·per_gpu·eff ≥ work/deadline with the multi-node efficiency.
-        eff = ass.inter_node_efficiency if predicted else efficiency(spec, count, 2, ass)
-        wanted = math.ceil(work / (deadline * 3600 * unit_scale * per_gpu * count * eff)
-                           - 1e-9)
-        if wanted > ass.max_nodes:
-            h1, n1 = hours, nodes  # n1 > 1 when the memory plan already needed more nodes
+    top = ass.max_nodes if gbps is not None else 1
+    if ctx.cons.sort == "time" and top > nodes:
+        # The fastest, among node counts that keep at least MIN_POOL_EFFICIENCY of each GPU.
+        usable_n = [n for n in range(nodes, top + 1) if n == nodes
+                    or at(n)[3] >= MIN_POOL_EFFICIENCY]
+        nodes = min(usable_n, key=lambda n: (round(at(n)[0], 9), n))
+    if deadline is not None and at(nodes)[0] > deadline:
+        meets = next((n for n in range(nodes, top + 1) if at(n)[0] <= deadline), None)
+        if meets is None:
+            h1, n1 = hours, nodes
             where = "one node" if n1 == 1 else f"the {n1} nodes memory needs"
-            return "deadline", lambda: (f"{h1:,.0f} h on {where}; needs {wanted} nodes to "
-                                        f"finish in {deadline:g} h, more than "
-                                        f"{ass.max_nodes}")
-        nodes = max(nodes, wanted)
-        if plan is not None and plan.gpus != nodes * count:
-            # More GPUs never need more memory per GPU: the plan (and its recomputation)
-            # can only get lighter, so the node count still meets the deadline.
-            plan = memory_plan(ctx, nodes * count, usable) or plan
-            work = ctx.flops * recompute_factor(ctx, plan)
-        hours = work / (rate(nodes) * unit_scale) / 3600
-    return Hardware(spec, mem_label, usable, nodes, hours, rate(nodes), plan, measured,
-                    {"mem_bytes": mem_bytes})
+            best = min(range(nodes, top + 1), key=lambda n: at(n)[0])
+            hb = at(best)[0]
+            why = (f"{offer.instance_type} is not pooled (no known network between instances;"
+                   " --allow-pooling allows it)" if gbps is None else
+                   f"{hb:,.0f} h at best on {best} nodes (up to {ass.max_nodes})")
+            return "deadline", lambda: (f"{h1:,.0f} h on {where}; {why}; deadline "
+                                        f"{deadline:g} h")
+        nodes = meets
+    hours, rate, plan, cross = at(nodes)
+    return Hardware(spec, mem_label, usable, nodes, hours, rate, plan, measured,
+                    {"mem_bytes": mem_bytes, "cross_node": cross, "network": net,
+                     "pooled_gbps": gbps})
 
 
 def scale_figures(scale_by: str, spec: GpuSpec, base: GpuSpec

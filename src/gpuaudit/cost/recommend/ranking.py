@@ -121,8 +121,14 @@ def _eval_compute(offer: Offer, ctx: Context) -> Feasible | Excluded:
                 out.append("full activation checkpointing to fit: one more forward pass "
                            f"(×{recompute_factor(ctx, plan):.3g} compute)")
         if hw.nodes > 1:
-            out.append(f"{hw.nodes} nodes: assumes a fast network between them (the catalog "
-                       "does not say)")
+            net = hw.extra.get("network")
+            over = (f"{net.fabric} {net.gbps:,.0f} Gb/s per node" if net is not None else
+                    f"an assumed {hw.extra['pooled_gbps']:g} Gb/s per node (--allow-pooling; "
+                    "no published network between these instances)")
+            cross = hw.extra.get("cross_node", 1.0)
+            out.append(f"{hw.nodes} nodes over {over}: {cross:.0%} cross-node efficiency "
+                       f"(gradients all-reduced once per {ctx.ass.global_batch_tokens:,.0f}-"
+                       "token step, overlapped with the backward pass)")
         cmp, billing_known = compare(offer, hw.hours, hw.nodes, ctx, True, deadline)
         out.extend(pricing_reasons(price, cmp, billing_known, deadline))
         return out
@@ -244,8 +250,9 @@ def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints |
         counts[o.kind] = counts.get(o.kind, 0) + 1
     shown_out = sorted(out, key=lambda o: (o.sort_price, o.offer.key))[:max_excluded]
 
-    ranked = tuple(_record(i, r, rate_unit, basis, cons, ctx) for i, r in
-                   enumerate(ok[:top], start=1))
+    shown, twins = _distinct(ok, top)
+    ranked = tuple(_record(i, r, rate_unit, basis, cons, ctx, twins.get(id(r), ()))
+                   for i, r in enumerate(shown, start=1))
     excluded = tuple(Exclusion(offer_key=o.offer.key, gpu_model=o.offer.gpu_model,
                                gpu_count=o.offer.gpu_count, kind=o.kind, reason=o.reason())
                      for o in shown_out)
@@ -263,14 +270,38 @@ def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints |
                            feasible=len(ok), excluded_counts=counts, notes=tuple(notes))
 
 
+def _distinct(ok: list[Feasible], top: int
+              ) -> tuple[list[Feasible], dict[int, tuple[str, ...]]]:
+    """The first `top` distinct offers: one instance type at the same plan and cost in
+    several regions (or from two sources) is one choice, shown once with the others named,
+    so that one offer cannot fill the top ten."""
+    shown: list[Feasible] = []
+    first: dict[tuple[object, ...], Feasible] = {}
+    twins: dict[int, list[str]] = {}
+    for r in ok:
+        o = r.offer
+        key = (o.provider, o.instance_type, r.nodes, r.pricing, round(r.cost, 6),
+               round(r.hours, 6))
+        if key in first:
+            twins.setdefault(id(first[key]), []).append(o.region or "every region")
+        elif len(shown) < top:
+            first[key] = r
+            shown.append(r)
+    return shown, {k: tuple(v) for k, v in twins.items()}
+
+
 def _task_doc(task: Task) -> dict[str, str | int | float | bool | None]:
     return {k: v for k, v in asdict(task).items() if isinstance(v, str | int | float | bool)
             or v is None}
 
 
-def _record(rank: int, r: Feasible, rate_unit: str, basis: str, cons: Constraints, ctx: Context
-            ) -> Recommendation:
+def _record(rank: int, r: Feasible, rate_unit: str, basis: str, cons: Constraints, ctx: Context,
+            twins: tuple[str, ...] = ()) -> Recommendation:
     reasons = [f"{r.hours:,.1f} h, {r.cost:,.2f} {r.offer.currency} ({r.pricing.label})"]
+    if twins:
+        more = ", ".join(twins[:5]) + (", …" if len(twins) > 5 else "")
+        reasons.append(f"the same in {len(twins)} other region{'s' * (len(twins) != 1)} "
+                       f"({more}): shown once")
     reasons += r.notes()
     if cons.deadline_hours is not None:
         reasons.append(f"meets the {cons.deadline_hours:g} h deadline")
@@ -280,7 +311,9 @@ def _record(rank: int, r: Feasible, rate_unit: str, basis: str, cons: Constraint
     gpus = r.nodes * r.offer.gpu_count
     rest = []
     if not isinstance(ctx.task, ServeTask | BenchmarkedTask) and spec is not None:
-        eff = efficiency(spec, r.offer.gpu_count, r.nodes, ctx.ass)
+        hw = cached_hardware(r.offer, ctx, compute_hw)
+        cross = hw.extra.get("cross_node", 1.0) if not isinstance(hw, tuple) else 1.0
+        eff = efficiency(spec, r.offer.gpu_count, 1, ctx.ass) * cross
         rest.append(f"scaling efficiency {eff:.0%} for {gpus} GPUs")
     return Recommendation(
         rank=rank, offer=r.offer, nodes=r.nodes, gpus=gpus, pricing=r.pricing,
