@@ -202,9 +202,9 @@ def test_stacks_name_the_main_threads_busiest_function(tmp_path):
     proc, d, ev = doctor(tmp_path, "--", sys.executable, str(job))
     assert proc.returncode == 0, proc.stderr
     assert ev.stacks, ev.stacks_reason
-    from gpuaudit.diagnose.stacks import main_thread
+    from gpuaudit.diagnose.doctor import signals
 
-    h = main_thread(ev.stacks, pid=ev.auto[0].pid, sources=ev.source_lines)
+    h = signals(ev)[0].stacks  # the main thread over the window (after the first step)
     top = h.functions[0]
     assert top.function == "make_batch" and top.share > 0.5
     assert top.where.endswith("job.py:6") or top.line.startswith("sum(")

@@ -81,9 +81,10 @@ def doctor(
         "--json", help="The diagnosis as JSON on stdout, after the job's own output.")] = False,
 ) -> None:
     """Why is this job slow? Runs it unchanged and watches the GPUs (SM and tensor activity,
-    memory bandwidth, PCIe/NVLink, clocks), the job's processes and data-loader workers, its
-    Python stacks, and (through a bootstrap on its PYTHONPATH) its steps, batch waits, host
-    syncs and torch.compile, with no change to its code.
+    memory bandwidth, PCIe/NVLink, clocks), the job's processes and data-loader workers.
+
+    Also its Python stacks (py-spy) and, through a bootstrap on its PYTHONPATH, its steps,
+    batch waits, host syncs and torch.compile, with no change to its code.
 
     Prints the findings with their evidence and the changes ranked by expected gain on
     stderr after the job ends. Exit status: the job's own (2 when it cannot start).
