@@ -97,7 +97,12 @@ def test_a_second_audit_shows_what_changed_on_each_node(audited: str):
     assert "driver 580.159.04 → 580.200.01" in swapped
     repaired = changed[fixed.hostname(SLOW)]
     assert any(c.startswith("matmul/") and " GPU 2: " in c and "(+4" in c for c in repaired)
-    assert {b.hostname for b in report.bad_nodes} == {fixed.hostname(NARROW)}
+    # The node whose driver differs from the rest of the fleet's is bad too.
+    bad = {b.hostname: b.reasons for b in report.bad_nodes}
+    assert set(bad) == {fixed.hostname(NARROW), fixed.hostname(SWAPPED)}
+    assert bad[fixed.hostname(SWAPPED)] == (
+        "driver 580.200.01, the fleet expects 580.159.04 (the majority of 12 nodes)",)
+    assert report.expectation.gpu_count == 4 and report.expectation.gpu_model == "NVIDIA H200"
     # --since leaves out the nodes not audited in the period
     with Store(audited, read_only=True) as store:
         recent = fleet_report(store, since=T0 + timedelta(hours=12))

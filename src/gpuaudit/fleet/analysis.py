@@ -21,6 +21,7 @@ from statistics import median
 
 from gpuaudit.model import RunStatus, Severity
 
+from .expect import Expectation, NodeFacts, judge, majority, model_of
 from .records import (
     BadNode,
     Deviation,
@@ -257,8 +258,44 @@ def _fleet_runs(documents: list[str]) -> list[FleetRun]:
     return found
 
 
-def analyse(rows: FleetRows, *, now: datetime, since: datetime | None = None) -> FleetReport:
-    """The fleet report from the store's rows (`Store.fleet_rows`)."""
+def _facts(ix: _Index) -> list[tuple[str, NodeFacts]]:
+    """(run id, what its audit showed) for each latest audit. The index holds no CUDA
+    version (fleet run and fleet check judge that, from the whole document)."""
+    found = []
+    for run_id, node in ix.latest.items():
+        gpus = ix.gpus_of.get(run_id, [])
+        found.append((run_id, NodeFacts(
+            name=node.hostname, gpu_count=len(gpus), gpu_model=model_of(g.name for g in gpus),
+            driver_version=node.driver_version, cuda_version=None,
+            nvml_error=None if gpus else "no GPU found in its latest audit")))
+    return found
+
+
+def _expected(ix: _Index, expect: Expectation | None, last: FleetRun | None
+              ) -> tuple[Expectation | None, dict[str, list[str]], list[str]]:
+    """What each node was expected to be, and per host why it is not."""
+    facts = _facts(ix)
+    notes: list[str] = []
+    if expect is None and facts:
+        expect, notes = majority([f for _, f in facts])
+    reasons: dict[str, list[str]] = defaultdict(list)
+    if expect is not None:
+        for _, f in facts:
+            reasons[f.name].extend(judge(f, expect))
+    # The last fleet run judged the whole documents (the CUDA version too): its findings
+    # stand for the audits it made.
+    for outcome in last.nodes if last else ():
+        node = ix.latest.get(outcome.run_id or "")
+        if node is not None:
+            reasons[node.hostname].extend(p for p in outcome.problems
+                                          if p not in reasons[node.hostname])
+    return expect, reasons, notes
+
+
+def analyse(rows: FleetRows, *, now: datetime, since: datetime | None = None,
+            expect: Expectation | None = None) -> FleetReport:
+    """The fleet report from the store's rows (`Store.fleet_rows`); nodes judged against
+    `expect` (None: the majority of the nodes)."""
     ix = _Index(rows)
     spreads, notes = _spreads(ix)
     fails = [FailFinding(hostname=ix.latest[x.run_id].hostname, run_id=x.run_id, code=x.code,
@@ -276,6 +313,11 @@ def analyse(rows: FleetRows, *, now: datetime, since: datetime | None = None) ->
     by_host = {n.hostname: n for n in ix.latest.values()}
     fleet_runs = _fleet_runs(rows.fleet_runs)
     last = fleet_runs[0] if fleet_runs else None
+    expectation, expected_why, expect_notes = _expected(ix, expect, last)
+    notes += expect_notes
+    for host, why in expected_why.items():
+        if why:
+            reasons[host].extend(why)
     cross = next((f for f in fleet_runs if any(m.value is not None for m in f.collectives)),
                  None)
     failed_nodes = {}
@@ -311,7 +353,8 @@ def analyse(rows: FleetRows, *, now: datetime, since: datetime | None = None) ->
         spreads=tuple(spreads), fail_findings=tuple(fails), changed=tuple(_changes(ix, spreads)),
         bad_nodes=tuple(bad), last_fleet_run=last,
         cross_node=cross.collectives if cross else (),
-        cross_node_fleet_id=cross.id if cross else None, notes=tuple(notes))
+        cross_node_fleet_id=cross.id if cross else None, expectation=expectation,
+        notes=tuple(notes))
 
 
 __all__ = ["MIN_GAP", "MIN_MEMBERS", "OUTSIDE_Z", "analyse", "lower_is_better", "spread"]

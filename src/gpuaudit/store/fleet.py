@@ -24,8 +24,11 @@ def index_rows(run: Run) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     if machine is None:
         return None, []
     node = run.node
+    # The column holds the node's name in the fleet (a Kubernetes node name, or a host name
+    # made unique within its fleet run): a node's audits are grouped by it.
+    name = node.node_name if node and node.node_name else machine.host.hostname
     node_row = {
-        "run_id": run.id, "hostname": machine.host.hostname, "kind": run.kind,
+        "run_id": run.id, "hostname": name, "kind": run.kind,
         "started_at": run.started_at,
         "ray_node_id": node.ray_node_id if node else None,
         "node_ip": node.node_ip if node else None,
