@@ -67,8 +67,9 @@ def connect(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> Any:
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise BadInputError(f"cannot connect to the Ray cluster at {address}: {first}"
+        # Ray Client puts the server's own reason on the lines after its first.
+        said = " ".join(str(exc).split()) or type(exc).__name__
+        raise BadInputError(f"cannot connect to the Ray cluster at {address}: {said[:400]}"
                             ) from None
     return ray
 

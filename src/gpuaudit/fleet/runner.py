@@ -204,9 +204,10 @@ class _Fleet:
             ready, _ = self.ray.wait([t.ref for t in pending], num_returns=len(pending),
                                      timeout=poll_s)
             self._progress()
-            by_ref = {id(t.ref): t for t in pending}
+            # By the object's id: through Ray Client, wait() hands back new ref objects.
+            by_ref = {t.ref.hex(): t for t in pending}
             for ref in ready:
-                self._collect(by_ref[id(ref)])
+                self._collect(by_ref[ref.hex()])
             now = time.monotonic()
             for task in pending:
                 if task.outcome is None and now - task.submitted > self.timeout_s:
