@@ -5,8 +5,8 @@ the faults planted in copies of them."""
 from __future__ import annotations
 
 import copy
-import re
 import json
+import re
 from pathlib import Path
 
 import pytest
