@@ -198,8 +198,8 @@ class SimulatedRay:
         now = time.monotonic()
         events = []
         for task in self.tasks.values():
-            if task.cancelled or task.node_id in self.dead_at and self.dead_at[
-                    task.node_id] <= now:
+            if task.cancelled or (task.node_id in self.dead_at and self.dead_at[
+                    task.node_id] <= now):
                 continue
             span = (task.end - task.start) if task.fate != "hang" else 1.0
             reached = min(len(STEPS), int(len(STEPS) * (now - task.start) / span) + 1)
