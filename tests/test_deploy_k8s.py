@@ -226,7 +226,7 @@ def test_the_dockerfile_builds_the_image_the_manifests_run():
     entry = next(s for s in steps if s.cmd == "ENTRYPOINT")
     assert entry.json and entry.value == ("gpuaudit",)
     installs = " ".join(" ".join(s.value) for s in steps if s.cmd == "RUN")
-    assert "pip install '.[fleet,torch,postgres]'" in installs
+    assert "pip install '.[fleet,torch,postgres,k8s]'" in installs
     for step in steps:
         if step.cmd == "COPY" and not any(f.startswith("--from") for f in step.flags):
             *sources, _ = step.value
@@ -296,3 +296,31 @@ def test_the_fleet_job_runs_a_command_gpuaudit_accepts(tmp_path):
     result = CliRunner().invoke(app, args, env={"GPUAUDIT_DB": str(tmp_path / "f.db")})
     assert result.exit_code == 2, result.output
     assert "gpuaudit: error: cannot reach the Ray cluster at ray://127.0.0.1:9" in result.stderr
+
+
+def test_the_pod_attribution_component_mounts_only_the_kubelet_socket(tmp_path):
+    """Built by kustomize (kubectl's), where kubectl is installed; the patched DaemonSet is
+    still a valid one, and its command line one the monitor accepts."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (kustomize builds the component)")
+    shutil.copytree(K8S, tmp_path / "base")
+    (tmp_path / "kustomization.yaml").write_text(
+        "resources: [base]\ncomponents: [base/pod-attribution]\n")
+    built = subprocess.run([kubectl, "kustomize", str(tmp_path)], capture_output=True,
+                           text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    (ds,) = [d for d in yaml.safe_load_all(built.stdout) if d and d["kind"] == "DaemonSet"]
+    kv.validate(ds, VERSIONS[-1], strict=True)
+    pod = ds["spec"]["template"]["spec"]
+    (volume,) = pod["volumes"]
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    (container,) = pod["containers"]
+    (mount,) = container["volumeMounts"]
+    assert mount["readOnly"] is True and mount["mountPath"] == volume["hostPath"]["path"]
+    args = container["args"]
+    socket = args[args.index("--pod-resources") + 1]
+    assert socket.startswith(mount["mountPath"] + "/")
+    from tests.test_deploy import _accepted
+
+    _accepted(args)
