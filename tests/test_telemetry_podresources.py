@@ -102,7 +102,7 @@ def test_the_kubelet_says_which_pod_holds_which_gpu(kubelet):
 
 
 def test_a_kubelet_that_cannot_be_asked_is_an_oserror(tmp_path):
-    with pytest.raises(OSError, match="pod-resources API at .*: UNAVAILABLE"):
+    with pytest.raises(OSError, match=r"pod-resources API at .*: UNAVAILABLE"):
         list_gpus(str(tmp_path / "missing.sock"), timeout_s=2.0)
     pods = PodAttribution(str(tmp_path / "missing.sock"))
     assert pods.lookup() == {} and "UNAVAILABLE" in pods.problem
