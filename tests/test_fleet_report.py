@@ -202,3 +202,17 @@ def test_a_model_with_fewer_than_three_gpus_is_not_judged():
     report = analyse(_rows([100, 50]), now=T0)
     assert report.spreads == () and report.bad_nodes == ()
     assert "not judged: fewer than 3 GPUs" in report.notes[0]
+
+
+def test_a_size_sweep_is_left_out_and_its_peak_kept():
+    from gpuaudit.fleet.analysis import _by_run
+
+    rows = [FigureRow("r1", "collectives", "all_reduce_busbw", "GB/s", v, None)
+            for v in (10.0, 90.0, 300.0)]
+    rows += [FigureRow("r1", "collectives", "all_reduce_busbw_peak", "GB/s", 300.0, None),
+             FigureRow("r1", "matmul", "bf16", "TFLOP/s", 680.0, 0),
+             FigureRow("r2", "collectives", "all_reduce_busbw", "GB/s", 12.0, None)]
+    runs = _by_run(rows)
+    assert set(runs["r1"]) == {("collectives", "all_reduce_busbw_peak", None),
+                               ("matmul", "bf16", 0)}
+    assert set(runs["r2"]) == {("collectives", "all_reduce_busbw", None)}  # once: kept
