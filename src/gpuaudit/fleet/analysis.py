@@ -60,18 +60,19 @@ def _by_run(figures: Iterable[tuple]) -> dict[str, dict[tuple, tuple]]:
     once per node): a size sweep repeats a name with different sizes, which are not
     comparable without the size, so they are left out (their peak figure, e.g.
     all_reduce_busbw_peak, is kept)."""
-    runs: defaultdict[str, dict[tuple, tuple]] = defaultdict(dict)
-    rows: Counter[str] = Counter()
+    runs: dict[str, dict[tuple, tuple]] = {}
+    repeated: set[tuple] = set()
     for f in figures:  # the hot loop of a big report: a third of a million rows
-        runs[f[RUN]][(f[SUITE], f[NAME], f[GPU])] = f
-        rows[f[RUN]] += 1
-    for run, n in rows.items():
-        if n != len(runs[run]):  # a key came more than once: find which, and drop it
-            seen = Counter((f[SUITE], f[NAME], f[GPU]) for f in figures if f[RUN] == run)
-            for key, count in seen.items():
-                if count > 1:
-                    del runs[run][key]
-    return dict(runs)
+        mine = runs.get(f[RUN])
+        if mine is None:
+            mine = runs[f[RUN]] = {}
+        key = (f[SUITE], f[NAME], f[GPU])
+        if key in mine:
+            repeated.add((f[RUN], key))
+        mine[key] = f
+    for run, key in repeated:
+        del runs[run][key]
+    return runs
 
 
 def spread(values: Sequence[float], unit: str) -> tuple[float, float, float, float]:
