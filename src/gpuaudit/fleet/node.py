@@ -6,7 +6,8 @@ board (an actor) as they happen and returns the run document. Not a Ray generato
 Client (`ray://`) does not carry those, and a plain task's result behaves the same in both.
 
 Events are plain dicts: {"event": "step", "text"}, {"event": "identity", "hostname",
-"node_name", "gpus"}, and last {"event": "run", "document"} (the Run as JSON, tagged with the node's identity).
+"node_name", "gpus"}, and last {"event": "run", "document"} (the Run as JSON, tagged with the
+node's identity).
 
 Replay: with GPUAUDIT_FLEET_REPLAY set on a node (its raylet's environment) to a JSON plan
 {"inspect": PATH, "bench": PATH, "hold_s": SECONDS}, the node plays back recorded documents
