@@ -42,10 +42,10 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     node = {"num_cpus": 4, "num_gpus": 1}
     cluster = Cluster(initialize_head=True, head_node_args={
-        **node, "env_vars": {"CUDA_VISIBLE_DEVICES": "0"}, "include_dashboard": False})
+        **node, "env_vars": _env(0), "include_dashboard": False})
     try:
         for i in range(1, count):
-            cluster.add_node(**node, env_vars={"CUDA_VISIBLE_DEVICES": str(i)})
+            cluster.add_node(**node, env_vars=_env(i))
         cluster.wait_for_nodes()
         print(f"ray {ray.__version__}: {count} node(s), one GPU each, at {cluster.address}")
         db = args.out / "fleet.db"
@@ -83,6 +83,11 @@ def summary(path: Path) -> None:
               f"ranks={p.get('ranks')} nodes={p.get('nodes')} backend={p.get('backend')} "
               f"verified={m['verified']} {m.get('skipped_reason') or ''}")
     print("collectives skipped:", doc["collectives_skipped"])
+
+
+def _env(gpu: int) -> dict[str, str]:
+    """One GPU per node, and a name of its own in the fleet (the raylets share a host)."""
+    return {"CUDA_VISIBLE_DEVICES": str(gpu), "GPUAUDIT_NODE_NAME": f"gpu{gpu}"}
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ under its own host name and GPU identities, with at most one planted fault:
 - h200-c: PCIe link of GPU 0 at x8 of x16 (the `pcie-width-degraded` fault of tests/faults.py)
   and, as such a link does, half the host↔device bandwidth of GPU 0.
 - h200-d: as recorded, but holds for `hold_s` before reporting (the node killed mid-run).
+- h200-a-twin: another machine that calls itself h200-a (its own GPUs), on driver
+  OLD_DRIVER while the others run the recorded one.
 
 `write_plans(directory)` writes the documents and one replay plan per node (the JSON that
 GPUAUDIT_FLEET_REPLAY names on that node).
@@ -29,7 +31,8 @@ BENCH_2GPU = FIXTURES / "bench" / "h200-2gpu-quick.json"
 SLOW = 0.7
 SLOW_SUITES = ("matmul", "memory")
 HALVED = ("h2d_pinned", "d2h_pinned", "h2d_pageable", "d2h_pageable")
-NODES = ("h200-a", "h200-b", "h200-c", "h200-d")
+NODES = ("h200-a", "h200-b", "h200-c", "h200-d", "h200-a-twin")
+OLD_DRIVER = "570.86.15"
 
 
 def _rename(doc: dict, hostname: str, tag: int) -> dict:
@@ -71,6 +74,8 @@ def documents(hold_s: float = 600.0) -> dict[str, tuple[dict, dict, float]]:
     slow = copy.deepcopy(bench)
     _swap_gpus(slow)
     _scaled(slow, 1, suites=SLOW_SUITES, factor=SLOW)
+    old = copy.deepcopy(healthy)
+    old["machine"]["driver_version"] = OLD_DRIVER
     narrow = copy.deepcopy(bench)
     _scaled(narrow, 0, names=HALVED, factor=0.5)
     return {
@@ -78,6 +83,7 @@ def documents(hold_s: float = 600.0) -> dict[str, tuple[dict, dict, float]]:
         "h200-b": (_rename(healthy, "h200-b", 2), slow, 0.0),
         "h200-c": (_rename(pcie, "h200-c", 3), narrow, 0.0),
         "h200-d": (_rename(healthy, "h200-d", 4), bench, hold_s),
+        "h200-a-twin": (_rename(old, "h200-a", 5), bench, 0.0),
     }
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.fleet.cluster import ClusterNode, choose
-from gpuaudit.fleet.node import REPLAY_ENV, audit_node
+from gpuaudit.fleet.node import NODE_NAME_ENV, REPLAY_ENV, audit_node
 from gpuaudit.model import Severity, load_run
 from tests.fleet_replays import SLOW, documents, write_plans
 
@@ -14,12 +14,15 @@ from tests.fleet_replays import SLOW, documents, write_plans
 def test_a_replayed_node_streams_progress_then_its_tagged_run(tmp_path, monkeypatch):
     plans = write_plans(tmp_path, hold_s=0.0)
     monkeypatch.setenv(REPLAY_ENV, str(plans["h200-b"]))
+    monkeypatch.setenv(NODE_NAME_ENV, "gpu-pool-7")  # as the downward API sets it in a pod
     events = list(audit_node("quick", fleet_id="f00d"))
     kinds = [e["event"] for e in events]
     assert kinds[0] == "step" and kinds[-1] == "run" and kinds.count("run") == 1
-    assert {"event": "identity", "hostname": "h200-b", "gpus": 2} in events
+    assert {"event": "identity", "hostname": "h200-b", "node_name": "gpu-pool-7",
+            "gpus": 2} in events
     run = load_run(events[-1]["document"])
     assert run.kind == "run" and run.node.hostname == "h200-b" and run.node.fleet_id == "f00d"
+    assert run.node.node_name == "gpu-pool-7"
     assert run.node.ray_node_id is None  # not in Ray
     inspect_doc, bench_doc, _ = documents()["h200-b"]
     assert run.node.gpu_uuids == tuple(g["uuid"] for g in inspect_doc["machine"]["gpus"])
@@ -41,6 +44,7 @@ def test_a_node_whose_replay_is_broken_raises_its_reason(tmp_path, monkeypatch):
 
 def test_a_live_node_without_gpus_is_inspected_and_says_so(monkeypatch):
     monkeypatch.delenv(REPLAY_ENV, raising=False)
+    monkeypatch.delenv(NODE_NAME_ENV, raising=False)
     events = list(audit_node(bench=False))
     run = load_run(events[-1]["document"])
     assert run.kind == "run" and run.source == "live" and run.machine is not None

@@ -158,7 +158,11 @@ def test_a_store_that_stops_taking_writes_keeps_what_it_took(cluster, tmp_path, 
     try:
         result = CliRunner().invoke(app, ["fleet", "run", "--address", cluster.address,
                                           "--db", url, "--json", "--no-collectives"])
-        message = one_line_error(result)
+        # After the progress lines (stderr is no terminal here), one line says it.
+        assert result.exit_code == 2, result.output
+        lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+        assert [ln for ln in lines if ln.startswith("gpuaudit: error: ")] == lines[-1:]
+        message = lines[-1]
         assert "was not saved" in message and "kept in" in message
         fleet = FleetRun.model_validate_json(result.stdout)  # still printed in full
         saved = [n for n in fleet.nodes if n.saved]

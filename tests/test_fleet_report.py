@@ -97,7 +97,12 @@ def test_a_second_audit_shows_what_changed_on_each_node(audited: str):
     assert "driver 580.159.04 → 580.200.01" in swapped
     repaired = changed[fixed.hostname(SLOW)]
     assert any(c.startswith("matmul/") and " GPU 2: " in c and "(+4" in c for c in repaired)
-    assert {b.hostname for b in report.bad_nodes} == {fixed.hostname(NARROW)}
+    # The node whose driver differs from the rest of the fleet's is bad too.
+    bad = {b.hostname: b.reasons for b in report.bad_nodes}
+    assert set(bad) == {fixed.hostname(NARROW), fixed.hostname(SWAPPED)}
+    assert bad[fixed.hostname(SWAPPED)] == (
+        "driver 580.200.01, the fleet expects 580.159.04 (the majority of 12 nodes)",)
+    assert report.expectation.gpu_count == 4 and report.expectation.gpu_model == "NVIDIA H200"
     # --since leaves out the nodes not audited in the period
     with Store(audited, read_only=True) as store:
         recent = fleet_report(store, since=T0 + timedelta(hours=12))
@@ -197,3 +202,17 @@ def test_a_model_with_fewer_than_three_gpus_is_not_judged():
     report = analyse(_rows([100, 50]), now=T0)
     assert report.spreads == () and report.bad_nodes == ()
     assert "not judged: fewer than 3 GPUs" in report.notes[0]
+
+
+def test_a_size_sweep_is_left_out_and_its_peak_kept():
+    from gpuaudit.fleet.analysis import _by_run
+
+    rows = [FigureRow("r1", "collectives", "all_reduce_busbw", "GB/s", v, None)
+            for v in (10.0, 90.0, 300.0)]
+    rows += [FigureRow("r1", "collectives", "all_reduce_busbw_peak", "GB/s", 300.0, None),
+             FigureRow("r1", "matmul", "bf16", "TFLOP/s", 680.0, 0),
+             FigureRow("r2", "collectives", "all_reduce_busbw", "GB/s", 12.0, None)]
+    runs = _by_run(rows)
+    assert set(runs["r1"]) == {("collectives", "all_reduce_busbw_peak", None),
+                               ("matmul", "bf16", 0)}
+    assert set(runs["r2"]) == {("collectives", "all_reduce_busbw", None)}  # once: kept

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from gpuaudit.cli import common
 from gpuaudit.errors import BadInputError, GpuauditError
+from gpuaudit.fleet.actions import ActionKind
 
 fleet_app = common.new_app("Audit every GPU node of a Ray cluster into one store, and find the "
                            "bad nodes.", no_args_is_help=True)
 
-# Above this many nodes the progress shows counts, not a line per node.
-MAX_NODE_LINES = 24
+ExpectOpt = Annotated[Path | None, typer.Option(
+    "--expect", dir_okay=False, metavar="FILE",
+    help="What every node must have (YAML: gpu_count, gpu_model, driver_version, "
+         "cuda_version, nvml) [default: what most of the fleet's nodes have].")]
+ActionOpt = Annotated[list[ActionKind] | None, typer.Option(
+    "--action", help="What to do about each bad node (repeatable): slurm-drain, k8s-cordon, "
+                     "k8s-taint, webhook. A dry run unless --apply.")]
+ApplyOpt = Annotated[bool, typer.Option(
+    "--apply", help="Carry the actions out (without it they are only shown and logged).")]
+WebhookOpt = Annotated[str | None, typer.Option(
+    "--webhook", metavar="URL", help="Where --action webhook POSTs each bad node (JSON).")]
+ActionLogOpt = Annotated[Path | None, typer.Option(
+    "--action-log", dir_okay=False, metavar="FILE",
+    help="Append every action, planned or done, as a JSON line [default: actions.jsonl in "
+         "gpuaudit's data directory].")]
 
 
 class FleetProfile(str, Enum):
@@ -72,37 +89,19 @@ class _Saver:
             self._drop()
 
 
-class _NodeLines:
-    """Progress: a line per node (a bar of nodes done for big fleets)."""
+@contextlib.contextmanager
+def _progress(console: Any) -> Iterator[Any]:
+    """Live lines on a terminal, plain lines elsewhere (a Job's log is read as it grows)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
-    def __init__(self, progress: Any) -> None:
-        self.progress = progress
-        self.tasks: dict[str, Any] = {}
-        self.total = self.progress.add_task("nodes", total=None)
-        self.done = 0
-        self.count = 0
+    from .fleet_progress import LiveLines, PlainLines
 
-    def stage(self, text: str) -> None:
-        self.progress.update(self.total, description=text)
-
-    def __call__(self, p: Any) -> None:
-        key = p.node.node_id
-        finished = p.state not in ("waiting", "running")
-        if key not in self.tasks:
-            self.count += 1
-            self.progress.update(self.total, total=self.count)
-            self.tasks[key] = (self.progress.add_task("", total=None)
-                               if self.count <= MAX_NODE_LINES else None)
-        if finished:
-            self.done += 1
-            self.progress.update(self.total, completed=self.done)
-        task = self.tasks[key]
-        if task is not None:
-            from rich.markup import escape
-
-            style = "" if p.state in ("waiting", "running", "done") else "[red]"
-            self.progress.update(task, description=style + escape(
-                f"{p.hostname}: {p.state} {p.text}"), completed=1 if finished else 0, total=1)
+    if not console.is_terminal:
+        yield PlainLines(console)
+        return
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=12),
+                  MofNCompleteColumn(), console=console, transient=True) as progress:
+        yield LiveLines(progress)
 
 
 def _is_sqlite(db: str | None) -> bool:
@@ -147,38 +146,41 @@ def run(
     collectives: Annotated[bool, typer.Option(
         "--collectives/--no-collectives",
         help="All-reduce across the audited nodes afterwards.")] = True,
+    expect: ExpectOpt = None,
     db: common.DbOpt = None,
     json_: common.JsonOpt = False,
 ) -> None:
     """Audit every GPU node of a Ray cluster (inspect + bench), one task per node.
 
-    Each node's run is saved as it arrives, tagged with the node (host name, Ray node id,
-    GPU UUIDs and serials). Exit 1 when a node failed, timed out, was lost or has a FAIL
-    finding; 2 on bad input or a store that refused results (kept in files); 130 on Ctrl-C.
+    Each node's run is saved as it arrives, tagged with the node (its name in the fleet,
+    Ray node id, GPU UUIDs and serials); every audited node is judged against what the fleet
+    expects. Exit 1 when a node failed, timed out, was lost, has a FAIL finding or is not
+    what the fleet expects; 2 on bad input or a store that refused results (kept in files);
+    130 on Ctrl-C.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
-
+    from gpuaudit.fleet.expect import load_expectation
     from gpuaudit.fleet.runner import run_fleet
-    from gpuaudit.model import RunStatus, Severity
+    from gpuaudit.model import RunStatus
     from gpuaudit.report.fleet_view import fleet_run_view
     from gpuaudit.store import check_store
+
+    from .fleet_progress import stdout_kept_for_json
 
     common.refuse_together(ctx, ("nodes", "all_nodes"))
     limit_s = float(timeout)
     console, _ = common.consoles(json_)
+    expected = load_expectation(expect) if expect is not None else None
     where = check_store(db)  # before any work: results need somewhere to go
     if _is_sqlite(db) and not _local(address):
         console.print(f"note: results go to {where}, a file on this machine; use --db "
                       "postgresql://… to keep a fleet's audits where everyone can read them",
                       style="dim")
     saver = _Saver(db)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=12),
-                  MofNCompleteColumn(), console=console, transient=True) as progress:
-        lines = _NodeLines(progress)
+    with _progress(console) as lines, stdout_kept_for_json():
         result = run_fleet(address, profile=profile.value, nodes=nodes, timeout_s=limit_s,
                            bench=not no_bench, collectives=collectives, save=saver,
                            save_fleet=saver.save_fleet, on_progress=lines,
-                           on_stage=lines.stage)
+                           on_stage=lines.stage, expect=expected)
     if json_:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
@@ -190,8 +192,47 @@ def run(
     if result.status is RunStatus.PARTIAL:
         console.print("interrupted: the nodes' runs saved before Ctrl-C are kept")
         raise typer.Exit(130)
-    bad = result.failed() or any(n.verdict is Severity.FAIL for n in result.nodes)
-    raise typer.Exit(1 if bad else 0)
+    raise typer.Exit(1 if result.bad() else 0)
+
+
+def _actions_log(path: Path | None) -> Path:
+    """The action log, made writable before anything is done (an action that ran must be
+    logged)."""
+    import platformdirs
+
+    log = path or Path(platformdirs.user_data_dir("gpuaudit")) / "actions.jsonl"
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.open("a").close()
+    except OSError as exc:
+        raise BadInputError(f"cannot write the action log {log}: {exc.strerror or exc}"
+                            ) from None
+    return log
+
+
+def _act(kinds: list[ActionKind] | None, bad: list[tuple[str, tuple[str, ...]]], *,
+         webhook: str | None, apply: bool, log: Path | None, console: Any) -> tuple[Any, ...]:
+    """The actions on the bad nodes: planned (dry run) or carried out, logged, shown."""
+    from gpuaudit.fleet.actions import carry_out, plan
+
+    if not kinds:
+        return ()
+    planned = plan(kinds, bad, webhook=webhook)
+    done = carry_out(planned, dry_run=not apply, log=_actions_log(log))
+    for a in done:
+        what = " ".join(a.argv) if a.argv else f"POST {a.url}"
+        status = ("dry run (--apply to carry out)" if not a.applied
+                  else "ok" if a.ok else f"FAILED: {a.detail}")
+        console.print(f"{a.kind.value} {a.node}: {what} — {status}", markup=False,
+                      highlight=False, soft_wrap=True)
+    return tuple(done)
+
+
+def _action_input(kinds: list[ActionKind] | None, webhook: str | None) -> None:
+    """Action options checked before any work."""
+    from gpuaudit.fleet.actions import plan
+
+    plan(kinds or [], [], webhook=webhook)
 
 
 @fleet_app.command("report")
@@ -202,19 +243,81 @@ def report(
     show_all: Annotated[bool, typer.Option("--all", help="Every figure's spread, not only "
                                                          "those with nodes outside it.")
                         ] = False,
+    expect: ExpectOpt = None,
+    action: ActionOpt = None,
+    webhook: WebhookOpt = None,
+    apply: ApplyOpt = False,
+    action_log: ActionLogOpt = None,
     db: common.DbOpt = None,
     json_: common.JsonOpt = False,
 ) -> None:
     """Judge each node's latest audit against the fleet: per GPU model, each figure's median
-    and robust spread (MAD), the GPUs outside it, FAIL findings, what changed since a node's
-    previous audit, and the bad nodes with reasons. Exit 1 when a node is bad."""
+    and robust spread (MAD), the GPUs outside it, FAIL findings, GPU count, model and driver
+    against what the fleet expects, what changed since a node's previous audit, and the bad
+    nodes with reasons; act on them if asked. Exit 1 when a node is bad."""
+    from gpuaudit.fleet.expect import load_expectation
     from gpuaudit.report.fleet_view import fleet_report, fleet_report_view
     from gpuaudit.store import Store
 
+    _action_input(action, webhook)
+    expected = load_expectation(expect) if expect is not None else None
+    console, _ = common.consoles(json_)
     with Store(db, read_only=True) as store:
-        result = fleet_report(store, since=since)
+        result = fleet_report(store, since=since, expect=expected)
+    if not json_:
+        common.out.print(fleet_report_view(result, show_all=show_all))
+    done = _act(action, [(b.hostname, b.reasons) for b in result.bad_nodes], webhook=webhook,
+                apply=apply, log=action_log, console=console)
+    if json_:
+        result = result.model_copy(update={"actions": done})
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    raise typer.Exit(1 if result.bad else 0)
+
+
+@fleet_app.command("check")
+def check(
+    expect: Annotated[Path, typer.Option(
+        "--expect", dir_okay=False, metavar="FILE",
+        help="What this node must have (YAML: gpu_count, gpu_model, driver_version, "
+             "cuda_version, nvml).")],
+    from_: Annotated[Path | None, typer.Option(
+        "--from", dir_okay=False, help="Judge a saved snapshot (`inspect --json`) instead of "
+                                       "this machine.")] = None,
+    node: Annotated[str | None, typer.Option(
+        "--node", envvar="SLURMD_NODENAME", metavar="NAME",
+        help="This node's name for the actions [default: the short host name].")] = None,
+    action: ActionOpt = None,
+    webhook: WebhookOpt = None,
+    apply: ApplyOpt = False,
+    action_log: ActionLogOpt = None,
+    json_: common.JsonOpt = False,
+) -> None:
+    """Check this node against an expectation file, as a scheduler's health check (Slurm's
+    HealthCheckProgram or prolog, a readiness gate): NVML answering, GPU count, model,
+    driver and CUDA version, and inspect's FAIL findings. Exit 1 when the node is bad, after
+    the actions asked for (e.g. --action slurm-drain --apply)."""
+    import socket
+
+    from gpuaudit.fleet.expect import load_expectation, node_check
+    from gpuaudit.fleet.records import FleetCheck
+    from gpuaudit.inspect import inspect_machine, read_snapshot
+    from gpuaudit.model import utc_now
+
+    _action_input(action, webhook)
+    expected = load_expectation(expect)
+    console, _ = common.consoles(json_)
+    name = node or socket.gethostname().split(".")[0]
+    run = (inspect_machine(read_snapshot(from_), source=str(from_)) if from_ is not None
+           else inspect_machine())
+    reasons = node_check(name, run, expected)
+    done = _act(action, [(name, reasons)] if reasons else [], webhook=webhook, apply=apply,
+                log=action_log, console=console)
+    result = FleetCheck(node=name, checked_at=utc_now(), source=run.source or "live",
+                        expectation=expected, reasons=reasons, actions=done)
     if json_:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
-        common.out.print(fleet_report_view(result, show_all=show_all))
-    raise typer.Exit(1 if result.bad else 0)
+        console.print(f"{name}: " + ("bad\n  " + "\n  ".join(reasons) if reasons else
+                                     f"good (against {expected.source})"),
+                      markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(1 if reasons else 0)

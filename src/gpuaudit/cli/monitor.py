@@ -80,6 +80,11 @@ def monitor(
     dcgm_names: Annotated[bool, typer.Option(
         "--dcgm-names", help="Also expose dcgm-exporter's metric names and units, for existing "
                              "dashboards.")] = False,
+    pod_resources: Annotated[str | None, typer.Option(
+        "--pod-resources", metavar="SOCKET",
+        help="On Kubernetes: name the pod holding each GPU (gpuaudit_gpu_pod_info), asked of "
+             "the kubelet's pod-resources socket, e.g. "
+             "/var/lib/kubelet/pod-resources/kubelet.sock.")] = None,
     rules: Annotated[Path | None, typer.Option(
         help="Alert rules in Prometheus rule-file format [default: the shipped alerts.yml].",
         dir_okay=False)] = None,
@@ -163,7 +168,13 @@ def monitor(
         if export and not once:
             from gpuaudit.telemetry.exporter import serve
 
-            server = serve(mon.latest, host=listen[0], port=listen[1], dcgm_names=dcgm_names)
+            pods = None
+            if pod_resources:
+                from gpuaudit.telemetry.podresources import PodAttribution
+
+                pods = PodAttribution(pod_resources)
+            server = serve(mon.latest, host=listen[0], port=listen[1], dcgm_names=dcgm_names,
+                           pods=pods)
             stack.callback(server.close)
             console.print(f"Prometheus exporter on {server.url}", style="dim")
 

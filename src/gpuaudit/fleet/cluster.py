@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from gpuaudit.errors import BadInputError
 
 CONNECT_TIMEOUT_S = 10.0
+RETRY_AFTER_S = 3.0
 GPU_RESOURCE = "GPU"
 
 
@@ -64,12 +66,20 @@ def connect(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> Any:
     check_reachable(address, timeout_s)
     if ray.is_initialized():
         ray.shutdown()
-    try:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise BadInputError(f"cannot connect to the Ray cluster at {address}: {first}"
-                            ) from None
+    for attempt in (1, 2):
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            return ray
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+            # Ray Client puts the server's own reason on the lines after its first.
+            said = " ".join(str(exc).split()) or type(exc).__name__
+            # The client server starts a server process per client; on a busy head that
+            # start can fail once ("Initialization failure from server"). One more try.
+            if attempt == 1 and "Initialization failure" in said:
+                time.sleep(RETRY_AFTER_S)
+                continue
+            raise BadInputError(f"cannot connect to the Ray cluster at {address}: "
+                                f"{said[:400]}") from None
     return ray
 
 

@@ -1,8 +1,13 @@
 """What runs on each node of a fleet audit: inspect + the bench profile on the node's GPUs,
-reported as a stream of events (a Ray generator task yields them one by one).
+reported as a stream of events.
 
-Events are plain dicts: {"event": "step", "text"}, {"event": "identity", "hostname", "gpus"},
-and last {"event": "run", "document"} (the Run as JSON, tagged with the node's identity).
+`audit_node` yields the events; `node_task` (the Ray task) posts them to the driver's progress
+board (an actor) as they happen and returns the run document. Not a Ray generator task: Ray
+Client (`ray://`) does not carry those, and a plain task's result behaves the same in both.
+
+Events are plain dicts: {"event": "step", "text"}, {"event": "identity", "hostname",
+"node_name", "gpus"}, and last {"event": "run", "document"} (the Run as JSON, tagged with the
+node's identity).
 
 Replay: with GPUAUDIT_FLEET_REPLAY set on a node (its raylet's environment) to a JSON plan
 {"inspect": PATH, "bench": PATH, "hold_s": SECONDS}, the node plays back recorded documents
@@ -14,6 +19,7 @@ audit is rehearsed on CPU (the tests' local cluster), never a way to fake a real
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -27,6 +33,9 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model import NodeIdentity, Run, load_run
 
 REPLAY_ENV = "GPUAUDIT_FLEET_REPLAY"
+# The node's name in the fleet when the platform knows one: on Kubernetes the downward API's
+# spec.nodeName (a pod's host name is the pod's name, not the node's).
+NODE_NAME_ENV = "GPUAUDIT_NODE_NAME"
 
 
 def _ray_identity() -> tuple[str | None, str | None]:
@@ -48,7 +57,8 @@ def identify(run: Run, fleet_id: str | None) -> Run:
     hostname = machine.host.hostname if machine else os.uname().nodename
     gpus = machine.gpus if machine else ()
     return run.model_copy(update={"node": NodeIdentity(
-        hostname=hostname, ray_node_id=node_id, node_ip=ip, fleet_id=fleet_id,
+        hostname=hostname, node_name=os.environ.get(NODE_NAME_ENV) or None,
+        ray_node_id=node_id, node_ip=ip, fleet_id=fleet_id,
         gpu_uuids=tuple(g.uuid for g in gpus), gpu_serials=tuple(g.serial for g in gpus))})
 
 
@@ -114,6 +124,7 @@ def audit_node(profile: str = "quick", fleet_id: str | None = None,
 
     def on_machine(machine: Any) -> None:
         events.put({"event": "identity", "hostname": machine.host.hostname,
+                    "node_name": os.environ.get(NODE_NAME_ENV) or None,
                     "gpus": len(machine.gpus)})
 
     def work() -> None:
@@ -135,3 +146,31 @@ def audit_node(profile: str = "quick", fleet_id: str | None = None,
     if failure:
         raise failure[0]
     yield {"event": "run", "document": result[0].model_dump_json()}
+
+
+def node_task(profile: str, fleet_id: str | None, bench: bool, board: Any, key: str) -> str:
+    """The Ray task: the node's audit, each event posted to `board` (fire and forget: a
+    board that is gone must not stop the audit), the run document returned."""
+    document = ""
+    for event in audit_node(profile, fleet_id, bench):
+        if event["event"] == "run":
+            document = str(event["document"])
+        else:
+            with contextlib.suppress(Exception):
+                board.post.remote(key, event)
+    return document
+
+
+class ProgressBoard:
+    """The driver's mailbox for the nodes' progress (a Ray actor, no CPU): nodes post, the
+    driver takes everything posted since it last looked."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def post(self, key: str, event: dict[str, Any]) -> None:
+        self.events.append((key, event))
+
+    def take(self) -> list[tuple[str, dict[str, Any]]]:
+        taken, self.events = self.events, []
+        return taken

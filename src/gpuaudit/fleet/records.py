@@ -14,6 +14,9 @@ from pydantic import Field
 
 from gpuaudit.model import Measurement, Record, RunStatus, Severity
 
+from .actions import Action
+from .expect import Expectation
+
 FLEET_SCHEMA_VERSION = 1
 
 
@@ -29,7 +32,9 @@ class NodeOutcome(Record):
     """One node of a fleet run."""
 
     ray_node_id: str
-    hostname: str  # as Ray knows the node; a finished audit's own host name replaces it
+    # The node's name in the fleet: as Ray knows the node until its audit arrives, then the
+    # audit's node name (see NodeIdentity.node_name).
+    hostname: str
     node_ip: str | None = None
     gpus: int = 0  # GPUs Ray offers on the node
     state: NodeState
@@ -40,6 +45,9 @@ class NodeOutcome(Record):
     saved: bool = False  # the run is in the store
     kept_at: str | None = None  # the file holding a run the store refused
     elapsed_s: float | None = None
+    # Where the audited node differs from what the fleet expects (GPU count, model, driver,
+    # CUDA, NVML answering): see FleetRun.expectation.
+    problems: tuple[str, ...] = ()
 
 
 class FleetRun(Record):
@@ -60,9 +68,18 @@ class FleetRun(Record):
     # 2(n-1)/n, n = all ranks on all nodes); empty when not run, with `collectives_skipped`.
     collectives: tuple[Measurement, ...] = ()
     collectives_skipped: str | None = None
+    # What every node was judged against (an --expect file or the fleet's majority), and the
+    # fields it could not judge.
+    expectation: Expectation | None = None
+    notes: tuple[str, ...] = ()
 
     def failed(self) -> list[NodeOutcome]:
         return [n for n in self.nodes if n.state is not NodeState.DONE]
+
+    def bad(self) -> list[NodeOutcome]:
+        """The nodes not audited, with a FAIL finding, or not what the fleet expects."""
+        return [n for n in self.nodes if n.state is not NodeState.DONE
+                or n.verdict is Severity.FAIL or n.problems]
 
 
 # -- what the store hands the report: plain rows, many of them, so no validation each -------
@@ -183,6 +200,24 @@ class NodeChange(Record):
     changes: tuple[str, ...]
 
 
+class FleetCheck(Record):
+    """`gpuaudit fleet check`: one node judged by itself against an expectation file (a
+    scheduler's health check), and what was done about it."""
+
+    schema_version: int = FLEET_SCHEMA_VERSION
+    kind: Literal["fleet-check"] = "fleet-check"
+    node: str
+    checked_at: datetime
+    source: str  # "live" or the snapshot read
+    expectation: Expectation
+    reasons: tuple[str, ...] = ()  # empty: the node is good
+    actions: tuple[Action, ...] = ()
+
+    @property
+    def bad(self) -> bool:
+        return bool(self.reasons)
+
+
 class BadNode(Record):
     hostname: str
     run_id: str | None = None  # None: the node failed in the last fleet run, no audit then
@@ -208,6 +243,10 @@ class FleetReport(Record):
     # The newest all-reduce across nodes in the period (suite "fleet"), and its fleet run.
     cross_node: tuple[Measurement, ...] = ()
     cross_node_fleet_id: str | None = None
+    # What each node was judged against (an --expect file or the fleet's majority).
+    expectation: Expectation | None = None
+    # What was done (or, in a dry run, would be done) about the bad nodes.
+    actions: tuple[Action, ...] = ()
     notes: tuple[str, ...] = Field(default=())
 
     @property

@@ -23,12 +23,13 @@ STATE_STYLE = {NodeState.DONE: "green", NodeState.FAILED: "bold red",
 
 
 def fleet_report(store: Any, since: datetime | None = None,
-                 now: datetime | None = None) -> FleetReport:
+                 now: datetime | None = None, expect: Any = None) -> FleetReport:
     """The fleet report from an open `Store` (read-only is enough): the data `fleet report`
-    shows, for any view that wants it."""
+    shows, for any view that wants it. `expect`: an Expectation (None: the fleet's
+    majority)."""
     from gpuaudit.fleet.analysis import analyse
 
-    return analyse(store.fleet_rows(since), now=now or utc_now(), since=since)
+    return analyse(store.fleet_rows(since), now=now or utc_now(), since=since, expect=expect)
 
 
 def fleet_section(report: FleetReport) -> dict[str, Any]:
@@ -68,6 +69,7 @@ def outcome_table(nodes: tuple[NodeOutcome, ...] | list[NodeOutcome]) -> Table:
             why += f" (at: {n.last_step})"
         if n.kept_at:
             why += f"; kept in {n.kept_at}"
+        why = "\n".join(x for x in (why, *n.problems) if x)
         t.add_row(escape(n.hostname), n.ray_node_id[:12], str(n.gpus),
                   Text(n.state.value, style=STATE_STYLE[n.state]),
                   Text(n.verdict.value, style=SEVERITY_STYLE[n.verdict]) if n.verdict else "",
@@ -109,9 +111,22 @@ def fleet_run_view(run: FleetRun) -> RenderableType:
                 f"{len(run.nodes)} node(s) audited", style="bold")
     parts: list[RenderableType] = [head, outcome_table(run.nodes),
                                    collectives_table(run.collectives, run.collectives_skipped)]
+    if run.expectation is not None:
+        e = run.expectation
+        wanted = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (
+            ("gpu_count", e.gpu_count), ("gpu_model", e.gpu_model),
+            ("driver_version", e.driver_version), ("cuda_version", e.cuda_version))
+            if v is not None)
+        parts.append(Text(f"judged against {e.source}: {wanted or 'nothing known'}",
+                          style="dim"))
     if run.failed():
         parts.append(Text(f"{len(run.failed())} node(s) not audited: see 'why' above",
                           style="bold red"))
+    differing = [n for n in run.nodes if n.problems]
+    if differing:
+        parts.append(Text(f"{len(differing)} node(s) not what the fleet expects: see 'why'",
+                          style="bold red"))
+    parts.extend(Text(f"note: {note}", style="dim") for note in run.notes)
     parts.append(Text("`gpuaudit fleet report` judges the nodes against the fleet",
                       style="dim"))
     return Group(*parts)

@@ -3,19 +3,15 @@ GPUs), the fleet runs, and the rows `fleet report` reads, without parsing run do
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, select
+from sqlalchemy import Connection, Select, func, select
 
 from gpuaudit.fleet.records import FindingRow, FleetRows, GpuRow, NodeRow
 from gpuaudit.model import Run
 
 from .schema import findings, fleet_runs, measurements, run_gpus, run_nodes, runs
-
-# Bound parameters per IN (...) list: well under SQLite's limit, few round trips on PostgreSQL.
-_CHUNK = 900
 
 
 def index_rows(run: Run) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -24,8 +20,11 @@ def index_rows(run: Run) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     if machine is None:
         return None, []
     node = run.node
+    # The column holds the node's name in the fleet (a Kubernetes node name, or a host name
+    # made unique within its fleet run): a node's audits are grouped by it.
+    name = node.node_name if node and node.node_name else machine.host.hostname
     node_row = {
-        "run_id": run.id, "hostname": machine.host.hostname, "kind": run.kind,
+        "run_id": run.id, "hostname": name, "kind": run.kind,
         "started_at": run.started_at,
         "ray_node_id": node.ray_node_id if node else None,
         "node_ip": node.node_ip if node else None,
@@ -38,18 +37,15 @@ def index_rows(run: Run) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     return node_row, gpu_rows
 
 
-def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
-    for start in range(0, len(ids), _CHUNK):
-        yield ids[start:start + _CHUNK]
-
-
 def _plain_rows(conn: Connection, query: Select[Any]) -> list[tuple[Any, ...]]:
     """The rows of `query` as the driver's own tuples, fetched at once. For the figures: a
     thousand 8-GPU nodes are a third of a million rows, and wrapping each in a SQLAlchemy Row
-    (then a named tuple) costs more than the query. The values are literals rendered by
-    SQLAlchemy (run ids from the store itself), so no parameters cross the driver here."""
+    (then a named tuple) costs more than the query; PostgreSQL's binary format spares
+    parsing each number from text. The values are literals rendered by SQLAlchemy (a kind
+    name of our own), so no parameters cross the driver here."""
     sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-    cursor = conn.connection.cursor()
+    binary = {"binary": True} if conn.dialect.name == "postgresql" else {}
+    cursor = conn.connection.cursor(**binary)
     try:
         cursor.execute(sql)
         return list(cursor.fetchall())
@@ -83,24 +79,31 @@ def fleet_rows(conn: Connection, *, since: datetime | None, kind: str = "run",
         elif count == 1:
             previous.append(node)
         seen[node.hostname] = count + 1
-    ids = [n.run_id for n in latest] + [n.run_id for n in previous]
-    gpus: list[GpuRow] = []
-    figures: list[tuple[Any, ...]] = []
-    found: list[FindingRow] = []
-    for part in _chunks(ids):
-        gpus += map(GpuRow._make, conn.execute(
-            select(run_gpus.c.run_id, run_gpus.c.gpu_index, run_gpus.c.name, run_gpus.c.uuid,
-                   run_gpus.c.serial, run_gpus.c.vbios_version)
-            .where(run_gpus.c.run_id.in_(part))).all())
-        figures += _plain_rows(conn, select(
-            measurements.c.run_id, measurements.c.suite, measurements.c.name,
-            measurements.c.unit, measurements.c.value, measurements.c.gpu_index)
-            .where(measurements.c.run_id.in_(part), measurements.c.value.is_not(None)))
-        found += map(FindingRow._make, conn.execute(
-            select(findings.c.run_id, findings.c.code, findings.c.severity,
-                   findings.c.gpu_index, findings.c.message)
-            .where(findings.c.run_id.in_(part), findings.c.severity.in_(("WARN", "FAIL"))))
-            .all())
+    ids = {n.run_id for n in latest} | {n.run_id for n in previous}
+    # Each node's two newest runs, picked by the database the way the loop above picks them
+    # (one query each, not thousands of ids sent back); a node --since leaves out is
+    # dropped here.
+    rank = func.row_number().over(partition_by=run_nodes.c.hostname,
+                                  order_by=(run_nodes.c.started_at.desc(),
+                                            run_nodes.c.run_id.desc()))
+    ranked = select(run_nodes.c.run_id, rank.label("rn")).where(
+        run_nodes.c.kind == kind).subquery()
+    two_newest = select(ranked.c.run_id).where(ranked.c.rn <= 2)
+    gpus = [GpuRow._make(r) for r in conn.execute(
+        select(run_gpus.c.run_id, run_gpus.c.gpu_index, run_gpus.c.name, run_gpus.c.uuid,
+               run_gpus.c.serial, run_gpus.c.vbios_version)
+        .where(run_gpus.c.run_id.in_(two_newest))) if r[0] in ids]
+    figures = _plain_rows(conn, select(
+        measurements.c.run_id, measurements.c.suite, measurements.c.name,
+        measurements.c.unit, measurements.c.value, measurements.c.gpu_index)
+        .where(measurements.c.run_id.in_(two_newest), measurements.c.value.is_not(None)))
+    if len(ids) < 2 * len(seen):  # some node had fewer than two runs, or --since left it out
+        figures = [f for f in figures if f[0] in ids]
+    found = [FindingRow._make(r) for r in conn.execute(
+        select(findings.c.run_id, findings.c.code, findings.c.severity,
+               findings.c.gpu_index, findings.c.message)
+        .where(findings.c.run_id.in_(two_newest), findings.c.severity.in_(("WARN", "FAIL"))))
+        if r[0] in ids]
     documents: list[str] = []
     if has_fleet_runs:
         q = select(fleet_runs.c.document).order_by(fleet_runs.c.started_at.desc()).limit(20)

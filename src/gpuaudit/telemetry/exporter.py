@@ -17,6 +17,7 @@ import socket
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
@@ -105,16 +106,19 @@ def _family(name: str, fam: _Family, items: list[metrics.Series]) -> Metric:
 class MonitorCollector:
     """prometheus_client custom collector over a `Latest` box (read once per scrape)."""
 
-    def __init__(self, latest: Latest, dcgm_names: bool = False) -> None:
+    def __init__(self, latest: Latest, dcgm_names: bool = False, pods: Any = None) -> None:
         self._latest = latest
         self._dcgm_names = dcgm_names
+        self._pods = pods  # a PodAttribution, or None
 
     def collect(self) -> Iterator[Metric]:
         state = self._latest.get()
         if state.sample is None:  # the monitor has not sampled yet: nothing to say
             return
-        yield from _families(metrics.series(state.sample, state.xids, state.idle),
-                             OUR_FAMILIES)
+        found = list(metrics.series(state.sample, state.xids, state.idle))
+        if self._pods is not None:
+            found += metrics.pod_series(state.sample, self._pods.lookup())
+        yield from _families(found, OUR_FAMILIES)
         if self._dcgm_names:
             yield from _families(metrics.dcgm_series(state.sample, state.xids), DCGM_FAMILIES)
 
@@ -128,9 +132,9 @@ class MonitorCollector:
             yield _family(name, fam, [])
 
 
-def registry(latest: Latest, dcgm_names: bool = False) -> CollectorRegistry:
+def registry(latest: Latest, dcgm_names: bool = False, pods: Any = None) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(MonitorCollector(latest, dcgm_names))
+    reg.register(MonitorCollector(latest, dcgm_names, pods))
     return reg
 
 
@@ -174,7 +178,7 @@ class ExporterServer:
 
 
 def serve(latest: Latest, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-          dcgm_names: bool = False) -> ExporterServer:
+          dcgm_names: bool = False, pods: Any = None) -> ExporterServer:
     """Serve /metrics on host:port from a daemon thread (port 0: any free port, see `.port`).
 
     Raises BadInputError, with one line naming the address, when it cannot listen there.
@@ -183,7 +187,7 @@ def serve(latest: Latest, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise BadInputError(f"cannot listen on {where}: the port must be 0-65535")
     try:
-        started = start_http_server(port, addr=host, registry=registry(latest, dcgm_names))
+        started = start_http_server(port, addr=host, registry=registry(latest, dcgm_names, pods))
     except socket.gaierror as e:
         raise BadInputError(f"cannot listen on {where}: not a local address ({e.strerror})") \
             from e

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from gpuaudit.model import GpuSample, Sample
 
@@ -145,6 +146,7 @@ XID_TOTAL = "xid_errors_total"  # {xid}: XID events seen since the monitor start
 XID_LAST = "xid_last_timestamp_seconds"  # {xid}: when that XID was last seen
 IDLE = "idle"  # 1 while the idle policy finds the GPU idle
 IDLE_SECONDS = "idle_seconds_total"  # idle time since the monitor started
+POD_INFO = "gpu_pod_info"  # {namespace, pod, container}: 1 while that pod holds the GPU
 DCGM_XID_LAST_CODE = "DCGM_FI_DEV_XID_ERRORS"  # dcgm-exporter's "last XID seen" gauge
 
 # Every name a rule or dashboard may use, with its kind and help (the exporter's HELP/TYPE).
@@ -155,6 +157,8 @@ EXTRA_METRICS: dict[str, tuple[str, str]] = {
     XID_LAST: ("gauge", "Unix time the XID code was last seen."),
     IDLE: ("gauge", "1 while the idle policy finds the GPU idle."),
     IDLE_SECONDS: ("counter", "Seconds the GPU was idle since the monitor started."),
+    POD_INFO: ("gauge", "1 for the Kubernetes pod and container the GPU is allocated to "
+                        "(the kubelet's pod-resources API)."),
 }
 
 
@@ -233,6 +237,18 @@ def series(sample: Sample, xids: XidTally | None = None,
         if idle and g.index in idle:
             yield Series(PREFIX + IDLE, base, 1.0 if idle[g.index].idle else 0.0)
             yield Series(PREFIX + IDLE_SECONDS, base, idle[g.index].idle_seconds_total)
+
+
+def pod_series(sample: Sample, pods: dict[str, Any]) -> Iterator[Series]:
+    """One info series per GPU a pod holds (`pods`: GPU UUID → PodDevice), to join on the
+    GPU's labels: `gpuaudit_gpu_utilization_ratio * on(uuid) group_left(namespace, pod)
+    gpuaudit_gpu_pod_info`."""
+    for g in sample.gpus:
+        pod = pods.get(g.uuid or "")
+        if pod is not None:
+            yield Series(PREFIX + POD_INFO, (*gpu_labels(sample, g), ("namespace", pod.namespace),
+                                             ("pod", pod.pod), ("container", pod.container)),
+                         1.0)
 
 
 def dcgm_series(sample: Sample, xids: XidTally | None = None) -> Iterator[Series]:
