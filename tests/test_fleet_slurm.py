@@ -148,7 +148,8 @@ def test_a_node_that_is_not_what_was_bought_is_drained_with_the_reason(slurm):
         _until(lambda: _node_state(slurm)[0] in ("drained", "draining"), 10 * INTERVAL_S,
                slurm)
         _, reason = _node_state(slurm)
-        assert 1 in _checks(slurm)
+        # The check that drained it reports its exit code once scontrol has returned.
+        _until(lambda: 1 in _checks(slurm), 4 * INTERVAL_S, slurm)
         assert reason.startswith("gpuaudit: 2 GPU(s), the fleet expects 8 (--expect "), reason
         log = [json.loads(line) for line in
                (slurm["home"] / "actions.jsonl").read_text().splitlines()]
