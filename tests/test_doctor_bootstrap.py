@@ -248,17 +248,18 @@ def _line_of(text: str) -> int:
 
 def test_torchrun_ranks_are_followed(tmp_path):
     job = script(tmp_path, """
-        import os, torch, torch.distributed as dist
+        import os, sys, torch, torch.distributed as dist
         dist.init_process_group("gloo")
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for _ in range(20):
             model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()
         dist.destroy_process_group()
-        print("rank", os.environ["RANK"], "done")
+        # one write each (a print is two): the ranks share the pipe
+        sys.stdout.write(f"rank {os.environ['RANK']} done\\n"); sys.stdout.flush()
         """)
     proc, d, ev = doctor(tmp_path, "--", sys.executable, "-m", "torch.distributed.run",
-                         "--nproc-per-node", "2", "--master-port", "29517", str(job))
+                         "--standalone", "--nproc-per-node", "2", str(job))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(proc.stdout.split("\n")[:2]) == ["rank 0 done", "rank 1 done"]
     ranks = [s for s in ev.auto if s.source == "optimizer"]

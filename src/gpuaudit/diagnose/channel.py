@@ -50,15 +50,6 @@ class StepTimes:
     sync_s: tuple[float, ...] = ()
     new_shapes: tuple[bool, ...] = ()  # a convolution met a new shape (cudnn.benchmark on)
 
-    def since(self, start_s: float | None) -> StepTimes:
-        """The steps that began at or after `start_s` (the step before gives the start)."""
-        if start_s is None:
-            return self
-        first = next((i for i, t in enumerate(self.end_s) if t >= start_s), len(self.end_s))
-        keep = slice(first, None)
-        return StepTimes(self.pid, self.source, self.end_s[keep], self.wait_s[keep],
-                         self.syncs[keep], self.sync_s[keep], self.new_shapes[keep])
-
 
 @dataclass(frozen=True)
 class SyncSite:

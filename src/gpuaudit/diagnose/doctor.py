@@ -87,7 +87,7 @@ def _profiled(ev: Evidence) -> tuple[tuple[float, float], ...]:
 
 
 def _steps_in(steps: StepTimes, window: Window) -> StepTimes:
-    steps = steps.since(window.start_s)
+    """The steps that end inside the window."""
     keep = [i for i, t in enumerate(steps.end_s) if window.keeps(t)]
     if len(keep) == len(steps.end_s):
         return steps

@@ -74,8 +74,6 @@ def _package(file: str) -> str | None:
     if (m := _STDLIB.search(file)) is not None:
         name = m[1]
         return "python: " + (name[:-3] if name.endswith(".py") else name)
-    if file.startswith("<frozen ") or file == "<string>":
-        return None
     return None
 
 
