@@ -450,7 +450,7 @@ def test_recommend_from_run_ranks_offers_by_the_predicted_rate(tmp_path):
     assert any("predicted" in n for n in doc["notes"])
     bad = gpuaudit("recommend", "--from-run", str(CPU_PROFILE), "--workload", "gpt-tiny/fp32",
                    "--rates", str(H200_2GPU), "--catalog", str(catalog))
-    assert bad.returncode == 2 and "--from-run needs one of --hours" in bad.stderr
+    assert bad.returncode == 2 and "--run with an op profile needs one of --hours" in bad.stderr
 
 
 def test_cli_finds_the_rates_in_the_newest_stored_run_of_that_gpu(tmp_path):

@@ -83,7 +83,8 @@ def job(
                                        "[default: only this job, which pays the whole term].",
         zero_ok=False)] = None,
     price: Annotated[float | None, common.money(
-        "--price", help="Without --instance: on-demand price per hour of the instance.",
+        "--price-per-hour", "--price",
+        help="Without --instance: on-demand price per hour of the instance.",
         hi=MAX_HOURLY)] = None,
     spot_price: Annotated[float | None, common.money(
         "--spot-price", help="… its spot price per hour.", hi=MAX_HOURLY)] = None,
@@ -121,11 +122,11 @@ def _offer_from_options(instance: str | None, catalog: Path | None, price: float
     from gpuaudit.cost.offers import manual_offer
 
     if instance is not None and price is not None:
-        raise BadInputError("give --instance or --price, not both")
+        raise BadInputError("give --instance or --price-per-hour, not both")
     if instance is not None:
         return find_offer(instance, catalog)
     if price is None:
-        raise BadInputError("give --instance PROVIDER/TYPE[@REGION] or --price")
+        raise BadInputError("give --instance PROVIDER/TYPE[@REGION] or --price-per-hour")
     return manual_offer(price, gpus, currency, spot=prices.get("spot"),
                         reserved_1y=prices.get("reserved_1y"))
 
@@ -133,8 +134,8 @@ def _offer_from_options(instance: str | None, catalog: Path | None, price: float
 @cost_app.command()
 def tco(
     capex: Annotated[float, common.money(
-        "--capex", "--price-usd", help="What the server(s) cost to buy, all-in (--price-usd: "
-                                       "in USD).")],
+        "--capex", "--price-usd", help="What the server(s) cost to buy, all-in, in "
+                                       "--currency.")],
     gpus: Annotated[int, common.integer("--gpus", help="GPUs bought.", hi=1_000_000)] = "8",
     years: Annotated[float, common.number(
         "--years", help="Amortization period, years.", lo=0, lo_open=True, hi=50)] = "5",
@@ -275,11 +276,9 @@ def idle(
         "--since", help="From (30m, 24h, 7d back, or an ISO time).")] = "24h",
     until: Annotated[Any, common.time_point("--until", help="To ('now' or an ISO time).")
                      ] = "now",
-    price_usd_per_gpu_hour: Annotated[float | None, common.money(
-        "--price-usd-per-gpu-hour", help="Price of a GPU-hour, USD.", hi=MAX_HOURLY)] = None,
     price_per_gpu_hour: Annotated[float | None, common.money(
-        "--price-per-gpu-hour", help="Price of a GPU-hour in --currency.", hi=MAX_HOURLY)
-    ] = None,
+        "--price-per-gpu-hour", "--price-usd-per-gpu-hour",
+        help="Price of a GPU-hour in --currency.", hi=MAX_HOURLY)] = None,
     currency: Annotated[str, common.currency(help="With --price-per-gpu-hour.")] = "USD",
     instance: InstanceOpt = None,
     catalog: CatalogOpt = None,
@@ -296,14 +295,12 @@ def idle(
     from gpuaudit.report.pricing_view import idle_view
     from gpuaudit.store import Store
 
-    given = [x for x in (price_usd_per_gpu_hour, price_per_gpu_hour, instance) if x is not None]
+    given = [x for x in (price_per_gpu_hour, instance) if x is not None]
     if len(given) != 1:
-        raise BadInputError("give one price: --price-usd-per-gpu-hour, --price-per-gpu-hour or "
-                            "--instance")
+        raise BadInputError("give one price: --price-per-gpu-hour or --instance")
     start, end = since, until
     offer = find_offer(instance, catalog) if instance is not None else None
-    price = price_usd_per_gpu_hour if price_usd_per_gpu_hour is not None else price_per_gpu_hour
-    cur = "USD" if price_usd_per_gpu_hour is not None else currency
+    price, cur = price_per_gpu_hour, currency
     with Store(db, read_only=True) as store:
         points = store.history(since=start, until=end, hostname=host)
     result = idle_cost(points, since=start, until=end, price_per_gpu_hour=price, offer=offer,

@@ -1,0 +1,56 @@
+"""The `gpuaudit` program: what happens around the command line itself.
+
+- Ctrl-C while Python is still loading the command line (typer, rich, our modules) ends the
+  program at once with one line and exit code 130: nothing has started, nothing is lost. Once
+  a command runs, `gpuaudit.interrupt` takes over (KeyboardInterrupt, remembered).
+- After `run` or `bench` (which load torch), the process ends without tearing torch and CUDA
+  down (about 1.5 s on a GPU machine), once everything is saved, written and flushed: the
+  operating system and the driver free what is left. Their worker processes and temporary
+  folders are closed by the suites themselves before that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from typing import Any
+
+
+def _interrupted_while_loading(signum: int, frame: Any) -> None:
+    try:
+        os.write(2, b"gpuaudit: interrupted (Ctrl-C)\n")
+    finally:
+        os._exit(130)
+
+
+FAST_EXIT = frozenset({"run", "bench"})
+
+
+def _end(code: object, command: str | None) -> None:
+    """Leave now after a command of FAST_EXIT that loaded torch (see the module doc);
+    otherwise return."""
+    if command not in FAST_EXIT or "torch" not in sys.modules:
+        return
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    if not isinstance(code, int | None):
+        sys.stderr.write(f"{code}\n")
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(status)
+
+
+def main() -> None:
+    # not the main thread of an interpreter with signals: Python's own handling stays
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(signal.SIGINT, _interrupted_while_loading)
+    from gpuaudit.cli.app import main as run_app
+
+    command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    try:
+        run_app()
+    except SystemExit as exc:
+        _end(exc.code, command)
+        raise

@@ -1,0 +1,81 @@
+"""Ctrl-C that is never lost.
+
+Python turns SIGINT into a KeyboardInterrupt wherever the main thread happens to be. Most of
+the time that is what the long commands want (the runner keeps what was measured), but a
+KeyboardInterrupt raised inside a library's import or inside code that catches everything is
+swallowed there, and the work goes on as if nothing had been pressed. The handler here raises
+it as Python's does and also remembers it: `check()`, called by the runner between steps,
+raises it again until somebody has dealt with it (`clear()`), so a swallowed Ctrl-C costs at
+most one step. `shielded()` defers Ctrl-C while what finished is being saved.
+
+Layer 0: no gpuaudit imports; the CLI installs the handler, the runner checks it.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+class _State:
+    pending = False  # a Ctrl-C came and nobody has cleared it yet
+    shield = 0  # > 0 while a shielded block runs: Ctrl-C is remembered, not raised
+
+
+_state = _State()
+
+
+def _handler(signum: int, frame: Any) -> None:
+    _state.pending = True
+    if _state.shield:
+        return
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def installed() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt and is remembered (see the module doc) inside the
+    block; the caller's handler is back afterwards. Only the main thread can set a handler:
+    elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    try:
+        previous = signal.signal(signal.SIGINT, _handler)
+    except (ValueError, OSError):  # an embedded interpreter without signals
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def pending() -> bool:
+    return _state.pending
+
+
+def check() -> None:
+    """Raise KeyboardInterrupt when a Ctrl-C came and was not dealt with (it was swallowed
+    somewhere, or arrived while shielded)."""
+    if _state.pending and not _state.shield:
+        raise KeyboardInterrupt
+
+
+def clear() -> None:
+    """The Ctrl-C has been dealt with (the caller caught it and kept what finished)."""
+    _state.pending = False
+
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """Run the block to its end whatever is pressed (saving a partial run takes well under a
+    second); a Ctrl-C that came meanwhile stays pending."""
+    _state.shield += 1
+    try:
+        yield
+    finally:
+        _state.shield -= 1
