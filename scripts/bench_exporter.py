@@ -99,8 +99,9 @@ def eight_gpus() -> MonitorState:
 def looped_trace(path: Path, gpus: int, seconds: float) -> tuple[dict, float]:
     """The recorded trace widened to `gpus` GPUs and repeated (times shifted a lap on each
     time) to last at least `seconds`; and its tick interval."""
-    from gpuaudit.hw.telemetry import read_trace
     from tests.telemetry_traces import widen
+
+    from gpuaudit.hw.telemetry import read_trace
 
     trace = widen(read_trace(path), gpus)
     frames = trace["frames"]
@@ -156,7 +157,7 @@ def serve_child(conn, dcgm_names: bool, trace: str | None, gpus: int, seconds: f
 
 
 def _request(port: int) -> bytes:
-    lines = [f"GET /metrics HTTP/1.1", f"Host: 127.0.0.1:{port}",
+    lines = ["GET /metrics HTTP/1.1", f"Host: 127.0.0.1:{port}",
              *(f"{k}: {v}" for k, v in HEADERS.items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 

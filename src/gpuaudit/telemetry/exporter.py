@@ -213,7 +213,7 @@ def wsgi_app(latest: Latest, dcgm_names: bool = False, pods: Any = None) -> Any:
 
 
 class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         """No access log on stderr."""
 
 
