@@ -6,7 +6,9 @@ B's (the recorded spread where the samples are not kept). A change inside it is 
 only a change beyond it is a regression or an improvement, and a regression beyond the
 threshold fails a CI gate. A figure measured on the CPU (the host's memory, a CPU matmul, gloo
 collectives, a model trained on the CPU) also moves with whatever else the host runs between
-the two runs, which no single run's spread shows: its change must also pass CPU_NOISE_PCT.
+the two runs, which no single run's spread shows: its change must also pass CPU_NOISE_PCT, and
+one measured while other processes kept a quarter of the host's cores busy (in either run,
+`bench.hostload`) is not judged at all ("host busy").
 Nothing here prints: `compare_runs` returns a `Comparison` record.
 """
 
@@ -17,6 +19,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Literal
 
+from gpuaudit.bench.hostload import busy, on_cpu
 from gpuaudit.model import Finding, Measurement, Run, RunStatus, Severity
 from gpuaudit.model.base import SCHEMA_VERSION, Record
 
@@ -35,12 +38,11 @@ IDENTITY_PARAMS = ("tool", "device", "op", "size_bytes", "src", "dst", "model", 
 # host move by this much with the host's other load (the 2-core CI machine: the quick
 # profile's CPU matmul, memory and JPEG figures moved 15-60 % between two runs minutes apart).
 CPU_NOISE_PCT = 25.0
-HOST_SUITES = frozenset({"host", "storage", "network"})
 # Findings that say another job shared the GPU while the run measured.
 CONTENTION_CODES = frozenset({"memory.in-use", "memory.in-use-unseen"})
 
 Verdict = Literal["regression", "improvement", "no change", "only in A", "only in B",
-                  "skipped"]
+                  "skipped", "host busy"]
 
 
 class FigureChange(Record):
@@ -127,7 +129,10 @@ def better_direction(m: Measurement) -> Literal["higher", "lower"]:
 
 
 def figure_key(m: Measurement) -> str:
-    ident = ",".join(f"{k}={m.params[k]}" for k in IDENTITY_PARAMS if k in m.params)
+    # A peak's size is where it was found, a result: the peak is the same figure at any size.
+    skip = {"size_bytes"} if m.name.endswith("_peak") else set()
+    ident = ",".join(f"{k}={m.params[k]}" for k in IDENTITY_PARAMS
+                     if k in m.params and k not in skip)
     gpu = "" if m.gpu_index is None else f"[gpu{m.gpu_index}]"
     return f"{m.suite}/{m.name}{gpu}" + (f"[{ident}]" if ident else "")
 
@@ -162,10 +167,7 @@ def _half_spread(m: Measurement) -> float | None:
     return abs(m.spread_high - m.spread_low) / 2
 
 
-def on_cpu(m: Measurement) -> bool:
-    """Measured on the host's CPUs: it moves with the host's other load."""
-    return (m.params.get("device") == "cpu" or m.params.get("backend") == "gloo"
-            or (m.suite in HOST_SUITES and m.gpu_index is None))
+
 
 
 def compare_figure(a: Measurement | None, b: Measurement | None,
@@ -192,6 +194,9 @@ def compare_figure(a: Measurement | None, b: Measurement | None,
     if on_cpu(ref):
         noise_pct = max(noise_pct or 0.0, CPU_NOISE_PCT)
         noise = noise_pct * abs(a.value) / 100
+        if busy(a) or busy(b):  # other processes held the host's cores: not judged
+            return FigureChange(**base, change_pct=change, gain_pct=gain, noise_pct=noise_pct,
+                                verdict="host busy", beyond_threshold=False)
     if abs(delta) <= (noise or 0.0):
         verdict: Verdict = "no change"
     else:

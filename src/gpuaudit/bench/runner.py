@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from gpuaudit import interrupt
 from gpuaudit._version import __version__
-from gpuaudit.bench import contention
+from gpuaudit.bench import contention, hostload
 from gpuaudit.bench.context import BenchContext, Profile
 from gpuaudit.bench.stats import reason_of, skipped
 from gpuaudit.bench.stragglers import find_stragglers
@@ -158,6 +158,7 @@ def run_bench(
                 runs += [importlib.import_module(m).run_native for m in NATIVE[name]]
             t0 = time.perf_counter()
             found = False
+            first, load = len(measured), hostload.read()
             try:
                 for fn in runs:
                     for m in _guarded(name, fn, ctx):
@@ -168,6 +169,8 @@ def run_bench(
                         interrupt.check()
             finally:  # an interrupted suite keeps the time it had run
                 seconds[name] = round(time.perf_counter() - t0, 2)
+                others = hostload.others_cores(load, hostload.read())
+                measured[first:] = [(b, hostload.mark(m, others)) for b, m in measured[first:]]
             unlooked = unlooked or found
             look_due = look_due or (found and seconds[name] >= SHORT_SUITE_S)
         if watch is not None and names and unlooked:

@@ -202,7 +202,7 @@ def figure_lines(run: Run) -> list[Line]:
         lines.append(Line("memory copy" + (" (CPU)" if cpu else ""),
                           _figure(by[("memory", "copy")], what="(read + write)")))
     lines += _pair(by, "h2d_pinned", "d2h_pinned", "host→GPU / GPU→host", "pinned")
-    lines += _pair(by, "h2d_pageable", "d2h_pageable", "  … pageable",
+    lines += _pair(by, "h2d_pageable", "d2h_pageable", "  pageable",
                    "(x.to('cuda') / y.cpu())", judged=False)
     if ("p2p", "p2p_unidir") in by:
         lines.append(Line("GPU→GPU", _figure(by[("p2p", "p2p_unidir")], what="one way")))
