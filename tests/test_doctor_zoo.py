@@ -114,6 +114,19 @@ def test_another_tenant_is_costed_by_its_share_of_the_gpu():
     assert top.share > 0.2 and d.changes[0].gain_high > 1.2
 
 
+def test_a_tenant_hidden_from_per_process_samples_is_costed_by_what_it_asked_alone():
+    """NVML's per-process samples never caught the tenant beside the 99 %-busy inference job;
+    its cost is what it kept the GPU busy on its own before the job started (an estimate)."""
+    d = _diagnose("shared_gpu_inference")
+    top = d.findings[0]
+    ev = {o.name: o.value for o in top.evidence}
+    assert top.code == "shared-gpu" and top.confidence == "low"
+    assert "others_sm_utilization" not in ev  # not measured, not a 0
+    assert 25 < ev["others_alone_sm_activity"] < 45  # the tenant alone: ~35 % SM activity
+    assert top.share == pytest.approx(ev["others_alone_sm_activity"] / 100, abs=0.01)
+    assert "estimate" in top.message and d.changes[0].gain_high > 1.3
+
+
 def test_evidence_replays_through_the_cli(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", "--json", "--evidence",
                            str(EVIDENCE / "grad_accum_item.json.gz")], capture_output=True,

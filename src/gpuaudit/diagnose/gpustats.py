@@ -55,6 +55,11 @@ class GpuStats:
     # samples, median over the ticks that had them); None where NVML gave none
     others_sm_pct: float | None = None
     job_sm_pct: float | None = None
+    # What the other processes asked of the GPU on their own: its SM activity (else
+    # utilization), median over the ticks before the job's processes reached it, while
+    # only others were there. NVML's per-process samples catch one process per sample
+    # period, so a job that keeps the GPU busy can hide a neighbour from them entirely.
+    others_alone_sm_pct: float | None = None
     utilization_series: tuple[float | None, ...] = field(default=(), repr=False)
 
     @property
@@ -130,8 +135,15 @@ def gpu_stats(samples: Sequence[Sample], index: int, job_pids: set[int] | None =
               sm_clock_max_mhz: int | None = None) -> GpuStats | None:
     """Medians of one GPU over the window the job was on it (the first sample left out)."""
     rows = [(s, g) for s in samples[1:] for g in s.gpus if g.index == index and g.error is None]
+    alone: list[GpuSample] = []
     if job_pids is not None:
         on = [(s, g) for s, g in rows if any(p.pid in job_pids for p in g.processes)]
+        # the ticks before the job reached this GPU, with only other processes on it
+        for _s, g in rows:
+            if any(p.pid in job_pids for p in g.processes):
+                break
+            if g.processes:
+                alone.append(g)
     else:
         on = [(s, g) for s, g in rows if g.processes]
     rows = on or rows
@@ -168,6 +180,11 @@ def gpu_stats(samples: Sequence[Sample], index: int, job_pids: set[int] | None =
                     used = max(p.used_memory_bytes or 0, (old[2] or 0) if old else 0)
                     others[p.pid] = (p.pid, p.command, used)
     others_sm, job_sm = [], []
+    # caught working in a tick in which the job was too (not only while it started or ended)
+    others_seen = any(
+        any(p.sm_util_pct is not None for p in g.processes if p.pid in others)
+        and any(p.sm_util_pct is not None for p in g.processes if p.pid not in others)
+        for g in gs)
     for g in gs:
         if any(p.sm_util_pct is not None for p in g.processes):
             mine = job_pids is None
@@ -201,8 +218,11 @@ def gpu_stats(samples: Sequence[Sample], index: int, job_pids: set[int] | None =
         active_fraction=len(active) / len(gs), h2d_burst_ratio=burst,
         job_memory_bytes=max(job_mem) if any(job_mem) else None,
         other_processes=tuple(others.values()),
-        others_sm_pct=_median(others_sm) if job_pids is not None else None,
+        # (never caught in a sample over the window: not measured, rather than 0)
+        others_sm_pct=_median(others_sm) if job_pids is not None and others_seen else None,
         job_sm_pct=_median(job_sm),
+        others_alone_sm_pct=_median(g.sm_activity_pct if g.sm_activity_pct is not None
+                                    else g.utilization_gpu_pct for g in alone),
         utilization_series=tuple(g.utilization_gpu_pct for g in gs))
 
 

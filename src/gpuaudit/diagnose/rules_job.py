@@ -54,8 +54,12 @@ def memory_nearly_full(sig: Signals) -> list[Result]:
 def shared_gpu(sig: Signals) -> list[Result]:
     """Another process holds memory on one of the job's GPUs (NVML's process list). Its cost:
     the share of the GPU's SM time it takes (NVML's per-process utilization samples, median
-    over the window), the time the job could have had; not measured where NVML gives no
-    per-process samples."""
+    over the window), the time the job could have had. NVML samples one process per sample
+    period, so a job that keeps the GPU busy can hide its neighbour from every sample (seen on
+    an H200: a tenant at 35 % alone never sampled beside a 99 %-busy job); then the cost is
+    what the others asked of the GPU on their own before the job reached it, an estimate
+    (low confidence; time-slicing gives each context turns, so that much is what the job
+    can lose), and not measured where neither exists."""
     for g in sig.gpus:
         others = [p for p in g.other_processes if (p[2] or 0) > 0 or p[2] is None]
         if not others:
@@ -63,23 +67,33 @@ def shared_gpu(sig: Signals) -> list[Result]:
         ev = [obs("other_process", f"pid {pid} {(cmd or '?')[:60]}", "",
                   f"NVML process list, GPU {g.index} ({(used or 0) / GIB:.1f} GiB)")
               for pid, cmd, used in others[:3]]
-        taken = g.others_sm_pct / 100 if g.others_sm_pct is not None else None
-        if taken is not None:
+        held = f"{sum(u or 0 for *_x, u in others) / GIB:.1f} GiB of its memory"
+        taken, confidence = None, "medium"
+        if g.others_sm_pct is not None:
+            taken, confidence = g.others_sm_pct / 100, "high"
             src = f"NVML per-process utilization, median of the ticks, GPU {g.index}"
             ev += [obs("others_sm_utilization", g.others_sm_pct, "%", src, 1),
                    obs("job_sm_utilization", g.job_sm_pct, "%", src, 1)]
             cost = (f"they take {_pct(taken)} of its SM time (the job: "
-                    f"{g.job_sm_pct or 0:.0f} %) and {sum(u or 0 for *_x, u in others) / GIB:.1f}"
-                    " GiB of its memory")
+                    f"{g.job_sm_pct or 0:.0f} %) and {held}")
             basis = f"the other processes use {_pct(taken)} of the GPU's SM time"
+        elif g.others_alone_sm_pct:
+            taken, confidence = min(g.others_alone_sm_pct / 100, 1.0), "low"
+            ev.append(obs("others_alone_sm_activity", g.others_alone_sm_pct, "%",
+                          f"GPU {g.index} before the job reached it, only the others on it "
+                          "(NVML's per-process samples never caught them beside the job)", 1))
+            cost = (f"on their own they kept its SMs {_pct(taken)} busy, time the job shares "
+                    f"with them (an estimate: NVML's per-process samples never caught them "
+                    f"beside the job), and {held}")
+            basis = (f"the other processes kept the GPU {_pct(taken)} busy before the job "
+                     "started (estimate)")
         else:
-            cost = "they take SM time and memory from the job (not measured per process)"
+            cost = f"they take SM time (not measured per process) and {held}"
             basis = "what the other processes take, not measured"
         msg = f"{len(others)} other process(es) use GPU {g.index}: {cost}"
         return [Result(
             _finding("shared-gpu", "Another process shares the GPU", taken or 0.0,
-                     "high" if taken is not None else "medium", msg, ev, g.index,
-                     Severity.WARN),
+                     confidence, msg, ev, g.index, Severity.WARN),
             (Proposal(action="run on a GPU of its own (pick a free one with "
                              "CUDA_VISIBLE_DEVICES)",
                       settings="CUDA_VISIBLE_DEVICES=<free GPU> python train.py",
