@@ -52,14 +52,15 @@ class GpuStats:
     job_memory_bytes: int | None = None  # what the job's processes hold (max)
     other_processes: tuple[tuple[int, str | None, int | None], ...] = ()  # (pid, cmd, bytes)
     # SM utilization of the other processes together and of the job's (NVML's per-process
-    # samples, median over the ticks that had them); None where NVML gave none
+    # samples, mean over the ticks that had them; NVML gives each sample period mostly to one
+    # process, so only the mean over many ticks reads as a share); None where NVML gave none,
+    # and the others' None where no sample caught them working beside the job
     others_sm_pct: float | None = None
     job_sm_pct: float | None = None
-    # What the other processes asked of the GPU on their own: its SM activity (else
-    # utilization), median over the ticks before the job's processes reached it, while
-    # only others were there. NVML's per-process samples catch one process per sample
-    # period, so a job that keeps the GPU busy can hide a neighbour from them entirely.
-    others_alone_sm_pct: float | None = None
+    # What the other processes asked of the GPU on their own: its utilization (the share of
+    # time a kernel ran; else SM activity), median over the ticks before the job's processes
+    # reached it, while only others were on it.
+    others_alone_busy_pct: float | None = None
     utilization_series: tuple[float | None, ...] = field(default=(), repr=False)
 
     @property
@@ -98,6 +99,11 @@ class GpuStats:
         return None if self.utilization_pct is None else self.utilization_pct / 100
 
 
+def _mean(values: Iterable[float | int | None]) -> float | None:
+    got = [float(v) for v in values if v is not None]
+    return statistics.fmean(got) if got else None
+
+
 def _median(values: Iterable[float | int | None]) -> float | None:
     got = [float(v) for v in values if v is not None]
     return statistics.median(got) if got else None
@@ -132,14 +138,19 @@ def job_gpus(samples: Sequence[Sample], job_pids: set[int] | None) -> tuple[list
 
 
 def gpu_stats(samples: Sequence[Sample], index: int, job_pids: set[int] | None = None,
-              sm_clock_max_mhz: int | None = None) -> GpuStats | None:
-    """Medians of one GPU over the window the job was on it (the first sample left out)."""
+              sm_clock_max_mhz: int | None = None, lead: Sequence[Sample] = ()
+              ) -> GpuStats | None:
+    """Medians of one GPU over the window the job was on it (the first sample left out);
+    `lead`: samples before the window, for what other processes did before the job came."""
     rows = [(s, g) for s in samples[1:] for g in s.gpus if g.index == index and g.error is None]
     alone: list[GpuSample] = []
     if job_pids is not None:
         on = [(s, g) for s, g in rows if any(p.pid in job_pids for p in g.processes)]
-        # the ticks before the job reached this GPU, with only other processes on it
-        for _s, g in rows:
+        # the ticks before the job reached this GPU, with only other processes on it (the
+        # first of all samples left out: GPM's rates need the interval before it)
+        before = [g for s in [*lead, *samples][1:] for g in s.gpus
+                  if g.index == index and g.error is None]
+        for g in before:
             if any(p.pid in job_pids for p in g.processes):
                 break
             if g.processes:
@@ -219,10 +230,10 @@ def gpu_stats(samples: Sequence[Sample], index: int, job_pids: set[int] | None =
         job_memory_bytes=max(job_mem) if any(job_mem) else None,
         other_processes=tuple(others.values()),
         # (never caught in a sample over the window: not measured, rather than 0)
-        others_sm_pct=_median(others_sm) if job_pids is not None and others_seen else None,
-        job_sm_pct=_median(job_sm),
-        others_alone_sm_pct=_median(g.sm_activity_pct if g.sm_activity_pct is not None
-                                    else g.utilization_gpu_pct for g in alone),
+        others_sm_pct=_mean(others_sm) if job_pids is not None and others_seen else None,
+        job_sm_pct=_mean(job_sm),
+        others_alone_busy_pct=_median(g.utilization_gpu_pct if g.utilization_gpu_pct is not None
+                                      else g.sm_activity_pct for g in alone),
         utilization_series=tuple(g.utilization_gpu_pct for g in gs))
 
 

@@ -52,14 +52,18 @@ def memory_nearly_full(sig: Signals) -> list[Result]:
 
 
 def shared_gpu(sig: Signals) -> list[Result]:
-    """Another process holds memory on one of the job's GPUs (NVML's process list). Its cost:
-    the share of the GPU's SM time it takes (NVML's per-process utilization samples, median
-    over the window), the time the job could have had. NVML samples one process per sample
-    period, so a job that keeps the GPU busy can hide its neighbour from every sample (seen on
-    an H200: a tenant at 35 % alone never sampled beside a 99 %-busy job); then the cost is
-    what the others asked of the GPU on their own before the job reached it, an estimate
-    (low confidence; time-slicing gives each context turns, so that much is what the job
-    can lose), and not measured where neither exists."""
+    """Another process holds memory on one of the job's GPUs (NVML's process list). Its cost,
+    the share of the job's GPU time it takes:
+
+    - where the others ran before the job reached the GPU, from what they asked of it on
+      their own: busy a share *d* of the time (NVML utilization), a time-sliced GPU gives
+      them an equal turn while they have work, so a job that could use the whole GPU keeps
+      1/(1 + *d*) of it and loses *d*/(1 + *d*);
+    - else from NVML's per-process samples: the others' mean share over the window (a
+      weaker witness: NVML gives each sample period mostly to one process, and on an H200
+      it read 27 % and 50 % where the jobs lost 21 % and 31 %);
+    - not measured where neither exists (NVML may never catch a neighbour beside a job that
+      keeps the GPU busy)."""
     for g in sig.gpus:
         others = [p for p in g.other_processes if (p[2] or 0) > 0 or p[2] is None]
         if not others:
@@ -68,25 +72,27 @@ def shared_gpu(sig: Signals) -> list[Result]:
                   f"NVML process list, GPU {g.index} ({(used or 0) / GIB:.1f} GiB)")
               for pid, cmd, used in others[:3]]
         held = f"{sum(u or 0 for *_x, u in others) / GIB:.1f} GiB of its memory"
-        taken, confidence = None, "medium"
+        sampled = f"NVML per-process utilization, mean of the ticks, GPU {g.index}"
         if g.others_sm_pct is not None:
-            taken, confidence = g.others_sm_pct / 100, "high"
-            src = f"NVML per-process utilization, median of the ticks, GPU {g.index}"
-            ev += [obs("others_sm_utilization", g.others_sm_pct, "%", src, 1),
-                   obs("job_sm_utilization", g.job_sm_pct, "%", src, 1)]
-            cost = (f"they take {_pct(taken)} of its SM time (the job: "
-                    f"{g.job_sm_pct or 0:.0f} %) and {held}")
-            basis = f"the other processes use {_pct(taken)} of the GPU's SM time"
-        elif g.others_alone_sm_pct:
-            taken, confidence = min(g.others_alone_sm_pct / 100, 1.0), "low"
-            ev.append(obs("others_alone_sm_activity", g.others_alone_sm_pct, "%",
-                          f"GPU {g.index} before the job reached it, only the others on it "
-                          "(NVML's per-process samples never caught them beside the job)", 1))
-            cost = (f"on their own they kept its SMs {_pct(taken)} busy, time the job shares "
-                    f"with them (an estimate: NVML's per-process samples never caught them "
-                    f"beside the job), and {held}")
-            basis = (f"the other processes kept the GPU {_pct(taken)} busy before the job "
-                     "started (estimate)")
+            ev += [obs("others_sm_utilization", g.others_sm_pct, "%", sampled, 1),
+                   obs("job_sm_utilization", g.job_sm_pct, "%", sampled, 1)]
+        taken, confidence = None, "medium"
+        if g.others_alone_busy_pct:
+            d = min(g.others_alone_busy_pct / 100, 1.0)
+            taken = d / (1 + d)
+            ev.insert(len(others[:3]), obs(
+                "others_alone_busy", g.others_alone_busy_pct, "%",
+                f"GPU {g.index} utilization before the job reached it, only the others on it",
+                1))
+            cost = (f"on their own they kept it {_pct(d)} busy; time-sliced with them, the job "
+                    f"keeps about {_pct(1 - taken)} of the GPU (an estimate); and {held}")
+            basis = (f"the other processes, busy {_pct(d)} of the time on their own, take "
+                     f"about {_pct(taken)} of a time-sliced GPU")
+        elif g.others_sm_pct is not None:
+            taken, confidence = g.others_sm_pct / 100, "low"
+            cost = (f"they take about {_pct(taken)} of its SM time (NVML's per-process "
+                    f"samples, the job: {g.job_sm_pct or 0:.0f} %) and {held}")
+            basis = f"the other processes use about {_pct(taken)} of the GPU's SM time"
         else:
             cost = f"they take SM time (not measured per process) and {held}"
             basis = "what the other processes take, not measured"
