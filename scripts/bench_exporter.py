@@ -5,6 +5,9 @@
     python3 scripts/bench_exporter.py --scrapers 100 --rounds 30 \\
         --trace tests/fixtures/telemetry/real/ddp-2gpu-lm-bf16.json     100 at once (p99 ≤ 100 ms)
 
+    python3 scripts/bench_exporter.py --scrapers 100 --monitor [--trace FILE]
+        `gpuaudit monitor --listen` itself: this machine's GPUs through NVML (or FILE replayed)
+
 The exporter runs in a child process (the scrapers must not share its GIL, as Prometheus does
 not). Without --trace it serves one 8-GPU state with every reading filled, 20 processes and
 XIDs on two GPUs. With --trace (a recorded telemetry trace, widened to --gpus GPUs: GPU k
@@ -156,6 +159,44 @@ def serve_child(conn, dcgm_names: bool, trace: str | None, gpus: int, seconds: f
     conn.send({"ticks": ticks[0]})
 
 
+def start_monitor(args: argparse.Namespace, seconds: float):
+    """`gpuaudit monitor --listen` on a free port, its first sample published: (the process,
+    the port, its interval). With --trace, the widened trace replayed at its recorded pace."""
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "gpuaudit", "monitor", "--listen", f"127.0.0.1:{port}",
+           "--no-history"]
+    interval = 1.0
+    if args.trace:
+        doc, interval = looped_trace(Path(args.trace), args.gpus, seconds + 30)
+        path = Path(tempfile.mkdtemp()) / "trace.json"
+        path.write_text(json.dumps(doc))
+        cmd += ["--replay", str(path), "--speed", "1"]
+    else:
+        cmd += ["--interval", "1s"]
+    if args.dcgm_names:
+        cmd.append("--dcgm-names")
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    request = _request(port)
+    while time.monotonic() < deadline:
+        try:
+            _, status, body = scrape(port, request)
+            if status == 200 and b"gpuaudit_up" in body:
+                return proc, port, interval
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"gpuaudit monitor exited {proc.returncode}")
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("gpuaudit monitor did not serve a sample within 60 s")
+
+
 def _request(port: int) -> bytes:
     lines = ["GET /metrics HTTP/1.1", f"Host: 127.0.0.1:{port}",
              *(f"{k}: {v}" for k, v in HEADERS.items())]
@@ -231,6 +272,8 @@ def main() -> int:
     ap.add_argument("--trace", help="a recorded telemetry trace the monitor replays meanwhile")
     ap.add_argument("--gpus", type=int, default=GPUS, help="with --trace: GPUs to widen it to")
     ap.add_argument("--dcgm-names", action="store_true", help="also expose dcgm-exporter names")
+    ap.add_argument("--monitor", action="store_true",
+                    help="scrape `gpuaudit monitor --listen` (live GPUs, or --trace replayed)")
     ap.add_argument("--target-ms", type=float, default=0.0,
                     help="p99 target [default: 20 for one scraper, 100 for several]")
     args = ap.parse_args()
@@ -239,15 +282,21 @@ def main() -> int:
 
     parent, child = mp.Pipe()
     ctx = mp.get_context("spawn")
-    proc = ctx.Process(target=serve_child, args=(child, args.dcgm_names, args.trace, args.gpus,
-                                                  seconds))
-    proc.start()
+    monitor = None
+    if args.monitor:
+        monitor, port, interval = start_monitor(args, seconds)
+        proc = None
+    else:
+        proc = ctx.Process(target=serve_child, args=(child, args.dcgm_names, args.trace,
+                                                      args.gpus, seconds))
+        proc.start()
     failed = 0
     info = {}
     try:
-        if not parent.poll(60):
-            raise RuntimeError("the exporter did not start within 60 s")
-        port, interval = parent.recv()
+        if proc is not None:
+            if not parent.poll(60):
+                raise RuntimeError("the exporter did not start within 60 s")
+            port, interval = parent.recv()
         request = _request(port)
         for _ in range(args.warmup):
             scrape(port, request)
@@ -279,12 +328,16 @@ def main() -> int:
             for c in clients:
                 c.join(30)
     finally:
-        parent.send("stop")
-        if args.trace and parent.poll(30):
-            info = parent.recv()
-        proc.join(10)
+        if proc is not None:
+            parent.send("stop")
+            if args.trace and parent.poll(30):
+                info = parent.recv()
+            proc.join(10)
+        if monitor is not None:
+            monitor.terminate()
+            monitor.wait(30)
     text = body.decode()
-    if 'gpu="7"' not in text or "# EOF" not in text:
+    if "# EOF" not in text or ('gpu="7"' not in text and not (args.monitor and not args.trace)):
         raise RuntimeError("the scrape did not return the 8-GPU OpenMetrics exposition")
     series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
     times.sort()
@@ -293,6 +346,10 @@ def main() -> int:
     what = (f"the monitor replaying {Path(args.trace).name} widened to {args.gpus} GPUs "
             f"(a tick every {interval:g} s, {info.get('ticks', '?')} ticks)" if args.trace
             else f"one fixed {GPUS}-GPU state, {PROCESSES} processes")
+    if args.monitor:
+        what = ("`gpuaudit monitor --listen` sampling "
+                + (f"{Path(args.trace).name} widened to {args.gpus} GPUs" if args.trace
+                   else "this machine's GPUs through NVML") + f" every {interval:g} s")
     print(f"exporter scrape latency: {what}, dcgm_names={args.dcgm_names}")
     print(f"  machine: {platform.node()}, {mp.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
