@@ -13,6 +13,7 @@ saving, printing and exiting after the last step.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 
@@ -47,12 +48,13 @@ def phase(text: str) -> str:
 
 def report(path: str, start: float, end: float) -> None:
     steps = []
-    for line in open(path):
-        stamp, _, text = line.rstrip("\n").partition(" ")
-        steps.append((float(stamp), text))
+    with open(path) as f:
+        for line in f:
+            stamp, _, text = line.rstrip("\n").partition(" ")
+            steps.append((float(stamp), text))
     totals: dict[str, float] = {"process start, imports": (steps[0][0] if steps else end)
                                 - start}
-    for (t, text), (t_next, _) in zip(steps, steps[1:], strict=False):
+    for (t, text), (t_next, _) in itertools.pairwise(steps):
         totals[phase(text)] = totals.get(phase(text), 0.0) + (t_next - t)
     if steps:
         totals[f"{phase(steps[-1][1])}, then findings, save, print, exit"] = end - steps[-1][0]
