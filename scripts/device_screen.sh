@@ -28,7 +28,7 @@ say "== device_screen $name: $(nvidia-smi --query-gpu=name,driver_version --form
 # 1. gpuaudit run as a user runs it: a fresh store, an 80×40 terminal's width
 db="sqlite:///$T/runs.db"
 t0=$(now)
-COLUMNS=80 LINES=40 timeout 170 python3 scripts/step_times.py "$T/steps.txt" run --db "$db" \
+COLUMNS=80 LINES=40 timeout 120 python3 scripts/step_times.py "$T/steps.txt" run --db "$db" \
   > "$T/run_screen.txt" 2> "$T/run.err"
 rc=$?
 t1=$(now)
@@ -50,7 +50,7 @@ cat "$T/run_screen.txt" >> "$S"
 say ""; say "## 2. matmul bf16: ours (step 1) beside mamf-finder"
 if [ -f .peers/mamf-finder.py ]; then
   t0=$(now)
-  timeout -s INT -k 10 100 python3 .peers/mamf-finder.py --dtype bfloat16 \
+  timeout -s INT -k 5 75 python3 .peers/mamf-finder.py --dtype bfloat16 \
     --m 1024 2048 4096 8192 --n 1024 2048 4096 8192 --k 8192 13312 16384 \
     --output_file "$T/mamf_bf16.txt" > /dev/null 2>&1
   say "mamf-finder bf16 (48 shapes): rc=$? wall_s=$(since "$t0")"
@@ -61,10 +61,10 @@ fi
 
 # 3. the exporter under 100 scrapers at once, while the monitor samples
 say ""; say "## 3. exporter: 100 scrapers together every second"
-timeout 90 python3 scripts/bench_exporter.py --scrapers 100 --rounds 15 --monitor \
+timeout 90 python3 scripts/bench_exporter.py --scrapers 100 --rounds 10 --monitor \
   --trace tests/fixtures/telemetry/real/ddp-2gpu-lm-bf16.json >> "$S" 2> "$T/exporter8.err"
 say "(rc=$?)"
-timeout 90 python3 scripts/bench_exporter.py --scrapers 100 --rounds 15 --monitor \
+timeout 90 python3 scripts/bench_exporter.py --scrapers 100 --rounds 10 --monitor \
   >> "$S" 2> "$T/exporter_live.err"
 say "(rc=$?)"
 timeout 60 python3 scripts/bench_exporter.py --n 1000 >> "$S" 2> "$T/exporter1.err"
