@@ -33,13 +33,24 @@ def mapped(pid: int, name: str) -> bool:
 
 def ctrl_c_run(tmp_path: Path, when: str) -> tuple[subprocess.CompletedProcess, float, list]:
     """`gpuaudit run` on a fresh store, SIGINT at `when`: seconds after the start, 'torch'
-    (libtorch just mapped: its import under way) or 'torch+N' (N s after that)."""
+    (libtorch just mapped: its import under way), 'torch+N' (N s after that) or
+    'collectives' (their workers running)."""
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     proc = subprocess.Popen([sys.executable, "-m", "gpuaudit", "run", "--db", db],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=cli_env(COLUMNS="100"))
     start = time.monotonic()
-    if when.startswith("torch"):
+    if when == "collectives":  # its workers started: matmul and memory are done by then
+        def workers() -> bool:
+            try:
+                return any("collectives_worker" in " ".join(c.cmdline())
+                           for c in psutil.Process(proc.pid).children(recursive=True))
+            except psutil.Error:
+                return False
+
+        while not workers() and proc.poll() is None and time.monotonic() - start < 180:
+            time.sleep(0.05)
+    elif when.startswith("torch"):
         while not mapped(proc.pid, "libtorch_cpu") and proc.poll() is None \
                 and time.monotonic() - start < 120:
             time.sleep(0.01)
@@ -86,7 +97,7 @@ def test_ctrl_c_at_any_moment_keeps_what_finished(tmp_path, when):
 
 def test_a_ctrl_c_in_the_suites_keeps_the_figures(tmp_path):
     pytest.importorskip("torch")
-    done, _, runs = ctrl_c_run(tmp_path, "torch+8")
+    done, _, runs = ctrl_c_run(tmp_path, "collectives")
     assert done.returncode == 130
     (run,) = runs
     assert run["status"] == "partial"

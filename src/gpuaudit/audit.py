@@ -24,6 +24,7 @@ def audit(*, profile: Profile = Profile.QUICK, bench: bool = True,
     Ctrl-C returns a PARTIAL run that keeps it and whatever was measured."""
     if bench:
         preload_torch(check_suites(()))  # torch loads while NVML is read
+    interrupt.check()
     if step:
         step("inspect")
     inspected = inspect_machine()

@@ -6,7 +6,9 @@ KeyboardInterrupt raised inside a library's import or inside code that catches e
 swallowed there, and the work goes on as if nothing had been pressed. The handler here raises
 it as Python's does and also remembers it: `check()`, called by the runner between steps,
 raises it again until somebody has dealt with it (`clear()`), so a swallowed Ctrl-C costs at
-most one step. `shielded()` defers Ctrl-C while what finished is being saved.
+most one step. Where raising it would lose it or turn it into another error (inside an import,
+a `__del__`), the handler only remembers it. `shielded()` defers Ctrl-C while what finished is
+being saved.
 
 Layer 0: no gpuaudit imports; the CLI installs the handler, the runner checks it.
 """
@@ -28,10 +30,22 @@ class _State:
 _state = _State()
 
 
+def _unsafe(frame: Any) -> bool:
+    """Whether an exception raised here would be lost or changed into another: inside the
+    import machinery (its weakref callbacks print 'Exception ignored' and go on; a class body
+    being created turns it into a RuntimeError) or inside a `__del__`."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith("<frozen importlib") or code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _handler(signum: int, frame: Any) -> None:
     _state.pending = True
-    if _state.shield:
-        return
+    if _state.shield or _unsafe(frame):
+        return  # remembered: `check()` raises it at the next step
     raise KeyboardInterrupt
 
 
