@@ -141,3 +141,12 @@ def test_one_name_per_concept_old_names_kept(old, new):
     assert new_name in param.opts  # the same option: old scripts get the same behaviour
     text = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"}).stdout
     assert new_name in text and not re.search(rf"{re.escape(old_name)}(?![\w-])", text)
+
+
+def test_cost_work_takes_a_run_file_too():
+    run_file = str(FIX / "runs" / "h200-1gpu-run-quick.json")
+    done = gpuaudit("cost", "work", "--instance", "nebius/gpu-h200-sxm_1gpu-16vcpu-200gb",
+                    "--run", run_file,
+                    "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)

@@ -7,7 +7,8 @@ swallowed there, and the work goes on as if nothing had been pressed. The handle
 it as Python's does and also remembers it: `check()`, called by the runner between steps,
 raises it again until somebody has dealt with it (`clear()`), so a swallowed Ctrl-C costs at
 most one step. Where raising it would lose it or turn it into another error (inside an import,
-a `__del__`), the handler only remembers it. `shielded()` defers Ctrl-C while what finished is
+a `__del__`), the handler holds it back and sends it again every RETRY_S until it lands
+outside. `shielded()` defers Ctrl-C while what finished is
 being saved.
 
 Layer 0: no gpuaudit imports; the CLI installs the handler, the runner checks it.
@@ -15,7 +16,10 @@ Layer 0: no gpuaudit imports; the CLI installs the handler, the runner checks it
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +28,7 @@ from typing import Any
 
 class _State:
     pending = False  # a Ctrl-C came and nobody has cleared it yet
+    delivered = True  # the last Ctrl-C was raised as KeyboardInterrupt
     shield = 0  # > 0 while a shielded block runs: Ctrl-C is remembered, not raised
 
 
@@ -42,10 +47,44 @@ def _unsafe(frame: Any) -> bool:
     return False
 
 
+RETRY_S = 0.05
+
+
+def _resend() -> None:
+    """Deliver a Ctrl-C held back inside an import again, until it lands outside one."""
+    if _state.pending and not _state.delivered:
+        with contextlib.suppress(OSError):
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def _hold_back() -> None:
+    _state.delivered = False
+    retry = threading.Timer(RETRY_S, _resend)
+    retry.daemon = True
+    retry.start()
+
+
+def _unraisable(previous: Any) -> Any:
+    """A KeyboardInterrupt raised where Python can only print it and go on (a weakref
+    callback, a `__del__` run by the garbage collector) is held back and sent again, not
+    printed; anything else goes to the previous hook."""
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _state.pending = True
+            _hold_back()
+            return
+        previous(unraisable)
+    return hook
+
+
 def _handler(signum: int, frame: Any) -> None:
     _state.pending = True
-    if _state.shield or _unsafe(frame):
-        return  # remembered: `check()` raises it at the next step
+    if _state.shield:
+        return  # remembered: `check()` raises it after the block
+    if _unsafe(frame):
+        _hold_back()  # sent again shortly, so it lands as soon as the import is over
+        return
+    _state.delivered = True
     raise KeyboardInterrupt
 
 
@@ -62,10 +101,13 @@ def installed() -> Iterator[None]:
     except (ValueError, OSError):  # an embedded interpreter without signals
         yield
         return
+    hook = sys.unraisablehook
+    sys.unraisablehook = _unraisable(hook)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = hook
 
 
 def pending() -> bool:
@@ -82,6 +124,7 @@ def check() -> None:
 def clear() -> None:
     """The Ctrl-C has been dealt with (the caller caught it and kept what finished)."""
     _state.pending = False
+    _state.delivered = True
 
 
 @contextmanager

@@ -282,12 +282,11 @@ class Group(typer.core.TyperGroup):
         except BaseException as exc:  # exit_code_for re-raises what is a bug
             # a Ctrl-C that a library turned into another error is still a Ctrl-C
             code = exit_code_for(KeyboardInterrupt() if interrupt.pending() else exc)
-        if interrupt.pending() and code == 0:
-            code = 130  # remembered, never acted on: the command ended on its own meanwhile
         if code == 130 and interrupt.pending():
             # typer turns a KeyboardInterrupt nobody handled into a silent Exit(130)
             interrupt.clear()
             _say("gpuaudit: interrupted (Ctrl-C)")
+        interrupt.clear()  # a command that stops on Ctrl-C (serve, monitor) has handled it
         if not standalone_mode:
             return code
         sys.exit(code)

@@ -218,8 +218,9 @@ def work(
     instance: Annotated[str, typer.Option(
         "--instance", metavar="PROVIDER/TYPE[@REGION]", help="The instance to price.")],
     run: Annotated[str | None, typer.Option(
-        "--run", help="A stored run (id or prefix) whose measurements give the rates "
-                      "[default: datasheet estimates].")] = None,
+        "--run", metavar="RUN", help="A run (stored id or prefix, or its JSON file) whose "
+                                     "measurements give the rates [default: datasheet "
+                                     "estimates].")] = None,
     catalog: CatalogOpt = None,
     price_kind: KindOpt = PriceKind.ON_DEMAND,
     precision: Annotated[str, typer.Option(help="Matmul precision for $/PFLOP-hour and the "
@@ -253,10 +254,9 @@ def work(
     offer = find_offer(instance, catalog)
     stored = None
     if run is not None:
-        from gpuaudit.store import Store
+        from gpuaudit.cli.predict import load_run_arg
 
-        with Store(db, read_only=True) as store:
-            stored = store.get(run)
+        stored = load_run_arg(run, db)  # a stored run, or a run's JSON file
     try:
         result = price_performance(
             offer, kind=price_kind, run=stored, precision=precision,

@@ -43,9 +43,14 @@ def exit_code(run: Run) -> int:
 def _check_store(save: bool, db: str | None) -> None:
     """Before the work: a store that cannot take its results is an error now, not after."""
     if save:
+        from gpuaudit import interrupt
         from gpuaudit.store import check_store
 
-        check_store(db)
+        # SQLAlchemy logs and swallows what interrupts a connection's close: a Ctrl-C meanwhile
+        # waits for the check to end (well under a second) and stops the command after it
+        with interrupt.shielded():
+            check_store(db)
+        interrupt.check()
 
 
 def inspect(

@@ -1,6 +1,6 @@
 """`gpuaudit recommend`: which instance to rent for a task, ranked by estimated cost or time.
 
-    gpuaudit recommend train --params 7B --tokens 1T [--deadline 14d] [--budget-usd 50000]
+    gpuaudit recommend train --params 7B --tokens 1T [--deadline 14d] [--budget 50000]
     gpuaudit recommend finetune --params 70B --method lora
     gpuaudit recommend serve --params 70B --qps 20 --latency-ms 200 --context 4096
     gpuaudit recommend --run RUN_ID --hours 12          # ranked by its matmul/bf16 figure
