@@ -287,3 +287,9 @@ def serve(
                      layers=layers, hidden=hidden, kv_heads=kv_heads)
     _run(task, _constraints(None, budget, currency, sort), catalog=catalog, top=top,
          mfu=0.40, json_=json_)
+
+
+# render and simulate: jobs of independent frames or simulations (their own module)
+from gpuaudit.cli.recommend_batch import register as _register_batch  # noqa: E402
+
+_register_batch(recommend_app)

@@ -5,8 +5,8 @@ reference scene's frames per second at 1080p and 4K, and ray tracing on the shad
 (Mrays/s); hardware ray tracing only where the GPU has RT cores (the spec catalog says), and
 skipped with that reason elsewhere. Every figure is checked against a reference image
 (fill.py, scene.py, raytrace.py say how) and set beside the theoretical rate where the spec
-catalog has one (rates.py). A software renderer (Mesa's llvmpipe) is measured at small sizes,
-never judged against a GPU's spec: its figures describe the CPU."""
+catalog has one (gpuaudit.specs.graphics). A software renderer (Mesa's llvmpipe) is measured
+at small sizes, never judged against a GPU's spec: its figures describe the CPU."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaudit.bench.context import BenchContext
-from gpuaudit.bench.render import gl, rates
+from gpuaudit.bench.render import gl
 from gpuaudit.bench.stats import measure, reason_of, skipped
 from gpuaudit.model import Measurement, Params
+from gpuaudit.specs import graphics as rates
 
 SUITE = "render"
 FIGURES = (  # name, unit: every figure the suite reports, measured or skipped

@@ -1,4 +1,4 @@
-"""The theoretical graphics rates a figure is judged against, from the spec catalog: pixel fill
+"""Graphics rates from the spec catalog, for `bench render` and `recommend render`: pixel fill
 = ROPs × boost clock, bilinear texture fill = texture units × boost clock (trilinear: half,
 each trilinear sample being two bilinear ones), and whether the GPU has RT cores. Each comes
 with its basis, or the reason there is none. Pure functions: tests check them exactly."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuaudit.specs import GpuSpec
+from gpuaudit.specs.catalog import GpuSpec
 
 SMS_PER_TPC = 2  # every NVIDIA architecture in the catalog, Volta to Blackwell
 
