@@ -26,7 +26,7 @@ from gpuaudit.specs import GpuSpec
 
 SUITE = "science"
 PRECISIONS = ("fp32", "fp64")
-CPU_ITERS, CPU_WARMUP = 5, 1
+CPU_ITERS, CPU_WARMUP = 5, 2
 
 
 @dataclass(frozen=True)
