@@ -49,7 +49,7 @@ KERNELS = (
     Kernel("spmv", "GFLOP/s", sparse.spmv, sparse.cupy_spmv,
            lambda s, p, n: roofline.spmv_roof(s, p, n ** 3, roofline.poisson_nnz(n)),
            "2 flop per stored value; bytes: values, int32 indices, row pointers, x and y once",
-           (128, 192, 256), 20),
+           (192, 256, 320), 20),
     Kernel("stencil7", "Gpoint/s", sparse.stencil, sparse.cupy_stencil,
            lambda s, p, n: roofline.per_element_roof(s, p, "point"),
            "interior points updated per second; fewest bytes: the grid read and written once",
