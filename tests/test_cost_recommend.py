@@ -527,7 +527,7 @@ def test_price_kinds_and_pricing_models_are_one_enum():
     assert [m.label for m in PricingModel] == ["on-demand", "spot", "reserved-1y",
                                                "reserved-3y"]
     # Each value names the Offer field it prices from.
-    assert {m.price_field for m in PricingModel} <= set(Offer.model_fields)
+    assert {m.price_field for m in PricingModel} <= set(Offer._fields)
     # compare_job's options and recommend's pick are the same type: no mapping between them.
     spot_offer = offer("s", "h100-sxm", 8, 20.0, spot=6.0)
     cmp = compare_job(spot_offer, make_job(spot_offer, wall_hours=10, instances=1),

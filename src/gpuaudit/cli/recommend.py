@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpuaudit.cli import common
-from gpuaudit.cli.common import DbOpt, JsonOpt, out
+from gpuaudit.cli.common import DbOpt, JsonOpt
 from gpuaudit.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -73,14 +73,15 @@ def _run(task: Task, cons: Constraints, *, catalog: Path | None, top: int, mfu: 
          json_: bool, allow_pooling: bool = False) -> None:
     from gpuaudit.cost.recommend import recommend
     from gpuaudit.model.recommendation import Assumptions
-    from gpuaudit.report.recommend_view import recommend_view
+    from gpuaudit.report.plain import terminal_width
+    from gpuaudit.report.recommend_view import recommend_text
 
     result = recommend(task, load_offers(catalog), constraints=cons,
                        assumptions=Assumptions(mfu=mfu, allow_pooling=allow_pooling), top=top)
     if json_:
         sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
     else:
-        out.print(recommend_view(result))
+        sys.stdout.write(recommend_text(result, terminal_width()) + "\n")
 
 
 @recommend_app.callback(invoke_without_command=True)

@@ -4,6 +4,7 @@ on purpose, and where each offer came from."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpuaudit import parse
 from gpuaudit.errors import BadInputError
@@ -22,9 +23,9 @@ ISO_CURRENCIES: frozenset[str] = parse.ISO_CURRENCIES
 PLACEHOLDER_PRICES: frozenset[float] = frozenset({0.0, 0.01, 700.0, 999.0, 9999.0, 99999.0})
 
 
-@dataclass(frozen=True)
-class Problem:
-    """A row (or file) that could not be used as written. `line` is 1-based; None = file."""
+class Problem(NamedTuple):
+    """A row (or file) that could not be used as written. `line` is 1-based; None = file.
+    (A tuple: a file of 27,000 bad rows makes 27,000 of them, read back from the cache.)"""
 
     file: str
     line: int | None
@@ -99,8 +100,9 @@ class LeftOut:
         return self.message()
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(NamedTuple):
+    """Where an offer was read (a tuple: one per offer, 10,000 read back from the cache)."""
+
     file: str
     line: int | None
 
@@ -116,21 +118,26 @@ class Catalog:
     files: tuple[str, ...] = ()  # what was read, in order (later files override earlier)
     left_out: tuple[LeftOut, ...] = ()
     superseded: tuple[Superseded, ...] = ()
+    # the format each file was read in ("gpuaudit", "skypilot"), parallel to `files`
+    formats: tuple[str, ...] = ()
     _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        for i, offer in enumerate(self.offers):
-            self._index.setdefault(offer.key, i)
 
     def __len__(self) -> int:
         return len(self.offers)
 
+    def _where(self, key: str) -> int | None:
+        # Built on first use: a command that only ranks the offers never pays for it.
+        if not self._index and self.offers:
+            for i, offer in enumerate(self.offers):
+                self._index.setdefault(offer.key, i)
+        return self._index.get(key)
+
     def get(self, key: str) -> Offer | None:
-        i = self._index.get(key)
+        i = self._where(key)
         return None if i is None else self.offers[i]
 
     def location(self, offer: Offer) -> Location | None:
-        i = self._index.get(offer.key)
+        i = self._where(offer.key)
         return self.locations[i] if i is not None and i < len(self.locations) else None
 
     def superseded_by(self, key: str) -> list[Superseded]:

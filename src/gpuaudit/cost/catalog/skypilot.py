@@ -172,7 +172,8 @@ class SkyPilotFormat:
         left_out = tuple(LeftOut(name, kind, len(zones), tuple(sorted(set(zones))))
                          for kind, zones in sorted(left.items()))
         return Catalog(offers=built.offers, problems=tuple(problems),
-                       locations=built.locations, files=(name,), left_out=left_out)
+                       locations=built.locations, files=(name,), left_out=left_out,
+                       formats=(self.name,))
 
 
 def _build(name: str, provider: str, hosts: dict[tuple[str, str], Zones],

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaudit.model.recommendation import Assumptions, ModelShape
-from gpuaudit.specs.catalog import SpecCatalog
+from gpuaudit.specs.figures import FigureCatalog
 
 from .tasks import Constraints, Task
 
@@ -17,7 +17,7 @@ class Context:
     task: Task
     cons: Constraints
     ass: Assumptions
-    specs: SpecCatalog
+    specs: FigureCatalog  # or a full SpecCatalog: the same questions are asked of both
     flops: float = 0.0  # train/fine-tune/benchmarked work, in the rate's unit × seconds
     shape: ModelShape | None = None
     memo: dict[Any, Any] = field(default_factory=dict)

@@ -16,7 +16,7 @@ from typing import Any
 from gpuaudit.cost.memory_fit import Checkpointing, finetune_memory, gb, training_memory
 from gpuaudit.model.cost import Offer
 from gpuaudit.model.recommendation import Assumptions, MemoryEstimate
-from gpuaudit.specs.catalog import GpuSpec
+from gpuaudit.specs.figures import SpecFigures as GpuSpec
 
 from .context import Context
 from .network import cross_node_efficiency, network_of

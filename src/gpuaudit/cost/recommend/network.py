@@ -47,12 +47,19 @@ NETWORKS: tuple[tuple[str, re.Pattern[str], Network], ...] = tuple(
     ))
 
 
+_BY_PROVIDER: dict[str, list[tuple[re.Pattern[str], Network]]] = {}
+for _prov, _pattern, _net in NETWORKS:
+    _BY_PROVIDER.setdefault(_prov, []).append((_pattern, _net))
+# The providers with a published network between some instance types (lower case, as the
+# catalog keeps them): any other offer has none, without a lookup.
+PROVIDERS_WITH_NETWORKS = frozenset(_BY_PROVIDER)
+
+
 @functools.lru_cache(maxsize=4096)  # asked once per offer: 10,000 offers, a few dozen types
 def network_of(provider: str, instance_type: str) -> Network | None:
     """The published network between instances of this type, or None when none is known."""
-    p = provider.casefold()
-    for prov, pattern, net in NETWORKS:
-        if p == prov and pattern.fullmatch(instance_type):
+    for pattern, net in _BY_PROVIDER.get(provider.casefold(), ()):
+        if pattern.fullmatch(instance_type):
             return net
     return None
 

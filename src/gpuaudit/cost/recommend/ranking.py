@@ -4,9 +4,11 @@ the offers shown."""
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from gpuaudit.cost.memory_fit import dtype_bytes, gb, model_shape
 from gpuaudit.errors import BadInputError
@@ -18,12 +20,12 @@ from gpuaudit.model.recommendation import (
     Recommendation,
     RecommendResult,
 )
-from gpuaudit.specs import catalog as spec_catalog
-from gpuaudit.specs.catalog import SpecCatalog
+from gpuaudit.specs.figures import FigureCatalog, load_figures
 
 from .context import Context
 from .hardware import cached_hardware, compute_hw, efficiency, recompute_factor, serve_hw
 from .prices import compare, pick_price, price_options, pricing_reasons, unit_costs
+from .sweep import order, sweep
 from .tasks import (
     BenchmarkedTask,
     Constraints,
@@ -226,36 +228,35 @@ def _prepare(task: Task, ctx: Context) -> tuple[Evaluator, str, str]:
 
 def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints | None = None,
               assumptions: Assumptions | None = None, top: int = 10, max_excluded: int = 20,
-              specs: SpecCatalog | None = None) -> RecommendResult:
+              specs: FigureCatalog | None = None) -> RecommendResult:
     """Rank ``offers`` for ``task``: feasible ones by cost (or time), the rest with reasons."""
     if top < 1:
         raise BadInputError(f"top must be at least 1, not {top}")
     cons = constraints or Constraints()
     ass = assumptions or Assumptions()
-    ctx = Context(task, cons, ass, specs or spec_catalog.load_catalog())
+    ctx = Context(task, cons, ass, specs or load_figures())
     evaluate, rate_unit, basis = _prepare(task, ctx)
 
-    ok: list[Feasible] = []
-    out: list[Excluded] = []
-    for offer in offers:
-        result = evaluate(offer, ctx)
-        (ok if isinstance(result, Feasible) else out).append(result)  # type: ignore[arg-type]
-
-    if cons.sort == "time":
-        ok.sort(key=lambda r: (r.hours, r.cost, r.offer.key))
-    else:
-        ok.sort(key=lambda r: (r.cost, r.hours, r.offer.key))
+    serving = isinstance(task, ServeTask)
+    swept = sweep(offers, ctx, serve_hw if serving else compute_hw, serving)
+    order(swept.ok, cons.sort == "time")
     counts: dict[str, int] = {}
-    for o in out:
-        counts[o.kind] = counts.get(o.kind, 0) + 1
-    shown_out = sorted(out, key=lambda o: (o.sort_price, o.offer.key))[:max_excluded]
+    for o in swept.out:
+        counts[o[3]] = counts.get(o[3], 0) + 1
+    shown_out = _first_excluded(swept.out, max_excluded)
 
-    shown, twins = _distinct(ok, top)
-    ranked = tuple(_record(i, r, rate_unit, basis, cons, ctx, twins.get(id(r), ()))
-                   for i, r in enumerate(shown, start=1))
-    excluded = tuple(Exclusion(offer_key=o.offer.key, gpu_model=o.offer.gpu_model,
-                               gpu_count=o.offer.gpu_count, kind=o.kind, reason=o.reason())
+    shown, twins = _distinct(swept.ok, top, cons.sort == "time")
+    records = []
+    for i, row in enumerate(shown, start=1):
+        # The per-offer evaluation builds what is shown: its reasons and memory plan.
+        r = evaluate(row[3], ctx)
+        assert isinstance(r, Feasible)
+        records.append(_record(i, r, rate_unit, basis, cons, ctx, twins.get(row[2], ())))
+    ranked = tuple(records)
+    excluded = tuple(Exclusion(offer_key=o[2].key, gpu_model=o[2].gpu_model,
+                               gpu_count=o[2].gpu_count, kind=o[3], reason=o[4](*o[5]))
                      for o in shown_out)
+    ok, out = swept.ok, swept.out
     notes = [basis, "all times and costs are estimates from datasheet figures and the stated "
                     "assumptions" if not isinstance(task, BenchmarkedTask) else
              "predicted per operator class from the recorded step (gpuaudit predict): "
@@ -270,24 +271,40 @@ def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints |
                            feasible=len(ok), excluded_counts=counts, notes=tuple(notes))
 
 
-def _distinct(ok: list[Feasible], top: int
-              ) -> tuple[list[Feasible], dict[int, tuple[str, ...]]]:
+def _distinct(ok: list[Any], top: int, by_time: bool
+              ) -> tuple[list[Any], dict[int, tuple[str, ...]]]:
     """The first `top` distinct offers: one instance type at the same plan and cost in
     several regions (or from two sources) is one choice, shown once with the others named,
-    so that one offer cannot fill the top ten."""
-    shown: list[Feasible] = []
-    first: dict[tuple[object, ...], Feasible] = {}
+    so that one offer cannot fill the top ten. Twins have the same figures, so they sit next
+    to each other in the order: the walk stops past the last offer shown."""
+    shown: list[Any] = []
+    first: dict[tuple[object, ...], Any] = {}
     twins: dict[int, list[str]] = {}
-    for r in ok:
-        o = r.offer
-        key = (o.provider, o.instance_type, r.nodes, r.pricing, round(r.cost, 6),
-               round(r.hours, 6))
+    last = None
+    for row in ok:
+        cost, hours, _i, o, hw, model, _price = row
+        figure = round(hours if by_time else cost, 6)
+        if last is not None and figure > last:
+            break
+        key = (o.provider, o.instance_type, hw.nodes, model, round(cost, 6), round(hours, 6))
         if key in first:
-            twins.setdefault(id(first[key]), []).append(o.region or "every region")
+            twins.setdefault(first[key][2], []).append(o.region or "every region")
         elif len(shown) < top:
-            first[key] = r
-            shown.append(r)
+            first[key] = row
+            shown.append(row)
+            if len(shown) == top:
+                last = figure
     return shown, {k: tuple(v) for k, v in twins.items()}
+
+
+def _first_excluded(out: list[Any], n: int) -> list[Any]:
+    """The `n` excluded offers with the lowest price (ties: by key), without ordering all."""
+    if len(out) <= n:
+        return sorted(out, key=lambda o: (o[0], o[2].key))
+    cheapest = heapq.nsmallest(n, out, key=lambda o: o[0])
+    bound = cheapest[-1][0]
+    tied = [o for o in out if o[0] <= bound]
+    return sorted(tied, key=lambda o: (o[0], o[2].key))[:n]
 
 
 def _task_doc(task: Task) -> dict[str, str | int | float | bool | None]:

@@ -7,14 +7,16 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from gpuaudit import parse
 from gpuaudit.cost.memory_fit import Checkpointing
 from gpuaudit.errors import BadInputError
-from gpuaudit.model.run import Run
-from gpuaudit.specs import catalog as spec_catalog
-from gpuaudit.specs.catalog import PRECISIONS, SpecCatalog
+from gpuaudit.specs.figures import PRECISIONS
+
+if TYPE_CHECKING:  # the store's records and the full spec catalog: only for --run
+    from gpuaudit.model.run import Run
+    from gpuaudit.specs.catalog import SpecCatalog
 
 TRAIN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -171,6 +173,8 @@ def positive(**values: float) -> None:
 def task_from_run(run: Run, hours: float, metric: str = "matmul/bf16",
                   specs: SpecCatalog | None = None) -> BenchmarkedTask:
     """The benchmarked workload: the median of ``metric`` (suite/name) over the run's GPUs."""
+    from gpuaudit.specs import catalog as spec_catalog
+
     specs = specs or spec_catalog.load_catalog()
     suite, _, name = metric.partition("/")
     values = [m.value for m in run.measurements
