@@ -17,6 +17,7 @@ the user's own files.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import pickle
@@ -111,14 +112,24 @@ def cached(name: str, sources: Sequence[Path], build: Callable[[], T], *,
     """`decode` of the cached payload when the sources are unchanged (None from `decode`
     means the payload is stale after all, e.g. dated another day); else `build()`, whose
     `encode`d form is kept for next time. Errors of `build` pass through unchanged."""
-    key, payload = load(name, sources, salt)
-    if payload is not None:
-        try:
-            value = decode(payload)
-        except Exception:
-            value = None
-        if value is not None:
-            return value
+    # Reading back 10,000 records makes 20,000 tuples at once: the cyclic garbage collector,
+    # run every 700 allocations, would scan them again and again (a third of the time) for
+    # cycles that plain data cannot have.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        key, payload = load(name, sources, salt)
+        value = None
+        if payload is not None:
+            try:
+                value = decode(payload)
+            except Exception:  # an entry of an older layout: parse again
+                value = None
+    finally:
+        if collecting:
+            gc.enable()
+    if value is not None:
+        return value
     value = build()
     store(name, sources, salt, key, encode(value))
     return value

@@ -53,7 +53,7 @@ _WHERE: dict[str, str] = {
     "Run": "run",
     "RunStatus": "run",
     "Sample": "telemetry",
-    "SCHEMA_VERSION": "base",
+    "SCHEMA_VERSION": "version",
     "Severity": "finding",
     "StorageTarget": "feed",
     "Thermal": "machine",

@@ -25,6 +25,8 @@ import typing
 from typing import Any
 
 _DUMPERS: dict[type, tuple[str, ...]] = {}
+_UNSET = object()
+_set = object.__setattr__
 
 
 class Bound:
@@ -130,12 +132,9 @@ class Lite:
     # per class: dataclasses compiles each generated method (five more for a frozen class with
     # equality), and a command that imports 30 record classes paid ~30 ms for them.
     def __setattr__(self, name: str, value: Any) -> None:
-        try:
-            getattr(self, name)
-        except AttributeError:  # an empty slot: __init__ is filling it in
-            object.__setattr__(self, name, value)
-            return
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        if getattr(self, name, _UNSET) is not _UNSET:  # set already: not by __init__
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        _set(self, name, value)
 
     def __delattr__(self, name: str) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")

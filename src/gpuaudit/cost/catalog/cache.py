@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from datetime import date
+from functools import partial
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +22,9 @@ from gpuaudit import filecache
 from gpuaudit.model import cost as cost_model
 from gpuaudit.model.cost import Offer
 
-from .records import Catalog, LeftOut, Location, Problem, Superseded
+from .records import Catalog, LeftOut, Location, Locations, Problem, Superseded
 
-LAYOUT = 1  # of the payload below
+LAYOUT = 2  # of the payload below
 
 
 def _code_salt() -> str:
@@ -39,25 +41,34 @@ def _code_salt() -> str:
 
 
 def _encode(cat: Catalog) -> dict[str, Any]:
-    # Equal values share one object, so the pickle stores each distinct date, provider,
-    # region, source... once (10,000 offers have a few hundred distinct cells).
+    # Column by column: a column with one value throughout (the currency, the source, the
+    # price date, an empty reserved price...) is stored once; equal values share one object,
+    # so the pickle stores each distinct date, provider, region... once.
     pool: dict[Any, Any] = {}
 
     def same(value: Any) -> Any:
         return pool.setdefault(value, value)
 
-    def offer(o: Offer) -> tuple[Any, ...]:
-        return tuple(same(v) for v in o)
-
+    columns: list[Any] = []
+    for values in zip(*cat.offers, strict=True) if cat.offers else ():
+        first = values[0]
+        if all(v == first and type(v) is type(first) for v in values):
+            columns.append(("one", first))
+        else:
+            columns.append(("each", [same(v) for v in values]))
+    runs: list[tuple[str, list[int | None]]] = []
+    for loc in cat.locations:
+        if not runs or runs[-1][0] != loc.file:
+            runs.append((loc.file, []))
+        runs[-1][1].append(loc.line)
     return {
         "layout": LAYOUT,
         "day": date.today().toordinal() if "skypilot" in cat.formats else None,
-        "offers": [offer(o) for o in cat.offers],
-        "locations": [(same(loc.file), loc.line) for loc in cat.locations],
+        "count": len(cat.offers), "columns": columns, "locations": runs,
         "problems": [tuple(p) for p in cat.problems],
         "files": cat.files, "formats": cat.formats,
         "left_out": [(x.file, x.kind, x.rows, x.zones) for x in cat.left_out],
-        "superseded": [(offer(s.offer), (s.location.file, s.location.line), s.by, s.why)
+        "superseded": [(tuple(s.offer), tuple(s.location), s.by, s.why)
                        for s in cat.superseded],
     }
 
@@ -67,10 +78,13 @@ def _decode(d: dict[str, Any]) -> Catalog | None:
         return None
     if d["day"] is not None and d["day"] != date.today().toordinal():
         return None  # SkyPilot rows are dated the day they are read: read them again
+    n = d["count"]
+    columns = [repeat(v, n) if kind == "one" else v for kind, v in d["columns"]]
+    # Rows made by zip and turned into offers by tuple.__new__: no Python code per offer.
+    offers = tuple(map(partial(tuple.__new__, Offer), zip(*columns))) if n else ()
     make = Offer.from_values
     return Catalog(
-        offers=tuple(map(make, d["offers"])),
-        locations=tuple(map(Location._make, d["locations"])),
+        offers=offers, locations=Locations(d["locations"]),
         problems=tuple(map(Problem._make, d["problems"])),
         files=tuple(d["files"]), formats=tuple(d["formats"]),
         left_out=tuple(LeftOut(*x) for x in d["left_out"]),

@@ -3,6 +3,7 @@ on purpose, and where each offer came from."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -107,6 +108,37 @@ class Location(NamedTuple):
     line: int | None
 
 
+class Locations(Sequence[Location]):
+    """Where each offer was read, kept as runs of (file, lines) and made into `Location`s
+    when first asked: a command that only ranks the offers never asks."""
+
+    def __init__(self, runs: Sequence[tuple[str, Sequence[int | None]]]) -> None:
+        self._runs = runs
+        self._made: tuple[Location, ...] | None = None
+
+    def _all(self) -> tuple[Location, ...]:
+        if self._made is None:
+            self._made = tuple(Location(f, line) for f, lines in self._runs for line in lines)
+        return self._made
+
+    def __len__(self) -> int:
+        return sum(len(lines) for _, lines in self._runs)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[Location]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Locations({len(self)} offers)"
+
+
 @dataclass(frozen=True)
 class Catalog:
     """Offers with where each came from, the problems met while reading them, and the rows
@@ -114,7 +146,7 @@ class Catalog:
 
     offers: tuple[Offer, ...] = ()
     problems: tuple[Problem, ...] = ()
-    locations: tuple[Location, ...] = ()  # parallel to `offers`
+    locations: Sequence[Location] = ()  # parallel to `offers` (a tuple or `Locations`)
     files: tuple[str, ...] = ()  # what was read, in order (later files override earlier)
     left_out: tuple[LeftOut, ...] = ()
     superseded: tuple[Superseded, ...] = ()

@@ -47,9 +47,15 @@ NETWORKS: tuple[tuple[str, re.Pattern[str], Network], ...] = tuple(
     ))
 
 
-_BY_PROVIDER: dict[str, list[tuple[re.Pattern[str], Network]]] = {}
-for _prov, _pattern, _net in NETWORKS:
-    _BY_PROVIDER.setdefault(_prov, []).append((_pattern, _net))
+# Per provider, its patterns as one alternation of named groups: one match per lookup, the
+# group that matched naming the network (10,000 offers may have thousands of instance types).
+_BY_PROVIDER: dict[str, tuple[re.Pattern[str], dict[str, Network]]] = {}
+for _prov in dict.fromkeys(p for p, _, _ in NETWORKS):
+    _rules = [(pattern, net) for p, pattern, net in NETWORKS if p == _prov]
+    _BY_PROVIDER[_prov] = (
+        re.compile("|".join(f"(?P<n{i}>{pattern.pattern})" for i, (pattern, _) in
+                            enumerate(_rules)), re.IGNORECASE),
+        {f"n{i}": net for i, (_, net) in enumerate(_rules)})
 # The providers with a published network between some instance types (lower case, as the
 # catalog keeps them): any other offer has none, without a lookup.
 PROVIDERS_WITH_NETWORKS = frozenset(_BY_PROVIDER)
@@ -58,10 +64,11 @@ PROVIDERS_WITH_NETWORKS = frozenset(_BY_PROVIDER)
 @functools.lru_cache(maxsize=4096)  # asked once per offer: 10,000 offers, a few dozen types
 def network_of(provider: str, instance_type: str) -> Network | None:
     """The published network between instances of this type, or None when none is known."""
-    for pattern, net in _BY_PROVIDER.get(provider.casefold(), ()):
-        if pattern.fullmatch(instance_type):
-            return net
-    return None
+    rules = _BY_PROVIDER.get(provider.casefold())
+    if rules is None:
+        return None
+    m = rules[0].fullmatch(instance_type)
+    return None if m is None or m.lastgroup is None else rules[1][m.lastgroup]
 
 
 def cross_node_efficiency(*, nodes: int, gpus_per_node: int, flops_per_token: float,
