@@ -81,7 +81,7 @@ def _decode(d: dict[str, Any]) -> Catalog | None:
     n = d["count"]
     columns = [repeat(v, n) if kind == "one" else v for kind, v in d["columns"]]
     # Rows made by zip and turned into offers by tuple.__new__: no Python code per offer.
-    offers = tuple(map(partial(tuple.__new__, Offer), zip(*columns))) if n else ()
+    offers = tuple(map(partial(tuple.__new__, Offer), zip(*columns, strict=True))) if n else ()
     make = Offer.from_values
     return Catalog(
         offers=offers, locations=Locations(d["locations"]),
