@@ -36,7 +36,7 @@ _WHERE: dict[str, str] = {
     "LeftOut": "records", "Location": "records", "Problem": "records",
     "Superseded": "records", "parse_key": "records", "problem_summary": "records",
     "ImportResult": "importer", "import_catalog": "importer",
-    "SKYPILOT_GPUS": "skypilot",
+    "SKYPILOT_GPUS": "gpu_names",
     "CatalogFormat": "table", "ReadOptions": "table",
     "expected_gpu_count": "families",
     "validate": "checks",

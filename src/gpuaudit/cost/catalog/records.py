@@ -85,12 +85,15 @@ class LeftOut:
     of AWS Local Zones, which are not the region's prices."""
 
     file: str
-    kind: str  # "local-zone" | "wavelength-zone"
+    kind: str  # "local-zone" | "wavelength-zone" | "zero-spot" (a SpotPrice 0 read as none)
     rows: int
     zones: tuple[str, ...]
 
     def message(self, keep: str = "include_local_zones=True") -> str:
         """One line; `keep` names what keeps the rows (the CLI says --local-zones)."""
+        if self.kind == "zero-spot":
+            return (f"{self.file}: {self.rows} row{'s' * (self.rows != 1)} give SpotPrice 0, "
+                    "a placeholder: read as no spot price (their on-demand prices are kept)")
         what = {"local-zone": "AWS Local Zones",
                 "wavelength-zone": "AWS Wavelength Zones"}.get(self.kind, self.kind)
         shown = ", ".join(self.zones[:4]) + (", ..." if len(self.zones) > 4 else "")
