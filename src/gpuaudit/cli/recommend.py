@@ -2,7 +2,7 @@
 
     gpuaudit recommend train --params 7B --tokens 1T [--deadline 14d] [--budget-usd 50000]
     gpuaudit recommend finetune --params 70B --method lora
-    gpuaudit recommend serve --params 70B --qps 20 --latency-ms 200 --context 4096
+    gpuaudit recommend serve --params 70B --qps 20 --prompt-tokens 3840 --tpot-ms 50 --ttft-ms 2000
     gpuaudit recommend --run RUN_ID --hours 12
     gpuaudit recommend --from-run RUN --tokens 10B      # predicted per offer (gpuaudit predict)
 """
@@ -257,13 +257,19 @@ def serve(
     qps: Annotated[float, common.number("--qps", help="Requests per second to sustain.",
                                         lo=0, lo_open=True, hi=1e9)],
     latency_ms: Annotated[float, common.number(
-        "--latency-ms", help="Latency SLO per output token (time between tokens), ms.", lo=0,
-        lo_open=True, hi=1e7)],
-    context: Annotated[int, common.integer(
-        "--context", help="Tokens of KV cache per request (prompt + output).", hi=100_000_000)
-    ] = "4096",
+        "--tpot-ms", "--latency-ms", help="Time per output token bound (TPOT: between "
+        "tokens of one response), ms.", lo=0, lo_open=True, hi=1e7)],
+    ttft_ms: Annotated[float | None, common.number(
+        "--ttft-ms", help="Time to first token bound (TTFT), ms [default: none].", lo=0,
+        lo_open=True, hi=1e8)] = None,
+    prompt_tokens: Annotated[int | None, common.integer(
+        "--prompt-tokens", help="Prompt tokens per request [default: --context minus "
+        "--output-tokens].", hi=100_000_000)] = None,
     output_tokens: Annotated[int, common.integer(
         "--output-tokens", help="Tokens generated per request.", hi=100_000_000)] = "256",
+    context: Annotated[int, common.integer(
+        "--context", help="Prompt + output tokens per request, when --prompt-tokens is not "
+        "given.", hi=100_000_000)] = "4096",
     dtype: Annotated[str, typer.Option("--dtype", help="Weights: fp32, bf16, fp16, fp8, "
                                                        "int8.")] = "bf16",
     hours: Annotated[float, common.number("--hours", help="Serving hours to cost.", lo=0,
@@ -273,6 +279,7 @@ def serve(
     ] = None,
     layers: LayersOpt = None,
     hidden: HiddenOpt = None,
+    mfu: MfuOpt = "0.40",
     budget: BudgetOpt = None,
     currency: CurrencyOpt = "USD",
     sort: SortOpt = "cost",
@@ -280,11 +287,13 @@ def serve(
     catalog: common.CatalogOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Serve Q requests/s under a per-token latency SLO (decode-bound estimate)."""
+    """Serve Q requests/s within TPOT and TTFT bounds: prefill and decode with continuous
+    batching, KV cache in memory."""
     from gpuaudit.cost.recommend import ServeTask
 
     task = ServeTask(params=params, qps=qps, latency_ms=latency_ms, context=context,
                      output_tokens=output_tokens, dtype=dtype.lower(), hours=hours,
-                     layers=layers, hidden=hidden, kv_heads=kv_heads)
+                     layers=layers, hidden=hidden, kv_heads=kv_heads,
+                     prompt_tokens=prompt_tokens, ttft_ms=ttft_ms)
     _run(task, _constraints(None, budget, currency, sort), catalog=catalog, top=top,
-         mfu=0.40, json_=json_)
+         mfu=mfu, json_=json_)

@@ -18,7 +18,9 @@ from .pricing import PricingModel
 # The version of recommend's document (`RecommendResult`). 2: `pricing` takes the values of
 # the one PricingModel enum (on_demand, spot, reserved_1y, reserved_3y; 1 had on-demand,
 # reserved-1y, reserved-3y), the same as `PriceRef.kind` and `PricingOption.name`.
-RECOMMEND_SCHEMA_VERSION = 2
+# 3: a recommendation's `serving` (prefill, decode, TPOT, TTFT of a serving task) and `feed`
+# (whether the host can feed the GPUs a known input rate).
+RECOMMEND_SCHEMA_VERSION = 3
 
 
 class TaskKind(str, Enum):
@@ -65,6 +67,28 @@ class MemoryFit(Lite):
 
 
 @record
+class ServingPlan(Lite):
+    """How one offer serves the request stream (means; docs/cost-recommend.md, Serving):
+    replicas of one instance each, the batch each decodes, one prompt's prefill, one decode
+    step, and the time per output token (TPOT) and to the first token (TTFT) at the rate."""
+
+    replicas: int
+    requests_per_s_per_replica: float
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    prefill_flops_per_request: float
+    prefill_ms: float
+    decode_step_ms: float
+    decode_bound: str  # "memory-bandwidth" | "compute"
+    tpot_ms: float
+    ttft_ms: float
+    tpot_bound_ms: float
+    ttft_bound_ms: float | None = None
+    limit: str  # what stops a replica going faster: throughput, TPOT, TTFT, memory
+
+
+@record
 class Recommendation(Lite):
     """One offer, ranked: how long the task takes on it, what it costs, and why."""
 
@@ -84,6 +108,7 @@ class Recommendation(Lite):
     measured: bool = False  # the rate comes from a measurement on this GPU model
     reasons: tuple[str, ...] = ()
     basis: tuple[str, ...] = ()
+    serving: ServingPlan | None = None  # serving tasks: the replica's figures
 
 
 @record

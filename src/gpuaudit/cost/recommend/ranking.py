@@ -19,6 +19,7 @@ from gpuaudit.model.recommendation import (
     PricingModel,
     Recommendation,
     RecommendResult,
+    ServingPlan,
 )
 from gpuaudit.specs.figures import FigureCatalog, load_figures
 
@@ -55,6 +56,7 @@ class Feasible:
     memory_basis: tuple[str, ...]
     measured: bool
     notes: Callable[[], list[str]]  # built only for the offers shown
+    serving: ServingPlan | None = None
 
 
 @dataclass
@@ -170,7 +172,7 @@ def _eval_serve(offer: Offer, ctx: Context) -> Feasible | Excluded:
     return Feasible(offer, hw.nodes, price.model, price.per_hour, t.hours, price.cost,
                     hw.rate, hw.extra["memory"],
                     "none" if offer.gpu_count == 1 else "tensor-parallel",
-                    ctx.memo["serve_est"].basis, False, notes)
+                    ctx.memo["serve_est"].basis, False, notes, hw.extra["serving"])
 
 
 # --- the entry point -------------------------------------------------------------------------
@@ -201,17 +203,27 @@ def _prepare(task: Task, ctx: Context) -> tuple[Evaluator, str, str]:
     if isinstance(task, ServeTask):
         from gpuaudit.cost.memory_fit import inference_memory, kv_cache_bytes
 
-        ctx.shape = model_shape(task.params, layers=task.layers, hidden=task.hidden,
-                                kv_heads=task.kv_heads)
-        est = inference_memory(ctx.shape, dtype=task.dtype, batch=1, context=task.context)
+        from .serving import decode_flops, prefill_flops
+
+        shape = ctx.shape = model_shape(task.params, layers=task.layers, hidden=task.hidden,
+                                        kv_heads=task.kv_heads)
+        context = task.prompt + task.output_tokens
+        est = inference_memory(shape, dtype=task.dtype, batch=1, context=context)
         kv_dtype = "fp16" if dtype_bytes(task.dtype) < 2 else task.dtype
-        ctx.memo["serve"] = (est.weights_bytes,
-                             kv_cache_bytes(ctx.shape, batch=1, context=task.context,
-                                            dtype=kv_dtype))
+        pf = prefill_flops(task.params, shape.layers, shape.hidden, task.prompt)
+        ctx.memo["serve"] = (
+            est.weights_bytes, kv_cache_bytes(shape, batch=1, context=1, dtype=kv_dtype), pf,
+            decode_flops(task.params, shape.layers, shape.hidden,
+                         task.prompt + task.output_tokens / 2))
         ctx.memo["serve_est"] = est
+        bounds = f"TPOT ≤ {task.latency_ms:g} ms" + (
+            f", TTFT ≤ {task.ttft_ms:g} ms" if task.ttft_ms is not None else "")
         return _eval_serve, "tokens/s", (
-            f"decode-bound: a step reads {gb(est.weights_bytes)} of weights + the batch's KV "
-            f"cache at {ctx.ass.bandwidth_efficiency:.0%} of datasheet bandwidth (estimate)")
+            f"serving {task.prompt:,} prompt + {task.output_tokens:,} output tokens per "
+            f"request with continuous batching ({bounds}; means): prefill {pf:.3g} FLOPs per "
+            f"prompt at peak {task.dtype} × MFU {ctx.ass.mfu:.0%}, decode steps reading "
+            f"{gb(est.weights_bytes)} of weights + the batch's KV cache at "
+            f"{ctx.ass.bandwidth_efficiency:.0%} of datasheet bandwidth (estimate)")
     if task.gpu_model not in {g.id for g in ctx.specs.gpus}:
         raise BadInputError(f"GPU {task.gpu_model!r} of run {task.run_id} is not in the specs")
     base = ctx.specs.get(task.gpu_model)
@@ -337,4 +349,4 @@ def _record(rank: int, r: Feasible, rate_unit: str, basis: str, cons: Constraint
         price_per_hour=r.price_per_hour, currency=r.offer.currency, hours=r.hours,
         cost=r.cost, rate=r.rate, rate_unit=rate_unit,
         memory_per_gpu_bytes=r.memory_bytes, sharding=r.sharding, measured=r.measured,
-        reasons=tuple(reasons), basis=(basis, *rest, *r.memory_basis))
+        reasons=tuple(reasons), basis=(basis, *rest, *r.memory_basis), serving=r.serving)

@@ -89,12 +89,14 @@ class FinetuneTask(TrainingTask):
 
 @dataclass(frozen=True)
 class ServeTask:
-    """Serve ``qps`` requests/s, each decoding ``output_tokens`` tokens at most
-    ``latency_ms`` per output token, with ``context`` tokens of KV cache per sequence."""
+    """Serve ``qps`` requests/s of ``prompt_tokens`` in and ``output_tokens`` out, each
+    output token within ``latency_ms`` of the last (TPOT) and the first within ``ttft_ms``
+    (TTFT; None: no bound). Without ``prompt_tokens`` the prompt is ``context`` −
+    ``output_tokens`` (``context``: the tokens of KV cache a sequence ends with)."""
 
     params: float
     qps: float
-    latency_ms: float
+    latency_ms: float  # TPOT: time per output token
     context: int = 4096
     output_tokens: int = 256
     dtype: str = "bf16"
@@ -102,12 +104,27 @@ class ServeTask:
     layers: int | None = None
     hidden: int | None = None
     kv_heads: int | None = None
+    prompt_tokens: int | None = None
+    ttft_ms: float | None = None
     kind: Literal["serve"] = "serve"
 
     def __post_init__(self) -> None:
         positive(params=self.params, qps=self.qps, latency_ms=self.latency_ms,
                   context=self.context, output_tokens=self.output_tokens, hours=self.hours)
+        if self.ttft_ms is not None:
+            positive(ttft_ms=self.ttft_ms)
+        if self.prompt_tokens is not None:
+            positive(prompt_tokens=self.prompt_tokens)
+        elif self.context <= self.output_tokens:
+            raise BadInputError(f"context {self.context} leaves no prompt beside "
+                                f"{self.output_tokens} output tokens; give --prompt-tokens")
         check_precision(self.dtype, ("fp32", "bf16", "fp16", "fp8", "int8"))
+
+    @property
+    def prompt(self) -> int:
+        """Prompt tokens per request."""
+        return self.prompt_tokens if self.prompt_tokens is not None else \
+            self.context - self.output_tokens
 
 
 @dataclass(frozen=True)
