@@ -22,6 +22,7 @@ from gpuaudit.errors import BadInputError
 
 if TYPE_CHECKING:
     from gpuaudit.cost.recommend import Constraints, Task
+    from gpuaudit.cost.recommend.measured import MeasuredAllReduce
     from gpuaudit.model.cost import Offer
 
 recommend_app = common.new_app(
@@ -54,6 +55,10 @@ PoolOpt = Annotated[bool, typer.Option(
                             "10 Gb/s each.")]
 ParamsOpt = Annotated[float, common.count("--params", help="Parameters: 7B, 1.3B, 125M.",
                                           hi=1e15)]
+AllReduceOpt = Annotated[str | None, typer.Option(
+    "--allreduce-run", metavar="ID",
+    help="A fleet run (or its JSON file) with an all-reduce measured across nodes: it sizes "
+         "the cross-node communication on offers of its GPU model and GPUs per node.")]
 
 
 def load_offers(path: Path | None) -> list[Offer]:
@@ -70,18 +75,78 @@ def _constraints(deadline_s: float | None, budget: float | None, currency: str, 
 
 
 def _run(task: Task, cons: Constraints, *, catalog: Path | None, top: int, mfu: float,
-         json_: bool, allow_pooling: bool = False) -> None:
+         json_: bool, allow_pooling: bool = False, allreduce: str | None = None,
+         db: str | None = None) -> None:
     from gpuaudit.cost.recommend import recommend
     from gpuaudit.model.recommendation import Assumptions
     from gpuaudit.report.plain import terminal_width
     from gpuaudit.report.recommend_view import recommend_text
 
+    measured = None if allreduce is None else load_allreduce(allreduce, db)
     result = recommend(task, load_offers(catalog), constraints=cons,
-                       assumptions=Assumptions(mfu=mfu, allow_pooling=allow_pooling), top=top)
+                       assumptions=Assumptions(mfu=mfu, allow_pooling=allow_pooling), top=top,
+                       allreduce=measured)
     if json_:
         sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
     else:
         sys.stdout.write(recommend_text(result, terminal_width()) + "\n")
+
+
+def load_allreduce(ref: str, db: str | None) -> MeasuredAllReduce:
+    """--allreduce-run: a stored fleet run's all-reduce across nodes (or a fleet run's or a
+    run's JSON file), with its GPU from the audit of one of its nodes (or the GPU model the
+    fleet expected)."""
+    from gpuaudit.cost.recommend.measured import allreduce_across_nodes
+    from gpuaudit.fleet.records import FleetRun
+    from gpuaudit.model import Run, load_run
+    from gpuaudit.store import Store
+
+    def of_run(run: Run) -> MeasuredAllReduce:
+        gpu = run.machine.gpus[0] if run.machine and run.machine.gpus else None
+        return allreduce_across_nodes(f"run {run.id}", run.measurements,
+                                      gpu.name if gpu else None,
+                                      gpu.pci_device_id if gpu else None)
+
+    path = Path(ref)
+    if path.suffix == ".json" or path.is_file():
+        try:
+            raw = path.read_text()
+            data = json.loads(raw)
+        except OSError as exc:
+            raise BadInputError(f"--allreduce-run {ref}: cannot read "
+                                f"({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise BadInputError(f"--allreduce-run {ref}: not JSON ({exc})") from None
+        if not (isinstance(data, dict) and data.get("kind") == "fleet-run"):
+            return of_run(load_run(raw, origin=ref))
+        document: str | None = raw
+    else:
+        with Store(db, read_only=True) as store:
+            document = store.fleet_run_document(ref)
+            if document is None:
+                return of_run(store.get(ref))
+    try:
+        fleet = FleetRun.model_validate_json(document)
+    except ValueError as exc:
+        first = str(exc).splitlines()[0]
+        raise BadInputError(f"--allreduce-run {ref}: not a fleet run ({first})") from None
+    gpu_name, pci = None, None
+    saved = [n.run_id for n in fleet.nodes if n.run_id is not None and n.saved]
+    if saved:
+        try:
+            with Store(db, read_only=True) as store:
+                for run_id in saved:
+                    audit = store.get(run_id)
+                    if audit.machine and audit.machine.gpus:
+                        gpu_name = audit.machine.gpus[0].name
+                        pci = audit.machine.gpus[0].pci_device_id
+                        break
+        except BadInputError:  # the node audits are in another store: the expectation's
+            pass
+    if gpu_name is None and fleet.expectation is not None:
+        gpu_name = fleet.expectation.gpu_model
+    return allreduce_across_nodes(f"fleet run {fleet.id}", fleet.collectives, gpu_name, pci,
+                                  fleet.collectives_skipped)
 
 
 @recommend_app.callback(invoke_without_command=True)
@@ -115,20 +180,23 @@ def recommend(
     sort: SortOpt = "cost",
     top: TopOpt = "10",
     catalog: common.CatalogOpt = None,
+    allreduce_run: AllReduceOpt = None,
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
     """Which instance to rent for a task. Subcommands: train, finetune, serve; or --run."""
     if ctx.invoked_subcommand is not None:
-        if run is not None or from_run is not None:
-            raise BadInputError("--run and --from-run go without a subcommand")
+        if run is not None or from_run is not None or allreduce_run is not None:
+            raise BadInputError("--run, --from-run and --allreduce-run go without a "
+                                "subcommand (give --allreduce-run after it)")
         return
     if from_run is not None:
         if run is not None:
             raise BadInputError("give --run or --from-run, not both")
         cons = _constraints(deadline, budget, currency, sort)
         task = _predicted_task(from_run, workload, rates, hours, samples, tokens, catalog, db)
-        _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_)
+        _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_,
+             allreduce=allreduce_run, db=db)
         return
     if run is None:
         typer.echo(ctx.get_help())
@@ -143,7 +211,8 @@ def recommend(
     with Store(db, read_only=True) as store:
         stored = store.get(run)
     task = task_from_run(stored, hours, metric)
-    _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_)
+    _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_, allreduce=allreduce_run,
+         db=db)
 
 
 def _predicted_task(from_run: str, workload: str | None, rates: str | None,
@@ -179,10 +248,14 @@ def _predicted_task(from_run: str, workload: str | None, rates: str | None,
     offers = load_offers(catalog)
     predicted = predicted_rates(profile, machine, specs,
                                 {(o.gpu_model, o.gpu_count) for o in offers})
+    backward = profile.phases_ms.get("backward", 0.0)
     return PredictedTask(run_id=stored.id, gpu_model=machine.roofs.gpu.id, gpus=1,
                          rate_per_gpu=rate, unit="samples/s",
                          metric=f"{profile.workload} step", hours=job_hours,
-                         scale_by="prediction", predicted=predicted)
+                         scale_by="prediction", predicted=predicted,
+                         grad_buckets=tuple(profile.buckets), samples_per_step=profile.batch,
+                         backward_share=min(1.0, backward / profile.step_ms)
+                         if backward > 0 and profile.step_ms > 0 else 2 / 3)
 
 
 @recommend_app.command()
@@ -202,9 +275,11 @@ def train(
     sort: SortOpt = "cost",
     mfu: MfuOpt = "0.40",
     allow_pooling: PoolOpt = False,
+    allreduce_run: AllReduceOpt = None,
     top: TopOpt = "10",
     catalog: common.CatalogOpt = None,
     json_: JsonOpt = False,
+    db: DbOpt = None,
 ) -> None:
     """Pre-train a model of N parameters on T tokens (6·N·T FLOPs)."""
     from gpuaudit.cost.recommend import TrainTask
@@ -212,7 +287,7 @@ def train(
     task = TrainTask(params=params, tokens=tokens, precision=precision, optimizer=optimizer,
                      seq_len=seq_len, micro_batch=micro_batch, layers=layers, hidden=hidden)
     _run(task, _constraints(deadline, budget, currency, sort), catalog=catalog, top=top,
-         mfu=mfu, json_=json_, allow_pooling=allow_pooling)
+         mfu=mfu, json_=json_, allow_pooling=allow_pooling, allreduce=allreduce_run, db=db)
 
 
 @recommend_app.command()
@@ -237,9 +312,11 @@ def finetune(
     sort: SortOpt = "cost",
     mfu: MfuOpt = "0.40",
     allow_pooling: PoolOpt = False,
+    allreduce_run: AllReduceOpt = None,
     top: TopOpt = "10",
     catalog: common.CatalogOpt = None,
     json_: JsonOpt = False,
+    db: DbOpt = None,
 ) -> None:
     """Fine-tune: LoRA/QLoRA adapters (4·N·T FLOPs) or all weights (6·N·T)."""
     from gpuaudit.cost.recommend import FinetuneTask
@@ -248,7 +325,7 @@ def finetune(
                         precision=precision, optimizer=optimizer, seq_len=seq_len,
                         micro_batch=micro_batch, layers=layers, hidden=hidden)
     _run(task, _constraints(deadline, budget, currency, sort), catalog=catalog, top=top,
-         mfu=mfu, json_=json_, allow_pooling=allow_pooling)
+         mfu=mfu, json_=json_, allow_pooling=allow_pooling, allreduce=allreduce_run, db=db)
 
 
 @recommend_app.command()

@@ -21,4 +21,7 @@ class Context:
     flops: float = 0.0  # train/fine-tune/benchmarked work, in the rate's unit × seconds
     shape: ModelShape | None = None
     memo: dict[Any, Any] = field(default_factory=dict)
+    # an all-reduce measured across nodes (measured.MeasuredAllReduce), for the offers whose
+    # GPUs it was measured on
+    allreduce: Any = None
 

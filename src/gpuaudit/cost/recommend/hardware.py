@@ -19,6 +19,7 @@ from gpuaudit.model.recommendation import Assumptions, MemoryEstimate, ServingPl
 from gpuaudit.specs.figures import SpecFigures as GpuSpec
 
 from .context import Context
+from .measured import predicted_exposed_s
 from .network import cross_node_efficiency, network_of
 from .serving import ServeModel
 from .tasks import (
@@ -170,19 +171,19 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
     usable = mem_bytes * (1 - ass.memory_margin)
     count = offer.gpu_count
 
-    measured = False
+    measured_rate = False
     predicted = isinstance(t, PredictedTask)
     if isinstance(t, PredictedTask):
         guess, why = t.rate_on(offer.gpu_model, count)
         if guess is None:
             return "prediction", lambda: why
         per_gpu = guess
-        measured = offer.gpu_model == t.gpu_model and count == t.gpus
+        measured_rate = offer.gpu_model == t.gpu_model and count == t.gpus
         unit_scale = 1.0
     elif isinstance(t, BenchmarkedTask):
         base = ctx.specs.get(t.gpu_model)
         if offer.gpu_model == t.gpu_model:
-            per_gpu, measured = t.rate_per_gpu, True
+            per_gpu, measured_rate = t.rate_per_gpu, True
         else:
             assert base is not None
             mine, theirs = scale_figures(t.scale_by, spec, base)
@@ -229,18 +230,31 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
             return None
         return memory_plan(ctx, n * count, usable) or plan
 
+    measured = ctx.allreduce if ctx.allreduce is not None and ctx.allreduce.applies_to(
+        offer.gpu_model, count) else None
+
     def eff(n: int, p: MemoryEstimate | None) -> float:
         if n <= 1:
             return 1.0
+        if isinstance(t, PredictedTask) and t.grad_buckets and gbps is not None:
+            # The recorded step's gradient buckets against its backward pass (predict's DDP
+            # model), over the offer's network.
+            step = t.samples_per_step / per_gpu
+            exposed = predicted_exposed_s(t.grad_buckets, step * t.backward_share,
+                                          n * count, gbps, measured)
+            return step / (step + exposed)
         if p is None or gbps is None:  # a benchmarked workload: no model to size the step
             return ass.inter_node_efficiency
         factor = ctx.memo["flops_factor"] * recompute_factor(ctx, p)
         full_grads = p.gradients_bytes * (p.gpus if p.sharding in ("zero-2", "zero-3") else 1)
+        volume = 1.5 if p.sharding == "zero-3" else 1.0
         return cross_node_efficiency(
             nodes=n, gpus_per_node=count, flops_per_token=factor * ctx.shape.params,
             gpu_flops=per_gpu * unit_scale * intra, grad_bytes=full_grads,
-            volume_factor=1.5 if p.sharding == "zero-3" else 1.0, network_gbps=gbps,
-            batch_tokens=ass.global_batch_tokens, overlap=ass.comm_overlap)
+            volume_factor=volume, network_gbps=gbps,
+            batch_tokens=ass.global_batch_tokens, overlap=ass.comm_overlap,
+            comm_s=None if measured is None else
+            measured.seconds(full_grads, n * count) * volume)
 
     def at(n: int) -> tuple[float, float, MemoryEstimate | None, float]:
         """(hours, rate, plan, cross-node efficiency) on n nodes."""
@@ -275,9 +289,20 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
                                         f"{deadline:g} h")
         nodes = meets
     hours, rate, plan, cross = at(nodes)
-    return Hardware(spec, mem_label, usable, nodes, hours, rate, plan, measured,
+    basis = None
+    if nodes > 1:
+        if isinstance(t, PredictedTask) and t.grad_buckets:
+            over = (f"at {measured.label(sum(b for b, _ in t.grad_buckets))}"
+                    if measured is not None else "at the node's network")
+            basis = (f"the recorded step's {len(t.grad_buckets)} gradient bucket(s) "
+                     f"all-reduced against its backward pass (predict's DDP model) {over}")
+        elif measured is not None and plan is not None:
+            full = plan.gradients_bytes * (plan.gpus if plan.sharding in ("zero-2", "zero-3")
+                                           else 1)
+            basis = measured.label(full)
+    return Hardware(spec, mem_label, usable, nodes, hours, rate, plan, measured_rate,
                     {"mem_bytes": mem_bytes, "cross_node": cross, "network": net,
-                     "pooled_gbps": gbps})
+                     "pooled_gbps": gbps, "cross_basis": basis})
 
 
 def scale_figures(scale_by: str, spec: GpuSpec, base: GpuSpec

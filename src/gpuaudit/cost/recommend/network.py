@@ -73,18 +73,21 @@ def network_of(provider: str, instance_type: str) -> Network | None:
 
 def cross_node_efficiency(*, nodes: int, gpus_per_node: int, flops_per_token: float,
                           gpu_flops: float, grad_bytes: float, volume_factor: float,
-                          network_gbps: float, batch_tokens: float, overlap: float) -> float:
+                          network_gbps: float, batch_tokens: float, overlap: float,
+                          comm_s: float | None = None) -> float:
     """Data-parallel efficiency across `nodes` (1.0 on one node). Each step of `batch_tokens`
     tokens computes flops_per_token × batch_tokens over all GPUs; its gradients
     (`grad_bytes`) cross the network once per step as a hierarchical ring all-reduce, each
     node sending and receiving 2(n−1)/n of them (× `volume_factor`: 1.5 for ZeRO-3's
     all-gathers and reduce-scatter) over its `network_gbps`; a share `overlap` of the compute
     (the backward pass) hides communication. Efficiency = compute ÷ (compute + exposed
-    communication)."""
+    communication). `comm_s`, when given, is the step's all-reduce time from a measurement
+    (`measured.MeasuredAllReduce`) instead of the network's bandwidth."""
     if nodes <= 1:
         return 1.0
     compute_s = flops_per_token * batch_tokens / (nodes * gpus_per_node * gpu_flops)
-    comm_s = (2 * (nodes - 1) / nodes * grad_bytes * volume_factor
-              / (network_gbps * 1e9 / 8))
+    if comm_s is None:
+        comm_s = (2 * (nodes - 1) / nodes * grad_bytes * volume_factor
+                  / (network_gbps * 1e9 / 8))
     exposed = max(0.0, comm_s - overlap * compute_s)
     return compute_s / (compute_s + exposed)

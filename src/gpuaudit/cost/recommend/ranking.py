@@ -25,6 +25,7 @@ from gpuaudit.specs.figures import FigureCatalog, load_figures
 
 from .context import Context
 from .hardware import cached_hardware, compute_hw, efficiency, recompute_factor, serve_hw
+from .measured import MeasuredAllReduce
 from .prices import compare, pick_price, price_options, pricing_reasons, unit_costs
 from .sweep import order, sweep
 from .tasks import (
@@ -130,9 +131,13 @@ def _eval_compute(offer: Offer, ctx: Context) -> Feasible | Excluded:
                     f"an assumed {hw.extra['pooled_gbps']:g} Gb/s per node (--allow-pooling; "
                     "no published network between these instances)")
             cross = hw.extra.get("cross_node", 1.0)
+            basis = hw.extra.get("cross_basis")
+            how = (f"from {basis}" if basis is not None else
+                   f"gradients all-reduced once per {ctx.ass.global_batch_tokens:,.0f}-token "
+                   "step, overlapped with the backward pass" if plan is not None else
+                   "assumed: no model of the workload's step to size its all-reduce")
             out.append(f"{hw.nodes} nodes over {over}: {cross:.0%} cross-node efficiency "
-                       f"(gradients all-reduced once per {ctx.ass.global_batch_tokens:,.0f}-"
-                       "token step, overlapped with the backward pass)")
+                       f"({how})")
         cmp, billing_known = compare(offer, hw.hours, hw.nodes, ctx, True, deadline)
         out.extend(pricing_reasons(price, cmp, billing_known, deadline))
         return out
@@ -240,13 +245,16 @@ def _prepare(task: Task, ctx: Context) -> tuple[Evaluator, str, str]:
 
 def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints | None = None,
               assumptions: Assumptions | None = None, top: int = 10, max_excluded: int = 20,
-              specs: FigureCatalog | None = None) -> RecommendResult:
-    """Rank ``offers`` for ``task``: feasible ones by cost (or time), the rest with reasons."""
+              specs: FigureCatalog | None = None, allreduce: MeasuredAllReduce | None = None
+              ) -> RecommendResult:
+    """Rank ``offers`` for ``task``: feasible ones by cost (or time), the rest with reasons.
+    ``allreduce``: an all-reduce measured across nodes, which sizes the cross-node
+    communication on offers of its GPU model and GPUs per node."""
     if top < 1:
         raise BadInputError(f"top must be at least 1, not {top}")
     cons = constraints or Constraints()
     ass = assumptions or Assumptions()
-    ctx = Context(task, cons, ass, specs or load_figures())
+    ctx = Context(task, cons, ass, specs or load_figures(), allreduce=allreduce)
     evaluate, rate_unit, basis = _prepare(task, ctx)
 
     serving = isinstance(task, ServeTask)

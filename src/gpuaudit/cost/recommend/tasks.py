@@ -154,6 +154,12 @@ class PredictedTask(BenchmarkedTask):
     includes that many GPUs' data-parallel scaling; None means it cannot run there."""
 
     predicted: tuple[tuple[str, int, float | None, str], ...] = ()
+    # The recorded step's DDP gradient buckets (bytes, share of the backward done when ready),
+    # its samples per GPU and the backward's share of the step: for the all-reduce across
+    # nodes (measured.predicted_exposed_s).
+    grad_buckets: tuple[tuple[int, float], ...] = ()
+    samples_per_step: int = 1
+    backward_share: float = 2 / 3
 
     def rate_on(self, gpu_model: str, gpus: int) -> tuple[float | None, str]:
         for model, count, rate, why in self.predicted:
