@@ -23,7 +23,9 @@ from gpuaudit.errors import BadInputError
 if TYPE_CHECKING:
     from gpuaudit.cost.recommend import Constraints, Task
     from gpuaudit.cost.recommend.measured import MeasuredAllReduce
+    from gpuaudit.model import Run
     from gpuaudit.model.cost import Offer
+    from gpuaudit.model.recommendation import FeedNeed
 
 recommend_app = common.new_app(
     "Which instance to rent for a task: train, fine-tune, serve, or a benchmarked workload "
@@ -55,6 +57,12 @@ PoolOpt = Annotated[bool, typer.Option(
                             "10 Gb/s each.")]
 ParamsOpt = Annotated[float, common.count("--params", help="Parameters: 7B, 1.3B, 125M.",
                                           hi=1e15)]
+FeedOpt = Annotated[str | None, typer.Option(
+    "--feed", metavar="RUN|FILE",
+    help="The job's input need: a run with bench train data loading or bench host JPEG "
+         "figures (id or JSON file), or a doctor diagnosis (--save FILE) that found it "
+         "input-bound. Offers whose vCPUs or memory per GPU cannot feed their GPUs are "
+         "marked. [default: --run's own data loading figures, where it has them]")]
 AllReduceOpt = Annotated[str | None, typer.Option(
     "--allreduce-run", metavar="ID",
     help="A fleet run (or its JSON file) with an all-reduce measured across nodes: it sizes "
@@ -76,20 +84,68 @@ def _constraints(deadline_s: float | None, budget: float | None, currency: str, 
 
 def _run(task: Task, cons: Constraints, *, catalog: Path | None, top: int, mfu: float,
          json_: bool, allow_pooling: bool = False, allreduce: str | None = None,
-         db: str | None = None) -> None:
+         db: str | None = None, feed: str | None = None, feed_need: FeedNeed | None = None
+         ) -> None:
     from gpuaudit.cost.recommend import recommend
     from gpuaudit.model.recommendation import Assumptions
     from gpuaudit.report.plain import terminal_width
     from gpuaudit.report.recommend_view import recommend_text
 
     measured = None if allreduce is None else load_allreduce(allreduce, db)
+    if feed is not None:
+        feed_need = load_feed(feed, db, task)
     result = recommend(task, load_offers(catalog), constraints=cons,
                        assumptions=Assumptions(mfu=mfu, allow_pooling=allow_pooling), top=top,
-                       allreduce=measured)
+                       allreduce=measured, feed=feed_need)
     if json_:
         sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
     else:
         sys.stdout.write(recommend_text(result, terminal_width()) + "\n")
+
+
+def _task_rate(task: Task) -> tuple[float, str] | None:
+    from gpuaudit.cost.recommend import BenchmarkedTask
+
+    if isinstance(task, BenchmarkedTask) and task.unit == "samples/s":
+        return task.rate_per_gpu, task.gpu_model
+    return None
+
+
+def load_feed(ref: str, db: str | None, task: Task) -> FeedNeed:
+    """--feed: a run (id or JSON file) with input figures, or a doctor diagnosis file."""
+    from gpuaudit.cost.recommend.feed import need_from_diagnosis, need_from_run
+    from gpuaudit.model import load_run
+
+    path = Path(ref)
+    if path.suffix == ".json" or path.is_file():
+        try:
+            raw = path.read_text()
+            data = json.loads(raw)
+        except OSError as exc:
+            raise BadInputError(f"--feed {ref}: cannot read ({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise BadInputError(f"--feed {ref}: not JSON ({exc})") from None
+        if isinstance(data, dict) and data.get("kind") == "doctor":
+            return need_from_diagnosis(data, ref)
+        return need_from_run(load_run(raw, origin=ref), _task_rate(task))
+    from gpuaudit.store import Store
+
+    with Store(db, read_only=True) as store:
+        run = store.get(ref)
+    return need_from_run(run, _task_rate(task))
+
+
+def _own_feed(run: Run, task: Task) -> FeedNeed | None:
+    """The need a --run/--from-run run measured itself (bench train's data loading)."""
+    from gpuaudit.cost.recommend.feed import need_from_run
+
+    if not any(m.suite == "train" and m.name == "data/jpeg/best" and m.value
+               for m in run.measurements):
+        return None
+    try:
+        return need_from_run(run, _task_rate(task))
+    except BadInputError:
+        return None
 
 
 def load_allreduce(ref: str, db: str | None) -> MeasuredAllReduce:
@@ -98,7 +154,7 @@ def load_allreduce(ref: str, db: str | None) -> MeasuredAllReduce:
     fleet expected)."""
     from gpuaudit.cost.recommend.measured import allreduce_across_nodes
     from gpuaudit.fleet.records import FleetRun
-    from gpuaudit.model import Run, load_run
+    from gpuaudit.model import load_run
     from gpuaudit.store import Store
 
     def of_run(run: Run) -> MeasuredAllReduce:
@@ -181,22 +237,26 @@ def recommend(
     top: TopOpt = "10",
     catalog: common.CatalogOpt = None,
     allreduce_run: AllReduceOpt = None,
+    feed: FeedOpt = None,
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
     """Which instance to rent for a task. Subcommands: train, finetune, serve; or --run."""
     if ctx.invoked_subcommand is not None:
-        if run is not None or from_run is not None or allreduce_run is not None:
-            raise BadInputError("--run, --from-run and --allreduce-run go without a "
-                                "subcommand (give --allreduce-run after it)")
+        if run is not None or from_run is not None or allreduce_run is not None or \
+                feed is not None:
+            raise BadInputError("--run, --from-run, --allreduce-run and --feed go without a "
+                                "subcommand (give --allreduce-run or --feed after it)")
         return
     if from_run is not None:
         if run is not None:
             raise BadInputError("give --run or --from-run, not both")
         cons = _constraints(deadline, budget, currency, sort)
-        task = _predicted_task(from_run, workload, rates, hours, samples, tokens, catalog, db)
+        task, stored_run = _predicted_task(from_run, workload, rates, hours, samples, tokens,
+                                           catalog, db)
         _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_,
-             allreduce=allreduce_run, db=db)
+             allreduce=allreduce_run, db=db, feed=feed,
+             feed_need=None if feed is not None else _own_feed(stored_run, task))
         return
     if run is None:
         typer.echo(ctx.get_help())
@@ -212,12 +272,12 @@ def recommend(
         stored = store.get(run)
     task = task_from_run(stored, hours, metric)
     _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_, allreduce=allreduce_run,
-         db=db)
+         db=db, feed=feed, feed_need=None if feed is not None else _own_feed(stored, task))
 
 
 def _predicted_task(from_run: str, workload: str | None, rates: str | None,
                     hours: float | None, samples: float | None, tokens: float | None,
-                    catalog: Path | None, db: str | None) -> Task:
+                    catalog: Path | None, db: str | None) -> tuple[Task, Run]:
     """The recorded step predicted on every (GPU model, count) of the catalog's offers."""
     from gpuaudit.cli.predict import load_run_arg, resolve_rates
     from gpuaudit.cost.recommend import PredictedTask
@@ -255,7 +315,7 @@ def _predicted_task(from_run: str, workload: str | None, rates: str | None,
                          scale_by="prediction", predicted=predicted,
                          grad_buckets=tuple(profile.buckets), samples_per_step=profile.batch,
                          backward_share=min(1.0, backward / profile.step_ms)
-                         if backward > 0 and profile.step_ms > 0 else 2 / 3)
+                         if backward > 0 and profile.step_ms > 0 else 2 / 3), stored
 
 
 @recommend_app.command()
@@ -276,6 +336,7 @@ def train(
     mfu: MfuOpt = "0.40",
     allow_pooling: PoolOpt = False,
     allreduce_run: AllReduceOpt = None,
+    feed: FeedOpt = None,
     top: TopOpt = "10",
     catalog: common.CatalogOpt = None,
     json_: JsonOpt = False,
@@ -287,7 +348,8 @@ def train(
     task = TrainTask(params=params, tokens=tokens, precision=precision, optimizer=optimizer,
                      seq_len=seq_len, micro_batch=micro_batch, layers=layers, hidden=hidden)
     _run(task, _constraints(deadline, budget, currency, sort), catalog=catalog, top=top,
-         mfu=mfu, json_=json_, allow_pooling=allow_pooling, allreduce=allreduce_run, db=db)
+         mfu=mfu, json_=json_, allow_pooling=allow_pooling, allreduce=allreduce_run, db=db,
+         feed=feed)
 
 
 @recommend_app.command()
@@ -313,6 +375,7 @@ def finetune(
     mfu: MfuOpt = "0.40",
     allow_pooling: PoolOpt = False,
     allreduce_run: AllReduceOpt = None,
+    feed: FeedOpt = None,
     top: TopOpt = "10",
     catalog: common.CatalogOpt = None,
     json_: JsonOpt = False,
@@ -325,7 +388,8 @@ def finetune(
                         precision=precision, optimizer=optimizer, seq_len=seq_len,
                         micro_batch=micro_batch, layers=layers, hidden=hidden)
     _run(task, _constraints(deadline, budget, currency, sort), catalog=catalog, top=top,
-         mfu=mfu, json_=json_, allow_pooling=allow_pooling, allreduce=allreduce_run, db=db)
+         mfu=mfu, json_=json_, allow_pooling=allow_pooling, allreduce=allreduce_run, db=db,
+         feed=feed)
 
 
 @recommend_app.command()

@@ -89,6 +89,37 @@ class ServingPlan(Lite):
 
 
 @record
+class FeedNeed(Lite):
+    """What the job's input pipeline needs from the host, per GPU (docs/cost-recommend.md,
+    Can the host feed it?): CPU for the data loader at the reference GPU's speed, and the
+    memory of its worker processes. `gpu_model` is the GPU the need was measured with (None:
+    not known, the need is taken as it is on every GPU)."""
+
+    source: str  # "run ID: bench train data loading", "doctor diagnosis FILE", ...
+    loader_vcpus_per_gpu: float  # vCPUs busy loading at the reference rate
+    trainer_vcpus_per_gpu: float  # the training process's own, one per GPU
+    worker_gib: float  # host memory per loader worker (a process and its batches in flight)
+    gpu_model: str | None = None
+    samples_per_s_per_gpu: float | None = None  # the reference rate, where known
+    basis: tuple[str, ...] = ()
+
+
+@record
+class FeedCheck(Lite):
+    """Whether one offer's vCPUs and memory per GPU can feed the need (`FeedNeed`) at the
+    speed its GPUs run the task. `verdict`: "feeds", "short" (marked, with the reason) or
+    "unknown" (the offer lists no vCPUs)."""
+
+    verdict: str
+    vcpus_needed_per_gpu: float
+    ram_gib_needed_per_gpu: float
+    vcpus_per_gpu: float | None = None
+    ram_gib_per_gpu: float | None = None
+    gpu_wait_share: float = 0.0  # short of vCPUs: the share of time its GPUs would wait
+    reason: str = ""
+
+
+@record
 class Recommendation(Lite):
     """One offer, ranked: how long the task takes on it, what it costs, and why."""
 
@@ -109,6 +140,7 @@ class Recommendation(Lite):
     reasons: tuple[str, ...] = ()
     basis: tuple[str, ...] = ()
     serving: ServingPlan | None = None  # serving tasks: the replica's figures
+    feed: FeedCheck | None = None  # a known input need: can this host feed its GPUs
 
 
 @record
@@ -167,6 +199,7 @@ class RecommendResult(Lite):
     feasible: int = 0
     excluded_counts: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    feed: FeedNeed | None = None  # the input need the offers were checked against
 
 
 @record

@@ -30,13 +30,27 @@ def _rate(r: Recommendation) -> str:
     return f"{r.rate:,.4g} {r.rate_unit}" + ("" if r.measured else " est.")
 
 
+def _feed(r: Recommendation) -> str:
+    f = r.feed
+    if f is None or f.verdict == "unknown":
+        return "?"
+    if f.verdict == "short":
+        return f"SHORT: waits {f.gpu_wait_share:.0%}" if f.gpu_wait_share else "SHORT: memory"
+    return "ok"
+
+
 def ranked_lines(result: RecommendResult, width: int) -> list[str]:
     cur = result.currency
     headers = ("#", "offer", "GPUs", "pricing", f"{cur}/h", "time", f"cost {cur}", "rate",
                "memory/GPU")
     rows = [(str(r.rank), r.offer.key, _gpus(r), r.pricing.label, f"{r.price_per_hour:,.2f}",
              _hours(r.hours), f"{r.cost:,.2f}", _rate(r), _memory(r)) for r in result.ranked]
-    lines, dropped = table(headers, rows, "<<<<>>>>>", width, optional=(7, 8), key=1)
+    aligns = "<<<<>>>>>"
+    if result.feed is not None:  # the host's feed: marked where it cannot keep up
+        headers += ("feed",)
+        rows = [(*row, _feed(r)) for row, r in zip(rows, result.ranked, strict=True)]
+        aligns += "<"
+    lines, dropped = table(headers, rows, aligns, width, optional=(7, 8), key=1)
     out = [f"Recommended offers ({cur})", *lines]
     if dropped:
         out += wrap(f"left out at this width: {', '.join(dropped)} (a wider terminal or "

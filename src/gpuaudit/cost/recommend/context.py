@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaudit.model.recommendation import Assumptions, ModelShape
+from gpuaudit.model.recommendation import Assumptions, FeedNeed, ModelShape
 from gpuaudit.specs.figures import FigureCatalog
 
 from .tasks import Constraints, Task
@@ -24,4 +24,5 @@ class Context:
     # an all-reduce measured across nodes (measured.MeasuredAllReduce), for the offers whose
     # GPUs it was measured on
     allreduce: Any = None
+    feed: FeedNeed | None = None  # the job's input need (feed.py)
 

@@ -16,6 +16,7 @@ from gpuaudit.model.cost import Offer
 from gpuaudit.model.recommendation import (
     Assumptions,
     Exclusion,
+    FeedNeed,
     PricingModel,
     Recommendation,
     RecommendResult,
@@ -24,7 +25,15 @@ from gpuaudit.model.recommendation import (
 from gpuaudit.specs.figures import FigureCatalog, load_figures
 
 from .context import Context
-from .hardware import cached_hardware, compute_hw, efficiency, recompute_factor, serve_hw
+from .feed import check as feed_check
+from .hardware import (
+    cached_hardware,
+    compute_hw,
+    efficiency,
+    recompute_factor,
+    scale_figures,
+    serve_hw,
+)
 from .measured import MeasuredAllReduce
 from .prices import compare, pick_price, price_options, pricing_reasons, unit_costs
 from .sweep import order, sweep
@@ -245,16 +254,21 @@ def _prepare(task: Task, ctx: Context) -> tuple[Evaluator, str, str]:
 
 def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints | None = None,
               assumptions: Assumptions | None = None, top: int = 10, max_excluded: int = 20,
-              specs: FigureCatalog | None = None, allreduce: MeasuredAllReduce | None = None
-              ) -> RecommendResult:
+              specs: FigureCatalog | None = None, allreduce: MeasuredAllReduce | None = None,
+              feed: FeedNeed | None = None) -> RecommendResult:
     """Rank ``offers`` for ``task``: feasible ones by cost (or time), the rest with reasons.
     ``allreduce``: an all-reduce measured across nodes, which sizes the cross-node
-    communication on offers of its GPU model and GPUs per node."""
+    communication on offers of its GPU model and GPUs per node. ``feed``: the job's input
+    need; each offer shown is checked against it (`feed`), and marked where its vCPUs or
+    memory per GPU cannot feed its GPUs."""
     if top < 1:
         raise BadInputError(f"top must be at least 1, not {top}")
+    if feed is not None and isinstance(task, ServeTask):
+        raise BadInputError("a feed need goes with training (train, finetune, --run, "
+                            "--from-run), not serve")
     cons = constraints or Constraints()
     ass = assumptions or Assumptions()
-    ctx = Context(task, cons, ass, specs or load_figures(), allreduce=allreduce)
+    ctx = Context(task, cons, ass, specs or load_figures(), allreduce=allreduce, feed=feed)
     evaluate, rate_unit, basis = _prepare(task, ctx)
 
     serving = isinstance(task, ServeTask)
@@ -286,9 +300,15 @@ def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints |
         s = ctx.shape
         notes.append(f"model shape derived from the parameter count: {s.layers} layers, hidden "
                      f"{s.hidden}, {s.heads} heads (give --layers/--hidden to override)")
+    if feed is not None:
+        short = sum(1 for r in ranked if r.feed is not None and r.feed.verdict == "short")
+        notes.append(f"feed: {feed.source}; " + "; ".join(feed.basis)
+                     + f"; {short} of the {len(ranked)} shown cannot feed their GPUs"
+                     + (" (marked)" if short else ""))
     return RecommendResult(task=_task_doc(task), currency=cons.currency, assumptions=ass,
                            ranked=ranked, excluded=excluded, considered=len(ok) + len(out),
-                           feasible=len(ok), excluded_counts=counts, notes=tuple(notes))
+                           feasible=len(ok), excluded_counts=counts, notes=tuple(notes),
+                           feed=feed)
 
 
 def _distinct(ok: list[Any], top: int, by_time: bool
@@ -352,9 +372,46 @@ def _record(rank: int, r: Feasible, rate_unit: str, basis: str, cons: Constraint
         cross = hw.extra.get("cross_node", 1.0) if not isinstance(hw, tuple) else 1.0
         eff = efficiency(spec, r.offer.gpu_count, 1, ctx.ass) * cross
         rest.append(f"scaling efficiency {eff:.0%} for {gpus} GPUs")
+    fed = None
+    if ctx.feed is not None:
+        fed = feed_check(ctx.feed, r.offer.vcpus, r.offer.ram_gib, r.offer.gpu_count,
+                         feed_speed(r.rate / gpus, ctx))
+        reasons.append(fed.reason)
+        if 0 < fed.gpu_wait_share < 1:
+            slow = 1 / (1 - fed.gpu_wait_share)
+            reasons.append(f"fed that slowly, the task takes about {r.hours * slow:,.1f} h "
+                           f"and costs about {r.cost * slow:,.2f} {r.offer.currency}")
     return Recommendation(
         rank=rank, offer=r.offer, nodes=r.nodes, gpus=gpus, pricing=r.pricing,
         price_per_hour=r.price_per_hour, currency=r.offer.currency, hours=r.hours,
         cost=r.cost, rate=r.rate, rate_unit=rate_unit,
         memory_per_gpu_bytes=r.memory_bytes, sharding=r.sharding, measured=r.measured,
-        reasons=tuple(reasons), basis=(basis, *rest, *r.memory_basis), serving=r.serving)
+        reasons=tuple(reasons), basis=(basis, *rest, *r.memory_basis), serving=r.serving,
+        feed=fed)
+
+
+def feed_speed(per_gpu: float, ctx: Context) -> float:
+    """How many times faster than the feed need's reference GPU one GPU of an offer runs the
+    task (`per_gpu`: its rate per GPU, in the task's unit): the input it must be fed grows
+    with it. 1 when the reference GPU is not known or no rate on it can be told."""
+    need, t = ctx.feed, ctx.task
+    assert need is not None
+    ref_gpu = need.gpu_model
+    base = ctx.specs.get(ref_gpu) if ref_gpu is not None else None
+    ref: float | None = None
+    if base is None:
+        return 1.0
+    if isinstance(t, BenchmarkedTask):
+        if ref_gpu == t.gpu_model:
+            ref = t.rate_per_gpu
+        elif isinstance(t, PredictedTask):
+            ref = t.rate_on(ref_gpu, 1)[0]  # type: ignore[arg-type]
+        else:
+            theirs = ctx.specs.get(t.gpu_model)
+            if theirs is not None:
+                mine, other = scale_figures(t.scale_by, base, theirs)
+                ref = t.rate_per_gpu * mine / other if mine and other else None
+    elif isinstance(t, TrainTask | FinetuneTask):
+        peak = base.peak(t.precision)
+        ref = peak * ctx.ass.mfu if peak else None
+    return per_gpu / ref if ref else 1.0

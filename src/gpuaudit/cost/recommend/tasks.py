@@ -214,6 +214,10 @@ def task_from_run(run: Run, hours: float, metric: str = "matmul/bf16",
     measured = {m.gpu_index for m in run.measurements if m.suite == suite and m.name == name
                 and m.value is not None}
     scale_by = name if name in PRECISIONS else ("bandwidth" if unit.endswith("B/s") else "")
+    if not scale_by:  # a training step (bench train): by the peak at the precision it ran in
+        precision = next((m.params.get("precision") for m in run.measurements
+                          if m.suite == suite and m.name == name), None)
+        scale_by = precision if isinstance(precision, str) and precision in PRECISIONS else ""
     if not scale_by:
         raise BadInputError(f"run {run.id}: cannot scale {metric} ({unit}) between GPU models")
     return BenchmarkedTask(run_id=run.id, gpu_model=spec.id, gpus=max(1, len(measured)),
