@@ -173,3 +173,16 @@ class Lite:
 record = dataclasses.dataclass(slots=True, kw_only=True, repr=False, eq=False)
 """The decorator of a light record: ``@record class X(Lite): ...``. Immutability, equality,
 hash and repr come from `Lite` (a field can be set once, by __init__)."""
+
+
+def frozen(cls: Any = None, /, **options: Any) -> Any:
+    """A frozen dataclass for code, not documents: ``@frozen class X(Lite): ...`` (positional
+    fields allowed; ``@frozen(kw_only=True)``). Only __init__ is generated (about a fifth of
+    what ``dataclass(frozen=True)`` costs at import); immutability, equality, hash and repr
+    come from `Lite`. Slotted, so a zero-argument super() does not work in its methods
+    (Python < 3.14): name the base class."""
+    def wrap(c: type) -> type:
+        return dataclasses.dataclass(c, slots=True, repr=False, eq=False,  # type: ignore[no-any-return]
+                                     **options)
+    return wrap if cls is None else wrap(cls)
+

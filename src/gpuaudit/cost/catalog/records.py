@@ -10,6 +10,7 @@ from typing import NamedTuple
 from gpuaudit import parse
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.cost import Offer
+from gpuaudit.model.lite import Lite, frozen
 
 # The four prices an offer may have, as `Offer` fields.
 PRICE_FIELDS = ("on_demand_price_per_hour", "spot_price_per_hour",
@@ -68,8 +69,8 @@ def problem_summary(problems: tuple[Problem, ...] | list[Problem], examples: int
     return out
 
 
-@dataclass(frozen=True)
-class Superseded:
+@frozen
+class Superseded(Lite):
     """A row that lost to another source's row for the same offer: the newer price date
     wins (the later source on a tie), and `catalog show` says which."""
 
@@ -79,8 +80,8 @@ class Superseded:
     why: str
 
 
-@dataclass(frozen=True)
-class LeftOut:
+@frozen
+class LeftOut(Lite):
     """Rows that were read and are fine, but left out on purpose (not a problem): e.g. prices
     of AWS Local Zones, which are not the region's prices."""
 

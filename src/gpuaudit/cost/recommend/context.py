@@ -12,7 +12,7 @@ from gpuaudit.specs.figures import FigureCatalog
 from .tasks import Constraints, Task
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Context:
     task: Task
     cons: Constraints

@@ -116,7 +116,7 @@ def min_gpus_zero3(ctx: Context, usable: float) -> int | None:
     return max(1, math.ceil(one.states_total_bytes / room))
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Hardware:
     """What an offer's hardware gives the task, whatever its price: shared by every offer with
     the same GPU model, count and memory (a 10,000-row catalog has a few dozen of these)."""

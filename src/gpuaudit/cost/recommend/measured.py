@@ -14,10 +14,10 @@ nothing about the network between machines, and is refused for this use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.errors import BadInputError
+from gpuaudit.model.lite import Lite, frozen
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from gpuaudit.model.measurement import Measurement
 
 
-@dataclass(frozen=True)
-class MeasuredAllReduce:
+@frozen
+class MeasuredAllReduce(Lite):
     """An all-reduce measured across `nodes` nodes of `gpus_per_node` × `gpu_model`."""
 
     source: str  # "fleet run ID" or "run ID"

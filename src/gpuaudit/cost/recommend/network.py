@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+
+from gpuaudit.model.lite import Lite, frozen
 
 
-@dataclass(frozen=True)
-class Network:
+@frozen
+class Network(Lite):
     gbps: float  # between instances, per node (all its NICs), 10^9 bit/s
     fabric: str  # "EFA", "InfiniBand NDR", ...
     source: str

@@ -50,7 +50,7 @@ from .tasks import (
 # --- per-offer evaluation --------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Feasible:
     """An offer that can do the task within the constraints, priced by its best model."""
 
@@ -69,7 +69,7 @@ class Feasible:
     serving: ServingPlan | None = None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Excluded:
     """An offer left out: the kind of reason, and the reason (built only when shown)."""
 

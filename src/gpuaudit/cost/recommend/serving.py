@@ -26,11 +26,13 @@ mean; the bounds of MLPerf and most SLOs are p99, so keep a margin.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import replace
+
+from gpuaudit.model.lite import Lite, frozen
 
 
-@dataclass(frozen=True)
-class Replica:
+@frozen
+class Replica(Lite):
     """What one replica sustains, and at which batch."""
 
     qps: float  # requests per second at the bounds
@@ -43,8 +45,8 @@ class Replica:
     limit: str  # what stops a higher rate: "throughput", "TPOT", "TTFT", "memory"
 
 
-@dataclass(frozen=True)
-class ServeModel:
+@frozen
+class ServeModel(Lite):
     """One replica's hardware and one request's work."""
 
     weights_bytes: float
@@ -115,7 +117,7 @@ class ServeModel:
             if r is not None and r.qps > best.qps:
                 best = r
         if best.batch == top and best.limit == "throughput":
-            best = Replica(**{**best.__dict__, "limit": "memory"})
+            best = replace(best, limit="memory")
         return best
 
 

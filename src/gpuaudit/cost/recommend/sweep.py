@@ -29,7 +29,7 @@ _OD, _R1, _R3, _SPOT = (PricingModel.ON_DEMAND, PricingModel.RESERVED_1Y,
 INF = math.inf
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Sweep:
     """`ok`: (cost, hours, index, offer, hardware, pricing model, price per hour of all
     nodes) of each feasible offer; `out`: (sort price, index, offer, kind, reason maker,

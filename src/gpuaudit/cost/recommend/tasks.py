@@ -6,12 +6,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from gpuaudit import parse
 from gpuaudit.cost.memory_fit import Checkpointing
 from gpuaudit.errors import BadInputError
+from gpuaudit.model.lite import Lite, frozen
 from gpuaudit.specs.figures import PRECISIONS
 
 if TYPE_CHECKING:  # the store's records and the full spec catalog: only for --run
@@ -44,8 +44,8 @@ def check_precision(precision: str, allowed: Sequence[str] = TRAIN_PRECISIONS) -
 # --- tasks -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class TrainingTask:
+@frozen(kw_only=True)
+class TrainingTask(Lite):
     """What pre-training and fine-tuning share: the model (``params``, and ``layers`` and
     ``hidden`` where known), the ``tokens`` it sees and how it is trained."""
 
@@ -64,14 +64,14 @@ class TrainingTask:
         check_precision(self.precision)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class TrainTask(TrainingTask):
     """Pre-train a model of ``params`` parameters on ``tokens`` tokens."""
 
     kind: Literal["train"] = "train"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class FinetuneTask(TrainingTask):
     """Fine-tune on ``tokens`` tokens: LoRA/QLoRA adapters or all the weights."""
 
@@ -81,14 +81,14 @@ class FinetuneTask(TrainingTask):
     kind: Literal["finetune"] = "finetune"
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        TrainingTask.__post_init__(self)
         if self.method not in ("lora", "qlora", "full"):
             raise BadInputError(f"unknown fine-tuning method {self.method!r}; "
                                 "expected lora, qlora or full")
 
 
-@dataclass(frozen=True)
-class ServeTask:
+@frozen
+class ServeTask(Lite):
     """Serve ``qps`` requests/s of ``prompt_tokens`` in and ``output_tokens`` out, each
     output token within ``latency_ms`` of the last (TPOT) and the first within ``ttft_ms``
     (TTFT; None: no bound). Without ``prompt_tokens`` the prompt is ``context`` −
@@ -127,8 +127,8 @@ class ServeTask:
             self.context - self.output_tokens
 
 
-@dataclass(frozen=True)
-class BenchmarkedTask:
+@frozen
+class BenchmarkedTask(Lite):
     """A workload that runs ``hours`` on the benchmarked machine (``gpus`` × ``gpu_model``),
     whose speed is the measured ``rate_per_gpu`` (``unit``) of ``metric``."""
 
@@ -146,7 +146,7 @@ class BenchmarkedTask:
         positive(rate_per_gpu=self.rate_per_gpu, hours=self.hours, gpus=self.gpus)
 
 
-@dataclass(frozen=True)
+@frozen
 class PredictedTask(BenchmarkedTask):
     """A benchmarked workload whose speed on each (GPU model, GPU count) is predicted from
     its recorded per-operator profile (`gpuaudit.predict`) instead of scaled by a spec
@@ -171,8 +171,8 @@ class PredictedTask(BenchmarkedTask):
 Task = TrainTask | FinetuneTask | ServeTask | BenchmarkedTask
 
 
-@dataclass(frozen=True)
-class Constraints:
+@frozen
+class Constraints(Lite):
     deadline_hours: float | None = None
     budget: float | None = None
     currency: str = "USD"
