@@ -4,7 +4,6 @@ constraints (deadline, budget, currency, order), and the parsing of the quantiti
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -196,6 +195,8 @@ def positive(**values: float) -> None:
 def task_from_run(run: Run, hours: float, metric: str = "matmul/bf16",
                   specs: SpecCatalog | None = None) -> BenchmarkedTask:
     """The benchmarked workload: the median of ``metric`` (suite/name) over the run's GPUs."""
+    from statistics import median
+
     from gpuaudit.specs import catalog as spec_catalog
 
     specs = specs or spec_catalog.load_catalog()
@@ -221,7 +222,7 @@ def task_from_run(run: Run, hours: float, metric: str = "matmul/bf16",
     if not scale_by:
         raise BadInputError(f"run {run.id}: cannot scale {metric} ({unit}) between GPU models")
     return BenchmarkedTask(run_id=run.id, gpu_model=spec.id, gpus=max(1, len(measured)),
-                           rate_per_gpu=statistics.median(values), unit=unit, metric=metric,
+                           rate_per_gpu=median(values), unit=unit, metric=metric,
                            hours=hours, scale_by=scale_by)
 
 
