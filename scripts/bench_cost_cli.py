@@ -56,7 +56,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=9)
     args = ap.parse_args()
     compileall.compile_dir(Path(gpuaudit.__file__).parent, quiet=1)
-    gpuaudit_cmd = [sys.executable, "-m", "gpuaudit"]
+    # The console script users run (beside this interpreter), else `python -m gpuaudit`.
+    script = Path(sys.executable).with_name("gpuaudit")
+    gpuaudit_cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "gpuaudit"]
     with tempfile.TemporaryDirectory() as tmp:
         big, mid = Path(tmp) / "c10000.csv", Path(tmp) / "c2000.csv"
         write_catalog(synthetic_offers(10_000), big)

@@ -1,7 +1,5 @@
 """`gpuaudit catalog list|show|validate|import`: the price catalog on the command line."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -46,7 +44,7 @@ def _refuse_bad_numbers(catalog) -> None:
             raise BadInputError(f"{where}: {offer.key}: unknown currency {offer.currency!r}")
 
 
-def _warn_problems(catalog, console: Console | None = None) -> None:
+def _warn_problems(catalog, console: "Console | None" = None) -> None:
     """The skipped rows (one line per file) and the rows left out, on stderr (`console`, or
     plain text when the command prints no rich output)."""
     if console is None:
@@ -61,7 +59,7 @@ def _warn_problems(catalog, console: Console | None = None) -> None:
     _note_left_out(catalog.left_out, console)
 
 
-def warn_skipped(problems, console: Console) -> None:
+def warn_skipped(problems, console: "Console") -> None:
     """One line per file for the rows that did not load, however many."""
     from gpuaudit.cost.catalog import problem_summary
 
@@ -69,7 +67,7 @@ def warn_skipped(problems, console: Console) -> None:
         console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
-def _note_left_out(left_out, console: Console) -> None:
+def _note_left_out(left_out, console: "Console") -> None:
     for left in left_out:
         console.print(left.message("--local-zones"), markup=False, highlight=False,
                       soft_wrap=True)

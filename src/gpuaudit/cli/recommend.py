@@ -7,8 +7,6 @@
     gpuaudit recommend --from-run RUN --tokens 10B      # predicted per offer (gpuaudit predict)
 """
 
-from __future__ import annotations
-
 import json
 import sys
 from pathlib import Path
@@ -69,22 +67,22 @@ AllReduceOpt = Annotated[str | None, typer.Option(
          "the cross-node communication on offers of its GPU model and GPUs per node.")]
 
 
-def load_offers(path: Path | None) -> list[Offer]:
+def load_offers(path: Path | None) -> "list[Offer]":
     """The catalog's offers (a seam: tests replace it)."""
     return list(common.load_catalog(path).offers)
 
 
 def _constraints(deadline_s: float | None, budget: float | None, currency: str, sort: str
-                 ) -> Constraints:
+                 ) -> "Constraints":
     from gpuaudit.cost.recommend import Constraints
 
     return Constraints(deadline_hours=None if deadline_s is None else deadline_s / 3600,
                        budget=budget, currency=currency, sort=sort)  # type: ignore[arg-type]
 
 
-def _run(task: Task, cons: Constraints, *, catalog: Path | None, top: int, mfu: float,
+def _run(task: "Task", cons: "Constraints", *, catalog: Path | None, top: int, mfu: float,
          json_: bool, allow_pooling: bool = False, allreduce: str | None = None,
-         db: str | None = None, feed: str | None = None, feed_need: FeedNeed | None = None
+         db: str | None = None, feed: str | None = None, feed_need: "FeedNeed | None" = None
          ) -> None:
     from gpuaudit.cost.recommend import recommend
     from gpuaudit.model.recommendation import Assumptions
@@ -103,7 +101,7 @@ def _run(task: Task, cons: Constraints, *, catalog: Path | None, top: int, mfu: 
         sys.stdout.write(recommend_text(result, terminal_width()) + "\n")
 
 
-def _task_rate(task: Task) -> tuple[float, str] | None:
+def _task_rate(task: "Task") -> tuple[float, str] | None:
     from gpuaudit.cost.recommend import BenchmarkedTask
 
     if isinstance(task, BenchmarkedTask) and task.unit == "samples/s":
@@ -111,7 +109,7 @@ def _task_rate(task: Task) -> tuple[float, str] | None:
     return None
 
 
-def load_feed(ref: str, db: str | None, task: Task) -> FeedNeed:
+def load_feed(ref: str, db: str | None, task: "Task") -> "FeedNeed":
     """--feed: a run (id or JSON file) with input figures, or a doctor diagnosis file."""
     from gpuaudit.cost.recommend.feed import need_from_diagnosis, need_from_run
     from gpuaudit.model import load_run
@@ -135,7 +133,7 @@ def load_feed(ref: str, db: str | None, task: Task) -> FeedNeed:
     return need_from_run(run, _task_rate(task))
 
 
-def _own_feed(run: Run, task: Task) -> FeedNeed | None:
+def _own_feed(run: "Run", task: "Task") -> "FeedNeed | None":
     """The need a --run/--from-run run measured itself (bench train's data loading)."""
     from gpuaudit.cost.recommend.feed import need_from_run
 
@@ -148,7 +146,7 @@ def _own_feed(run: Run, task: Task) -> FeedNeed | None:
         return None
 
 
-def load_allreduce(ref: str, db: str | None) -> MeasuredAllReduce:
+def load_allreduce(ref: str, db: str | None) -> "MeasuredAllReduce":
     """--allreduce-run: a stored fleet run's all-reduce across nodes (or a fleet run's or a
     run's JSON file), with its GPU from the audit of one of its nodes (or the GPU model the
     fleet expected)."""
@@ -157,7 +155,7 @@ def load_allreduce(ref: str, db: str | None) -> MeasuredAllReduce:
     from gpuaudit.model import load_run
     from gpuaudit.store import Store
 
-    def of_run(run: Run) -> MeasuredAllReduce:
+    def of_run(run: "Run") -> "MeasuredAllReduce":
         gpu = run.machine.gpus[0] if run.machine and run.machine.gpus else None
         return allreduce_across_nodes(f"run {run.id}", run.measurements,
                                       gpu.name if gpu else None,
@@ -277,7 +275,7 @@ def recommend(
 
 def _predicted_task(from_run: str, workload: str | None, rates: str | None,
                     hours: float | None, samples: float | None, tokens: float | None,
-                    catalog: Path | None, db: str | None) -> tuple[Task, Run]:
+                    catalog: Path | None, db: str | None) -> "tuple[Task, Run]":
     """The recorded step predicted on every (GPU model, count) of the catalog's offers."""
     from gpuaudit.cli.predict import load_run_arg, resolve_rates
     from gpuaudit.cost.recommend import PredictedTask
