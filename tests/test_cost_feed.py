@@ -94,6 +94,31 @@ def test_a_doctor_diagnosis_sizes_the_need_from_its_waiting_gpus():
         need_from_diagnosis(diagnosis(code="launch-bound"), "d.json")
 
 
+@pytest.mark.parametrize("name", ["lightning_slow_augment", "loader_pil_main_process"])
+def test_real_diagnoses_of_input_bound_jobs(name):
+    """Jobs recorded on an H200 (`doctor --save-evidence`, tests/fixtures/doctor/zoo-h200),
+    diagnosed again: the need from their input-bound finding, computed here from its
+    evidence."""
+    from gpuaudit.diagnose import doctor, recording
+
+    from .conftest import FIXTURES
+
+    ev = recording.load(FIXTURES / "doctor" / "zoo-h200" / f"{name}.json.gz")
+    doc = doctor.diagnose(ev).model_dump(mode="json")
+    (found,) = [f for f in doc["findings"] if f["code"] == "input-bound"]
+    figures = {o["name"]: o["value"] for o in found["evidence"]}
+    workers = figures["loader_workers"]
+    cpu = figures["worker_cpu"] * workers if workers else figures["trainer_cpu"]
+    need = need_from_diagnosis(doc, name)
+    assert need.loader_vcpus_per_gpu == pytest.approx(cpu / 100 / (1 - found["share"]))
+    # Two workers at a full core each (or the trainer at 3 cores) fed a GPU that waited 96 %
+    # or more of the time: no instance sells that many vCPUs per GPU, and the basis says so.
+    assert need.loader_vcpus_per_gpu > 24
+    assert "decode on the GPU" in need.basis[-1]
+    (r,) = recommend(TASK, [WIDE], feed=need).ranked
+    assert r.feed.verdict == "short" and r.feed.gpu_wait_share > 0.5
+
+
 TASK = BenchmarkedTask(run_id="feed1", gpu_model="a100-sxm4-80gb", gpus=1, rate_per_gpu=2000.0,
                        unit="samples/s", metric="train/resnet50/bf16+cl/throughput", hours=10.0,
                        scale_by="bf16")

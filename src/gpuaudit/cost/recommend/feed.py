@@ -21,7 +21,8 @@ the rest of the time. The sources:
   images/s (scaled to the job's image size as the feed verdict does), against the run's
   training rate (its `train` figures) or the task's measured rate;
 * a `doctor` diagnosis with an input-bound finding: its loader workers at `worker_cpu` % of a
-  core each while the GPU waited `share` of the time → workers × cpu ÷ (1 − share) cores.
+  core each (or, with no workers, the training process's own CPU) while the GPU waited
+  `share` of the time → workers × cpu ÷ (1 − share) cores.
 """
 
 from __future__ import annotations
@@ -43,6 +44,17 @@ PREFETCH = 2  # torch DataLoader's prefetch_factor: batches each worker keeps re
 DEFAULT_BATCH_BYTES = 256 * 3 * 224 * 224 * 4
 # Loader workers below this share of a core each were not waiting on the CPU.
 CPU_BOUND_PCT = 80.0
+# The most vCPUs per GPU that 8-GPU cloud instances sell (AWS p5.48xlarge: 192 for 8 GPUs).
+MOST_VCPUS_PER_GPU = 24.0
+
+
+def _beyond(loader_vcpus: float) -> list[str]:
+    """A need no instance sells, said once in the basis."""
+    if loader_vcpus + TRAINER_VCPUS <= MOST_VCPUS_PER_GPU:
+        return []
+    return [f"{loader_vcpus + TRAINER_VCPUS:,.0f} vCPUs per GPU is more than 8-GPU instances "
+            f"sell (AWS p5.48xlarge: {MOST_VCPUS_PER_GPU:g}): decode on the GPU (nvJPEG, DALI) "
+            "or store the data decoded"]
 
 
 def _worker_gib(batch_bytes: float) -> float:
@@ -115,7 +127,7 @@ def _from_loader(m: Measurement, source: str, gpu: str | None, ms: Sequence[Meas
         gpu_model=gpu, samples_per_s_per_gpu=need,
         basis=(f"{p.get('pipeline') or 'JPEG pipeline'}: {rate:,.0f} samples/s with {workers} "
                f"loader workers on {cores} CPUs ({cpu_s * 1e3:.3g} CPU-ms per sample)",
-               f"{need:,.0f} samples/s per GPU to feed ({of})"))
+               f"{need:,.0f} samples/s per GPU to feed ({of})", *_beyond(need * cpu_s)))
 
 
 def _from_decode(decode: list[Measurement], ms: Sequence[Measurement], source: str,
@@ -142,7 +154,7 @@ def _from_decode(decode: list[Measurement], ms: Sequence[Measurement], source: s
         basis=(f"JPEG decode + augment with {best.params.get('library')} on "
                f"{best.params.get('threads')} CPUs: {per_cpu(best):,.0f} images/s per CPU at "
                f"{size / 1e3:,.0f} KB per image ({cpu_s * 1e3:.3g} CPU-ms per sample)",
-               f"{need:,.0f} samples/s per GPU to feed ({of})"))
+               f"{need:,.0f} samples/s per GPU to feed ({of})", *_beyond(need * cpu_s)))
 
 
 def need_from_diagnosis(doc: dict[str, Any], where: str) -> FeedNeed:
@@ -155,27 +167,37 @@ def need_from_diagnosis(doc: dict[str, Any], where: str) -> FeedNeed:
                             "feed by")
     ev = {o.get("name"): o.get("value") for o in found.get("evidence") or ()
           if isinstance(o, dict)}
-    workers, cpu, share = ev.get("loader_workers"), ev.get("worker_cpu"), found.get("share")
-    if not (isinstance(workers, int | float) and isinstance(cpu, int | float)
-            and isinstance(share, int | float) and workers > 0 and 0 <= share < 1):
+    workers, share = ev.get("loader_workers"), found.get("share")
+    cpu, trainer = ev.get("worker_cpu"), ev.get("trainer_cpu")
+    if not (isinstance(workers, int | float) and isinstance(share, int | float)
+            and 0 <= share < 1):
         raise BadInputError(f"diagnosis {where}: its input-bound finding has no loader "
                             "workers' CPU figures (the job's processes were not watched)")
-    if cpu < CPU_BOUND_PCT:
-        raise BadInputError(f"diagnosis {where}: the loader's {workers:g} workers ran at "
-                            f"{cpu:.0f}% of a core each: input-bound, but not by its CPUs "
-                            "(storage, or too few workers); vCPUs per GPU cannot tell which "
-                            "offers feed it")
     gpus = max(1, len(doc.get("gpus") or ()))
-    used = workers * cpu / 100 / gpus
+    if workers > 0 and isinstance(cpu, int | float):
+        if cpu < CPU_BOUND_PCT:
+            raise BadInputError(
+                f"diagnosis {where}: the loader's {workers:g} workers ran at {cpu:.0f}% of a "
+                "core each: input-bound, but not by its CPUs (storage, or too few workers); "
+                "vCPUs per GPU cannot tell which offers feed it")
+        used = workers * cpu / 100 / gpus
+        how = f"{workers:g} loader workers at {cpu:.0f}% of a core each"
+    elif workers == 0 and isinstance(trainer, int | float) and trainer >= CPU_BOUND_PCT:
+        used = trainer / 100 / gpus  # loading in the training process itself
+        how = f"no loader workers: the training process loads, at {trainer:.0f}% of a core"
+    else:
+        raise BadInputError(f"diagnosis {where}: its input-bound finding has no busy loader "
+                            "CPUs to size the feed by")
+    need = used / (1 - share)
+    basis = [f"{how} on {gpus} GPU(s) while the GPUs waited {share:.0%} of the time: "
+             f"{used:.3g} vCPUs per GPU delivered {1 - share:.1%} of the rate the GPUs take",
+             "the diagnosed GPU's model is not recorded: the need is taken as it is on every "
+             "GPU (a faster GPU needs more)"]
+    basis += _beyond(need)
     return FeedNeed(
         source=f"diagnosis {where}: doctor's input-bound finding",
-        loader_vcpus_per_gpu=used / (1 - share), trainer_vcpus_per_gpu=TRAINER_VCPUS,
-        worker_gib=_worker_gib(DEFAULT_BATCH_BYTES), gpu_model=None,
-        basis=(f"{workers:g} loader workers at {cpu:.0f}% of a core each on {gpus} GPU(s) while "
-               f"the GPUs waited {share:.0%} of the time: {used:.3g} vCPUs per GPU delivered "
-               f"{1 - share:.0%} of the rate the GPUs can take",
-               "the diagnosed GPU's model is not recorded: the need is taken as it is on "
-               "every GPU (a faster GPU needs more)"))
+        loader_vcpus_per_gpu=need, trainer_vcpus_per_gpu=TRAINER_VCPUS,
+        worker_gib=_worker_gib(DEFAULT_BATCH_BYTES), gpu_model=None, basis=tuple(basis))
 
 
 def check(need: FeedNeed, vcpus: int | None, ram_gib: float | None, gpus: int,
