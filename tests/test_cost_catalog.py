@@ -513,7 +513,7 @@ def test_skypilot_gcp_every_offer_is_host_plus_the_matching_accelerator_row():
     expected = _gcp_expected(path)
     assert len(expected) == 48
     assert got == expected  # every offer, both prices: 0 mismatches
-    # The one the issue names: host 9.46006 + the 8 × H100 row 78.37241.
+    # The worked figure of docs/cost-catalog.md: host 9.46006 + the 8 × H100 row 78.37241.
     a3 = cat.get("gcp/a3-highgpu-8g@us-east4")
     assert (a3.on_demand_price_per_hour, a3.gpu_count, a3.gpu_model) == (87.83247, 8,
                                                                          "h100-sxm")

@@ -403,7 +403,7 @@ def test_serve_prefill_and_decode_at_the_best_batch():
                                                  "on 1 × NVIDIA L4; TPOT bound 20 ms")
 
 
-def test_serve_counts_prefill_the_issue_example():
+def test_serve_counts_prefill_of_long_prompts_at_high_qps():
     """3,840-token prompts at 100 QPS on a 70B model need ~5.6e16 FLOP/s of prefill alone:
     ~141 H100s at 40 % MFU, where a decode-only model proposed 16 GPUs."""
     task = ServeTask(params=70e9, qps=100, latency_ms=50, ttft_ms=2000, prompt_tokens=3840,

@@ -82,8 +82,9 @@ def summary_lines(result: RecommendResult, width: int) -> list[str]:
                + f". Prices in {result.currency}.", width)
     out += wrap(
         f"Assumptions: MFU {a.mfu:.0%}; scaling efficiency {a.intra_node_efficiency_nvlink:.0%}"
-        f" within an NVLink node ({a.intra_node_efficiency_pcie:.0%} PCIe), "
-        f"×{a.inter_node_efficiency:.0%} across nodes; {a.bandwidth_efficiency:.0%} of "
+        f" within an NVLink node ({a.intra_node_efficiency_pcie:.0%} PCIe); across nodes "
+        f"computed per offer ({a.inter_node_efficiency:.0%} where no model of the step sizes "
+        f"it); {a.bandwidth_efficiency:.0%} of "
         f"datasheet memory bandwidth; {a.memory_margin:.0%} of GPU memory kept free; spot: "
         f"{a.spot_interruptions_per_hour:.0%} chance of an interruption per instance-hour "
         f"(MTBI {mtbi_hours_from_rate(a.spot_interruptions_per_hour):.3g} h), checkpoint "
