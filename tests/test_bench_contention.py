@@ -266,14 +266,14 @@ def test_a_short_suite_shares_the_look_after_the_next_one(monkeypatch):
 
     def slow(name):
         def run(ctx):
-            time.sleep(0.05)
+            time.sleep(0.6)
             yield measure(name, "x", "u/s", [100.0, 101.0, 102.0, 103.0, 104.0], warmup=1,
                           gpu_index=0)
         return run
 
     fns = figures_of("latency", "memory")  # instant: short
     fns.update(matmul=slow("matmul"), transfer=slow("transfer"))
-    _fake_suites(monkeypatch, fns, short_suite_s=0.02)
+    _fake_suites(monkeypatch, fns, short_suite_s=0.3)
     # activity planted where only the look after transfer (the third) reads it
     w = watch(idle_but_active_at(6))
     run = runner.run_bench(["latency", "matmul", "memory", "transfer"],
