@@ -24,6 +24,7 @@ from .machine import (
     Thermal,
 )
 from .measurement import ContendingProcess, Contention, Measurement, Params
+from .opprofile import OpProfile
 from .run import Run, RunStatus, new_run_id, utc_now
 from .schema import json_schema, load_run, recommend_json_schema
 from .telemetry import Alert, GpuSample, ProcessSample, Sample, XidEvent
@@ -57,6 +58,7 @@ __all__ = [
     "NvLink",
     "Observation",
     "Offer",
+    "OpProfile",
     "Params",
     "PcieLink",
     "Power",

@@ -10,7 +10,7 @@ from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.model import Measurement, Params
 from gpuaudit.workloads.flops import FlopCount
 from gpuaudit.workloads.stats import p50_p90_p99, percentile, rates
-from gpuaudit.workloads.train import TrainResult
+from gpuaudit.workloads.results import TrainResult
 
 TRAIN, INFER = "train", "infer"
 
