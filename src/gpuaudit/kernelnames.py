@@ -1,5 +1,5 @@
 """What a CUDA kernel's name says it does: the one vocabulary that `diagnose.kernels` (HTA's
-kernel types, tensor cores), `workloads.ops.kernel_class` (the op profile's classes),
+kernel types, tensor cores), `workloads.opclass.kernel_class` (the op profile's classes),
 `workloads.norms` (batch norm's own kernels) and `predict.kernels` (re-reading recorded
 classes) share.
 

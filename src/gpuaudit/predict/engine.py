@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.specs.catalog import GpuSpec, SpecCatalog
-from gpuaudit.workloads.ops import TENSOR_CLASSES
+from gpuaudit.model.opprofile import TENSOR_CLASSES
 
 from . import precision as precision_change
 from .ddp import simulate

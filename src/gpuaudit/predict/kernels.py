@@ -1,5 +1,5 @@
 """The recorded class times, re-read from the kernels' names where the recording's
-classification (`workloads.ops.kernel_class`, by name) put a kernel's time in a class whose
+classification (`workloads.opclass.kernel_class`, by name) put a kernel's time in a class whose
 work it does not do. Since 2026-12-01 `kernel_class` itself puts cuDNN's batch norm in
 elementwise and its attention helpers in attention; recordings made before (the fixtures of
 that day among them) still need these moves, and the layout transforms always do. Each
@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuaudit import kernelnames as kn
-from gpuaudit.workloads.ops import TENSOR_CLASSES
+from gpuaudit.model.opprofile import TENSOR_CLASSES
 
 from .profile import KernelGrid, OpWork
 

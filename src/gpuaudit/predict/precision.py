@@ -35,8 +35,7 @@ precision family; and what the change does to the program beyond its rates:
 from __future__ import annotations
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.workloads.norms import ACTIVATION
-from gpuaudit.workloads.ops import TENSOR_CLASSES
+from gpuaudit.model.opprofile import ACTIVATION, TENSOR_CLASSES
 
 from .ideal import ELEMENT_BYTES, ideal_seconds, matmul_rate, memory_seconds
 from .kernels import LAYOUT, layout_bytes

@@ -24,7 +24,7 @@ from typing import Any
 
 from gpuaudit.workloads import optrace
 from gpuaudit.workloads.calls import Call, match, recording
-from gpuaudit.workloads.opclass import canonical
+from gpuaudit.workloads.opclass import canonical, op_class
 
 # Ops that allocate without writing: no memory traffic.
 _NO_TRAFFIC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
@@ -54,6 +54,9 @@ class OpTally:
     group_flops: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
     group_bytes: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
     group_calls: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
+    # bytes per class as each operator's own name classes it (not its unit's; forced regions
+    # left out): how recordings made before the unit classes split the step
+    by_name_bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     calls: list[Call] = field(default_factory=list)  # matched to their units (record_calls)
     unmatched_calls: int = 0
 
@@ -276,6 +279,8 @@ def _tally(tree: optrace.OpTree, seen: list[_Op], calls: list[Call] | None) -> O
         tally.op_bytes[op.name] += op.moved
         tally.op_count[op.name] += 1
         tally.op_class.setdefault(op.name, cls)
+        if not op.forced:
+            tally.by_name_bytes[op_class(op.name)] += op.moved
         if cls in ("gemm", "conv", "attention") and op.flops and op.shape is not None:
             entry = tally.shapes[(cls, *op.shape, op.size)]
             entry[0] += 1
