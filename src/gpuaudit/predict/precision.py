@@ -54,16 +54,21 @@ U_CONV_UNTIMED = 0.25  # convolution layers not timed alone: taken to move as th
 NORM = "batch_norm"  # the batch-norm operators of the tally (cudnn_batch_norm, native_…)
 
 
-def change(state: StepState, target: str) -> None:
-    """`state` re-timed in `target` precision (module docstring)."""
+def check(state: StepState, target: str) -> None:
+    """Bad input unless `target` is a training precision with a rate here."""
     if target not in TRAIN_PRECISIONS:
         raise BadInputError(f"--precision {target!r}: expected one of "
                             f"{', '.join(TRAIN_PRECISIONS)}")
+    matmul_rate(state.roofs, target)
+
+
+def change(state: StepState, target: str) -> None:
+    """`state` re-timed in `target` precision (module docstring)."""
+    check(state, target)
     src = state.precision
     if target == src:
         return
     roofs = state.roofs
-    matmul_rate(roofs, target)
     width = ELEMENT_BYTES[target]
     conv = state.classes.get("conv")
     conv_timed = timed_conv_ratio(conv.work, src, target) if conv is not None else None

@@ -103,8 +103,7 @@ def unit_class(name: str) -> str:
         return "embedding"
     if name.startswith(OPTIMIZER_PREFIX):
         return "optimizer"
-    if "c10d" in name or name.startswith(("allreduce", "all_reduce", "_allgather",
-                                          "all_gather", "reduce_scatter", "broadcast_")):
+    if "c10d" in name:
         return "comm"
     if name.startswith(UNKNOWN_PREFIX):
         return "unknown"

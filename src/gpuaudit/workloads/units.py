@@ -31,7 +31,7 @@ from gpuaudit.model.opprofile import (
 from gpuaudit.workloads.calls import Call, TensorSpec
 
 MAX_UNITS = 20
-BUDGET_S = {True: 5.0, False: 0.6}  # all units, all settings; GPU, CPU
+BUDGET_S = {True: 3.5, False: 0.6}  # all units, all settings; GPU, CPU
 COVER = 0.98  # time units until this share of the estimated work is held
 LONG_CALL_MS = 1.0  # a call this long is timed one at a time (its launches are negligible)
 
