@@ -32,7 +32,7 @@ class ConvNeXt(nn.Module):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, dims[0], 4, 4), LayerNorm2d(dims[0]))
         stages = []
-        for i, (d, n) in enumerate(zip(dims, depths)):
+        for i, (d, n) in enumerate(zip(dims, depths, strict=False)):
             down = nn.Sequential(LayerNorm2d(dims[i - 1]), nn.Conv2d(dims[i - 1], d, 2, 2)) \
                 if i else nn.Identity()
             stages.append(nn.Sequential(down, *(Block(d) for _ in range(n))))

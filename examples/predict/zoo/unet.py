@@ -31,7 +31,7 @@ class UNet(nn.Module):
             x = block(x if i == 0 else F.max_pool2d(x, 2))
             skips.append(x)
         skips.pop()
-        for up, dec in zip(self.up, self.dec):
+        for up, dec in zip(self.up, self.dec, strict=False):
             x = dec(torch.cat([up(x), skips.pop()], dim=1))
         return self.out(x)
 

@@ -31,8 +31,8 @@ import math
 from dataclasses import dataclass
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.specs.catalog import GpuSpec, SpecCatalog
 from gpuaudit.model.opprofile import TENSOR_CLASSES
+from gpuaudit.specs.catalog import GpuSpec, SpecCatalog
 
 from . import checks, grouped
 from . import precision as precision_change

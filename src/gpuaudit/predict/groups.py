@@ -17,6 +17,7 @@ that group, and the timeline is replayed with them (`predict.timeline`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -101,7 +102,7 @@ def scaled_time(points: list[tuple[float, float]], scale: float) -> tuple[float,
     if len(points) == 1:
         s0, t0 = points[0]
         return t0 * scale / s0, abs(math.log2(scale / s0))
-    for (s0, t0), (s1, t1) in zip(points, points[1:], strict=False):
+    for (s0, t0), (s1, t1) in itertools.pairwise(points):
         if s0 <= scale <= s1:
             f = math.log(scale / s0) / math.log(s1 / s0)
             return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0))), 0.0

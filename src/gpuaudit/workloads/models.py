@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.workloads.entry import Workload, is_entry_point, load
 from gpuaudit.model.presets import PRESETS, ResnetPreset, TransformerPreset
+from gpuaudit.workloads.entry import Workload, is_entry_point, load
 from gpuaudit.workloads.flops import resnet_flops
 
 

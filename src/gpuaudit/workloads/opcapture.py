@@ -33,8 +33,8 @@ from gpuaudit.model.opprofile import (
     OpProfile,
     OpTraffic,
     SyncSpan,
-    Timeline,
     TimedUnit,
+    Timeline,
     UnitGroup,
     UnknownOp,
 )

@@ -235,9 +235,9 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
 
     calls: list[Call] = []
     recorder = recording(calls) if record_calls else contextlib.nullcontext()
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        with recorder, Counter():
-            fn()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, recorder, \
+            Counter():
+        fn()
     tree = optrace.build(_events(prof))
     return _tally(tree, seen, calls if record_calls else None)
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from gpuaudit.workloads.entry import default_loss, split_batch
 from gpuaudit.workloads.flops import FlopCount, count_flops
-from gpuaudit.workloads.opcapture import capture
 from gpuaudit.workloads.memory import in_use, is_oom, oom_reason, release
 from gpuaudit.workloads.models import build, call_make_batch
+from gpuaudit.workloads.opcapture import capture
 from gpuaudit.workloads.precision import TrainMode, autocast_dtype, float32_matmuls
 from gpuaudit.workloads.results import TrainResult
 from gpuaudit.workloads.timing import is_cuda, step_times_s, sync
