@@ -201,6 +201,124 @@ def record(out: Path, which: str | None, budget_s: float, tiny: bool) -> int:
     return 0
 
 
+# --- compare: each case predicted from one recording, beside the run that measured it -------
+
+CASES = (  # (label, source precision, change, the measurement: a profile's or a case's)
+    ("bf16 → fp32", "bf16", {"precision": "fp32"}, ("profile", "fp32")),
+    ("bf16 → tf32", "bf16", {"precision": "tf32"}, ("case", "tf32")),
+    ("fp32 → bf16", "fp32", {"precision": "bf16"}, ("profile", "bf16")),
+    ("fp32 → tf32", "fp32", {"precision": "tf32"}, ("case", "tf32")),
+    ("batch ×0.5", "bf16", {"batch": 0.5}, ("case", "bf16 x0.5")),
+    ("batch ×2", "bf16", {"batch": 2.0}, ("case", "bf16 x2")),
+    ("size", "bf16", {"model": True}, ("case", "size")),
+)
+
+
+def _predict_case(run: Any, prof: Any, change: dict[str, Any], status: dict[str, Any],
+                  rates: Any, specs: Any) -> Any:
+    from gpuaudit.predict import Change, load_profile, predict
+
+    profile = load_profile(run, prof.workload)
+    if "batch" in change:
+        return predict(profile, rates, Change(batch=max(1, round(prof.batch * change["batch"]))),
+                       specs)
+    if "model" in change:
+        return predict(profile, rates, Change(model=status["size_entry"]), specs)
+    return predict(profile, rates, Change(precision=change["precision"]), specs)
+
+
+def compare(out: Path, rates_path: str | None) -> int:
+    from gpuaudit.errors import GpuauditError
+    from gpuaudit.model import load_run
+    from gpuaudit.predict import machine_rates
+    from gpuaudit.specs.catalog import load_catalog
+
+    specs = load_catalog()
+    rates_run = load_run(Path(rates_path or out / "rates.json").read_text())
+    rates = machine_rates(rates_run, specs)
+    if rates is None:
+        print("compare: the rates run has no usable matmul and memory figures")
+        return 2
+    rows = []
+    for which, fam in families():
+        name = slug(fam["entry"])
+        status_file, run_file = out / "status" / f"{name}.json", out / "runs" / f"{name}.json"
+        if not status_file.exists() or not run_file.exists():
+            rows.append({"set": which, "family": fam["family"], "case": "all",
+                         "error": "not recorded"})
+            continue
+        status = json.loads(status_file.read_text())
+        run = load_run(run_file.read_text())
+        profs = {p.precision: p for p in run.op_profiles}
+        for label, src, change, (kind, key) in CASES:
+            row: dict[str, Any] = {"set": which, "family": fam["family"], "case": label,
+                                   "from": f"{profs[src].workload}" if src in profs else src}
+            if kind == "profile":
+                meas = profs.get(key)
+                measured = meas.batch / (meas.step_ms / 1e3) if meas else None
+            else:
+                found = status["cases"].get(key, {})
+                measured = found.get("samples_per_s")
+                if found.get("error"):
+                    row["measured_error"] = found["error"]
+            row["measured"] = measured
+            if src not in profs:
+                row["error"] = f"no {src} op profile"
+                rows.append(row)
+                continue
+            try:
+                p = _predict_case(run, profs[src], change, status, rates, specs)
+            except (GpuauditError, ValueError, KeyError, TypeError) as exc:
+                row["refused"] = str(exc)[:300]
+                rows.append(row)
+                continue
+            row.update(predicted=p.samples_per_s, low=p.samples_per_s_low,
+                       high=p.samples_per_s_high, band_pct=p.uncertainty_pct,
+                       step_ms=p.step_ms, measured_from_step_ms=profs[src].step_ms,
+                       notes=list(p.notes), to=f"{p.target.model}/{p.target.mode} batch "
+                       f"{p.target.batch_per_gpu}",
+                       classes={c.op_class: [round(c.measured_ms, 3), round(c.predicted_ms, 3)]
+                                for c in p.classes})
+            if measured:
+                row["error_pct"] = 100 * (p.samples_per_s - measured) / measured
+                row["in_band"] = p.samples_per_s_low <= measured <= p.samples_per_s_high
+            rows.append(row)
+    doc = {"rates": {"run_id": rates.run_id, "basis": list(rates.roofs.basis)}, "rows": rows}
+    (out / "results.json").write_text(json.dumps(doc, indent=1))
+    (out / "table.md").write_text(table(rows))
+    print(table(rows))
+    return 0
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    out = []
+    for which, title in (("held_out", "Held-out families"), ("development", "Development "
+                                                                           "families")):
+        mine = [r for r in rows if r["set"] == which]
+        errors = [abs(r["error_pct"]) for r in mine if "error_pct" in r]
+        within = sum(1 for e in errors if e <= 10)
+        inside = sum(1 for r in mine if r.get("in_band"))
+        out += [f"### {title}", "", f"{within} of {len(errors)} cases within 10 %, "
+                f"{inside} measurements inside their band.", "",
+                "| family | case | predicted (samples/s) | band | measured | error |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for r in mine:
+            if "predicted" in r:
+                pred = f"{r['predicted']:,.4g}"
+                band = f"{r['low']:,.4g}–{r['high']:,.4g}"
+            else:
+                pred = "refused: " + str(r.get("refused") or r.get("error", "?"))[:90]
+                band = ""
+            meas = f"{r['measured']:,.4g}" if r.get("measured") else "not measured"
+            err = ""
+            if "error_pct" in r:
+                mark = "" if abs(r["error_pct"]) <= 10 and r.get("in_band") else " (NO)"
+                err = f"{r['error_pct']:+.1f} %{mark}"
+            out.append(f"| {r['family']} | {r['case']} | {pred} | {band} | {meas} | {err} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def pack(out: Path, dest: Path, limit: int = 15 * 2**20, most: int = 7) -> int:
     """OUTDIR's files into at most `most` tars of at most `limit` bytes each in `dest` (the
     device machine sends back 8 files of 16 MiB): results first, traces after."""

@@ -128,7 +128,8 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
                 mode=mode, batch=result.batch_size, tokens_per_sample=result.tokens_per_sample,
                 step_ms=1e3 * percentile(result.step_times_s, 50),
                 device="cuda" if on_gpu else "cpu",
-                model_params={**result.params, "channels_last": mode.channels_last},
+                model_params={**result.params, "channels_last": mode.channels_last,
+                              "entry": name if ":" in name else None},
                 peak_memory_gb=(result.peak_memory_bytes / 1e9
                                 if result.peak_memory_bytes is not None else None))
             yield from measurements(prof, base=records.mode_params(result, tgt.label),
