@@ -73,11 +73,12 @@ class Change:
     params: float | None = None
     batch: int | None = None
     seq_len: int | None = None
+    model: str | None = None  # another size of the user's model: its pkg.module:build
 
     @property
     def empty(self) -> bool:
         return all(v is None for v in (self.gpus, self.precision, self.gpu, self.params,
-                                        self.batch))
+                                        self.batch, self.model))
 
 
 # --- the source ------------------------------------------------------------------------------
@@ -269,8 +270,16 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
     source_compute = state.compute_ms
     measured = {cls: c.measured_ms for cls, c in state.classes.items()}
     g = grouped.start(profile.record) if change.params is None else None
+    if change.params is not None and change.model is not None:
+        raise BadInputError("--params and --model are two ways to say another size: give one")
     if change.params is not None:
         _resize(state, profile, change)
+    if change.model is not None:
+        if g is None:
+            raise BadInputError(f"--model: run {profile.run_id}'s {profile.workload} was "
+                                "recorded before the unit groups (op profile schema 3): record "
+                                "it again with `gpuaudit bench train --op-profile`")
+        grouped.size(g, state, profile, change.model)
     if change.precision is not None:
         target = change.precision.strip().lower()
         precision_change.check(state, target)

@@ -16,6 +16,7 @@ from . import groups as grp
 from . import timeline as tlm
 from .ideal import ELEMENT_BYTES, ideal_seconds
 from .precision import _in_width
+from .profile import StepProfile
 from .state import StepState
 
 
@@ -28,6 +29,7 @@ class Grouped:
     class_factor: dict[str, float] = field(default_factory=lambda: defaultdict(lambda: 1.0))
     class_unc: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     kernels: dict[int, list[float]] = field(default_factory=dict)  # group → its µs per step
+    host_scale: float = 1.0  # the host's work per step, × (another size launches more)
 
     def group_us(self, i: int) -> float:
         """A group's new time per step (µs), its kernels each changed."""
@@ -121,6 +123,28 @@ def batch(g: Grouped, state: StepState, target: int) -> None:
     state.changes.append("batch")
 
 
+def size(g: Grouped, state: StepState, profile: StepProfile, target: str) -> None:
+    """The user's model at another size (`predict.retarget`)."""
+    from .retarget import retarget
+
+    src, tgt, ops = retarget(profile, target, state.roofs, g.changes)
+    _refresh(g, state, f"{src.name} → {target}")
+    for cls, c in state.classes.items():
+        _recalibrate(state, cls, state.precision)
+        del c
+    g.host_scale = ops
+    state.model = target
+    state.matmul_params = None
+    state.buckets = tuple(tgt.buckets)
+    state.grad_bytes = sum(b for b, _ in tgt.buckets)
+    state.idle_ms *= ops
+    state.changes.append("model")
+    state.basis.append(f"{src.name} ({src.params / 1e6:,.1f} M parameters) → {target} "
+                       f"({tgt.params / 1e6:,.1f} M): both counted on the meta device, each "
+                       f"unit group moved by its work there ÷ here; the host's launches × "
+                       f"{ops:.3g} (operators per step)")
+
+
 def _recalibrate(state: StepState, cls: str, precision: str) -> None:
     """The class's achieved share at its new time, for the changes that follow."""
     c = state.classes[cls]
@@ -173,7 +197,8 @@ def replay(g: Grouped, state: StepState) -> Step | None:
     rep = tlm.calibrate(tl, rec.step_ms * 1e3)
     lat = tlm.latency_us(tl)
     fix = rec.step_ms * 1e3 / rep.period_us if rep.period_us > 0 else 1.0
-    mid, share = tlm.period(tl, durs(0.0), rep.alpha, lat)
-    low, _ = tlm.period(tl, durs(-1.0), rep.alpha, lat)
-    high, _ = tlm.period(tl, durs(1.0), rep.alpha, lat)
+    alpha = rep.alpha * g.host_scale
+    mid, share = tlm.period(tl, durs(0.0), alpha, lat)
+    low, _ = tlm.period(tl, durs(-1.0), alpha, lat)
+    high, _ = tlm.period(tl, durs(1.0), alpha, lat)
     return Step(mid * fix / 1e3, low * fix / 1e3, high * fix / 1e3, share, rep.alpha)
