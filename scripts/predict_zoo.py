@@ -92,7 +92,8 @@ def measure(model: str, precision: str, batch: int, tiny: bool) -> dict[str, Any
                                if result.peak_memory_bytes is not None else None)}
 
 
-def record_family(fam: dict[str, Any], out: Path, machine: Any, tiny: bool) -> dict[str, Any]:
+def record_family(fam: dict[str, Any], out: Path, machine: Any, tiny: bool,
+                  cases_too: bool = True) -> dict[str, Any]:
     """The family's op profiles (bf16, fp32: one Run) and its target cases' steps."""
     import importlib
 
@@ -122,6 +123,8 @@ def record_family(fam: dict[str, Any], out: Path, machine: Any, tiny: bool) -> d
     cases = [("tf32", fam["entry"], "tf32", batch), ("bf16 x0.5", fam["entry"], "bf16",
                                                        max(1, batch // 2)),
              ("bf16 x2", fam["entry"], "bf16", batch * 2), ("size", fam["size"], "bf16", batch)]
+    if not cases_too:
+        cases = []
     for label, model, precision, b in cases:
         if tiny and precision == "tf32":
             continue
@@ -138,7 +141,7 @@ def record_family(fam: dict[str, Any], out: Path, machine: Any, tiny: bool) -> d
     return info
 
 
-def worker(out: Path, names: list[str], tiny: bool) -> int:
+def worker(out: Path, names: list[str], tiny: bool, profiles_only: set[str]) -> int:
     from gpuaudit.hw import take_snapshot
 
     machine = take_snapshot()
@@ -146,7 +149,8 @@ def worker(out: Path, names: list[str], tiny: bool) -> int:
     for name in names:
         t0 = time.time()
         log(out, f"family {name}")
-        info = record_family(by_name[name], out, machine, tiny)
+        info = record_family(by_name[name], out, machine, tiny,
+                             cases_too=name not in profiles_only)
         info["wall_s"] = round(time.time() - t0, 1)
         (out / "status" / f"{name}.json").write_text(json.dumps(info, indent=1))
         log(out, f"family {name} done in {info['wall_s']} s")
@@ -163,25 +167,30 @@ def _env() -> dict[str, str]:
     return env
 
 
-def record(out: Path, which: str | None, budget_s: float, tiny: bool) -> int:
+def record(out: Path, which: str | None, budget_s: float, tiny: bool,
+           only: list[str] | None = None, profiles_only: set[str] | None = None,
+           rates: bool = True) -> int:
     t_start = time.time()
     for sub in ("runs", "status", "traces"):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    if not tiny:
+    if not tiny and rates:
         log(out, "rates: bench matmul memory (quick)")
         rates = subprocess.run([sys.executable, "-m", "gpuaudit", "bench", "matmul", "memory",
                                 "--json", "--no-save"], capture_output=True, text=True,
                                env=_env(), timeout=120)
         (out / "rates.json").write_text(rates.stdout)
         log(out, f"rates: exit {rates.returncode} ({time.time() - t_start:.0f} s)")
-    todo = [slug(f["entry"]) for _, f in families(which)]
+    todo = only or [slug(f["entry"]) for _, f in families(which)]
+    profiles_only = profiles_only or set()
     while todo:
         left = budget_s - (time.time() - t_start)
         if left < 20:
             log(out, f"budget spent: not recorded {', '.join(todo)}")
             break
         proc = subprocess.Popen([sys.executable, __file__, "worker", str(out), *todo,
-                                 *(["--tiny"] if tiny else [])], env=_env(),
+                                 *(["--tiny"] if tiny else []),
+                                 *(["--profiles-only", ",".join(sorted(profiles_only))]
+                                   if profiles_only else [])], env=_env(),
                                 start_new_session=True)
         try:
             proc.wait(timeout=left)
@@ -227,7 +236,7 @@ def _predict_case(run: Any, prof: Any, change: dict[str, Any], status: dict[str,
     return predict(profile, rates, Change(precision=change["precision"]), specs)
 
 
-def compare(out: Path, rates_path: str | None) -> int:
+def compare(out: Path, rates_path: str | None, which: str | None = None) -> int:
     from gpuaudit.errors import GpuauditError
     from gpuaudit.model import load_run
     from gpuaudit.predict import machine_rates
@@ -240,20 +249,20 @@ def compare(out: Path, rates_path: str | None) -> int:
         print("compare: the rates run has no usable matmul and memory figures")
         return 2
     rows = []
-    for which, fam in families():
+    for kind, fam in families(which):
         name = slug(fam["entry"])
         status_file, run_file = out / "status" / f"{name}.json", out / "runs" / f"{name}.json"
         if not status_file.exists() or not run_file.exists():
-            rows.append({"set": which, "family": fam["family"], "case": "all",
+            rows.append({"set": kind, "family": fam["family"], "case": "all",
                          "error": "not recorded"})
             continue
         status = json.loads(status_file.read_text())
         run = load_run(run_file.read_text())
         profs = {p.precision: p for p in run.op_profiles}
-        for label, src, change, (kind, key) in CASES:
-            row: dict[str, Any] = {"set": which, "family": fam["family"], "case": label,
+        for label, src, change, (where, key) in CASES:
+            row: dict[str, Any] = {"set": kind, "family": fam["family"], "case": label,
                                    "from": f"{profs[src].workload}" if src in profs else src}
-            if kind == "profile":
+            if where == "profile":
                 meas = profs.get(key)
                 measured = meas.batch / (meas.step_ms / 1e3) if meas else None
             else:
@@ -284,8 +293,9 @@ def compare(out: Path, rates_path: str | None) -> int:
                 row["in_band"] = p.samples_per_s_low <= measured <= p.samples_per_s_high
             rows.append(row)
     doc = {"rates": {"run_id": rates.run_id, "basis": list(rates.roofs.basis)}, "rows": rows}
-    (out / "results.json").write_text(json.dumps(doc, indent=1))
-    (out / "table.md").write_text(table(rows))
+    tail = f"-{which}" if which else ""
+    (out / f"results{tail}.json").write_text(json.dumps(doc, indent=1))
+    (out / f"table{tail}.md").write_text(table(rows))
     print(table(rows))
     return 0
 
@@ -319,6 +329,34 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def reparse(out: Path) -> int:
+    """Every recording's kernel view read again from its kept trace (after a change of the
+    trace's reading: classes, timeline, host waits), the counted work kept."""
+    import gzip
+
+    from gpuaudit.model import load_run
+    from gpuaudit.workloads.kernelview import parse_trace
+    from gpuaudit.workloads.opcapture import with_kernel_view
+
+    for run_file in sorted((out / "runs").glob("*.json")):
+        run = load_run(run_file.read_text())
+        profiles = []
+        for p in run.op_profiles:
+            entry = str(p.model_params.get("entry") or p.model)
+            trace = out / "traces" / run_file.stem / (
+                re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{entry}-{p.mode}") + ".json.gz")
+            if not trace.exists():
+                profiles.append(p)
+                continue
+            with gzip.open(trace, "rt") as f:
+                events = json.load(f)["traceEvents"]
+            profiles.append(with_kernel_view(p, parse_trace(events, p.profiled_steps)))
+        run_file.write_text(run.model_copy(update={"op_profiles": tuple(profiles)})
+                            .model_dump_json())
+        print(f"reparsed {run_file.name}: {len(profiles)} profiles")
+    return 0
+
+
 def pack(out: Path, dest: Path, limit: int = 15 * 2**20, most: int = 7) -> int:
     """OUTDIR's files into at most `most` tars of at most `limit` bytes each in `dest` (the
     device machine sends back 8 files of 16 MiB): results first, traces after."""
@@ -346,24 +384,31 @@ def pack(out: Path, dest: Path, limit: int = 15 * 2**20, most: int = 7) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("record", "worker", "compare", "pack"))
+    ap.add_argument("what", choices=("record", "worker", "compare", "pack", "reparse"))
     ap.add_argument("out")
     ap.add_argument("names", nargs="*")
     ap.add_argument("--set", choices=("held_out", "development"))
     ap.add_argument("--budget-s", type=float, default=540.0)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--rates")
+    ap.add_argument("--only", help="families to record, in this order (NAME,NAME)")
+    ap.add_argument("--profiles-only", default="",
+                    help="families whose target cases are not measured again (NAME,NAME)")
+    ap.add_argument("--no-rates", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
+    skip_cases = {n for n in args.profiles_only.split(",") if n}
     if args.what == "worker":
-        return worker(out, args.names, args.tiny)
+        return worker(out, args.names, args.tiny, skip_cases)
     if args.what == "record":
-        return record(out, args.set, args.budget_s, args.tiny)
+        return record(out, args.set, args.budget_s, args.tiny,
+                      args.only.split(",") if args.only else None, skip_cases,
+                      not args.no_rates)
+    if args.what == "reparse":
+        return reparse(out)
     if args.what == "pack":
         return pack(out, Path(args.names[0]))
-    from zoo_compare import compare  # scripts/zoo_compare.py
-
-    return compare(out, args.rates)
+    return compare(out, args.rates, args.set)
 
 
 if __name__ == "__main__":

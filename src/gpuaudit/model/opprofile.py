@@ -32,7 +32,7 @@ ACTIVATION = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": 
 # The precisions a recording times its units in: fp32 (TF32 off), tf32, bf16 (autocast).
 TIMED_PRECISIONS = ("fp32", "tf32", "bf16")
 # The batch sizes (× the recorded one) a recording times its matmul-bound units at.
-BATCH_SCALES = (0.25, 0.5, 2.0, 4.0)
+BATCH_SCALES = (0.5, 2.0)
 
 
 class GemmShape(Record):
@@ -198,8 +198,8 @@ class SyncSpan(Record):
 class Timeline(Record):
     """The profiled steps' kernels in launch order (µs from the first launch): when the host
     launched each, when it ran and how long, and its unit group (index into
-    `OpProfile.groups`, -1 for none); the host's waits for the device; each step's first
-    launch."""
+    `OpProfile.groups`, -1 for none); the host's waits for the device (synchronizations;
+    a full launch queue); each step's first launch."""
 
     steps: int
     launch_us: tuple[float, ...]
@@ -208,6 +208,9 @@ class Timeline(Record):
     group: tuple[int, ...]
     syncs: tuple[SyncSpan, ...] = ()
     step_start_us: tuple[float, ...] = ()
+    # host time spent blocked in runtime calls since the launch before each kernel's, beyond
+    # those calls' usual length (a full launch queue: the host waited for the device)
+    blocked_us: tuple[float, ...] = ()
 
 
 class DdpBucket(Record):
@@ -251,6 +254,9 @@ class OpProfile(Record):
     param_count: int = 0
     ops_per_step: int = 0
     peak_memory_gb: float | None = None
+    # the timed step at a batch so small that its kernels hide nothing: the host's own time
+    # per step without the profiler (None where not measured or not host-bound there)
+    host_step_ms: float | None = None
     buckets: tuple[DdpBucket, ...] = ()
     alt_precision: str | None = None
     alt_batch: int | None = None

@@ -313,10 +313,12 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
     if replayed is not None:
         step, low, high = replayed.ms, replayed.low_ms, replayed.high_ms
         state.idle_ms = max(0.0, step - compute)
+        how = ("to match the timed step without the profiler" if replayed.alpha_measured else
+               "assumed: the recording's device never waited on its host")
         state.basis.append(f"the step replayed from its recorded timeline: the host's launches "
-                           f"and waits kept (host time × {replayed.alpha:.2f} to match the "
-                           f"timed step without the profiler); the device waited on the host "
-                           f"{replayed.host_bound_share:.0%} of the replayed step")
+                           f"and waits kept (host time × {replayed.alpha:.2f}, {how}); the "
+                           f"device waited on the host {replayed.host_bound_share:.0%} of the "
+                           "replayed step")
     ar_ms = exposed = None
     if gpus > 1:
         ar = state.allreduce or spec_allreduce(state.roofs.gpu)

@@ -10,7 +10,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from gpuaudit.model.opprofile import TENSOR_CLASSES, OpProfile
+from gpuaudit.model.opprofile import BATCH_SCALES, TENSOR_CLASSES, OpProfile
 
 from . import groups as grp
 from . import timeline as tlm
@@ -83,9 +83,8 @@ def _refresh(g: Grouped, state: StepState, why: str) -> None:
 
 def precision(g: Grouped, state: StepState, target: str) -> None:
     src = state.precision
-    rr = state.roofs.matmul(src), state.roofs.matmul(target)
-    rate_ratio = rr[0] / rr[1] if rr[0] and rr[1] else 1.0
-    grp.precision_change(g.record, g.changes, src, target, rate_ratio)
+    rates = (state.roofs.matmul(src) or 1.0, state.roofs.matmul(target) or 1.0)
+    grp.precision_change(g.record, g.changes, src, target, rates, state.roofs.memory_gbps)
     _refresh(g, state, f"{src} → {target}")
     width = ELEMENT_BYTES[target] / ELEMENT_BYTES[src]
     for cls, c in state.classes.items():
@@ -116,7 +115,7 @@ def batch(g: Grouped, state: StepState, target: int) -> None:
         _recalibrate(state, cls, state.precision)
     state.buckets = state.buckets  # the gradients do not follow the batch
     state.basis.append(f"batch {state.batch} → {target} per GPU: each unit group by its units "
-                       f"timed at {', '.join(f'×{s:g}' for s in (0.25, 0.5, 2, 4))} the batch "
+                       f"timed at {', '.join(f'×{s:g}' for s in BATCH_SCALES)} the batch "
                        "(matmul-bound, normalizations) or by its traffic counted at two "
                        "batch sizes (the rest); the step replayed from its timeline")
     state.batch = target
@@ -171,6 +170,7 @@ class Step:
     high_ms: float
     host_bound_share: float
     alpha: float
+    alpha_measured: bool = True
 
 
 def replay(g: Grouped, state: StepState) -> Step | None:
@@ -194,11 +194,14 @@ def replay(g: Grouped, state: StepState) -> Step | None:
             out.append(ch.apply(d) * g.class_factor[cls] * (1 + side * u))
         return out
 
-    rep = tlm.calibrate(tl, rec.step_ms * 1e3)
+    rep = tlm.calibrate(tl, rec.step_ms * 1e3,
+                        rec.host_step_ms * 1e3 if rec.host_step_ms else None)
     lat = tlm.latency_us(tl)
     fix = rec.step_ms * 1e3 / rep.period_us if rep.period_us > 0 else 1.0
     alpha = rep.alpha * g.host_scale
+    u = rep.alpha_unc
     mid, share = tlm.period(tl, durs(0.0), alpha, lat)
-    low, _ = tlm.period(tl, durs(-1.0), alpha, lat)
-    high, _ = tlm.period(tl, durs(1.0), alpha, lat)
-    return Step(mid * fix / 1e3, low * fix / 1e3, high * fix / 1e3, share, rep.alpha)
+    low, _ = tlm.period(tl, durs(-1.0), alpha * (1 - u), lat)
+    high, _ = tlm.period(tl, durs(1.0), alpha * (1 + u), lat)
+    return Step(mid * fix / 1e3, low * fix / 1e3, high * fix / 1e3, share, rep.alpha,
+                rep.identified)

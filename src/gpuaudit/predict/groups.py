@@ -40,6 +40,9 @@ U_BYTES = 0.05  # traffic counted under the target
 U_BYTES_BATCH = 0.08  # traffic from the line through two batch sizes
 U_OPAQUE = 0.5
 U_EXTRAPOLATED = 0.05  # per doubling of the batch past the sizes timed
+# Units timed alone that took more than this × what their group took in the step are not
+# trusted: their timing held something the step did not (the host's launches).
+TRUST = 1.5
 
 
 @dataclass
@@ -75,9 +78,18 @@ def _time(u: TimedUnit, precision: str, scale: float = 1.0) -> float | None:
                  and abs(t.batch_scale - scale) < 1e-9), None)
 
 
-def timed_ratio(units: Sequence[TimedUnit], src: str, target: str) -> tuple[float, float] | None:
+def _trusted(before_ms: float, held: float, in_step_us: float | None) -> bool:
+    """Units timed alone no slower than `TRUST` × their share of the group's time in the
+    step (`in_step_us`, all its units; None: not checked)."""
+    return in_step_us is None or in_step_us <= 0 or \
+        before_ms * 1e3 <= TRUST * in_step_us * max(held, 0.05)
+
+
+def timed_ratio(units: Sequence[TimedUnit], src: str, target: str,
+                in_step_us: float | None = None) -> tuple[float, float] | None:
     """(Σ count × time in `target` ÷ Σ count × time in `src` over the units timed in both,
-    the share of the units' counted FLOPs those hold), or None."""
+    the share of the units' counted FLOPs those hold), or None (none timed in both, or their
+    timing not trusted: `TRUST`)."""
     both = [(u, _time(u, src), _time(u, target)) for u in units]
     both = [(u, a, b) for u, a, b in both if a and b]
     if not both:
@@ -85,8 +97,11 @@ def timed_ratio(units: Sequence[TimedUnit], src: str, target: str) -> tuple[floa
     before = sum(u.count * a for u, a, _ in both)
     after = sum(u.count * b for u, _, b in both)
     flops = sum(u.count * u.flops for u in units) or 1.0
-    held = sum(u.count * u.flops for u, _, _ in both)
-    return after / before, (held / flops if any(u.flops for u in units) else 1.0)
+    held = sum(u.count * u.flops for u, _, _ in both) / flops if any(
+        u.flops for u in units) else 1.0
+    if not _trusted(before, held, in_step_us):
+        return None
+    return after / before, held
 
 
 def _curve(u: TimedUnit, precision: str) -> list[tuple[float, float]]:
@@ -114,8 +129,8 @@ def scaled_time(points: list[tuple[float, float]], scale: float) -> tuple[float,
     return max(t, floor, 1e-6), abs(math.log2(scale / edge))
 
 
-def batch_ratio(units: Sequence[TimedUnit], precision: str, scale: float
-                ) -> tuple[float, float, float] | None:
+def batch_ratio(units: Sequence[TimedUnit], precision: str, scale: float,
+                in_step_us: float | None = None) -> tuple[float, float, float] | None:
     """(Σ count × time at `scale` ÷ Σ count × time at the recorded batch, the share of the
     units' FLOPs timed at more than one batch, doublings past the sizes timed)."""
     before = after = 0.0
@@ -136,26 +151,45 @@ def batch_ratio(units: Sequence[TimedUnit], precision: str, scale: float
     if before <= 0:
         return None
     flops = sum(u.count * u.flops for u in units) or 1.0
-    return after / before, (held / flops if any(u.flops for u in units) else 1.0), past
+    share = held / flops if any(u.flops for u in units) else 1.0
+    if not _trusted(before, share, in_step_us):
+        return None
+    return after / before, share, past
 
 
 def _width(precision: str) -> str:
     return ACTIVATION.get(precision, "float32")
 
 
+def roofline_ratio(g: UnitGroup, rates: tuple[float, float], memory_gbps: float,
+                   alt_bytes: float | None) -> float:
+    """A group's time there ÷ here on its roofline: max(FLOPs at the matmul rate, traffic at
+    the memory rate) in each precision (`rates`: TFLOP/s here, there; `alt_bytes`: its traffic
+    there)."""
+    def ideal(rate: float, moved: float) -> float:
+        return max(g.flops / (rate * 1e12), moved / (memory_gbps * 1e9))
+
+    here = ideal(rates[0], g.bytes)
+    there = ideal(rates[1], alt_bytes if alt_bytes is not None else g.bytes)
+    return there / here if here > 0 else 1.0
+
+
 def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, target: str,
-                     rate_ratio: float) -> None:
-    """Every group moved from `src` to `target` (module docstring); `rate_ratio`: the
-    measured matmul rate in `src` ÷ in `target` (the untimed matmul-bound groups' fallback)."""
+                     rates: tuple[float, float], memory_gbps: float) -> None:
+    """Every group moved from `src` to `target` (module docstring); `rates`: the measured
+    matmul rates here and there (the untimed matmul-bound groups' roofline)."""
     by_class: dict[str, list[TimedUnit]] = {}
     for u in p.timed:
         by_class.setdefault(u.op_class, []).append(u)
     same_width = _width(src) == _width(target)
     alt_matches = p.alt_precision is not None and _width(p.alt_precision) == _width(target)
+    class_us: dict[str, float] = {}
+    for g in p.groups:
+        class_us[g.op_class] = class_us.get(g.op_class, 0.0) + g.kernel_us
     for i, g in enumerate(p.groups):
         c = changes[i]
-        own = timed_ratio(_units(p, g), src, target)
-        pooled = timed_ratio(by_class.get(g.op_class, []), src, target)
+        own = timed_ratio(_units(p, g), src, target, g.kernel_us)
+        pooled = timed_ratio(by_class.get(g.op_class, []), src, target, class_us[g.op_class])
         compute = g.op_class in TENSOR_CLASSES and g.flops > 0
         if g.op_class in OPAQUE_CLASSES:
             c.then(1.0, 0.0, U_OPAQUE, f"{src} → {target}: not understood, carried ±50 %")
@@ -165,12 +199,15 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
                    f"{src} → {target}: its units timed alone ×{ratio:.3g} ({held:.0%} of "
                    "its FLOPs)")
         elif compute or (g.op_class == "norm" and pooled):
-            if pooled is not None:
+            moved = g.alt_bytes if alt_matches else (
+                g.bytes if same_width else None)
+            if pooled is not None and g.op_class == "norm":
                 c.then(pooled[0], 0.0, U_CLASS_TIMED,
                        f"{src} → {target}: its class's units timed alone ×{pooled[0]:.3g}")
             elif g.flops:
-                c.then(rate_ratio, 0.0, U_UNTIMED,
-                       f"{src} → {target}: not timed; the matmul rates ×{rate_ratio:.3g}")
+                ratio = roofline_ratio(g, rates, memory_gbps, moved)
+                c.then(ratio, 0.0, U_UNTIMED, f"{src} → {target}: not timed; its roofline at the "
+                       f"measured rates ×{ratio:.3g}")
             else:
                 c.then(1.0, 0.0, U_UNTIMED, f"{src} → {target}: not timed, no FLOPs: kept")
         elif same_width:
@@ -203,10 +240,14 @@ def batch_change(p: OpProfile, changes: dict[int, GroupChange], precision: str,
     by_class: dict[str, list[TimedUnit]] = {}
     for u in p.timed:
         by_class.setdefault(u.op_class, []).append(u)
+    class_us: dict[str, float] = {}
+    for g in p.groups:
+        class_us[g.op_class] = class_us.get(g.op_class, 0.0) + g.kernel_us
     for i, g in enumerate(p.groups):
         c = changes[i]
-        own = batch_ratio(_units(p, g), precision, scale)
-        pooled = batch_ratio(by_class.get(g.op_class, []), precision, scale)
+        own = batch_ratio(_units(p, g), precision, scale, g.kernel_us)
+        pooled = batch_ratio(by_class.get(g.op_class, []), precision, scale,
+                             class_us[g.op_class])
         how = f"batch {p.batch} → {target}"
         flops = _line(g.flops, g.alt_batch_flops, p.batch, alt or p.batch, target)
         moved = _line(g.bytes, g.alt_batch_bytes, p.batch, alt or p.batch, target)

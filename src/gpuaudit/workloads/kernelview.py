@@ -43,6 +43,7 @@ class TimelineRows:
     group: list[GroupKey] = field(default_factory=list)
     syncs: list[tuple[float, float]] = field(default_factory=list)
     step_start_us: list[float] = field(default_factory=list)
+    blocked_us: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -83,12 +84,20 @@ def short(name: str) -> str:
     return name.split("(")[0].split("<")[0][-60:]
 
 
-def _is_sync(ev: dict[str, Any]) -> bool:
+def _is_sync(ev: dict[str, Any], copies: dict[Any, str]) -> bool:
+    """A host call that waits for the device: a synchronize, a blocking copy, an
+    asynchronous copy to pageable memory (the `.item()` of a loss, `.cpu()`). A launch that
+    took long waited for room in the launch queue, not for the device to finish."""
     name = str(ev.get("name", ""))
     if "Synchronize" in name:
         return True
-    return name.startswith(("cudaMemcpy", "cuMemcpy")) and "Peer" not in name and \
-        float(ev.get("dur", 0.0)) >= SYNC_COPY_US
+    if name in ("cudaMemcpy", "cuMemcpy", "cuMemcpyDtoH_v2"):
+        return True
+    if name.startswith(("cudaMemcpyAsync", "cuMemcpyAsync")) and \
+            float(ev.get("dur", 0.0)) >= SYNC_COPY_US:
+        kind = copies.get((ev.get("args") or {}).get("correlation"), "")
+        return "Pageable" in kind and "DtoH" in kind
+    return False
 
 
 def parse_trace(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
@@ -98,14 +107,19 @@ def parse_trace(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
     view = KernelView(steps=max(1, steps), timeline=TimelineRows())
     runtime = {}
     syncs = []
+    calls: list[tuple[float, float, str]] = []  # (start, duration, name) of every runtime call
+    copies = {(e.get("args") or {}).get("correlation"): str(e.get("name", "")) for e in events
+              if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy"}
     for ev in events:
         if ev.get("ph") != "X" or ev.get("cat") not in RUNTIME_CATS:
             continue
         corr = (ev.get("args") or {}).get("correlation")
         if corr is not None:
             runtime[corr] = ev
-        if _is_sync(ev):
+        if _is_sync(ev, copies):
             syncs.append((float(ev["ts"]), float(ev["ts"]) + float(ev.get("dur", 0.0))))
+        else:
+            calls.append((float(ev["ts"]), float(ev.get("dur", 0.0)), str(ev.get("name", ""))))
     rows: list[tuple[float, float, float, GroupKey]] = []
     spans: list[tuple[float, float]] = []
     for ev in events:
@@ -148,23 +162,47 @@ def parse_trace(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
     if spans:
         view.busy_us = _union_us(spans)
         view.span_us = max(e for _, e in spans) - min(s for s, _ in spans)
-    _timeline(view, rows, syncs, tree)
+    _timeline(view, rows, syncs, tree, calls)
     return view
 
 
+def _excess(calls: list[tuple[float, float, str]]) -> list[tuple[float, float]]:
+    """(start, µs beyond the usual) of runtime calls that took longer than their kind's
+    median: the host blocked in them (a full launch queue, an allocation)."""
+    import statistics
+
+    by_name: dict[str, list[float]] = defaultdict(list)
+    for _, dur, name in calls:
+        by_name[name].append(dur)
+    usual = {name: statistics.median(d) for name, d in by_name.items()}
+    return sorted((ts, dur - usual[name]) for ts, dur, name in calls
+                  if dur - usual[name] > 1.0)
+
+
 def _timeline(view: KernelView, rows: list[tuple[float, float, float, GroupKey]],
-              syncs: list[tuple[float, float]], tree: optrace.OpTree) -> None:
+              syncs: list[tuple[float, float]], tree: optrace.OpTree,
+              calls: list[tuple[float, float, str]]) -> None:
     tl = view.timeline
     assert tl is not None
     if not rows:
         return
     rows.sort(key=lambda r: r[0])
     t0 = rows[0][0]
+    excess = _excess(calls)
+    j = 0
+    prev = -math.inf
     for launch, start, dur, key in rows:
+        blocked = 0.0
+        while j < len(excess) and excess[j][0] < launch:
+            if excess[j][0] >= prev:
+                blocked += excess[j][1]
+            j += 1
+        prev = launch
         tl.launch_us.append(round(launch - t0, 3))
         tl.start_us.append(round(start - t0, 3))
         tl.dur_us.append(round(dur, 3))
         tl.group.append(key)
+        tl.blocked_us.append(round(blocked, 3))
     end = max(s + d for _, s, d, _ in rows)
     tl.syncs = [(round(a - t0, 3), round(b - t0, 3)) for a, b in sorted(syncs)
                 if b >= t0 and a <= end]

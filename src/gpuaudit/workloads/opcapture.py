@@ -66,6 +66,7 @@ class Captured:
     batch_tally: OpTally | None = None
     timed: list[TimedUnit] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    host_step_ms: float | None = None
 
 
 def alt_precision(precision: str) -> str:
@@ -127,6 +128,7 @@ def capture(trainer: Trainer, *, steps: int = 3, keep_trace: str | None = None) 
         notes.append(f"not counted at batch {half}: {str(exc).splitlines()[0][:80]}")
     kernels = profile_kernels(torch, device, trainer.step, steps, keep=keep_trace)
     phases = phase_times_ms(torch, device, trainer, steps)
+    host_step = host_step_ms(trainer, notes)
     timed: list[TimedUnit] = []
     if mode.compile:
         notes.append("units not timed alone: a compiled step runs inductor's own kernels")
@@ -142,7 +144,43 @@ def capture(trainer: Trainer, *, steps: int = 3, keep_trace: str | None = None) 
                     buckets=ddp_buckets(params), grad_bytes=grad_bytes,
                     params=sum(p.numel() for p in unique.values()), alt_precision=alt,
                     alt_tally=alt_tally, alt_batch=half if batch_tally else None,
-                    batch_tally=batch_tally, timed=timed, notes=notes)
+                    batch_tally=batch_tally, timed=timed, notes=notes,
+                    host_step_ms=host_step)
+
+
+HOST_BATCH = 1  # a batch whose kernels are too short to hide the host
+
+
+def host_step_ms(trainer: Trainer, notes: list[str], steps: int = 6) -> float | None:
+    """The timed step at batch `HOST_BATCH`, without the profiler: the host's own time per
+    step (the same operators at any batch), which a step whose device never waits on its host
+    cannot show. None where it fails (the model needs its batch)."""
+    import statistics
+
+    import torch
+
+    from gpuaudit.workloads.entry import split_batch
+    from gpuaudit.workloads.models import call_make_batch
+    from gpuaudit.workloads.timing import step_times_s, sync
+    from gpuaudit.workloads.train import to_device
+
+    w, device = trainer.workload, trainer.device
+    keep = trainer.inputs, trainer.target
+    try:
+        inputs, target = split_batch(call_make_batch(w.make_batch, HOST_BATCH, device))
+        trainer.inputs = to_device(torch, inputs, device, trainer.mode.channels_last)
+        trainer.target = to_device(torch, target, device, False)
+        for _ in range(2):
+            trainer.step()
+        sync(torch, device)
+        times = step_times_s(torch, device, trainer.step, steps)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        notes.append(f"host time not measured at batch {HOST_BATCH}: "
+                     f"{str(exc).splitlines()[0][:80]}")
+        return None
+    finally:
+        trainer.inputs, trainer.target = keep
+    return round(1e3 * statistics.median(times), 4)
 
 
 # --- the record --------------------------------------------------------------------------
@@ -205,7 +243,8 @@ def op_profile(c: Captured, *, workload: str, model: str, mode: Any, batch: int,
                             start_us=tuple(tl.start_us), dur_us=tuple(tl.dur_us),
                             group=tuple(index.get(g, -1) for g in tl.group),
                             syncs=tuple(SyncSpan(start_us=a, end_us=b) for a, b in tl.syncs),
-                            step_start_us=tuple(tl.step_start_us))
+                            step_start_us=tuple(tl.step_start_us),
+                            blocked_us=tuple(tl.blocked_us))
     busy = k.busy_us / steps / 1e3
     params = {key: v for key, v in model_params.items()
               if isinstance(v, str | int | float | bool) or v is None}
@@ -217,6 +256,7 @@ def op_profile(c: Captured, *, workload: str, model: str, mode: Any, batch: int,
         busy_ms=round(busy, 4), forward_ms=round(c.phases_ms.get("forward", 0.0), 4),
         backward_ms=round(c.phases_ms.get("backward", 0.0), 4),
         optimizer_ms=round(c.phases_ms.get("optimizer", 0.0), 4), grad_bytes=c.grad_bytes,
+        host_step_ms=c.host_step_ms,
         param_count=c.params, ops_per_step=t.total_ops, peak_memory_gb=peak_memory_gb,
         buckets=tuple(DdpBucket(bytes=b, ready_fraction=round(f, 4)) for b, f in c.buckets),
         alt_precision=c.alt_precision, alt_batch=c.alt_batch,
@@ -225,6 +265,56 @@ def op_profile(c: Captured, *, workload: str, model: str, mode: Any, batch: int,
         unknown=tuple(UnknownOp(op=op, ms_per_step=round(us / steps / 1e3, 4), why=why)
                       for (op, why), us in sorted(k.unknown.items(), key=lambda kv: -kv[1])),
         model_params=params, notes=tuple(c.notes))
+
+
+def with_kernel_view(p: OpProfile, k: KernelView) -> OpProfile:
+    """`p` with its kernel view read again from its trace (`kernelview.parse_trace`): each
+    class's and group's time, the grids, the timeline and what the model does not understand,
+    for recordings whose trace was kept. The counted work stays as recorded (a group the new
+    view adds has none)."""
+    steps = k.steps
+    by_key = {(g.op_class, g.unit): g for g in p.groups}
+    keys = sorted(set(by_key) | set(k.group_us))
+    groups = []
+    for cls, unit in keys:
+        old = by_key.get((cls, unit)) or UnitGroup(op_class=cls, unit=unit)
+        groups.append(old.model_copy(update={
+            "kernel_us": round(k.group_us.get((cls, unit), 0.0) / steps, 3),
+            "kernels": round(k.group_count.get((cls, unit), 0) / steps, 2)}))
+    index = {key: i for i, key in enumerate(keys)}
+    classes = {c.op_class: c for c in p.classes}
+    for cls in CLASSES:
+        if cls not in classes and k.us.get(cls):
+            classes[cls] = OpClassRecord(op_class=cls, ms_per_step=0.0)
+    new_classes = []
+    for cls in CLASSES:
+        c = classes.get(cls)
+        if c is None:
+            continue
+        grids = [KernelGrid(name=name, blocks=blocks, blocks_per_sm=per_sm,
+                            count_per_step=round(v[0] / steps, 3),
+                            us_per_step=round(v[1] / steps, 3))
+                 for (name, blocks, per_sm), v in k.grids.items()
+                 if k.grid_class.get((name, blocks, per_sm)) == cls]
+        new_classes.append(c.model_copy(update={
+            "ms_per_step": k.per_step_ms(cls),
+            "kernels_per_step": round(k.count.get(cls, 0) / steps, 2),
+            "kernels": tuple(_top(grids, lambda g: g.us_per_step, SHAPES_KEPT))}))
+    tl = k.timeline
+    timeline = None
+    if tl is not None and tl.dur_us:
+        timeline = Timeline(steps=steps, launch_us=tuple(tl.launch_us),
+                            start_us=tuple(tl.start_us), dur_us=tuple(tl.dur_us),
+                            group=tuple(index.get(g, -1) for g in tl.group),
+                            syncs=tuple(SyncSpan(start_us=a, end_us=b) for a, b in tl.syncs),
+                            step_start_us=tuple(tl.step_start_us),
+                            blocked_us=tuple(tl.blocked_us))
+    return p.model_copy(update={
+        "groups": tuple(groups), "classes": tuple(new_classes), "timeline": timeline,
+        "busy_ms": round(k.busy_us / steps / 1e3, 4),
+        "span_ms": round(k.span_us / steps / 1e3, 4),
+        "unknown": tuple(UnknownOp(op=op, ms_per_step=round(us / steps / 1e3, 4), why=why)
+                         for (op, why), us in sorted(k.unknown.items(), key=lambda kv: -kv[1]))})
 
 
 def measurements(p: OpProfile, *, base: dict[str, Any], gpu_index: int | None
