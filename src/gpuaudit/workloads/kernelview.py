@@ -168,13 +168,12 @@ def parse_trace(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
 
 def _excess(calls: list[tuple[float, float, str]]) -> list[tuple[float, float]]:
     """(start, µs beyond the usual) of runtime calls that took longer than their kind's
-    median: the host blocked in them (a full launch queue, an allocation)."""
-    import statistics
-
+    usual (its lower quartile: in a step that fills the launch queue most launches wait):
+    the host blocked in them (a full launch queue, an allocation)."""
     by_name: dict[str, list[float]] = defaultdict(list)
     for _, dur, name in calls:
         by_name[name].append(dur)
-    usual = {name: statistics.median(d) for name, d in by_name.items()}
+    usual = {name: sorted(d)[len(d) // 4] for name, d in by_name.items()}
     return sorted((ts, dur - usual[name]) for ts, dur, name in calls
                   if dur - usual[name] > 1.0)
 
