@@ -236,14 +236,26 @@ def _predict_case(run: Any, prof: Any, change: dict[str, Any], status: dict[str,
     return predict(profile, rates, Change(precision=change["precision"]), specs)
 
 
-def compare(out: Path, rates_path: str | None, which: str | None = None) -> int:
+def _found(out: Path, name: str) -> tuple[Any, dict[str, Any]] | None:
+    from gpuaudit.model import load_run
+
+    status_file, run_file = out / "status" / f"{name}.json", out / "runs" / f"{name}.json"
+    if not status_file.exists() or not run_file.exists():
+        return None
+    return load_run(run_file.read_text()), json.loads(status_file.read_text())
+
+
+def compare(outs: list[Path], rates_path: str | None, which: str | None = None) -> int:
+    """Each case predicted from its recording beside its measurement. With several recording
+    folders, each case is taken from the last one that holds both its source profile and its
+    measurement: a prediction is only compared with a measurement of the same machine."""
     from gpuaudit.errors import GpuauditError
     from gpuaudit.model import load_run
     from gpuaudit.predict import machine_rates
     from gpuaudit.specs.catalog import load_catalog
 
     specs = load_catalog()
-    rates_run = load_run(Path(rates_path or out / "rates.json").read_text())
+    rates_run = load_run(Path(rates_path or outs[0] / "rates.json").read_text())
     rates = machine_rates(rates_run, specs)
     if rates is None:
         print("compare: the rates run has no usable matmul and memory figures")
@@ -251,30 +263,33 @@ def compare(out: Path, rates_path: str | None, which: str | None = None) -> int:
     rows = []
     for kind, fam in families(which):
         name = slug(fam["entry"])
-        status_file, run_file = out / "status" / f"{name}.json", out / "runs" / f"{name}.json"
-        if not status_file.exists() or not run_file.exists():
+        found = [(i, f) for i, out in enumerate(outs) if (f := _found(out, name)) is not None]
+        if not found:
             rows.append({"set": kind, "family": fam["family"], "case": "all",
                          "error": "not recorded"})
             continue
-        status = json.loads(status_file.read_text())
-        run = load_run(run_file.read_text())
-        profs = {p.precision: p for p in run.op_profiles}
         for label, src, change, (where, key) in CASES:
-            row: dict[str, Any] = {"set": kind, "family": fam["family"], "case": label,
-                                   "from": f"{profs[src].workload}" if src in profs else src}
-            if where == "profile":
-                meas = profs.get(key)
-                measured = meas.batch / (meas.step_ms / 1e3) if meas else None
-            else:
-                found = status["cases"].get(key, {})
-                measured = found.get("samples_per_s")
-                if found.get("error"):
-                    row["measured_error"] = found["error"]
-            row["measured"] = measured
-            if src not in profs:
-                row["error"] = f"no {src} op profile"
+            row: dict[str, Any] = {"set": kind, "family": fam["family"], "case": label}
+            chosen = None
+            for i, (run, status) in reversed(found):
+                profs = {p.precision: p for p in run.op_profiles}
+                if src not in profs:
+                    continue
+                if where == "profile":
+                    meas = profs.get(key)
+                    measured = meas.batch / (meas.step_ms / 1e3) if meas else None
+                else:
+                    measured = status["cases"].get(key, {}).get("samples_per_s")
+                if measured:
+                    chosen = (i, run, status, profs, measured)
+                    break
+            if chosen is None:
+                row["error"] = "no recording holds both its source and its measurement"
                 rows.append(row)
                 continue
+            i, run, status, profs, measured = chosen
+            row.update({"recording": outs[i].parent.name, "from": profs[src].workload,
+                        "measured": measured})
             try:
                 p = _predict_case(run, profs[src], change, status, rates, specs)
             except (GpuauditError, ValueError, KeyError, TypeError) as exc:
@@ -288,12 +303,12 @@ def compare(out: Path, rates_path: str | None, which: str | None = None) -> int:
                        f"{p.target.batch_per_gpu}",
                        classes={c.op_class: [round(c.measured_ms, 3), round(c.predicted_ms, 3)]
                                 for c in p.classes})
-            if measured:
-                row["error_pct"] = 100 * (p.samples_per_s - measured) / measured
-                row["in_band"] = p.samples_per_s_low <= measured <= p.samples_per_s_high
+            row["error_pct"] = 100 * (p.samples_per_s - measured) / measured
+            row["in_band"] = p.samples_per_s_low <= measured <= p.samples_per_s_high
             rows.append(row)
     doc = {"rates": {"run_id": rates.run_id, "basis": list(rates.roofs.basis)}, "rows": rows}
     tail = f"-{which}" if which else ""
+    out = outs[-1]
     (out / f"results{tail}.json").write_text(json.dumps(doc, indent=1))
     (out / f"table{tail}.md").write_text(table(rows))
     print(table(rows))
@@ -395,6 +410,8 @@ def main() -> int:
     ap.add_argument("--profiles-only", default="",
                     help="families whose target cases are not measured again (NAME,NAME)")
     ap.add_argument("--no-rates", action="store_true")
+    ap.add_argument("--also", action="append", default=[],
+                    help="compare: a later recording folder, preferred where it holds a case")
     args = ap.parse_args()
     out = Path(args.out)
     skip_cases = {n for n in args.profiles_only.split(",") if n}
@@ -408,7 +425,7 @@ def main() -> int:
         return reparse(out)
     if args.what == "pack":
         return pack(out, Path(args.names[0]))
-    return compare(out, args.rates, args.set)
+    return compare([out, *map(Path, args.also)], args.rates, args.set)
 
 
 if __name__ == "__main__":

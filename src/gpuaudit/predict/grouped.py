@@ -58,6 +58,18 @@ def start(record: OpProfile | None) -> Grouped | None:
     return out
 
 
+def _fallback_note(g: Grouped, state: StepState, what: str) -> None:
+    """Matmul-bound time no trusted timing moved: a note with its share of the step."""
+    moved = sum(ch.group.kernel_us for ch in g.changes.values() if ch.fallback) / 1e3
+    total = sum(ch.group.kernel_us for ch in g.changes.values()) / 1e3
+    if total > 0 and moved / total >= 0.1:
+        names = sorted({f"{ch.group.op_class}/{ch.group.unit}" for ch in g.changes.values()
+                        if ch.fallback and ch.group.kernel_us / 1e3 >= 0.05 * total})
+        state.notes.append(f"{moved / total:.0%} of the step's device time ({', '.join(names)}) "
+                           f"has no trusted timing alone for the {what}: moved by its "
+                           f"roofline, ±{grp.U_UNTIMED:.0%}")
+
+
 def _refresh(g: Grouped, state: StepState, why: str) -> None:
     """Each class's time and uncertainty from its groups."""
     by_class: dict[str, list[int]] = defaultdict(list)
@@ -86,6 +98,7 @@ def precision(g: Grouped, state: StepState, target: str) -> None:
     rates = (state.roofs.matmul(src) or 1.0, state.roofs.matmul(target) or 1.0)
     grp.precision_change(g.record, g.changes, src, target, rates, state.roofs.memory_gbps)
     _refresh(g, state, f"{src} → {target}")
+    _fallback_note(g, state, f"{src} → {target} change")
     width = ELEMENT_BYTES[target] / ELEMENT_BYTES[src]
     for cls, c in state.classes.items():
         w = c.work
@@ -108,6 +121,7 @@ def batch(g: Grouped, state: StepState, target: int) -> None:
     rec = g.record
     grp.batch_change(rec, g.changes, state.precision, target)
     _refresh(g, state, f"batch {state.batch} → {target}")
+    _fallback_note(g, state, "batch change")
     scale = target / state.batch
     for cls, c in state.classes.items():
         c.work = c.work.with_(flops=c.work.flops * scale, bytes=c.work.bytes * scale,

@@ -35,7 +35,8 @@ from gpuaudit.model.opprofile import (
 FLOOR_US = 2.5  # of every kernel's time, what does not follow its traffic
 U_TIMED = 0.06  # a ratio of units timed alone, carried into the step
 U_CLASS_TIMED = 0.12  # a group moved by the timed ratio of its class's other units
-U_UNTIMED = 0.25  # a matmul-bound group moved by the rates or FLOPs alone
+U_UNTIMED = 0.5  # a matmul-bound group moved by its roofline or FLOPs alone (the zoo's
+# development families: efficiency differs between precisions by up to 2×)
 U_BYTES = 0.05  # traffic counted under the target
 U_BYTES_BATCH = 0.08  # traffic from the line through two batch sizes
 U_OPAQUE = 0.5
@@ -55,6 +56,7 @@ class GroupChange:
     floor_us: float = 0.0
     unc: float = 0.0
     basis: list[str] = field(default_factory=list)
+    fallback: bool = False  # moved by its roofline or FLOPs: no trusted timing
 
     def apply(self, us: float) -> float:
         fixed = min(us, self.floor_us)
@@ -191,25 +193,23 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
         own = timed_ratio(_units(p, g), src, target, g.kernel_us)
         pooled = timed_ratio(by_class.get(g.op_class, []), src, target, class_us[g.op_class])
         compute = g.op_class in TENSOR_CLASSES and g.flops > 0
+        timed_kind = compute or g.op_class == "norm"
         if g.op_class in OPAQUE_CLASSES:
             c.then(1.0, 0.0, U_OPAQUE, f"{src} → {target}: not understood, carried ±50 %")
-        elif own is not None and own[1] >= 0.5:
+        elif timed_kind and own is not None:
             ratio, held = own
-            c.then(ratio, 0.0, math.hypot(U_TIMED, (1 - held) * U_CLASS_TIMED),
+            c.then(ratio, 0.0, math.hypot(U_TIMED, (1 - held) * 2 * U_CLASS_TIMED),
                    f"{src} → {target}: its units timed alone ×{ratio:.3g} ({held:.0%} of "
                    "its FLOPs)")
-        elif compute or (g.op_class == "norm" and pooled):
-            moved = g.alt_bytes if alt_matches else (
-                g.bytes if same_width else None)
-            if pooled is not None and g.op_class == "norm":
-                c.then(pooled[0], 0.0, U_CLASS_TIMED,
-                       f"{src} → {target}: its class's units timed alone ×{pooled[0]:.3g}")
-            elif g.flops:
-                ratio = roofline_ratio(g, rates, memory_gbps, moved)
-                c.then(ratio, 0.0, U_UNTIMED, f"{src} → {target}: not timed; its roofline at the "
-                       f"measured rates ×{ratio:.3g}")
-            else:
-                c.then(1.0, 0.0, U_UNTIMED, f"{src} → {target}: not timed, no FLOPs: kept")
+        elif timed_kind and pooled is not None:
+            c.then(pooled[0], 0.0, U_CLASS_TIMED,
+                   f"{src} → {target}: its class's units timed alone ×{pooled[0]:.3g}")
+        elif compute:
+            moved = g.alt_bytes if alt_matches else (g.bytes if same_width else None)
+            ratio = roofline_ratio(g, rates, memory_gbps, moved)
+            c.fallback = True
+            c.then(ratio, 0.0, U_UNTIMED, f"{src} → {target}: not timed (or its timing alone "
+                   f"slower than its step); its roofline at the measured rates ×{ratio:.3g}")
         elif same_width:
             c.then(1.0, 0.0, 0.02, f"{src} → {target}: the same traffic")
         elif alt_matches and g.alt_bytes is not None and g.bytes > 0:
@@ -264,6 +264,7 @@ def batch_change(p: OpProfile, changes: dict[int, GroupChange], precision: str,
                    f"{how}: its class's units timed alone ×{ratio:.3g}")
         elif g.op_class in TENSOR_CLASSES and flops is not None and g.flops > 0:
             ratio = flops / g.flops
+            c.fallback = True
             c.then(ratio, FLOOR_US, U_UNTIMED, f"{how}: not timed; its counted FLOPs "
                    f"×{ratio:.3g}")
         elif moved is not None and g.bytes > 0:

@@ -28,6 +28,7 @@ ALPHA_RANGE = (0.1, 1.0)
 DEFAULT_ALPHA = 0.76
 U_ALPHA = 0.05
 U_ALPHA_DEFAULT = 0.2
+IDENTIFIED_SHARE = 0.1  # α is found where the device waits on the host this much at it
 QUEUE = 1024  # launches the host can be ahead of the device before a launch blocks
 
 
@@ -206,4 +207,8 @@ def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None) -
         else:
             lo = mid
     p, share = period(tl, durs, lo, lat)
+    if share < IDENTIFIED_SHARE:
+        # the device hardly waited on the host even at α: α is only bounded above by it
+        alpha = min(lo, DEFAULT_ALPHA)
+        return Replay(period(tl, durs, alpha, lat)[0], alpha, share, False)
     return Replay(p, lo, share)

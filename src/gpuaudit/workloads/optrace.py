@@ -118,6 +118,9 @@ def build(events: Iterable[dict[str, Any]]) -> OpTree:
             stack.append(ev)
         tree.by_tid[tid] = evs
         tree.starts[tid] = [v.ts for v in evs]
+    # An operator records the sequence number the next autograd node will take, so the ops
+    # that create none (a buffer's `num_batches_tracked.add_(1)`, integer indices) share it
+    # with the one that does, which comes last: the last forward op of a number is its node's.
     for evs in tree.by_tid.values():
         for ev in evs:
             if ev.name.startswith(STEP_MARK) and ev.parent is None:
@@ -127,7 +130,7 @@ def build(events: Iterable[dict[str, Any]]) -> OpTree:
                 continue
             unit = _outermost_aten(ev)
             if unit is not None:
-                tree.forward_of_seq.setdefault(int(seq), unit)
+                tree.forward_of_seq[int(seq)] = unit
     tree.steps.sort(key=lambda v: v.ts)
     _classify(tree)
     return tree
