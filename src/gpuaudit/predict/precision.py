@@ -21,7 +21,8 @@ precision family; and what the change does to the program beyond its rates:
   holds for one of them only: ±50 % on batch norm's time (on an H200 PyTorch's bf16 kernels
   took about 1.4 × cuDNN's fp32 time for the same elements), and the notes say so.
 - Where the recording timed the step's batch-norm layers alone in both precision families
-  (`workloads.norms`: forward + backward at its biggest shapes, memory format and dtypes),
+  (recordings before the unit timings: forward + backward at its biggest shapes, memory
+  format and dtypes),
   batch norm's time moves by their ratio instead, whatever the implementations: the target's
   time ÷ the source's, summed over the shapes timed in both, each × its layers per step (a
   time-weighted mean of the per-shape ratios). Its band is then what that timing leaves
@@ -131,7 +132,7 @@ def timed_conv_ratio(w: OpWork, src: str, target: str) -> tuple[float, int, floa
     """(the convolutions' time in `target` ÷ in `src` from their layers timed alone: Σ count ×
     time in `target` ÷ Σ count × time in `src` over the layers timed in both; how many layers;
     the share of the class's forward FLOPs the timed layers hold), or None where the
-    recording lacks either precision (`workloads.convs`)."""
+    recording lacks either precision (recordings before the unit timings)."""
     if w.convs is None:
         return None
     have = {t.layer: t for t in w.convs.timed if t.precision == src}

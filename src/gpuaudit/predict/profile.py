@@ -68,7 +68,8 @@ class NormTimed:
 
 @dataclass(frozen=True)
 class BatchNorm:
-    """Batch norm within the elementwise class (`workloads.norms`): its kernels' own time per
+    """Batch norm within the elementwise class (recordings before the norm class): its
+    kernels' own time per
     step (0 where none was recognized), its shapes timed alone, and the share of its
     traffic those shapes hold."""
 
@@ -81,7 +82,7 @@ class BatchNorm:
 class ConvTimed:
     """A convolution layer timed alone (forward + backward) in a precision: `layer` is its
     input and weight shapes, stride, padding, dilation, groups, bias, input gradient and
-    memory format (`workloads.convs.Layer`)."""
+    memory format (recordings before the unit timings)."""
 
     layer: tuple[Any, ...]
     precision: str
@@ -91,7 +92,8 @@ class ConvTimed:
 
 @dataclass(frozen=True)
 class ConvTiming:
-    """The conv class's layers timed alone (`workloads.convs`), and the share of its forward
+    """The conv class's layers timed alone (recordings before the unit timings), and the
+    share of its forward
     FLOPs they hold."""
 
     timed: tuple[ConvTimed, ...]
