@@ -21,6 +21,7 @@ from .profile import StepProfile
 from .state import StepState
 
 NOTE_SHARE = 0.03
+U_OPAQUE = 0.5
 REFUSE_SHARE = 0.25
 ROOF_LIMIT = 1.2  # achieved ÷ ideal (gpt-124m's bf16 matmuls ran at 107 % on an H200)
 U_ROOF = 0.25
@@ -44,11 +45,16 @@ def refuse_or_note(profile: StepProfile, state: StepState) -> None:
     share = ms / total
     named = "; ".join(what) or "no operator named"
     if share > REFUSE_SHARE:
-        raise BadInputError(f"run {profile.run_id}: {share:.0%} of {profile.workload}'s device "
+        raise BadInputError(f"run {profile.run_id}: {100 * share:.0f} % of {profile.workload}'s "
+                            "device "
                             f"time is in operators the model does not understand ({named}): "
                             "no prediction")
+    for cls in OPAQUE_CLASSES:
+        if cls in state.classes:
+            state.classes[cls].add_unc(U_OPAQUE)
     if share > NOTE_SHARE:
-        state.notes.append(f"{share:.0%} of the step's device time is in operators the model "
+        state.notes.append(f"{100 * share:.0f} % of the step's device time is in operators the "
+                           "model "
                            f"does not understand ({named}): carried as it is, ±50 %")
 
 

@@ -65,9 +65,9 @@ def _fallback_note(g: Grouped, state: StepState, what: str) -> None:
     if total > 0 and moved / total >= 0.1:
         names = sorted({f"{ch.group.op_class}/{ch.group.unit}" for ch in g.changes.values()
                         if ch.fallback and ch.group.kernel_us / 1e3 >= 0.05 * total})
-        state.notes.append(f"{moved / total:.0%} of the step's device time ({', '.join(names)}) "
-                           f"has no trusted timing alone for the {what}: moved by its "
-                           f"roofline, ±{grp.U_UNTIMED:.0%}")
+        state.notes.append(f"{100 * moved / total:.0f} % of the step's device time "
+                           f"({', '.join(names)}) has no trusted timing alone for the {what}: "
+                           f"moved by its roofline, ±{100 * grp.U_UNTIMED:.0f} %")
 
 
 def _refresh(g: Grouped, state: StepState, why: str) -> None:
