@@ -357,3 +357,23 @@ def test_the_recorded_zoo_runs_read_back_typed():
             assert p.timeline is not None and len(p.timeline.group) == len(p.timeline.dur_us)
             assert all(-1 <= g < len(p.groups) for g in p.timeline.group)
             assert copy.deepcopy(p) == p
+
+
+def test_the_docs_tables_counts_are_the_recorded_results():
+    import re
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "predict.md").read_text()
+    rows = json.loads((FIXTURES / "predict" / "zoo-results.json").read_text())["rows"]
+    for title, which in (("Held-out families", "held_out"),
+                         ("Development families", "development")):
+        mine = [r for r in rows if r["set"] == which and "error_pct" in r]
+        within = sum(abs(r["error_pct"]) <= 10 for r in mine)
+        inside = sum(r["in_band"] for r in mine)
+        said = re.search(rf"\*\*{title}\*\* \((\d+) of (\d+) (?:cases )?within 10 %, (\d+) "
+                         r"(?:measurements )?inside their band", doc)
+        assert said is not None and tuple(map(int, said.groups())) == (within, len(mine),
+                                                                       inside)
+    # every held-out family is in the table, every case predicted or refused with the reason
+    held = [r for r in rows if r["set"] == "held_out"]
+    assert len({r["family"] for r in held}) == 8 and len(held) == 8 * 7
+    assert all("error_pct" in r or r.get("refused") for r in held)
