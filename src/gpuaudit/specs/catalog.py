@@ -18,6 +18,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .figures import PRECISIONS
+
 __all__ = [
     "FIGURE_FIELDS",
     "PRECISIONS",
@@ -30,7 +32,6 @@ __all__ = [
     "lookup",
 ]
 
-PRECISIONS: tuple[str, ...] = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
 # Fields that are figures (each non-null one must name its source); peak_tflops.* added below.
 _SCALAR_FIGURES: tuple[str, ...] = (
@@ -44,6 +45,11 @@ _SCALAR_FIGURES: tuple[str, ...] = (
     "pcie_width",
     "tdp_w",
     "max_sm_clock_mhz",
+    "sm_count",
+    "rops",
+    "texture_units",
+    "rt_cores",
+    "graphics_tpcs",
 )
 FIGURE_FIELDS: tuple[str, ...] = _SCALAR_FIGURES + tuple(f"peak_tflops.{p}" for p in PRECISIONS)
 
@@ -108,6 +114,15 @@ class GpuSpec(BaseModel):
     # The highest SM clock the datasheet gives (its boost clock); NVML's max SM clock should
     # reach it. None where no source we hold prints it.
     max_sm_clock_mhz: float | None = Field(gt=0)
+    # Graphics units, for `bench render` and `recommend render`; None where no source we hold
+    # prints the figure (NVIDIA publishes no ROP count for its datacenter parts).
+    sm_count: int | None = Field(default=None, gt=0)
+    rops: int | None = Field(default=None, gt=0)
+    texture_units: int | None = Field(default=None, gt=0)
+    rt_cores: int | None = Field(default=None, ge=0)  # 0: the product has none
+    # TPCs (two SMs each) that run vertex and pixel shaders, where not all do: GH100 products
+    # have two (the Hopper whitepaper), so rasterised rendering uses 4 of their SMs.
+    graphics_tpcs: int | None = Field(default=None, gt=0)
     sources: dict[str, Source]
     notes: str | None = None
 
