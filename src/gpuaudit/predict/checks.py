@@ -15,7 +15,7 @@ not understand is measured, and the prediction says so, widens its band, or refu
 from __future__ import annotations
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.model.opprofile import OPAQUE_CLASSES
+from gpuaudit.model.opprofile import OPAQUE_CLASSES, TENSOR_CLASSES
 
 from .profile import StepProfile
 from .state import StepState
@@ -63,10 +63,12 @@ def roofline(state: StepState, changes: tuple[str, ...]) -> None:
     for cls, c in state.classes.items():
         if c.achieved is None or c.achieved <= ROOF_LIMIT:
             continue
-        rests = [ch for ch in changes if ch in ("gpu", "params")]
+        rests = [ch for ch in changes if ch in ("gpu", "params", "model")]
+        why = ("its work is undercounted or not all its own" if cls in TENSOR_CLASSES else
+               "its traffic is served from cache, or its work is not all its own")
         state.notes.append(f"{cls} ran at {100 * c.achieved:.0f} % of the time its counted work "
-                           "allows at the measured rates: its work is undercounted or not "
-                           "all its own" + (f"; ±{U_ROOF:.0%} more on it for the "
-                                            f"{'/'.join(rests)} change" if rests else ""))
+                           f"allows at the measured rates: {why}"
+                           + (f"; ±{100 * U_ROOF:.0f} % more on it for the "
+                              f"{'/'.join(rests)} change" if rests else ""))
         if rests:
             c.add_unc(U_ROOF)
