@@ -403,7 +403,8 @@ def test_cli_terminal_view_fits_80_columns():
     (["--params", "lots"], "--params 'lots': expected a number"),
     (["--gpus", "0"], "--gpus '0'"),
     ([], "nothing to predict"),
-    (["--batch-size", "4"], "--batch-size and --seq-len go with --params"),
+    (["--seq-len", "4"], "--seq-len goes with --params"),
+    (["--model", "not an entry point"], "expected pkg.module:function"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args, message):
     r = gpuaudit("predict", str(CPU_PROFILE), "--workload", "gpt-tiny/fp32", *args)

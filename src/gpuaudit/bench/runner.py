@@ -27,6 +27,7 @@ from gpuaudit.model import (
     Severity,
     utc_now,
 )
+from gpuaudit.model.opprofile import OpProfile
 
 NATIVE = {  # suite → modules with run_native(ctx), for --with-native
     "collectives": ("gpuaudit.bench.nccl_tests",),
@@ -72,8 +73,8 @@ def select_devices(machine: Machine, gpus: Sequence[int] | None
     return tuple(sorted(pairs, key=lambda p: p[1]))
 
 
-def _guarded(name: str, fn: Callable[[BenchContext], Iterator[Measurement]],
-             ctx: BenchContext) -> Iterator[Measurement]:
+def _guarded(name: str, fn: Callable[[BenchContext], Iterator[Measurement | OpProfile]],
+             ctx: BenchContext) -> Iterator[Measurement | OpProfile]:
     """A suite that crashes costs its own figures (recorded as skipped), not the run."""
     try:
         yield from fn(ctx)
@@ -112,6 +113,7 @@ def run_bench(
     preflight(names, profile=profile, timeout_s=timeout_s, options=options or {})
     loading = preload_torch(names)  # imported while NVML is read, done before any timing
     measured: list[tuple[int, Measurement]] = []  # (the last look before it, the figure)
+    profiles: list[OpProfile] = []  # bench train --op-profile's records
     seconds: dict[str, float] = {}
     status = RunStatus.COMPLETE
     ctx: BenchContext | None = None
@@ -164,6 +166,9 @@ def run_bench(
             try:
                 for fn in runs:
                     for m in _guarded(name, fn, ctx):
+                        if isinstance(m, OpProfile):
+                            profiles.append(m)
+                            continue
                         measured.append((before, m))
                         found = found or m.value is not None
                         if on_measurement:
@@ -196,6 +201,7 @@ def run_bench(
     return Run(kind="bench", started_at=started, finished_at=utc_now(),
                tool_version=__version__, status=status, command=tuple(sys.argv),
                source="live", machine=machine, measurements=tuple(final), suite_seconds=seconds,
+               op_profiles=tuple(profiles),
                findings=tuple(bench_findings(final) + feed_findings(final, ctx)))
 
 
