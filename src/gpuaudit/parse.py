@@ -12,7 +12,6 @@ hold. Numbers are read as decimals, so 1.1K is exactly 1100.
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import os
 import re
@@ -20,9 +19,9 @@ from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
 
 from gpuaudit.errors import BadInputError
+from gpuaudit.reading import MAX_FILE_BYTES, load_json, read_json, read_text  # noqa: F401
 
 # Longer input is never a number, a duration or a size anyone meant (and int() of a
 # 5,000-digit string is slow and then refused by Python itself).
@@ -428,43 +427,8 @@ def unknown(option: str, value: str, known: Iterable[str], what: str) -> BadInpu
 
 
 # -- files -------------------------------------------------------------------------------------
-
-MAX_FILE_BYTES = 256 * MIB
-
-
-def read_text(path: str | Path, what: str, *, max_bytes: int = MAX_FILE_BYTES,
-              encoding: str = "utf-8") -> str:
-    """The text of a file the user named: missing, unreadable, a directory, too large, binary
-    or not in `encoding` is bad input, in one line."""
-    p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise BadInputError(f"cannot read {what} {p}: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:
-        raise BadInputError(f"{what} {p} is larger than {human_bytes(max_bytes)}: not one of "
-                            "ours")
-    if b"\0" in data:
-        raise BadInputError(f"{what} {p} is a binary file, not text")
-    try:
-        return data.decode(encoding)
-    except UnicodeDecodeError as exc:
-        raise BadInputError(f"{what} {p} is not {encoding} text (byte {exc.start})") from None
-
-
-def load_json(text: str | bytes, origin: str) -> Any:
-    """JSON, or a one-line BadInputError (also for nesting deeper than Python's stack)."""
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError
-        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise BadInputError(f"{origin} is not valid JSON: {why}") from None
-
-
-def read_json(path: str | Path, what: str) -> Any:
-    """A JSON file the user named; unreadable, binary or garbled is bad input, in one line."""
-    return load_json(read_text(path, what), f"{what} {path}")
+# Files users name are read by `gpuaudit.reading` (imported above): regular files only,
+# bounded before and after decompression, strict UTF-8 and JSON.
 
 
 def writable_file(path: str | Path | None, option: str) -> None:
@@ -474,8 +438,11 @@ def writable_file(path: str | Path | None, option: str) -> None:
     if path is None:
         return
     p = Path(path)
+    _name_fits(p, option)
     if p.is_dir():
         raise BadInputError(f"{option} {p}: is a directory; name a file")
+    if p.is_socket():
+        raise BadInputError(f"{option} {p}: is a socket; name a file")
     parent = p.parent
     if not parent.is_dir():
         raise BadInputError(f"{option} {p}: the directory {parent} does not exist")
@@ -484,6 +451,21 @@ def writable_file(path: str | Path | None, option: str) -> None:
             raise BadInputError(f"{option} {p}: not writable")
     elif not os.access(parent, os.W_OK | os.X_OK):
         raise BadInputError(f"{option} {p}: cannot create files in {parent}")
+
+
+def _name_fits(p: Path, option: str) -> None:
+    """A name longer than the file system holds is the user's to shorten (ENAMETOOLONG would
+    otherwise come at the end, after the work)."""
+    parent = p.parent
+    try:
+        name_max = os.pathconf(parent, "PC_NAME_MAX") if parent.is_dir() else 255
+    except (OSError, ValueError):
+        name_max = 255
+    if len(os.fsencode(p.name)) > name_max:
+        raise BadInputError(f"{option}: the file name is longer than the {name_max} bytes "
+                            "this file system takes")
+    if len(os.fsencode(str(p.absolute()))) >= 4096:
+        raise BadInputError(f"{option}: the path is longer than the 4096 bytes Linux takes")
 
 
 def finite(value: float, what: str) -> float:

@@ -14,7 +14,6 @@ same GPU model that has them.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -39,15 +38,10 @@ RatesOpt = Annotated[str | None, typer.Option(
 
 def load_run_arg(text: str, db: str | None) -> Run:
     """A run's JSON file, or a stored run id (or unique prefix)."""
-    from gpuaudit.model import load_run
+    from gpuaudit.cli.report import is_file_ref, read_run_file
 
-    path = Path(text)
-    if path.suffix == ".json" or path.is_file():
-        try:
-            raw = path.read_text()
-        except OSError as exc:
-            raise BadInputError(f"{text}: cannot read ({exc.strerror or exc})") from None
-        return load_run(raw, origin=text)
+    if is_file_ref(text):
+        return read_run_file(text)
     from gpuaudit.store import Store
 
     with Store(db, read_only=True) as store:

@@ -119,6 +119,6 @@ class Alert(Record):
     state: str  # "pending" or "firing"
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
-    value: float
+    value: float = Field(allow_inf_nan=True)  # PromQL's answer: NaN and ±inf are values there
     active_since: datetime
     fired_at: datetime | None = None
