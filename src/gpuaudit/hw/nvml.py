@@ -570,5 +570,7 @@ class ReplayNvml:
         if not isinstance(entry, dict) or not ("error" in entry or "value" in entry):
             raise BadInputError(f"NVML trace: {call_key(fn, args)}: not a recorded answer")
         if "error" in entry:
+            if not isinstance(entry["error"], str):
+                raise BadInputError(f"NVML trace: {call_key(fn, args)}: the error is not text")
             raise Unsupported(entry["error"])
         return entry["value"]

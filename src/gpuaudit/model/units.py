@@ -37,6 +37,8 @@ Interval = Annotated[float, Field(gt=0, le=YEAR_S)]  # time between two samples
 Watts = Annotated[float, Field(ge=0, le=100_000)]  # one GPU or board: ~1 kW today
 Joules = Annotated[float, Field(ge=0, le=1e18)]  # an energy counter since the driver loaded
 Mhz = Annotated[int, Field(ge=0, le=100_000)]
+PcieGen = Annotated[int, Field(ge=0, le=32)]
+PcieWidth = Annotated[int, Field(ge=0, le=64)]  # lanes
 Celsius = Annotated[float, Field(ge=-273.15, le=1000)]
 Pct = Annotated[float, Field(ge=0, le=100)]  # a share of time or capacity
 GpuIndex = Annotated[int, Field(ge=0, lt=MAX_GPUS)]

@@ -139,7 +139,7 @@ def _source(stack: ExitStack, o: MonitorOptions) -> tuple[Any, str, Times]:
         from gpuaudit.hw.telemetry import TraceReplay
 
         trace = TraceReplay.from_file(o.replay)
-        hostname = str(trace.meta.get("hostname") or "replay")
+        hostname = trace.hostname
 
         def replayed(stop: threading.Event, count: int | None) -> Iterator[datetime]:
             return replay_times(trace, stop, count, o.speed or None)
@@ -163,10 +163,9 @@ def _source(stack: ExitStack, o: MonitorOptions) -> tuple[Any, str, Times]:
 
 def _sampler(source: Any, hostname: str, o: MonitorOptions) -> Any:
     """The Sampler over the GPUs asked for; refused when the source has none of them."""
-    from gpuaudit.hw.gpus import Reader
-    from gpuaudit.hw.telemetry import Sampler
+    from gpuaudit.hw.telemetry import Sampler, gpu_count
 
-    have = Reader(source).get("gpu_count", "nvmlDeviceGetCount") or 0
+    have = gpu_count(source)
     where = f"the trace {o.replay}" if o.replay is not None else "this machine"
     if not have:
         raise BadInputError(f"no GPU to watch on {where}")
