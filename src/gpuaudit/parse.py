@@ -221,7 +221,8 @@ def time_point(text: object, option: str, *, now: datetime | None = None,
                hi_back_s: float = MAX_DURATION_S) -> datetime:
     """A point in time, in UTC: 'now', a duration back from now ('30m', '2d', '1h30m'), or an
     ISO 8601 date or time ('2025-03-01', '2025-03-01T12:00:00Z', '2025-03-01 14:00+02:00'; one
-    without an offset is this machine's local time, as a person typing it means)."""
+    without an offset is this machine's local time, as a person typing it means). A time
+    after now is refused: what these options look back at has not happened yet."""
     if not str(text).strip():
         raise _bad(option, text, _TIME_HINT)
     s = _clean(text, option)
@@ -241,9 +242,12 @@ def time_point(text: object, option: str, *, now: datetime | None = None,
         parsed = datetime.fromisoformat(iso)
         if parsed.tzinfo is None:
             parsed = parsed.astimezone()  # local time
-        return parsed.astimezone(timezone.utc)
+        parsed = parsed.astimezone(timezone.utc)
     except (ValueError, OverflowError):
         raise _bad(option, text, _TIME_HINT) from None
+    if parsed > base + timedelta(minutes=1):  # a clock a little ahead is not the user's fault
+        raise _bad(option, text, f"is in the future (now is {base:%Y-%m-%d %H:%M} UTC)")
+    return parsed
 
 
 def day(text: object, option: str) -> date:

@@ -41,6 +41,8 @@ PcieGen = Annotated[int, Field(ge=0, le=32)]
 PcieWidth = Annotated[int, Field(ge=0, le=64)]  # lanes
 Celsius = Annotated[float, Field(ge=-273.15, le=1000)]
 Pct = Annotated[float, Field(ge=0, le=100)]  # a share of time or capacity
+Fraction = Annotated[float, Field(ge=0, le=1)]
+CorePct = Annotated[float, Field(ge=0, le=100 * 65536)]  # % of one CPU core: 100 = one busy
 GpuIndex = Annotated[int, Field(ge=0, lt=MAX_GPUS)]
 Pid = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Moment = Annotated[datetime, AfterValidator(_not_future)]  # a time something happened
