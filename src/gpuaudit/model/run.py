@@ -13,6 +13,7 @@ from .finding import Finding, Severity, worst
 from .fleet import NodeIdentity
 from .machine import Machine
 from .measurement import Measurement
+from .units import Moment, Seconds
 
 
 class RunStatus(str, Enum):
@@ -32,8 +33,8 @@ class Run(Record):
     schema_version: int = SCHEMA_VERSION
     id: str = Field(default_factory=new_run_id)
     kind: str  # "inspect", "run", "bench", ...
-    started_at: datetime
-    finished_at: datetime | None = None
+    started_at: Moment
+    finished_at: Moment | None = None
     tool_version: str
     status: RunStatus = RunStatus.COMPLETE
     command: tuple[str, ...] = ()
@@ -43,7 +44,7 @@ class Run(Record):
     findings: tuple[Finding, ...] = ()
     measurements: tuple[Measurement, ...] = ()
     # bench: each suite's wall time in seconds, in the order they ran (where the time goes)
-    suite_seconds: dict[str, float] = Field(default_factory=dict)
+    suite_seconds: dict[str, Seconds] = Field(default_factory=dict)
 
     @property
     def verdict(self) -> Severity:

@@ -48,7 +48,8 @@ def read_run(path: str | os.PathLike[str], what: str = "run file") -> Run:
     bounded, gzip unpacked, strict UTF-8 and JSON), or a one-line BadInputError."""
     from gpuaudit.reading import read_text
 
-    return load_run(read_text(path, what), origin=f"{what} {path}")
+    # Strict: a figure written as text ("lots") or a list where a record was is damage.
+    return load_run(read_text(path, what), origin=f"{what} {path}", strict=True)
 
 
 def load_run(text: str | bytes, origin: str = "document", *, strict: bool = False,

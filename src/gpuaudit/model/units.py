@@ -45,4 +45,7 @@ Fraction = Annotated[float, Field(ge=0, le=1)]
 CorePct = Annotated[float, Field(ge=0, le=100 * 65536)]  # % of one CPU core: 100 = one busy
 GpuIndex = Annotated[int, Field(ge=0, lt=MAX_GPUS)]
 Pid = Annotated[int, Field(ge=0, le=2**31 - 1)]
+# A measured figure in its unit (GB/s, TFLOP/s, µs, samples/s): never negative, never beyond
+# what any machine reaches in any of them.
+Figure = Annotated[float, Field(ge=0, le=1e18)]
 Moment = Annotated[datetime, AfterValidator(_not_future)]  # a time something happened
