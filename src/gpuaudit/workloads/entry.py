@@ -22,11 +22,12 @@ is missing, build() fails or returns something else) is bad input: one line, exi
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,16 +86,27 @@ def resolve(spec: str, option: str = "--model") -> Callable[[], Any]:
     return target  # type: ignore[no-any-return]
 
 
+@contextlib.contextmanager
+def user_code(what: str) -> Iterator[None]:
+    """Around a call into the user's code (their build function, model, dataset): whatever it
+    raises (an OSError from a missing data folder, a TypeError in forward, SystemExit) is
+    bad input naming `what` and the exception, in one line, exit 2; never a traceback, and
+    never taken for one of gpuaudit's own failures. Ctrl-C stays Ctrl-C."""
+    try:
+        yield
+    except (KeyboardInterrupt, BadInputError):
+        raise
+    except BaseException as exc:  # a user's code may raise anything, SystemExit included
+        name = type(exc).__name__
+        said = _first_line(exc).removeprefix(f"{name}: ")
+        raise BadInputError(f"{what} failed: {name}: {said}") from None
+
+
 def load(spec: str) -> Workload:
     """Import `pkg.module:build`, call it, and return the Workload it describes."""
     build = resolve(spec)
-    try:
+    with user_code(f"--model {spec}: build()"):
         made = build()
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise BadInputError(f"--model {spec}: build() failed: {type(exc).__name__}: "
-                            f"{_first_line(exc)}") from None
     return as_workload(made, spec)
 
 
@@ -152,5 +164,9 @@ def default_loss(output: Any, target: Any) -> Any:
 
 
 def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
+    """The message's first line that says something (a DataLoader worker's error starts
+    "Caught ValueError in DataLoader worker process 0."; the original follows)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if lines and lines[0].startswith("Caught ") and "DataLoader worker" in lines[0]:
+        lines = lines[-1:]  # the original exception's own line ends the text
     return lines[0][:200] if lines else "no message"
