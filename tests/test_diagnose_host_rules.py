@@ -14,8 +14,8 @@ from gpuaudit.diagnose.channel import JobEvent, StepTimes, read_channel
 from gpuaudit.diagnose.compilation import compile_stats
 from gpuaudit.diagnose.engine import diagnose
 from gpuaudit.diagnose.hoststats import step_stats
-from gpuaudit.diagnose.stacks import HostStacks
-from gpuaudit.hw.pystacks import parse_raw
+from gpuaudit.diagnose.stacks import HostStacks, classify
+from gpuaudit.hw.pystacks import Frame, parse_raw
 
 ZOO = Path(__file__).parent / "fixtures" / "doctor" / "zoo-h200"
 
@@ -115,6 +115,25 @@ def test_py_spy_raw_lines_with_command_lines_that_hold_newlines():
         (12, 12, "MainThread", 40), (12, 13, "Thread-1", 7)]
     assert [frames[i].function for i in stacks[0].frames] == ["<module>", "make_batch"]
     assert frames[stacks[0].frames[1]].line == 9
+
+
+@pytest.mark.parametrize("venv", ["/opt/torch/.venv", "/home/ana/torch/env", "/usr/local/venv"])
+def test_libraries_in_a_virtualenv_under_a_folder_named_torch_are_not_pytorch(venv):
+    """Stacks are classified by the installed package, not by "/torch/" anywhere in the
+    path (an H200's virtualenv at /opt/torch/.venv made pandas read as PyTorch and hid a
+    host-bound job)."""
+    site = f"{venv}/lib/python3.12/site-packages"
+    job = Frame("<module>", "/srv/job/train.py", 30)
+    assert classify([job, Frame("transform", f"{site}/pandas/core/groupby/generic.py", 9)]) \
+        == "library"
+    assert classify([job, Frame("forward", f"{site}/torch/nn/modules/linear.py", 125)]) \
+        == "torch"
+    assert classify([job, Frame("fit", f"{site}/lightning/pytorch/trainer/trainer.py", 5)]) \
+        == "torch"
+    assert classify([job, Frame("features", "/srv/job/train.py", 12)]) == "own"
+    # a source checkout of PyTorch is still PyTorch
+    assert classify([job, Frame("forward", "/src/pytorch/torch/nn/modules/conv.py", 1)]) \
+        == "torch"
 
 
 def test_the_channel_reader_keeps_what_survived(tmp_path):

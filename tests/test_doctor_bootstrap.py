@@ -241,6 +241,26 @@ def test_sync_wrappers_count_the_cuda_calls_and_name_their_line(tmp_path):
     assert line[2:5] == ["1", line[3], "opt"] and float(line[3]) >= 0
 
 
+def test_a_sync_site_in_a_folder_named_torch_is_the_job_s(tmp_path):
+    """Call sites are found outside the imported torch package, not outside any path with
+    "/torch/" in it (a job or a virtualenv may live under a folder named torch)."""
+    import torch  # noqa: F401  (the package whose folder is left out)
+
+    boot = _boot_module()
+
+    class Fake:
+        is_cuda = True
+
+        def item(self):
+            return 7
+
+    wrapped = boot._synced(Fake.item, "item", boot._on_cuda)
+    boot.JOB = boot.Job(str(tmp_path))
+    job = str(tmp_path / "torch" / "train.py")
+    exec(compile("\n\nwrapped(Fake())\n", job, "exec"), {"wrapped": wrapped, "Fake": Fake})
+    assert list(boot.JOB.sync_sites) == [("item", f"{job}:3")]
+
+
 def _line_of(text: str) -> int:
     return next(i for i, ln in enumerate(Path(__file__).read_text().splitlines(), 1)
                 if text in ln and "_line_of" not in ln)

@@ -121,6 +121,8 @@ def signals(ev: Evidence) -> tuple[Signals, dict[str, str], list[str]]:
     ticks = [t for t in ev.proc_ticks if window.keeps(t.time_s)]
     if len(samples) < MIN_SAMPLES or len(ticks) < MIN_SAMPLES:
         samples, ticks = ev.samples, ev.proc_ticks  # too little left: the whole run
+    # before the window: what other processes did on the GPUs before the job came
+    lead = ev.samples[:ev.samples.index(samples[0])] if samples else []
     steps = None
     if all_steps is not None:
         seen = _steps_in(all_steps, window)
@@ -145,7 +147,7 @@ def signals(ev: Evidence) -> tuple[Signals, dict[str, str], list[str]]:
         notes.append(ev.profile_requested)
     tree_pids = {p.pid for t in ev.proc_ticks for p in t.procs} | {ev.pid}
     sites = tuple(ev.sync_sites.get(all_steps.pid, ())) if all_steps else ()
-    sig, how = build_signals(samples, job_pids=tree_pids if samples else None,
+    sig, how = build_signals(samples, job_pids=tree_pids if samples else None, lead=lead,
                              proc_ticks=ticks, steps=steps, trace=ev.trace,
                              sm_clock_max_mhz=ev.sm_clock_max_mhz,
                              alloc_retries=ev.alloc_retries, stacks=stacks, compile=comp,

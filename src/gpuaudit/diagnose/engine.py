@@ -51,19 +51,21 @@ _ORDER = {rule.__name__.replace("_", "-"): i for i, rule in enumerate(RULES)}
 
 
 def build_signals(samples: Sequence[Sample] = (), *, job_pids: set[int] | None = None,
+                  lead: Sequence[Sample] = (),
                   proc_ticks: Sequence[ProcTick] = (), steps: StepStats | None = None,
                   trace: TraceStats | None = None,
                   sm_clock_max_mhz: dict[int, int | None] | None = None,
                   alloc_retries: int | None = None, stacks: HostStacks | None = None,
                   compile: CompileStats | None = None,
                   sync_sites: Sequence[SyncSite] = ()) -> tuple[Signals, str]:
-    """The Signals for a job, and how its GPUs were chosen."""
+    """The Signals for a job, and how its GPUs were chosen; `lead`: the samples before
+    the window (other processes on the GPUs before the job came)."""
     gpus = []
     how = "no GPU telemetry"
     if samples:
         indices, how = job_gpus(samples, job_pids)
         for i in indices:
-            st = gpu_stats(samples, i, job_pids, (sm_clock_max_mhz or {}).get(i))
+            st = gpu_stats(samples, i, job_pids, (sm_clock_max_mhz or {}).get(i), lead)
             if st is not None:
                 gpus.append(st)
     gpu_pids = {p.pid for s in samples for g in s.gpus for p in g.processes}

@@ -52,9 +52,15 @@ class GpuStats:
     job_memory_bytes: int | None = None  # what the job's processes hold (max)
     other_processes: tuple[tuple[int, str | None, int | None], ...] = ()  # (pid, cmd, bytes)
     # SM utilization of the other processes together and of the job's (NVML's per-process
-    # samples, median over the ticks that had them); None where NVML gave none
+    # samples, mean over the ticks that had them; NVML gives each sample period mostly to one
+    # process, so only the mean over many ticks reads as a share); None where NVML gave none,
+    # and the others' None where no sample caught them working beside the job
     others_sm_pct: float | None = None
     job_sm_pct: float | None = None
+    # What the other processes asked of the GPU on their own: its utilization (the share of
+    # time a kernel ran; else SM activity), median over the ticks before the job's processes
+    # reached it, while only others were on it.
+    others_alone_busy_pct: float | None = None
     utilization_series: tuple[float | None, ...] = field(default=(), repr=False)
 
     @property
@@ -93,6 +99,11 @@ class GpuStats:
         return None if self.utilization_pct is None else self.utilization_pct / 100
 
 
+def _mean(values: Iterable[float | int | None]) -> float | None:
+    got = [float(v) for v in values if v is not None]
+    return statistics.fmean(got) if got else None
+
+
 def _median(values: Iterable[float | int | None]) -> float | None:
     got = [float(v) for v in values if v is not None]
     return statistics.median(got) if got else None
@@ -127,11 +138,23 @@ def job_gpus(samples: Sequence[Sample], job_pids: set[int] | None) -> tuple[list
 
 
 def gpu_stats(samples: Sequence[Sample], index: int, job_pids: set[int] | None = None,
-              sm_clock_max_mhz: int | None = None) -> GpuStats | None:
-    """Medians of one GPU over the window the job was on it (the first sample left out)."""
+              sm_clock_max_mhz: int | None = None, lead: Sequence[Sample] = ()
+              ) -> GpuStats | None:
+    """Medians of one GPU over the window the job was on it (the first sample left out);
+    `lead`: samples before the window, for what other processes did before the job came."""
     rows = [(s, g) for s in samples[1:] for g in s.gpus if g.index == index and g.error is None]
+    alone: list[GpuSample] = []
     if job_pids is not None:
         on = [(s, g) for s, g in rows if any(p.pid in job_pids for p in g.processes)]
+        # the ticks before the job reached this GPU, with only other processes on it (the
+        # first of all samples left out: GPM's rates need the interval before it)
+        before = [g for s in [*lead, *samples][1:] for g in s.gpus
+                  if g.index == index and g.error is None]
+        for g in before:
+            if any(p.pid in job_pids for p in g.processes):
+                break
+            if g.processes:
+                alone.append(g)
     else:
         on = [(s, g) for s, g in rows if g.processes]
     rows = on or rows
@@ -168,6 +191,11 @@ def gpu_stats(samples: Sequence[Sample], index: int, job_pids: set[int] | None =
                     used = max(p.used_memory_bytes or 0, (old[2] or 0) if old else 0)
                     others[p.pid] = (p.pid, p.command, used)
     others_sm, job_sm = [], []
+    # caught working in a tick in which the job was too (not only while it started or ended)
+    others_seen = any(
+        any(p.sm_util_pct is not None for p in g.processes if p.pid in others)
+        and any(p.sm_util_pct is not None for p in g.processes if p.pid not in others)
+        for g in gs)
     for g in gs:
         if any(p.sm_util_pct is not None for p in g.processes):
             mine = job_pids is None
@@ -201,8 +229,11 @@ def gpu_stats(samples: Sequence[Sample], index: int, job_pids: set[int] | None =
         active_fraction=len(active) / len(gs), h2d_burst_ratio=burst,
         job_memory_bytes=max(job_mem) if any(job_mem) else None,
         other_processes=tuple(others.values()),
-        others_sm_pct=_median(others_sm) if job_pids is not None else None,
-        job_sm_pct=_median(job_sm),
+        # (never caught in a sample over the window: not measured, rather than 0)
+        others_sm_pct=_mean(others_sm) if job_pids is not None and others_seen else None,
+        job_sm_pct=_mean(job_sm),
+        others_alone_busy_pct=_median(g.utilization_gpu_pct if g.utilization_gpu_pct is not None
+                                      else g.sm_activity_pct for g in alone),
         utilization_series=tuple(g.utilization_gpu_pct for g in gs))
 
 

@@ -52,10 +52,18 @@ def memory_nearly_full(sig: Signals) -> list[Result]:
 
 
 def shared_gpu(sig: Signals) -> list[Result]:
-    """Another process holds memory on one of the job's GPUs (NVML's process list). Its cost:
-    the share of the GPU's SM time it takes (NVML's per-process utilization samples, median
-    over the window), the time the job could have had; not measured where NVML gives no
-    per-process samples."""
+    """Another process holds memory on one of the job's GPUs (NVML's process list). Its cost,
+    the share of the job's GPU time it takes:
+
+    - where the others ran before the job reached the GPU, from what they asked of it on
+      their own: busy a share *d* of the time (NVML utilization), a time-sliced GPU gives
+      them an equal turn while they have work, so a job that could use the whole GPU keeps
+      1/(1 + *d*) of it and loses *d*/(1 + *d*);
+    - else from NVML's per-process samples: the others' mean share over the window (a
+      weaker witness: NVML gives each sample period mostly to one process, and on an H200
+      it read 27 % and 50 % where the jobs lost 21 % and 31 %);
+    - not measured where neither exists (NVML may never catch a neighbour beside a job that
+      keeps the GPU busy)."""
     for g in sig.gpus:
         others = [p for p in g.other_processes if (p[2] or 0) > 0 or p[2] is None]
         if not others:
@@ -63,23 +71,35 @@ def shared_gpu(sig: Signals) -> list[Result]:
         ev = [obs("other_process", f"pid {pid} {(cmd or '?')[:60]}", "",
                   f"NVML process list, GPU {g.index} ({(used or 0) / GIB:.1f} GiB)")
               for pid, cmd, used in others[:3]]
-        taken = g.others_sm_pct / 100 if g.others_sm_pct is not None else None
-        if taken is not None:
-            src = f"NVML per-process utilization, median of the ticks, GPU {g.index}"
-            ev += [obs("others_sm_utilization", g.others_sm_pct, "%", src, 1),
-                   obs("job_sm_utilization", g.job_sm_pct, "%", src, 1)]
-            cost = (f"they take {_pct(taken)} of its SM time (the job: "
-                    f"{g.job_sm_pct or 0:.0f} %) and {sum(u or 0 for *_x, u in others) / GIB:.1f}"
-                    " GiB of its memory")
-            basis = f"the other processes use {_pct(taken)} of the GPU's SM time"
+        held = f"{sum(u or 0 for *_x, u in others) / GIB:.1f} GiB of its memory"
+        sampled = f"NVML per-process utilization, mean of the ticks, GPU {g.index}"
+        if g.others_sm_pct is not None:
+            ev += [obs("others_sm_utilization", g.others_sm_pct, "%", sampled, 1),
+                   obs("job_sm_utilization", g.job_sm_pct, "%", sampled, 1)]
+        taken, confidence = None, "medium"
+        if g.others_alone_busy_pct:
+            d = min(g.others_alone_busy_pct / 100, 1.0)
+            taken = d / (1 + d)
+            ev.insert(len(others[:3]), obs(
+                "others_alone_busy", g.others_alone_busy_pct, "%",
+                f"GPU {g.index} utilization before the job reached it, only the others on it",
+                1))
+            cost = (f"on their own they kept it {_pct(d)} busy; time-sliced with them, the job "
+                    f"keeps about {_pct(1 - taken)} of the GPU (an estimate); and {held}")
+            basis = (f"the other processes, busy {_pct(d)} of the time on their own, take "
+                     f"about {_pct(taken)} of a time-sliced GPU")
+        elif g.others_sm_pct is not None:
+            taken, confidence = g.others_sm_pct / 100, "low"
+            cost = (f"they take about {_pct(taken)} of its SM time (NVML's per-process "
+                    f"samples, the job: {g.job_sm_pct or 0:.0f} %) and {held}")
+            basis = f"the other processes use about {_pct(taken)} of the GPU's SM time"
         else:
-            cost = "they take SM time and memory from the job (not measured per process)"
+            cost = f"they take SM time (not measured per process) and {held}"
             basis = "what the other processes take, not measured"
         msg = f"{len(others)} other process(es) use GPU {g.index}: {cost}"
         return [Result(
             _finding("shared-gpu", "Another process shares the GPU", taken or 0.0,
-                     "high" if taken is not None else "medium", msg, ev, g.index,
-                     Severity.WARN),
+                     confidence, msg, ev, g.index, Severity.WARN),
             (Proposal(action="run on a GPU of its own (pick a free one with "
                              "CUDA_VISIBLE_DEVICES)",
                       settings="CUDA_VISIBLE_DEVICES=<free GPU> python train.py",

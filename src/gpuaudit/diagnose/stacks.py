@@ -39,6 +39,8 @@ _SYNC_FILES = ("/_gpuaudit_bootstrap.py",)
 _SITE = re.compile(r"/(?:site|dist)-packages/([^/]+)")
 _STDLIB = re.compile(r"/lib/python3\.\d+/([^/]+)")
 TOP = 5
+_TORCH_PACKAGES = {"torch", "torchvision", "torchaudio", "functorch", "triton"}
+_TRAINERS = {"lightning", "pytorch_lightning", "transformers", "accelerate"}
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,20 @@ def _package(file: str) -> str | None:
 
 
 def _is_torch(file: str) -> bool:
-    return "/torch/" in file or "/torchvision/" in file or file.startswith("/tmp/torchinductor")
+    """PyTorch's own Python. By the installed package where the file is in site-packages (a
+    virtualenv may itself live under a folder named torch: /opt/torch/.venv/...), else by
+    the path (a source checkout, Inductor's generated code)."""
+    if file.startswith("/tmp/torchinductor"):
+        return True
+    package = _package(file)
+    if package is not None:
+        return package in _TORCH_PACKAGES
+    return "/torch/" in file or "/torchvision/" in file
+
+
+def _is_trainer(file: str) -> bool:
+    """The training frameworks that drive PyTorch (their loops issue the GPU work)."""
+    return _package(file) in _TRAINERS
 
 
 def classify(frames: Sequence[Frame]) -> str:
@@ -96,8 +111,7 @@ def classify(frames: Sequence[Frame]) -> str:
     if any(leaf.endswith(s) for s in _SYNC_FILES) or \
             (leaf.endswith("/torch/cuda/__init__.py") and frames[-1].function == "synchronize"):
         return "sync"
-    if _is_torch(leaf) or "/lightning/" in leaf or "/pytorch_lightning/" in leaf \
-            or "/transformers/" in leaf or "/accelerate/" in leaf:
+    if _is_torch(leaf) or _is_trainer(leaf):
         return "torch"
     if _package(leaf) is not None:
         return "library"

@@ -366,13 +366,23 @@ def alloc_retries():
 # ---------------------------------------------------------------- hooks into torch
 
 
+def _torch_dir():
+    """The folder of the imported torch package (not "/torch/" in a path: a virtualenv may
+    live under a folder named torch, and so may the job)."""
+    torch = sys.modules.get("torch")
+    file = getattr(torch, "__file__", None)
+    return os.path.dirname(file) + os.sep if file else None
+
+
 def _caller(depth=2):
     """file:line of the nearest frame outside torch and this module (who asked for the sync)."""
     try:
+        torch_dir = _torch_dir()
         f = sys._getframe(depth)
         while f is not None:
             name = f.f_code.co_filename
-            if "/torch/" not in name and not name.startswith(_HERE):
+            in_torch = name.startswith(torch_dir) if torch_dir else "/torch/" in name
+            if not in_torch and not name.startswith(_HERE):
                 return f"{name}:{f.f_lineno}"
             f = f.f_back
     except Exception:
