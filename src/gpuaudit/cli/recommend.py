@@ -118,6 +118,11 @@ def recommend(
     db: DbOpt = None,
 ) -> None:
     """Which instance to rent for a task. Subcommands: train, finetune, serve; or --run."""
+    for option in ("workload", "rates", "samples", "tokens"):
+        common.needs(ctx, option, on="--from-run", present=from_run is not None)
+    common.needs(ctx, "metric", on="--run", present=run is not None)
+    common.needs(ctx, "hours", on="--run or --from-run",
+                 present=run is not None or from_run is not None)
     if ctx.invoked_subcommand is not None:
         if run is not None or from_run is not None:
             raise BadInputError("--run and --from-run go without a subcommand")
