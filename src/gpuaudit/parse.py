@@ -38,7 +38,8 @@ MAX_COUNT = 1e18
 MAX_MONEY = 1e12
 MAX_INT = 2**31 - 1
 
-_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+# ASCII digits only: Python's \d and int() also take "１２" (full-width) and other scripts'.
+_NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _NUMBER_RE = re.compile(_NUMBER)
 
 # ISO 4217 codes a GPU price is plausibly quoted in. A code outside this set is far more often
@@ -112,7 +113,7 @@ def integer(text: object, option: str, *, lo: int | None = 1, hi: int | None = M
             example: str = "10") -> int:
     """A whole number written with digits ('10', '+3'), within [lo, hi]."""
     s = _clean(text, option)
-    if not re.fullmatch(r"[+-]?\d+", s):
+    if not re.fullmatch(r"[+-]?[0-9]+", s):
         raise _bad(option, text, f"expected a whole number like {example}")
     value = int(s)
     _check_range(value, option, s, lo=lo, hi=hi, lo_open=False)
@@ -146,7 +147,7 @@ def count(text: object, option: str, *, lo: float = 0.0, hi: float = MAX_COUNT,
 _DURATION_UNITS = {"y": YEAR, "w": 7 * DAY, "d": DAY, "h": HOUR, "m": MINUTE, "s": 1.0,
                    "ms": 0.001}
 _UNIT_ORDER = tuple(_DURATION_UNITS)
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ms|[ywdhms])")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|[ywdhms])")
 
 
 def _duration_parts(s: str) -> Decimal | None:
@@ -370,7 +371,7 @@ def gpu_indices(text: object, option: str = "--gpus", *, hi: int = 1023) -> list
     """GPU numbers as inspect numbers them: '0', '0,1', '0, 2, 3'. Each once."""
     s = _clean(text, option)
     parts = [p.strip() for p in s.split(",")]
-    if not all(re.fullmatch(r"\d+", p) for p in parts):
+    if not all(re.fullmatch(r"[0-9]+", p) for p in parts):
         raise _bad(option, text, "expected GPU numbers like 0,1")
     found = [int(p) for p in parts]
     if any(i > hi for i in found):
@@ -385,7 +386,7 @@ def host_port(text: object, option: str = "--listen") -> tuple[str, int]:
     """'HOST:PORT', '[::1]:9835' or ':9835' (127.0.0.1); port 0 picks a free one."""
     s = _clean(text, option)
     host, sep, port = s.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
+    if not sep or not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
         raise _bad(option, text, "expected HOST:PORT like 127.0.0.1:9835")
     return host.strip("[]") or "127.0.0.1", int(port)
 

@@ -37,7 +37,7 @@ def _host_port(address: str) -> tuple[str, int] | None:
     not); for `ray://` (Ray Client) too."""
     text = address.strip().removeprefix("ray://")
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit()):
         return None
     return host.strip("[]"), int(port)
 
