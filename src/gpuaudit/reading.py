@@ -19,11 +19,13 @@ docs/input.md ("Files") is the user's side of this.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import stat
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +158,20 @@ def read_text(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_F
     data = read_bytes(path, what, max_bytes=max_bytes, unpack=unpack)
     text = decode(data, f"{what} {path}", encoding=encoding)
     return text.removeprefix("\ufeff")
+
+
+@contextlib.contextmanager
+def taking_apart(origin: str) -> Iterator[None]:
+    """Around code that takes apart a document the user gave (a file's fields, a stored run's
+    packed ones): what a damaged document makes Python raise there (a missing key, a list
+    where a mapping was, "lots" where a number was) is bad input naming `origin` and the
+    first problem, not a traceback."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError
+            ) as exc:
+        said = " ".join(str(exc).split())[:160] or "no message"
+        raise BadInputError(f"{origin} is damaged: {type(exc).__name__}: {said}") from None
 
 
 class _NotJson(ValueError):

@@ -125,6 +125,7 @@ def predict(
     GPU model: per operator class, with its basis and an uncertainty band."""
     from gpuaudit.predict import Change, load_profile
     from gpuaudit.predict import predict as run_predict
+    from gpuaudit.reading import taking_apart
     from gpuaudit.report.predict_view import predict_view
     from gpuaudit.specs.catalog import load_catalog
 
@@ -140,9 +141,11 @@ def predict(
 
         raise parse.unknown("--gpu", gpu, (g.id for g in specs.gpus), "GPU")
     stored = load_run_arg(run, db)
-    profile = load_profile(stored, workload)
+    with taking_apart(f"run {stored.id}'s op profile"):
+        profile = load_profile(stored, workload)
     needed = tuple(dict.fromkeys(p for p in (profile.precision, change.precision) if p))
-    machine = resolve_rates(stored, rates, db, specs, needed)
+    with taking_apart(f"the rates of run {rates or stored.id}"):
+        machine = resolve_rates(stored, rates, db, specs, needed)
     result = run_predict(profile, machine, change, specs)
     if json_:
         common.print_json(result.model_dump(mode="json"))

@@ -158,6 +158,7 @@ def _predicted_task(from_run: str, workload: str | None, rates: str | None,
     from gpuaudit.cost.recommend import PredictedTask
     from gpuaudit.predict import load_profile
     from gpuaudit.predict.offers import predicted_rates
+    from gpuaudit.reading import taking_apart
     from gpuaudit.specs.catalog import load_catalog
 
     given = [name for name, v in (("--hours", hours), ("--samples", samples),
@@ -167,8 +168,10 @@ def _predicted_task(from_run: str, workload: str | None, rates: str | None,
                             "--samples or --tokens: the job's size")
     specs = load_catalog()
     stored = load_run_arg(from_run, db)
-    profile = load_profile(stored, workload)
-    machine = resolve_rates(stored, rates, db, specs, (profile.precision,))
+    with taking_apart(f"run {stored.id}'s op profile"):
+        profile = load_profile(stored, workload)
+    with taking_apart(f"the rates of run {rates or stored.id}"):
+        machine = resolve_rates(stored, rates, db, specs, (profile.precision,))
     rate = profile.samples_per_s
     if hours is not None:
         job_hours = hours
