@@ -36,6 +36,11 @@ RatesOpt = Annotated[str | None, typer.Option(
          "figures [default: RUN's own, else the newest stored run of the same GPU].")]
 
 
+# Resizing traces a training step of the target shape on torch's meta device, layer by layer:
+# 10T parameters (~370 layers) takes ~20 s on a busy 2-core machine, 10^15 (1,700) minutes.
+MAX_PREDICT_PARAMS = 1e13
+
+
 def load_run_arg(text: str, db: str | None) -> Run:
     """A run's JSON file, or a stored run id (or unique prefix)."""
     from gpuaudit.cli.report import is_file_ref, read_run_file
@@ -109,7 +114,9 @@ def predict(
         "--gpu", help="Another GPU model, as the spec catalog names it (h100-sxm, "
                       "a100-sxm4-80gb, …).")] = None,
     params: Annotated[float | None, common.count(
-        "--params", help="Another size of the same family: 1.3B, 350M.", hi=1e15)] = None,
+        "--params", help="Another size of the same family: 1.3B, 350M (at most 10T: the "
+                         "step is traced layer by layer, which takes longer the larger).",
+        hi=MAX_PREDICT_PARAMS)] = None,
     batch_size: Annotated[int | None, common.integer(
         "--batch-size", help="With --params: the batch per GPU [default: the family "
                              "preset's].", hi=1_000_000)] = None,
