@@ -6,6 +6,7 @@ any work, and leaves nothing on disk."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -213,3 +214,22 @@ def test_fleet_run_where_no_ray_answers_ends_in_one_line_and_creates_no_store(
         assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
         assert not db.exists() and not db.parent.exists()
+
+
+def test_bench_of_a_user_model_that_fails_in_every_mode_is_the_users_error(user_code):
+    (user_code / "failing_forward.py").write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.l = torch.nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n        raise TypeError('forward takes a dict')\n"
+        "def build():\n    return M(), lambda n: (torch.randn(n, 4),)\n")
+    with damage.deadline(300):
+        result = runner.invoke(app, ["bench", "train", "--model", "failing_forward:build",
+                                     "--no-save", "--json"], env={"COLUMNS": "100"})
+    assert result.exit_code == 2, result.output
+    last = [ln for ln in result.stderr.splitlines() if ln.strip()][-1]
+    assert last == ("gpuaudit: error: --model failing_forward:build: the model failed in every "
+                    "mode: TypeError: forward takes a dict")
+    doc = json.loads(result.stdout)  # what was measured (nothing) is still printed
+    assert doc["measurements"] and all(m["value"] is None for m in doc["measurements"])

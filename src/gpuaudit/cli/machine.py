@@ -183,7 +183,15 @@ def bench(
         result = run_bench(names, gpus=gpus, profile=profile, size_range=sizes,
                            timeout_s=timeout, with_native=with_native, step=bar.step,
                            on_suite=bar.suite, options=options, exclusive=exclusive)
-    _finish(result, json_=json_, save=save, db=db, show_all=show_all)
+    from gpuaudit.workloads.entry import failed_entry_points
+
+    failure = failed_entry_points(model or [], result.measurements)
+    try:
+        _finish(result, json_=json_, save=save, db=db, show_all=show_all)
+    except typer.Exit as done:  # shown and saved; the user's code failing is bad input
+        if failure and done.exit_code in (0, 1):
+            raise BadInputError(failure) from None
+        raise
 
 
 def _workload_options(models: list[str] | None, precisions: list[str] | None,

@@ -139,6 +139,22 @@ def as_workload(made: Any, name: str) -> Workload:
     return w
 
 
+_RAISED = re.compile(r"^[A-Z]\w*(Error|Exception|Exit|Interrupt)\b")
+
+
+def failed_entry_points(specs: list[str], measured: Any) -> str | None:
+    """The user's entry points (`pkg.module:build`) none of whose modes ran because their code
+    raised (not for memory, not for a precision the GPU lacks): one line naming the first
+    and what it raised. A bench keeps its other figures; this says whose code failed."""
+    for spec in (s for s in specs if is_entry_point(s)):
+        mine = [m for m in measured if m.name.startswith(f"{spec}/")]
+        raised = [m.skipped_reason for m in mine
+                  if m.skipped and _RAISED.match(m.skipped_reason or "")]
+        if mine and raised and all(m.skipped for m in mine):
+            return f"--model {spec}: the model failed in every mode: {raised[0]}"
+    return None
+
+
 def split_batch(batch: Any) -> tuple[tuple[Any, ...], Any]:
     """(inputs, target) from what make_batch returned (see the module doc)."""
     if isinstance(batch, tuple | list) and len(batch) == 2 and isinstance(batch[0], tuple | list):
