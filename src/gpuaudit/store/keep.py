@@ -40,9 +40,11 @@ def check_store(url: str | os.PathLike[str] | None = None) -> str:
         with Store(url) as store:
             return store.url
     shown = mask_url(os.fspath(url)) if url is not None else str(new)
+    folder = "the data directory" if url is None and not configured_db_url() else \
+        "the directory"
     existing = next(p for p in new.parents if p.exists())
     if not existing.is_dir():
-        raise BadInputError(f"cannot create the directory {new.parent} for database {shown}: "
+        raise BadInputError(f"cannot create {folder} {new.parent} for database {shown}: "
                             f"{existing} is not a directory")
     why = read_only_why(existing / new.name) or (
         None if os.access(existing, os.W_OK | os.X_OK) else f"{existing} does not take new "
