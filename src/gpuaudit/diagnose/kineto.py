@@ -127,6 +127,9 @@ class TraceStats:
         return yes / (yes + no) if yes + no > 0 else None
 
 
+MAX_SPAN_US = 30 * 86400e6  # a profiler trace covers seconds to minutes; 30 days is damage
+
+
 class _Args(BaseModel):
     """The arguments of an event that the analysis reads; others pass unread."""
 
@@ -143,8 +146,8 @@ class _Complete(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
     ph: str
-    ts: float
-    dur: Annotated[float, Field(ge=0, le=1e15)]  # µs: at most ~30 years
+    ts: Annotated[float, Field(ge=0, le=1e17)]  # µs since the epoch or the profiler's start
+    dur: Annotated[float, Field(ge=0, le=MAX_SPAN_US)]
     name: str = ""
     cat: str | None = None
     args: _Args = _Args()
@@ -157,13 +160,18 @@ def read_trace(path: Path) -> dict[str, Any]:
     doc = read_json(path, "profiler trace")
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise BadInputError(f"{path} is not a PyTorch profiler trace (no traceEvents)")
+    first, last = float("inf"), float("-inf")
     for i, event in enumerate(doc["traceEvents"]):
         if isinstance(event, dict) and event.get("ph") == "X":
             try:
-                _Complete.model_validate(event)
+                e = _Complete.model_validate(event)
             except ValidationError as exc:
                 raise BadInputError(f"profiler trace {path}: traceEvents.{i}."
                                     f"{describe_validation_error(exc)}") from None
+            first, last = min(first, e.ts), max(last, e.ts + e.dur)
+    if last - first > MAX_SPAN_US:
+        raise BadInputError(f"profiler trace {path}: its events span {(last - first) / 864e8:.0f}"
+                            " days: not one profiling session")
     return doc
 
 

@@ -13,6 +13,7 @@ from enum import Enum
 from pydantic import Field
 
 from gpuaudit.model.base import Facts
+from gpuaudit.model.units import Bytes, Count, GpuIndex
 
 Unavailable = dict[str, str]
 
@@ -20,11 +21,13 @@ Unavailable = dict[str, str]
 class Host(Facts):
     hostname: str
     cpu_model: str | None = None
-    cpu_cores_physical: int | None = None
-    cpu_threads: int | None = None
-    cpu_sockets: int | None = None
-    numa_nodes: int | None = None
-    memory_total_bytes: int | None = None
+    # What the host is made of (read from the OS, not NVML's readings, which inspect's check
+    # judges): counts are counts.
+    cpu_cores_physical: Count | None = None
+    cpu_threads: Count | None = None
+    cpu_sockets: Count | None = None
+    numa_nodes: Count | None = None
+    memory_total_bytes: Bytes | None = None
     os_name: str | None = None
     kernel: str | None = None
     architecture: str | None = None
@@ -126,7 +129,7 @@ class MigInstance(Facts):
 
 
 class Gpu(Facts):
-    index: int
+    index: GpuIndex
     name: str
     uuid: str | None = None
     serial: str | None = None
@@ -157,7 +160,7 @@ class Gpu(Facts):
     retired_pages: RetiredPages = RetiredPages()
     nvlinks: tuple[NvLink, ...] = ()
     numa_node: int | None = None
-    cpu_affinity: tuple[int, ...] | None = None  # logical CPUs closest to this GPU
+    cpu_affinity: tuple[Count, ...] | None = None  # logical CPUs closest to this GPU
     processes: tuple[GpuProcess, ...] | None = None
     gpm_supported: bool | None = None
     # The NVSwitch fabric as the fabric manager left it ("completed" when ready); None where

@@ -61,7 +61,7 @@ def load_run(text: str | bytes, origin: str = "document", *, strict: bool = Fals
     if not isinstance(data, dict):
         raise BadInputError(f"{origin} is not a gpuaudit document (expected a JSON object)")
     version = data.get("schema_version")
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise BadInputError(f"{origin} is not a gpuaudit document (no schema_version)")
     if version > SCHEMA_VERSION:
         raise BadInputError(
