@@ -29,7 +29,7 @@ def test_every_simulated_node_is_accounted_for_saved_and_judged(tmp_path):
             seen.setdefault(p.node.node_id, set()).add(p.state)
 
         result = run_fleet("simulated", ray=sim, save=save, on_progress=progress,
-                           collectives=False, timeout_s=6.0, poll_s=0.2)
+                           collectives=False, timeout_s=15.0, poll_s=0.2)
         stored = store.list_runs(limit=NODES + 10)
     by_host = {n.hostname: n for n in result.nodes}
     assert len(result.nodes) == NODES and len(by_host) == NODES  # none merged, none missing

@@ -46,21 +46,26 @@ print(d.findings[0].code, d.findings[0].confidence, d.sources['steps'])
 
 
 def test_watch_report_can_be_turned_off_and_markers_cost_nothing_outside():
+    # The thread's own CPU time, the best of 5 rounds: what a marker costs the job, not what
+    # other processes on a loaded 2-core machine took from it meanwhile.
     code = """
 import time, gpuaudit
-t = time.perf_counter()
-for _ in range(100000): gpuaudit.step()
-off = (time.perf_counter() - t) / 100000
+def cost(n):
+    best = float("inf")
+    for _ in range(5):
+        t = time.thread_time()
+        for _ in range(n): gpuaudit.step()
+        best = min(best, (time.thread_time() - t) / n)
+    return best
+off = cost(20000)
 with gpuaudit.watch(report=False) as w:
-    t = time.perf_counter()
-    for _ in range(20000): gpuaudit.step()
-    on = (time.perf_counter() - t) / 20000
+    on = cost(4000)
 print(off * 1e6, on * 1e6, w.diagnosis.sources['steps'])
 """
     proc = py(code)
     assert proc.returncode == 0, proc.stderr
     off_us, on_us, *rest = proc.stdout.split()
-    # Under 1 % of a 2 ms step even on a loaded 2-core CI machine.
+    # Under 1 % of a 2 ms step.
     assert float(off_us) < 5 and float(on_us) < 20, proc.stdout
     assert " ".join(rest) == "gpuaudit.step() markers, 19998 steps"  # the first one is warm-up
     assert proc.stderr == ""

@@ -136,7 +136,7 @@ def test_train_measures_each_mode_and_skips_unsupported_ones_with_the_reason():
             4 * PER_SAMPLE_GPT_TINY
     assert got["gpt-tiny/bf16/throughput"].params["speedup_vs_fp32"] == pytest.approx(
         got["gpt-tiny/bf16/throughput"].value / got["gpt-tiny/fp32/throughput"].value,
-        rel=1e-3)
+        abs=5e-4)  # recorded to 3 decimals
     assert "CPU" in got["gpt-tiny/tf32/throughput"].skipped_reason
     assert "GPU mode" in got["gpt-tiny/fp16/throughput"].skipped_reason
     check = got["gpt-tiny/flop_count"]
