@@ -342,3 +342,41 @@ def test_serve_refuses_a_trace_it_cannot_replay_before_serving(case, tmp_path):
                 timeout=60)
     assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# -- what the store gives back ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("power_w", "garbage"), ("utilization_gpu_pct", "-40"), ("sm_clock_mhz", "1e30"),
+    ("gpu", "-3"), ("memory_used_bytes", "lots"),
+])
+def test_a_damaged_telemetry_row_in_the_store_is_one_line(column, value, tmp_path):
+    """Text in a number's column, a reading no GPU has: `report` names the store and the
+    field, exit 2, and the store is left as it was."""
+    import sqlite3
+    from datetime import timedelta
+
+    from gpuaudit.model import GpuSample, Sample
+    from gpuaudit.store import Store
+
+    db = tmp_path / "s.db"
+    result = runner.invoke(app, ["inspect", "--from", str(SNAPSHOT), "--save", "--json",
+                                 "--db", str(db)])
+    run_id = json.loads(result.stdout)["id"]
+    with Store(db) as store:
+        stored = store.get(run_id)
+        store.save_sample(Sample(time=stored.started_at + timedelta(seconds=1),
+                                 hostname=stored.machine.host.hostname, interval_s=1.0,
+                                 gpus=(GpuSample(index=0, power_w=300.0,
+                                                 utilization_gpu_pct=50.0,
+                                                 sm_clock_mhz=1980, memory_used_bytes=1),)))
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"UPDATE telemetry_raw SET {column} = ?", (value,))
+    before = damage.checksum(db)
+    with damage.deadline(DEADLINE_S):
+        result = runner.invoke(app, ["report", run_id, "--md", "-", "--db", str(db)],
+                               env={"COLUMNS": "100"})
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "reading telemetry" in lines[0] and "damaged row" in lines[0], lines[0]
+    assert damage.checksum(db) == before
