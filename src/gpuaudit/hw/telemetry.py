@@ -324,8 +324,10 @@ class Sampler:
             except BadInputError:
                 raise
             except Exception as exc:  # one GPU's surprise must not stop the others' sampling
+                why = (describe_validation_error(exc) if isinstance(exc, ValidationError)
+                       else " ".join(str(exc).split()))
                 gpus.append(GpuSample(index=static.index, uuid=static.uuid, name=static.name,
-                                      error=f"{type(exc).__name__}: {exc}"))
+                                      error=f"{type(exc).__name__}: {why}"))
         return Sample(time=now, hostname=self.hostname, interval_s=self.interval_s,
                       gpus=tuple(gpus))
 
