@@ -352,25 +352,87 @@ SERVE_7B = ServeTask(params=7e9, qps=10, latency_ms=20, context=4096, output_tok
                      **L2_7B)
 
 
-def test_serve_ranks_by_replicas_times_price():
+def _serving_by_hand(*, params, layers, hidden, kv_heads, prompt, output, w_bytes, kv_bytes,
+                     peak_tflops, bw_gbps, gpus, mem_bytes, tpot, ttft=None, mfu=0.4,
+                     eff=1.0):
+    """The serving model of docs/cost-recommend.md written out, every batch tried."""
+    head = hidden // (hidden // 128)
+    kv_token = 2 * layers * kv_heads * head * kv_bytes
+    weights = params * w_bytes
+    compute = gpus * peak_tflops * 1e12 * mfu * eff
+    bw = gpus * bw_gbps * 1e9 * 0.8 * eff
+    t_pf = max((2 * params * prompt + 2 * layers * hidden * prompt ** 2) / compute,
+               weights / bw)
+    dec = 2 * params + 4 * layers * hidden * (prompt + output / 2)
+    top = int((gpus * mem_bytes * 0.9 - weights) // (kv_token * (prompt + output)))
+    best = (0.0, 0)
+    for b in range(1, top + 1):
+        step = max((weights + b * kv_token * (prompt + output / 2)) / bw, b * dec / compute)
+        if step >= tpot:
+            continue
+        q = min(b / (output * step + b * t_pf), (1 - step / tpot) / t_pf)
+        if ttft is not None:
+            room = ttft - t_pf - step
+            if room <= step / 2:
+                continue
+            q = min(q, (1 - step / (2 * room)) / t_pf)
+        best = max(best, (q, b))
+    return best, t_pf
+
+
+def test_serve_prefill_and_decode_at_the_best_batch():
     h100 = offer("a", "h100-sxm", 1, 3.0)
     h200 = offer("b", "h200-sxm", 1, 4.0)
     l4 = offer("c", "l4", 1, 0.8)
     result = recommend(SERVE_7B, [l4, h100, h200])
-    assert keys(result) == ["b/h200-sxmx1", "a/h100-sxmx1"]
-    first, second = result.ranked
-    kv = 2**31  # 2 GiB per 4k-token sequence
-    # H200: batch 29 (the SLO binds: 0.02 s × 3.84 TB/s reads 14 GB + 29 × 2 GiB).
-    step = (14e9 + 29 * kv) / (4800e9 * 0.8)
-    assert first.rate == pytest.approx(2 * 29 / step) and first.rate_unit == "tokens/s"
-    assert (first.nodes, first.cost, first.pricing) == (2, 8.0, PricingModel.ON_DEMAND)
-    assert first.reasons[1].startswith("batch 29 per replica (limited by the latency SLO)")
-    # H100: batch 18 → 3.58 requests/s per replica → 3 replicas for 10 QPS.
-    assert (second.nodes, second.cost) == (3, 9.0)
-    assert first.memory_per_gpu_bytes == pytest.approx(14e9 + 29 * kv)
+    by = {r.offer.key: r for r in result.ranked}
+    for key, peak, bw, mem in (("a/h100-sxmx1", 989.5, 3350, 80e9),
+                               ("b/h200-sxmx1", 989.5, 4800, 141e9)):
+        (q, batch), t_pf = _serving_by_hand(
+            params=7e9, layers=32, hidden=4096, kv_heads=32, prompt=3840, output=256,
+            w_bytes=2, kv_bytes=2, peak_tflops=peak, bw_gbps=bw, gpus=1, mem_bytes=mem,
+            tpot=0.020)
+        s = by[key].serving
+        assert s.requests_per_s_per_replica == pytest.approx(q, rel=1e-9), key
+        assert s.batch == batch and s.prefill_ms == pytest.approx(t_pf * 1e3)
+        assert s.replicas == by[key].nodes == math.ceil(10 / q)
+        assert by[key].cost == pytest.approx(s.replicas * (3.0 if key[0] == "a" else 4.0))
+        assert s.tpot_ms <= 20 + 1e-9 and (s.prompt_tokens, s.output_tokens) == (3840, 256)
     (out,) = result.excluded
     assert (out.kind, out.reason) == ("latency", "reading the weights takes 58.3 ms per token "
-                                                 "on 1 × NVIDIA L4; SLO 20 ms")
+                                                 "on 1 × NVIDIA L4; TPOT bound 20 ms")
+
+
+def test_serve_counts_prefill_of_long_prompts_at_high_qps():
+    """3,840-token prompts at 100 QPS on a 70B model need ~5.6e16 FLOP/s of prefill alone:
+    ~141 H100s at 40 % MFU, where a decode-only model proposed 16 GPUs."""
+    task = ServeTask(params=70e9, qps=100, latency_ms=50, ttft_ms=2000, prompt_tokens=3840,
+                     output_tokens=256, layers=80, hidden=8192, kv_heads=8)
+    (r,) = recommend(task, [offer("a", "h100-sxm", 8, 98.32)]).ranked
+    prefill_per_s = 100 * r.serving.prefill_flops_per_request
+    assert prefill_per_s == pytest.approx(100 * (2 * 70e9 * 3840 + 2 * 80 * 8192 * 3840**2))
+    assert prefill_per_s / (989.5e12 * 0.4) > 140
+    assert r.gpus >= 141 and r.gpus == 8 * r.nodes
+    assert r.serving.ttft_ms <= 2000 and r.serving.tpot_ms <= 50 + 1e-9
+
+
+def test_serve_ttft_bound_excludes_a_slow_prefill_with_the_reason():
+    task = ServeTask(params=70e9, qps=1, latency_ms=200, ttft_ms=300, prompt_tokens=32000,
+                     output_tokens=100, layers=80, hidden=8192, kv_heads=8)
+    result = recommend(task, [offer("a", "h100-sxm", 8, 98.32)])
+    (out,) = result.excluded
+    assert out.kind == "latency" and "32,000-token prompt's prefill takes" in out.reason
+    assert out.reason.endswith("TTFT bound 300 ms")
+
+
+def test_serve_model_against_mlperf_v4_llama2_70b_h100():
+    """MLPerf Inference v4.0, closed, NVIDIA DGX-H100 (8 × H100 SXM), llama2-70b-99.9 Server:
+    70.42 samples/s within TTFT 2 s and TPOT 200 ms (fp8, 294.45 output tokens per sample;
+    the mean prompt is not published: 300 assumed). The model's replica rate is within 10 %."""
+    task = ServeTask(params=70e9, qps=70.42, latency_ms=200, ttft_ms=2000, prompt_tokens=300,
+                     output_tokens=294, layers=80, hidden=8192, kv_heads=8, dtype="fp8")
+    (r,) = recommend(task, [offer("a", "h100-sxm", 8, 98.32, mem_gib=80)]).ranked
+    assert r.serving.requests_per_s_per_replica == pytest.approx(70.42, rel=0.10)
 
 
 def test_serve_memory_exclusion_and_no_spot():
@@ -527,7 +589,7 @@ def test_price_kinds_and_pricing_models_are_one_enum():
     assert [m.label for m in PricingModel] == ["on-demand", "spot", "reserved-1y",
                                                "reserved-3y"]
     # Each value names the Offer field it prices from.
-    assert {m.price_field for m in PricingModel} <= set(Offer.model_fields)
+    assert {m.price_field for m in PricingModel} <= set(Offer._fields)
     # compare_job's options and recommend's pick are the same type: no mapping between them.
     spot_offer = offer("s", "h100-sxm", 8, 20.0, spot=6.0)
     cmp = compare_job(spot_offer, make_job(spot_offer, wall_hours=10, instances=1),
@@ -536,7 +598,7 @@ def test_price_kinds_and_pricing_models_are_one_enum():
     assert {o.name for o in cmp.options} == {PricingModel.ON_DEMAND, PricingModel.SPOT}
 
 
-def test_recommend_document_is_version_2_with_the_enum_values(catalog):
+def test_recommend_document_is_version_3_with_the_enum_values(catalog):
     import jsonschema
 
     from gpuaudit.model import recommend_json_schema
@@ -545,7 +607,7 @@ def test_recommend_document_is_version_2_with_the_enum_values(catalog):
                  "2048", "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert {r["pricing"] for r in doc["ranked"]} <= {m.value for m in PricingModel}
     assert doc["ranked"][0]["pricing"] == "on_demand"  # version 1 wrote "on-demand"
     jsonschema.validate(doc, recommend_json_schema())
@@ -561,4 +623,4 @@ def test_published_recommend_schema_is_current():
         "regenerate: python3 -c 'import json; from gpuaudit.model import "
         "recommend_json_schema as s; print(json.dumps(s(), indent=2))' "
         "> docs/schema/recommend.schema.json")
-    assert recommend_json_schema()["$id"].endswith("/recommend-v2.json")
+    assert recommend_json_schema()["$id"].endswith("/recommend-v3.json")

@@ -5,8 +5,6 @@ asked for): `gpuaudit --help` or `gpuaudit recommend ...` do not import the benc
 or store stacks. `COMMANDS` names them, with the one-line help the root help lists (a test
 checks it against each command's own)."""
 
-from __future__ import annotations
-
 import importlib
 from typing import Annotated, Any
 

@@ -1,16 +1,17 @@
 """`gpuaudit catalog list|show|validate|import`: the price catalog on the command line."""
 
-from __future__ import annotations
-
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from gpuaudit.cli import common
 from gpuaudit.cli.common import JsonOpt, consoles, print_json
 from gpuaudit.errors import BadInputError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 catalog_app = common.new_app(
     "The price catalog: GPU instances with on-demand, spot and reserved prices, each with its "
@@ -35,18 +36,30 @@ def _refuse_bad_numbers(catalog) -> None:
     for prob in catalog.problems:
         if prob.code == "bad-price":
             raise BadInputError(str(prob))
-    for offer, loc in zip(catalog.offers, catalog.locations, strict=True):
-        if offer.currency not in common.parse.ISO_CURRENCIES:
+    known = common.parse.ISO_CURRENCIES
+    for i, offer in enumerate(catalog.offers):
+        if offer.currency not in known:
+            loc = catalog.locations[i]
             where = f"{loc.file}:{loc.line}" if loc.line else loc.file
             raise BadInputError(f"{where}: {offer.key}: unknown currency {offer.currency!r}")
 
 
-def _warn_problems(catalog, console: Console) -> None:
+def _warn_problems(catalog, console: "Console | None" = None) -> None:
+    """The skipped rows (one line per file) and the rows left out, on stderr (`console`, or
+    plain text when the command prints no rich output)."""
+    if console is None:
+        from gpuaudit.cost.catalog import problem_summary
+
+        lines = [*problem_summary(catalog.problems),
+                 *(left.message("--local-zones") for left in catalog.left_out)]
+        if lines:
+            sys.stderr.write("\n".join(lines) + "\n")
+        return
     warn_skipped(catalog.problems, console)
     _note_left_out(catalog.left_out, console)
 
 
-def warn_skipped(problems, console: Console) -> None:
+def warn_skipped(problems, console: "Console") -> None:
     """One line per file for the rows that did not load, however many."""
     from gpuaudit.cost.catalog import problem_summary
 
@@ -54,7 +67,7 @@ def warn_skipped(problems, console: Console) -> None:
         console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
-def _note_left_out(left_out, console: Console) -> None:
+def _note_left_out(left_out, console: "Console") -> None:
     for left in left_out:
         console.print(left.message("--local-zones"), markup=False, highlight=False,
                       soft_wrap=True)
@@ -76,9 +89,9 @@ def list_(
     json_: JsonOpt = False,
 ) -> None:
     """GPU instances with their prices (currency always shown), cheapest first."""
-    from gpuaudit.report.cost_view import offers_doc, offers_table
+    from gpuaudit.report.offers_view import offers_doc, offers_table
+    from gpuaudit.report.plain import terminal_width
 
-    out, err = consoles(json_)
     catalog = _load(catalog_file)
     _refuse_bad_numbers(catalog)
     common.check_known("--gpu", gpu, {o.gpu_model for o in catalog.offers},
@@ -94,14 +107,15 @@ def list_(
         return (value is None, o.currency, value or 0.0, o.key)
 
     offers.sort(key=order)
-    _warn_problems(catalog, err)
+    _warn_problems(catalog)
     if json_:
         print_json(offers_doc(offers))
         return
     if not offers:
-        out.print("no offer matches those filters")
+        sys.stdout.write("no offer matches those filters\n")
         return
-    out.print(offers_table(offers, title=f"{len(offers)} offers (prices per hour)"))
+    listing = offers_table(offers, title=f"{len(offers)} offers (prices per hour)")
+    sys.stdout.write(listing.text(terminal_width()) + "\n")
 
 
 @catalog_app.command()

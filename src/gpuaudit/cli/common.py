@@ -12,10 +12,9 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 
 from gpuaudit import parse
 from gpuaudit.errors import BadInputError, GpuauditError
@@ -36,14 +35,29 @@ _NO_ARGS_HELP = getattr(_click.exceptions, "NoArgsIsHelpError", ())
 _WRITE_ERRORS = {errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT, errno.EBADF}
 
 # Human text goes to stdout unless JSON does; then it goes to stderr. Consoles look up
-# sys.stdout at each print, so tests that swap it see the output.
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# sys.stdout at each print, so tests that swap it see the output. `out` and `err` are made
+# on first use (module __getattr__): rich costs a command that prints plain text (recommend,
+# catalog list) a quarter of its time budget to import.
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    out: Console
+    err: Console
+
+
+def __getattr__(name: str) -> Any:
+    if name not in ("out", "err"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from rich.console import Console
+
+    globals().setdefault("out", Console(highlight=False))
+    globals().setdefault("err", Console(stderr=True, highlight=False))
+    return globals()[name]
 
 
 def consoles(json_: bool) -> tuple[Console, Console]:
     """(where tables and notes go, where warnings go): with --json, stdout is JSON only."""
-    return (err if json_ else out), err
+    return (__getattr__("err") if json_ else __getattr__("out")), __getattr__("err")
 
 
 def print_json(doc: object) -> None:
@@ -151,7 +165,9 @@ def tidy_help(command: Any) -> None:
             getattr(p, "param_type_name", "") == "option" and not getattr(p, "is_flag", True)
             for p in getattr(command, "params", ())):
         command.epilog = EPILOG
+    _light_help_option(command)
     for param in getattr(command, "params", ()):
+        _light_coercion(param)
         if getattr(param, "param_type_name", "") == "argument":
             # 'FILE', not 'file <file>': the name says what it takes.
             if param.metavar is None and param.name:
@@ -167,6 +183,79 @@ def tidy_help(command: Any) -> None:
                 param.metavar = name
     for sub in getattr(command, "commands", {}).values():
         tidy_help(sub)
+
+
+# What pydantic reads as a boolean (typer's flags given a value, e.g. from the environment).
+_BOOLS = {"": False, "0": False, "false": False, "f": False, "no": False, "n": False,
+          "off": False, "1": True, "true": True, "t": True, "yes": True, "y": True,
+          "on": True}
+
+
+def _light_help_option(command: Any) -> None:
+    """The help option is made by typer when a command parses its arguments: give it the
+    plain coercion too (once per command)."""
+    made = getattr(command, "get_help_option", None)
+    if made is None or getattr(made, "_light", False):
+        return
+
+    def get_help_option(ctx: Any) -> Any:
+        option = made(ctx)
+        if option is not None:
+            _light_coercion(option)
+        return option
+
+    get_help_option._light = True  # type: ignore[attr-defined]
+    command.get_help_option = get_help_option
+
+
+def _light_coercion(param: Any) -> None:
+    """Coerce an option's value without pydantic where that is plain: typer (0.2x) builds a
+    pydantic TypeAdapter for every parameter it parses, which costs a command ~100 ms of
+    imports, while our options parse their own text (`parser=`, the one grammar) and the rest
+    are text, flags and file paths. Other parameters (choices, numbers with bounds, lists)
+    keep typer's coercion, as does everything when typer's internals differ."""
+    if getattr(param, "_runtime_param", False) is not None:
+        return
+    try:
+        from typer._coercion import RuntimeParam
+        from typer._param_types import coerce_cli_path, routes_to_path
+    except ImportError:  # pragma: no cover - another typer: its own coercion stays
+        return
+    desc = getattr(param, "type_descriptor", None)
+    info = getattr(desc, "parameter_info", None)
+    if desc is None or info is None or desc.file_annotation is not None:
+        return
+    ann = desc.annotation
+    if info.parser is not None:
+        parser = info.parser
+
+        def coerce(value: Any, _param: Any, _ctx: Any) -> Any:
+            return parser(value)
+    elif ann is str:
+        def coerce(value: Any, _param: Any, _ctx: Any) -> Any:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    elif ann is bool:
+        def coerce(value: Any, param: Any, ctx: Any) -> Any:
+            if isinstance(value, bool) or value is None:
+                return value
+            text = str(value).strip().lower()
+            if text in _BOOLS:
+                return _BOOLS[text]
+            raise typer.BadParameter(f"{value!r} is not a valid boolean", ctx=ctx,
+                                     param=param)
+    elif isinstance(ann, type) and issubclass(ann, Path) and routes_to_path(ann, info):
+        def coerce(value: Any, param: Any, ctx: Any) -> Any:
+            if isinstance(value, str):
+                value = ann(value)  # typer would ask pydantic to make the Path
+            return coerce_cli_path(value, info, path_type=ann, param=param, ctx=ctx)
+    else:
+        return
+
+    class _Plain(RuntimeParam):  # type: ignore[misc]
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            return coerce(value, param, ctx)
+
+    param._runtime_param = _Plain(parameter_info=info, annotation=ann)
 
 
 class Group(typer.core.TyperGroup):

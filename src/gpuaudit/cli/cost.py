@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,8 +16,11 @@ from gpuaudit.cli import common
 from gpuaudit.cli.common import CatalogOpt, DbOpt, InstanceOpt, JsonOpt, out
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Offer
-from gpuaudit.model.base import SCHEMA_VERSION, Record
 from gpuaudit.model.pricing import PriceKind
+from gpuaudit.model.version import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from gpuaudit.model.lite import Lite as Record
 
 cost_app = common.new_app("What it costs: a job on-demand, reserved or on spot; buy vs rent; "
                           "$ per unit of work; idle GPUs.", no_args_is_help=True)

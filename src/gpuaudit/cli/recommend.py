@@ -2,12 +2,10 @@
 
     gpuaudit recommend train --params 7B --tokens 1T [--deadline 14d] [--budget-usd 50000]
     gpuaudit recommend finetune --params 70B --method lora
-    gpuaudit recommend serve --params 70B --qps 20 --latency-ms 200 --context 4096
+    gpuaudit recommend serve --params 70B --qps 20 --prompt-tokens 3840 --tpot-ms 50 --ttft-ms 2000
     gpuaudit recommend --run RUN_ID --hours 12
     gpuaudit recommend --from-run RUN --tokens 10B      # predicted per offer (gpuaudit predict)
 """
-
-from __future__ import annotations
 
 import json
 import sys
@@ -17,12 +15,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpuaudit.cli import common
-from gpuaudit.cli.common import DbOpt, JsonOpt, out
+from gpuaudit.cli.common import DbOpt, JsonOpt
 from gpuaudit.errors import BadInputError
 
 if TYPE_CHECKING:
     from gpuaudit.cost.recommend import Constraints, Task
+    from gpuaudit.cost.recommend.measured import MeasuredAllReduce
+    from gpuaudit.model import Run
     from gpuaudit.model.cost import Offer
+    from gpuaudit.model.recommendation import FeedNeed
 
 recommend_app = common.new_app(
     "Which instance to rent for a task: train, fine-tune, serve, or a benchmarked workload "
@@ -54,33 +55,152 @@ PoolOpt = Annotated[bool, typer.Option(
                             "10 Gb/s each.")]
 ParamsOpt = Annotated[float, common.count("--params", help="Parameters: 7B, 1.3B, 125M.",
                                           hi=1e15)]
+FeedOpt = Annotated[str | None, typer.Option(
+    "--feed", metavar="RUN|FILE",
+    help="The job's input need: a run with bench train data loading or bench host JPEG "
+         "figures (id or JSON file), or a doctor diagnosis (--save FILE) that found it "
+         "input-bound. Offers whose vCPUs or memory per GPU cannot feed their GPUs are "
+         "marked. [default: --run's own data loading figures, where it has them]")]
+AllReduceOpt = Annotated[str | None, typer.Option(
+    "--allreduce-run", metavar="ID",
+    help="A fleet run (or its JSON file) with an all-reduce measured across nodes: it sizes "
+         "the cross-node communication on offers of its GPU model and GPUs per node.")]
 
 
-def load_offers(path: Path | None) -> list[Offer]:
+def load_offers(path: Path | None) -> "list[Offer]":
     """The catalog's offers (a seam: tests replace it)."""
     return list(common.load_catalog(path).offers)
 
 
 def _constraints(deadline_s: float | None, budget: float | None, currency: str, sort: str
-                 ) -> Constraints:
+                 ) -> "Constraints":
     from gpuaudit.cost.recommend import Constraints
 
     return Constraints(deadline_hours=None if deadline_s is None else deadline_s / 3600,
                        budget=budget, currency=currency, sort=sort)  # type: ignore[arg-type]
 
 
-def _run(task: Task, cons: Constraints, *, catalog: Path | None, top: int, mfu: float,
-         json_: bool, allow_pooling: bool = False) -> None:
+def _run(task: "Task", cons: "Constraints", *, catalog: Path | None, top: int, mfu: float,
+         json_: bool, allow_pooling: bool = False, allreduce: str | None = None,
+         db: str | None = None, feed: str | None = None, feed_need: "FeedNeed | None" = None
+         ) -> None:
     from gpuaudit.cost.recommend import recommend
     from gpuaudit.model.recommendation import Assumptions
-    from gpuaudit.report.recommend_view import recommend_view
+    from gpuaudit.report.plain import terminal_width
+    from gpuaudit.report.recommend_view import recommend_text
 
+    measured = None if allreduce is None else load_allreduce(allreduce, db)
+    if feed is not None:
+        feed_need = load_feed(feed, db, task)
     result = recommend(task, load_offers(catalog), constraints=cons,
-                       assumptions=Assumptions(mfu=mfu, allow_pooling=allow_pooling), top=top)
+                       assumptions=Assumptions(mfu=mfu, allow_pooling=allow_pooling), top=top,
+                       allreduce=measured, feed=feed_need)
     if json_:
         sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
     else:
-        out.print(recommend_view(result))
+        sys.stdout.write(recommend_text(result, terminal_width()) + "\n")
+
+
+def _task_rate(task: "Task") -> tuple[float, str] | None:
+    from gpuaudit.cost.recommend import BenchmarkedTask
+
+    if isinstance(task, BenchmarkedTask) and task.unit == "samples/s":
+        return task.rate_per_gpu, task.gpu_model
+    return None
+
+
+def load_feed(ref: str, db: str | None, task: "Task") -> "FeedNeed":
+    """--feed: a run (id or JSON file) with input figures, or a doctor diagnosis file."""
+    from gpuaudit.cost.recommend.feed import need_from_diagnosis, need_from_run
+    from gpuaudit.model import load_run
+
+    path = Path(ref)
+    if path.suffix == ".json" or path.is_file():
+        try:
+            raw = path.read_text()
+            data = json.loads(raw)
+        except OSError as exc:
+            raise BadInputError(f"--feed {ref}: cannot read ({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise BadInputError(f"--feed {ref}: not JSON ({exc})") from None
+        if isinstance(data, dict) and data.get("kind") == "doctor":
+            return need_from_diagnosis(data, ref)
+        return need_from_run(load_run(raw, origin=ref), _task_rate(task))
+    from gpuaudit.store import Store
+
+    with Store(db, read_only=True) as store:
+        run = store.get(ref)
+    return need_from_run(run, _task_rate(task))
+
+
+def _own_feed(run: "Run", task: "Task") -> "FeedNeed | None":
+    """The need a --run/--from-run run measured itself (bench train's data loading)."""
+    from gpuaudit.cost.recommend.feed import need_from_run
+
+    if not any(m.suite == "train" and m.name == "data/jpeg/best" and m.value
+               for m in run.measurements):
+        return None
+    try:
+        return need_from_run(run, _task_rate(task))
+    except BadInputError:
+        return None
+
+
+def load_allreduce(ref: str, db: str | None) -> "MeasuredAllReduce":
+    """--allreduce-run: a stored fleet run's all-reduce across nodes (or a fleet run's or a
+    run's JSON file), with its GPU from the audit of one of its nodes (or the GPU model the
+    fleet expected)."""
+    from gpuaudit.cost.recommend.measured import allreduce_across_nodes
+    from gpuaudit.fleet.records import FleetRun
+    from gpuaudit.model import load_run
+    from gpuaudit.store import Store
+
+    def of_run(run: "Run") -> "MeasuredAllReduce":
+        gpu = run.machine.gpus[0] if run.machine and run.machine.gpus else None
+        return allreduce_across_nodes(f"run {run.id}", run.measurements,
+                                      gpu.name if gpu else None,
+                                      gpu.pci_device_id if gpu else None)
+
+    path = Path(ref)
+    if path.suffix == ".json" or path.is_file():
+        try:
+            raw = path.read_text()
+            data = json.loads(raw)
+        except OSError as exc:
+            raise BadInputError(f"--allreduce-run {ref}: cannot read "
+                                f"({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise BadInputError(f"--allreduce-run {ref}: not JSON ({exc})") from None
+        if not (isinstance(data, dict) and data.get("kind") == "fleet-run"):
+            return of_run(load_run(raw, origin=ref))
+        document: str | None = raw
+    else:
+        with Store(db, read_only=True) as store:
+            document = store.fleet_run_document(ref)
+            if document is None:
+                return of_run(store.get(ref))
+    try:
+        fleet = FleetRun.model_validate_json(document)
+    except ValueError as exc:
+        first = str(exc).splitlines()[0]
+        raise BadInputError(f"--allreduce-run {ref}: not a fleet run ({first})") from None
+    gpu_name, pci = None, None
+    saved = [n.run_id for n in fleet.nodes if n.run_id is not None and n.saved]
+    if saved:
+        try:
+            with Store(db, read_only=True) as store:
+                for run_id in saved:
+                    audit = store.get(run_id)
+                    if audit.machine and audit.machine.gpus:
+                        gpu_name = audit.machine.gpus[0].name
+                        pci = audit.machine.gpus[0].pci_device_id
+                        break
+        except BadInputError:  # the node audits are in another store: the expectation's
+            pass
+    if gpu_name is None and fleet.expectation is not None:
+        gpu_name = fleet.expectation.gpu_model
+    return allreduce_across_nodes(f"fleet run {fleet.id}", fleet.collectives, gpu_name, pci,
+                                  fleet.collectives_skipped)
 
 
 @recommend_app.callback(invoke_without_command=True)
@@ -114,6 +234,8 @@ def recommend(
     sort: SortOpt = "cost",
     top: TopOpt = "10",
     catalog: common.CatalogOpt = None,
+    allreduce_run: AllReduceOpt = None,
+    feed: FeedOpt = None,
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
@@ -124,15 +246,20 @@ def recommend(
     common.needs(ctx, "hours", on="--run or --from-run",
                  present=run is not None or from_run is not None)
     if ctx.invoked_subcommand is not None:
-        if run is not None or from_run is not None:
-            raise BadInputError("--run and --from-run go without a subcommand")
+        if run is not None or from_run is not None or allreduce_run is not None or \
+                feed is not None:
+            raise BadInputError("--run, --from-run, --allreduce-run and --feed go without a "
+                                "subcommand (give --allreduce-run or --feed after it)")
         return
     if from_run is not None:
         if run is not None:
             raise BadInputError("give --run or --from-run, not both")
         cons = _constraints(deadline, budget, currency, sort)
-        task = _predicted_task(from_run, workload, rates, hours, samples, tokens, catalog, db)
-        _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_)
+        task, stored_run = _predicted_task(from_run, workload, rates, hours, samples, tokens,
+                                           catalog, db)
+        _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_,
+             allreduce=allreduce_run, db=db, feed=feed,
+             feed_need=None if feed is not None else _own_feed(stored_run, task))
         return
     if run is None:
         typer.echo(ctx.get_help())
@@ -147,12 +274,13 @@ def recommend(
     with Store(db, read_only=True) as store:
         stored = store.get(run)
     task = task_from_run(stored, hours, metric)
-    _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_)
+    _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_, allreduce=allreduce_run,
+         db=db, feed=feed, feed_need=None if feed is not None else _own_feed(stored, task))
 
 
 def _predicted_task(from_run: str, workload: str | None, rates: str | None,
                     hours: float | None, samples: float | None, tokens: float | None,
-                    catalog: Path | None, db: str | None) -> Task:
+                    catalog: Path | None, db: str | None) -> "tuple[Task, Run]":
     """The recorded step predicted on every (GPU model, count) of the catalog's offers."""
     from gpuaudit.cli.predict import load_run_arg, resolve_rates
     from gpuaudit.cost.recommend import PredictedTask
@@ -186,10 +314,14 @@ def _predicted_task(from_run: str, workload: str | None, rates: str | None,
     offers = load_offers(catalog)
     predicted = predicted_rates(profile, machine, specs,
                                 {(o.gpu_model, o.gpu_count) for o in offers})
+    backward = profile.phases_ms.get("backward", 0.0)
     return PredictedTask(run_id=stored.id, gpu_model=machine.roofs.gpu.id, gpus=1,
                          rate_per_gpu=rate, unit="samples/s",
                          metric=f"{profile.workload} step", hours=job_hours,
-                         scale_by="prediction", predicted=predicted)
+                         scale_by="prediction", predicted=predicted,
+                         grad_buckets=tuple(profile.buckets), samples_per_step=profile.batch,
+                         backward_share=min(1.0, backward / profile.step_ms)
+                         if backward > 0 and profile.step_ms > 0 else 2 / 3), stored
 
 
 @recommend_app.command()
@@ -209,9 +341,12 @@ def train(
     sort: SortOpt = "cost",
     mfu: MfuOpt = "0.40",
     allow_pooling: PoolOpt = False,
+    allreduce_run: AllReduceOpt = None,
+    feed: FeedOpt = None,
     top: TopOpt = "10",
     catalog: common.CatalogOpt = None,
     json_: JsonOpt = False,
+    db: DbOpt = None,
 ) -> None:
     """Pre-train a model of N parameters on T tokens (6·N·T FLOPs)."""
     from gpuaudit.cost.recommend import TrainTask
@@ -219,7 +354,8 @@ def train(
     task = TrainTask(params=params, tokens=tokens, precision=precision, optimizer=optimizer,
                      seq_len=seq_len, micro_batch=micro_batch, layers=layers, hidden=hidden)
     _run(task, _constraints(deadline, budget, currency, sort), catalog=catalog, top=top,
-         mfu=mfu, json_=json_, allow_pooling=allow_pooling)
+         mfu=mfu, json_=json_, allow_pooling=allow_pooling, allreduce=allreduce_run, db=db,
+         feed=feed)
 
 
 @recommend_app.command()
@@ -244,9 +380,12 @@ def finetune(
     sort: SortOpt = "cost",
     mfu: MfuOpt = "0.40",
     allow_pooling: PoolOpt = False,
+    allreduce_run: AllReduceOpt = None,
+    feed: FeedOpt = None,
     top: TopOpt = "10",
     catalog: common.CatalogOpt = None,
     json_: JsonOpt = False,
+    db: DbOpt = None,
 ) -> None:
     """Fine-tune: LoRA/QLoRA adapters (4·N·T FLOPs) or all weights (6·N·T)."""
     from gpuaudit.cost.recommend import FinetuneTask
@@ -255,7 +394,8 @@ def finetune(
                         precision=precision, optimizer=optimizer, seq_len=seq_len,
                         micro_batch=micro_batch, layers=layers, hidden=hidden)
     _run(task, _constraints(deadline, budget, currency, sort), catalog=catalog, top=top,
-         mfu=mfu, json_=json_, allow_pooling=allow_pooling)
+         mfu=mfu, json_=json_, allow_pooling=allow_pooling, allreduce=allreduce_run, db=db,
+         feed=feed)
 
 
 @recommend_app.command()
@@ -264,13 +404,19 @@ def serve(
     qps: Annotated[float, common.number("--qps", help="Requests per second to sustain.",
                                         lo=0, lo_open=True, hi=1e9)],
     latency_ms: Annotated[float, common.number(
-        "--latency-ms", help="Latency SLO per output token (time between tokens), ms.", lo=0,
-        lo_open=True, hi=1e7)],
-    context: Annotated[int, common.integer(
-        "--context", help="Tokens of KV cache per request (prompt + output).", hi=100_000_000)
-    ] = "4096",
+        "--tpot-ms", "--latency-ms", help="Time per output token bound (TPOT: between "
+        "tokens of one response), ms.", lo=0, lo_open=True, hi=1e7)],
+    ttft_ms: Annotated[float | None, common.number(
+        "--ttft-ms", help="Time to first token bound (TTFT), ms [default: none].", lo=0,
+        lo_open=True, hi=1e8)] = None,
+    prompt_tokens: Annotated[int | None, common.integer(
+        "--prompt-tokens", help="Prompt tokens per request [default: --context minus "
+        "--output-tokens].", hi=100_000_000)] = None,
     output_tokens: Annotated[int, common.integer(
         "--output-tokens", help="Tokens generated per request.", hi=100_000_000)] = "256",
+    context: Annotated[int, common.integer(
+        "--context", help="Prompt + output tokens per request, when --prompt-tokens is not "
+        "given.", hi=100_000_000)] = "4096",
     dtype: Annotated[str, typer.Option("--dtype", help="Weights: fp32, bf16, fp16, fp8, "
                                                        "int8.")] = "bf16",
     hours: Annotated[float, common.number("--hours", help="Serving hours to cost.", lo=0,
@@ -280,6 +426,7 @@ def serve(
     ] = None,
     layers: LayersOpt = None,
     hidden: HiddenOpt = None,
+    mfu: MfuOpt = "0.40",
     budget: BudgetOpt = None,
     currency: CurrencyOpt = "USD",
     sort: SortOpt = "cost",
@@ -287,11 +434,13 @@ def serve(
     catalog: common.CatalogOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Serve Q requests/s under a per-token latency SLO (decode-bound estimate)."""
+    """Serve Q requests/s within TPOT and TTFT bounds: prefill and decode with continuous
+    batching, KV cache in memory."""
     from gpuaudit.cost.recommend import ServeTask
 
     task = ServeTask(params=params, qps=qps, latency_ms=latency_ms, context=context,
                      output_tokens=output_tokens, dtype=dtype.lower(), hours=hours,
-                     layers=layers, hidden=hidden, kv_heads=kv_heads)
+                     layers=layers, hidden=hidden, kv_heads=kv_heads,
+                     prompt_tokens=prompt_tokens, ttft_ms=ttft_ms)
     _run(task, _constraints(None, budget, currency, sort), catalog=catalog, top=top,
-         mfu=0.40, json_=json_)
+         mfu=mfu, json_=json_)

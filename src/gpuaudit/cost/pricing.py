@@ -13,8 +13,7 @@ from __future__ import annotations
 import math
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.model import Billing, Offer
-from gpuaudit.model.cost import BILLING_ASSUMPTION
+from gpuaudit.model.cost import BILLING_ASSUMPTION, Billing, Offer
 from gpuaudit.model.pricing import (
     CheckpointPlan,
     Job,
@@ -252,30 +251,32 @@ def compare_job(offer: Offer, job: Job, *, mtbi_hours: float | None = None,
     try:
         od = on_demand_cost(offer, job)
     except BadInputError as exc:
-        unpriced.append(Unpriced(name="on_demand", reason=str(exc)))
+        unpriced.append(Unpriced(name=PricingModel.ON_DEMAND, reason=str(exc)))
     for years in (1, 3):
         try:
             res = reserved_cost(offer, job, years, reserved_utilization)
         except BadInputError as exc:  # no such price: the checks of the inputs came first
-            unpriced.append(Unpriced(name="reserved_1y" if years == 1 else "reserved_3y",
-                                     reason=str(exc)))
+            unpriced.append(Unpriced(name=PricingModel.RESERVED_1Y if years == 1 else
+                                     PricingModel.RESERVED_3Y, reason=str(exc)))
             continue
         if years == 1:
             r1 = res
         else:
             r3 = res
     if offer.spot_price_per_hour is None:
-        unpriced.append(Unpriced(name="spot", reason=f"{offer.key} has no spot price"))
+        unpriced.append(Unpriced(name=PricingModel.SPOT,
+                                 reason=f"{offer.key} has no spot price"))
     elif mtbi_hours is None:
-        unpriced.append(Unpriced(name="spot", reason="no interruption rate or MTBI given"))
+        unpriced.append(Unpriced(name=PricingModel.SPOT,
+                                 reason="no interruption rate or MTBI given"))
     else:
         spot = spot_cost(offer, job, mtbi_hours=mtbi_hours, checkpoint_s=checkpoint_s,
                          restart_s=restart_s, interval_s=interval_s)
 
     def option(name: str, wall: float, cost: float) -> PricingOption:
         meets = None if deadline_hours is None else wall <= deadline_hours
-        return PricingOption(name=name, wall_hours=wall, cost=cost, currency=offer.currency,
-                             meets_deadline=meets)  # type: ignore[arg-type]
+        return PricingOption(name=PricingModel(name), wall_hours=wall, cost=cost,
+                             currency=offer.currency, meets_deadline=meets)
 
     options = []
     if od:

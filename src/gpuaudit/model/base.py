@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-# Bumped whenever a stored or printed document changes shape incompatibly.
-#   2: Run.node (the fleet node a run was measured on)
-SCHEMA_VERSION = 2
+from .version import SCHEMA_VERSION
+
+__all__ = ["SCHEMA_VERSION", "Record"]
 
 
 class Record(BaseModel):

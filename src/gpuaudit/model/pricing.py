@@ -7,12 +7,12 @@ a reader can tell where it came from and how old it is.
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date
 from enum import Enum
-from typing import Literal
+from typing import Any
 
-from .base import Record
 from .cost import Billing
+from .lite import Lite, record
 
 
 class PricingModel(str, Enum):
@@ -41,7 +41,8 @@ class PricingModel(str, Enum):
 PriceKind = PricingModel
 
 
-class PriceRef(Record):
+@record
+class PriceRef(Lite):
     """The price a figure was computed from, and where that price came from."""
 
     offer: str  # Offer.key, e.g. "aws/p5.48xlarge@us-east-1"
@@ -56,7 +57,8 @@ class PriceRef(Record):
 # -- pricing models for one job ----------------------------------------------------------------
 
 
-class Job(Record):
+@record
+class Job(Lite):
     """A job's size: `solve_hours` of failure-free work on `instances` instances at once."""
 
     gpu_hours: float
@@ -65,7 +67,8 @@ class Job(Record):
     solve_hours: float  # wall time without interruptions = gpu_hours / (gpus × instances)
 
 
-class OnDemandCost(Record):
+@record
+class OnDemandCost(Lite):
     price: PriceRef
     instances: int
     wall_hours: float
@@ -77,7 +80,8 @@ class OnDemandCost(Record):
     currency: str
 
 
-class ReservedCost(Record):
+@record
+class ReservedCost(Lite):
     price: PriceRef  # the effective hourly rate of the term
     term_years: int
     term_hours: float  # 8760 per year
@@ -94,7 +98,8 @@ class ReservedCost(Record):
     currency: str
 
 
-class CheckpointPlan(Record):
+@record
+class CheckpointPlan(Lite):
     """Checkpointing on interruptible capacity (Young 1974; Daly 2006)."""
 
     mtbi_hours: float  # mean time between interruptions of the job (all its instances)
@@ -105,7 +110,8 @@ class CheckpointPlan(Record):
     interval_s: float  # the compute time between checkpoints used (Daly's unless given)
 
 
-class SpotCost(Record):
+@record
+class SpotCost(Lite):
     price: PriceRef
     instances: int
     plan: CheckpointPlan
@@ -119,7 +125,8 @@ class SpotCost(Record):
     assumptions: tuple[str, ...]
 
 
-class PricingOption(Record):
+@record
+class PricingOption(Lite):
     name: PricingModel
     wall_hours: float  # expected, for spot
     cost: float
@@ -127,12 +134,14 @@ class PricingOption(Record):
     meets_deadline: bool | None  # None: no deadline given
 
 
-class Unpriced(Record):
+@record
+class Unpriced(Lite):
     name: PricingModel
     reason: str
 
 
-class JobComparison(Record):
+@record
+class JobComparison(Lite):
     offer: str
     job: Job
     deadline_hours: float | None
@@ -150,89 +159,14 @@ class JobComparison(Record):
     price_date: date
 
 
-# -- buy vs rent ---------------------------------------------------------------------------------
+# Owning (TCO), price-performance and idle cost live in `economics`; their names still import
+# from here. (Apart, so that pricing a job does not build their record classes.)
+_ELSEWHERE = ("Tco", "Basis", "WorkCost", "PricePerformance", "IdleGpu", "IdleCost")
 
 
-class Tco(Record):
-    """Owning a server: what a year costs, per GPU-hour, and against a rental price."""
+def __getattr__(name: str) -> Any:
+    if name in _ELSEWHERE:
+        from . import economics
 
-    currency: str
-    capex: float
-    gpu_count: int
-    amortization_years: float
-    cost_of_capital_pct: float  # annual
-    residual_value_pct: float  # of capex, at the end of the amortization period
-    power_w: float  # average draw of the server, before PUE
-    power_source: str  # "measured", "given", "TDP: 8 × 700 W + host 2000 W", ...
-    pue: float
-    price_per_kwh: float
-    colocation_per_month: float
-    maintenance_pct_per_year: float  # of capex
-    utilization: float  # share of the year's GPU-hours that carry work
-    annual_capital_cost: float  # the annuity that repays capex (less residual) at that rate
-    annual_energy_cost: float
-    annual_colocation_cost: float
-    annual_maintenance_cost: float
-    annual_cost: float
-    cost_per_gpu_hour_at_full_use: float
-    cost_per_used_gpu_hour: float  # at `utilization`
-    rental_price_per_gpu_hour: float | None = None
-    # Utilization above which owning costs less than renting the same used hours; above 1:
-    # owning never pays at that rental price.
-    break_even_utilization: float | None = None
-    cheaper: Literal["buy", "rent"] | None = None  # at `utilization`
-
-
-# -- price-performance ---------------------------------------------------------------------------
-
-Basis = Literal["measured", "estimate", "given"]
-
-
-class WorkCost(Record):
-    """The cost of one unit of work at one price."""
-
-    metric: Literal["pflop_hour", "million_training_tokens", "thousand_inferences", "epoch"]
-    cost: float
-    currency: str
-    unit: str  # "USD per PFLOP-hour", ...
-    rate: float  # the throughput it was computed from, for the whole instance
-    rate_unit: str  # "PFLOP/s", "tokens/s", "inferences/s", "samples/s"
-    # measured: from a stored run (run_id); estimate: from datasheet figures and the stated
-    # assumptions; given: a throughput the user supplied.
-    basis: Basis
-    run_id: str | None = None
-    assumptions: tuple[str, ...] = ()
-
-
-class PricePerformance(Record):
-    price: PriceRef
-    gpu_model: str
-    results: tuple[WorkCost, ...]
-    notes: tuple[str, ...] = ()
-
-
-# -- idle cost -----------------------------------------------------------------------------------
-
-
-class IdleGpu(Record):
-    hostname: str
-    gpu: int
-    observed_hours: float  # covered by readings
-    idle_hours: float
-    unknown_hours: float  # readings without an activity figure, or errors: never idle
-    idle_cost: float
-
-
-class IdleCost(Record):
-    since: datetime
-    until: datetime
-    threshold_pct: float
-    price_per_gpu_hour: float
-    currency: str
-    price_source: str
-    price_date: date | None
-    gpus: tuple[IdleGpu, ...]
-    observed_gpu_hours: float
-    idle_gpu_hours: float
-    idle_fraction: float | None  # of the observed GPU-hours; None when nothing was observed
-    idle_cost: float
+        return getattr(economics, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,19 +1,13 @@
 """Datasheet spec catalog: peak figures per GPU, each with its source; lookup by NVML name or
-PCI device id."""
+PCI device id.
+
+The names below are imported from `gpuaudit.specs.catalog` when first used (it parses YAML
+into validating models), so that `gpuaudit.specs.figures` — the cached figures a price
+estimate needs — can be used without that cost."""
 
 from __future__ import annotations
 
-from gpuaudit.specs.catalog import (
-    FIGURE_FIELDS,
-    PRECISIONS,
-    GpuSpec,
-    PeakTflops,
-    Source,
-    SpecCatalog,
-    SpecCatalogError,
-    load_catalog,
-    lookup,
-)
+from typing import Any
 
 __all__ = [
     "FIGURE_FIELDS",
@@ -26,3 +20,13 @@ __all__ = [
     "load_catalog",
     "lookup",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from gpuaudit.specs import catalog
+
+    value = getattr(catalog, name)
+    globals()[name] = value
+    return value

@@ -18,6 +18,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .figures import PRECISIONS
+
 __all__ = [
     "FIGURE_FIELDS",
     "PRECISIONS",
@@ -30,7 +32,6 @@ __all__ = [
     "lookup",
 ]
 
-PRECISIONS: tuple[str, ...] = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
 # Fields that are figures (each non-null one must name its source); peak_tflops.* added below.
 _SCALAR_FIGURES: tuple[str, ...] = (

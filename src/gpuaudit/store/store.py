@@ -427,6 +427,14 @@ class Store:
             return fleet.fleet_rows(conn, since=since,
                                     has_fleet_runs=fleet_runs.name in self._tables)
 
+    def fleet_run_document(self, fleet_id: str) -> str | None:
+        """The stored document of the `fleet run` with this id (a FleetRun's JSON), or None."""
+        if self._engine is None or fleet_runs.name not in self._tables:
+            return None
+        key = fleet_id.strip()
+        with self._errors(f"reading fleet run {key}"), self._engine.connect() as conn:
+            return conn.scalar(select(fleet_runs.c.document).where(fleet_runs.c.id == key))
+
     def get(self, run_id: str) -> Run:
         """The run with this id, or the only one whose id starts with it (≥4 characters)."""
         key = run_id.strip()

@@ -85,21 +85,24 @@ PCIE_VARIANTS = {"a100-sxm4-40gb": "a100-pcie-40gb", "a100-sxm4-80gb": "a100-pci
                  "h100-sxm": "h100-pcie", "v100-sxm2-16gb": "v100-pcie-16gb",
                  "v100-sxm2-32gb": "v100-pcie-32gb"}
 SXM_VARIANTS = {pcie: sxm for sxm, pcie in PCIE_VARIANTS.items()}
+# The NVL parts (two PCIe cards bridged, more memory): what a name saying NVL sells.
+NVL_VARIANTS = {"h100-sxm": "h100-nvl", "h100-pcie": "h100-nvl", "h200-sxm": "h200-nvl"}
 
 
 def stated_form_factor(name: str) -> str | None:
-    """"pcie" or "sxm" when a name says it as a word of its own (Lambda gpu_1x_h100_pcie,
-    gpu_8x_h100_sxm5; Vast 1x-A100_PCIE-...; Nebius gpu-h100-sxm_...; RunPod A100 PCIe),
-    else None. SkyPilot's accelerator names never do (Lambda's PCIe H100 is just "H100")."""
+    """"pcie", "sxm" or "nvl" when a name says it as a word of its own (Lambda
+    gpu_1x_h100_pcie, gpu_8x_h100_sxm5; Vast 1x-A100_PCIE-..., 1x-H100_NVL-...; Nebius
+    gpu-h100-sxm_...; RunPod A100 PCIe; Cudo ...-a100-pci_...), else None. SkyPilot's
+    accelerator names never do (Lambda's PCIe H100 is just "H100")."""
     words = set(re.split(r"[^a-z0-9]+", name.casefold()))
-    pcie = "pcie" in words
-    sxm = any(re.fullmatch(r"sxm\d?", w) for w in words)
-    if pcie == sxm:  # neither, or both (nonsense): the name does not tell
-        return None
-    return "pcie" if pcie else "sxm"
+    stated = {form for form, said in (("pcie", bool(words & {"pcie", "pci"})),
+                                      ("sxm", any(re.fullmatch(r"sxm\d?", w) for w in words)),
+                                      ("nvl", "nvl" in words)) if said}
+    # Neither, or several (nonsense): the name does not tell.
+    return stated.pop() if len(stated) == 1 else None
 
 
-FORM_FACTOR_LABEL = {"pcie": "PCIe", "sxm": "SXM"}
+FORM_FACTOR_LABEL = {"pcie": "PCIe", "sxm": "SXM", "nvl": "NVL"}
 
 
 def with_form_factor(gpu_model: str, form: str | None) -> str:
@@ -108,4 +111,6 @@ def with_form_factor(gpu_model: str, form: str | None) -> str:
         return PCIE_VARIANTS.get(gpu_model, gpu_model)
     if form == "sxm":
         return SXM_VARIANTS.get(gpu_model, gpu_model)
+    if form == "nvl":
+        return NVL_VARIANTS.get(gpu_model, gpu_model)
     return gpu_model

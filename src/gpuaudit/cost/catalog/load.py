@@ -7,10 +7,12 @@ the rest loads, because one typo in a 10,000-row file must not hide the other 9,
 from __future__ import annotations
 
 import csv
+import functools
 import os
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
@@ -18,15 +20,28 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model.cost import Offer
 from gpuaudit.reading import read_text
 
-from .ours import OursFormat
 from .records import Catalog, Location, Superseded
-from .skypilot import SkyPilotFormat
-from .table import CatalogFormat, ReadOptions, Table, csv_rows
+
+if TYPE_CHECKING:
+    from .table import CatalogFormat, ReadOptions
 
 USER_CATALOG_ENV = "GPUAUDIT_USER_CATALOG"
 
-# The formats a file may be in, asked in order: the first whose columns match reads it.
-FORMATS: tuple[CatalogFormat, ...] = (SkyPilotFormat(), OursFormat())
+
+@functools.cache
+def formats() -> tuple[CatalogFormat, ...]:
+    """The formats a file may be in, asked in order: the first whose columns match reads it.
+    (Imported when a file is read, not when the parsed catalog comes from the cache.)"""
+    from .ours import OursFormat
+    from .skypilot import SkyPilotFormat
+
+    return (SkyPilotFormat(), OursFormat())
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FORMATS":
+        return formats()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def shipped_catalog_path() -> Path:
@@ -49,15 +64,28 @@ def load_catalog(path: str | os.PathLike[str] | None = None, *, include_user: bo
     format or SkyPilot's. `provider` names the cloud of a SkyPilot file whose path does not;
     `include_local_zones` keeps a SkyPilot AWS file's Local/Wavelength Zone rows.
 
-    An unreadable file raises BadInputError; bad rows become `Catalog.problems`."""
+    An unreadable file raises BadInputError; bad rows become `Catalog.problems`.
+
+    The parsed result is kept in the user cache directory (`cache.cached_catalog`) and read
+    back while the files, the options and the parsing code are unchanged."""
+    from .cache import cached_catalog
+
     if path is not None:
-        return merge([read_catalog_file(path, provider=provider,
-                                        include_local_zones=include_local_zones)])
-    parts = [read_catalog_file(shipped_catalog_path())]
-    user = user_catalog_path()
-    if include_user and user.is_file():
-        parts.append(read_catalog_file(user))
-    return merge(parts)
+        options = f"file|{provider}|{include_local_zones}"
+        return cached_catalog([Path(path)], lambda: merge([read_catalog_file(
+            path, provider=provider, include_local_zones=include_local_zones)]), options)
+    shipped = shipped_catalog_path()
+    user = user_catalog_path() if include_user else None
+
+    def build() -> Catalog:
+        parts = [read_catalog_file(shipped)]
+        if user is not None and user.is_file():
+            parts.append(read_catalog_file(user))
+        return merge(parts)
+
+    # The user catalog counts even while it does not exist: importing one invalidates.
+    return cached_catalog([shipped, *([user] if user is not None else [])], build,
+                          f"default|{include_user}")
 
 
 def merge(parts: Sequence[Catalog]) -> Catalog:
@@ -86,7 +114,8 @@ def merge(parts: Sequence[Catalog]) -> Catalog:
                    problems=tuple(p for part in parts for p in part.problems),
                    files=tuple(f for part in parts for f in part.files),
                    left_out=tuple(x for part in parts for x in part.left_out),
-                   superseded=tuple(lost))
+                   superseded=tuple(lost),
+                   formats=tuple(f for part in parts for f in part.formats))
 
 
 def _region_rule(by_key: dict[str, tuple[Offer, Location]], touched: set[tuple[str, str]],
@@ -125,6 +154,8 @@ def read_catalog_file(path: str | os.PathLike[str], *, provider: str | None = No
     p = Path(path)
     name = str(p)
     text = read_text(p, "catalog")  # a regular UTF-8 file, bounded: else one line
+    from .table import ReadOptions
+
     options = ReadOptions(provider=provider, include_local_zones=include_local_zones)
     try:
         return _read_text(name, p, text, options)
@@ -133,6 +164,8 @@ def read_catalog_file(path: str | os.PathLike[str], *, provider: str | None = No
 
 
 def _read_text(name: str, p: Path, text: str, options: ReadOptions) -> Catalog:
+    from .table import Table, csv_rows
+
     rows = csv_rows(text)
     header_line, header = next(rows, (0, []))
     if not header:
@@ -142,7 +175,7 @@ def _read_text(name: str, p: Path, text: str, options: ReadOptions) -> Catalog:
     if twice:  # read as a dict, the last of them would win silently
         raise BadInputError(f"catalog {name}:{header_line}: column(s) {', '.join(twice)} "
                             "given twice in the header")
-    for fmt in FORMATS:
+    for fmt in formats():
         if fmt.matches(set(fields)):
             return fmt.read(Table(name, p, header_line, fields, rows), options)
     raise BadInputError(

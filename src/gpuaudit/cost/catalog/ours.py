@@ -82,7 +82,7 @@ class OursFormat:
             offers.append(offer)
             locations.append(Location(name, line))
         return Catalog(offers=tuple(offers), problems=tuple(problems),
-                       locations=tuple(locations), files=(name,))
+                       locations=tuple(locations), files=(name,), formats=(self.name,))
 
 
 def offer_from_row(row: dict[str, str]) -> Offer:

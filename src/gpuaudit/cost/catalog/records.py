@@ -3,11 +3,14 @@ on purpose, and where each offer came from."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpuaudit import parse
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.cost import Offer
+from gpuaudit.model.lite import Lite, frozen
 
 # The four prices an offer may have, as `Offer` fields.
 PRICE_FIELDS = ("on_demand_price_per_hour", "spot_price_per_hour",
@@ -22,9 +25,9 @@ ISO_CURRENCIES: frozenset[str] = parse.ISO_CURRENCIES
 PLACEHOLDER_PRICES: frozenset[float] = frozenset({0.0, 0.01, 700.0, 999.0, 9999.0, 99999.0})
 
 
-@dataclass(frozen=True)
-class Problem:
-    """A row (or file) that could not be used as written. `line` is 1-based; None = file."""
+class Problem(NamedTuple):
+    """A row (or file) that could not be used as written. `line` is 1-based; None = file.
+    (A tuple: a file of 27,000 bad rows makes 27,000 of them, read back from the cache.)"""
 
     file: str
     line: int | None
@@ -66,8 +69,8 @@ def problem_summary(problems: tuple[Problem, ...] | list[Problem], examples: int
     return out
 
 
-@dataclass(frozen=True)
-class Superseded:
+@frozen
+class Superseded(Lite):
     """A row that lost to another source's row for the same offer: the newer price date
     wins (the later source on a tie), and `catalog show` says which."""
 
@@ -77,18 +80,21 @@ class Superseded:
     why: str
 
 
-@dataclass(frozen=True)
-class LeftOut:
+@frozen
+class LeftOut(Lite):
     """Rows that were read and are fine, but left out on purpose (not a problem): e.g. prices
     of AWS Local Zones, which are not the region's prices."""
 
     file: str
-    kind: str  # "local-zone" | "wavelength-zone"
+    kind: str  # "local-zone" | "wavelength-zone" | "zero-spot" (a SpotPrice 0 read as none)
     rows: int
     zones: tuple[str, ...]
 
     def message(self, keep: str = "include_local_zones=True") -> str:
         """One line; `keep` names what keeps the rows (the CLI says --local-zones)."""
+        if self.kind == "zero-spot":
+            return (f"{self.file}: {self.rows} row{'s' * (self.rows != 1)} give SpotPrice 0, "
+                    "a placeholder: read as no spot price (their on-demand prices are kept)")
         what = {"local-zone": "AWS Local Zones",
                 "wavelength-zone": "AWS Wavelength Zones"}.get(self.kind, self.kind)
         shown = ", ".join(self.zones[:4]) + (", ..." if len(self.zones) > 4 else "")
@@ -99,10 +105,42 @@ class LeftOut:
         return self.message()
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(NamedTuple):
+    """Where an offer was read (a tuple: one per offer, 10,000 read back from the cache)."""
+
     file: str
     line: int | None
+
+
+class Locations(Sequence[Location]):
+    """Where each offer was read, kept as runs of (file, lines) and made into `Location`s
+    when first asked: a command that only ranks the offers never asks."""
+
+    def __init__(self, runs: Sequence[tuple[str, Sequence[int | None]]]) -> None:
+        self._runs = runs
+        self._made: tuple[Location, ...] | None = None
+
+    def _all(self) -> tuple[Location, ...]:
+        if self._made is None:
+            self._made = tuple(Location(f, line) for f, lines in self._runs for line in lines)
+        return self._made
+
+    def __len__(self) -> int:
+        return sum(len(lines) for _, lines in self._runs)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[Location]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Locations({len(self)} offers)"
 
 
 @dataclass(frozen=True)
@@ -112,25 +150,30 @@ class Catalog:
 
     offers: tuple[Offer, ...] = ()
     problems: tuple[Problem, ...] = ()
-    locations: tuple[Location, ...] = ()  # parallel to `offers`
+    locations: Sequence[Location] = ()  # parallel to `offers` (a tuple or `Locations`)
     files: tuple[str, ...] = ()  # what was read, in order (later files override earlier)
     left_out: tuple[LeftOut, ...] = ()
     superseded: tuple[Superseded, ...] = ()
+    # the format each file was read in ("gpuaudit", "skypilot"), parallel to `files`
+    formats: tuple[str, ...] = ()
     _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        for i, offer in enumerate(self.offers):
-            self._index.setdefault(offer.key, i)
 
     def __len__(self) -> int:
         return len(self.offers)
 
+    def _where(self, key: str) -> int | None:
+        # Built on first use: a command that only ranks the offers never pays for it.
+        if not self._index and self.offers:
+            for i, offer in enumerate(self.offers):
+                self._index.setdefault(offer.key, i)
+        return self._index.get(key)
+
     def get(self, key: str) -> Offer | None:
-        i = self._index.get(key)
+        i = self._where(key)
         return None if i is None else self.offers[i]
 
     def location(self, offer: Offer) -> Location | None:
-        i = self._index.get(offer.key)
+        i = self._where(offer.key)
         return self.locations[i] if i is not None and i < len(self.locations) else None
 
     def superseded_by(self, key: str) -> list[Superseded]:

@@ -15,7 +15,6 @@ an offer of its own location (``aws/p5.48xlarge@us-east-1-atl-2``).
 
 from __future__ import annotations
 
-import ast
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -24,8 +23,9 @@ from pathlib import Path
 
 from gpuaudit.model.cost import Billing, Offer
 
-from .families import FORM_FACTOR_LABEL, gcp_gpu, stated_form_factor, with_form_factor
+from .families import expected_gpu_count, gcp_gpu
 from .gcp import Zones, compose, n1_gpus, n1_host
+from .gpu_names import identify
 from .records import Catalog, LeftOut, Location, Problem
 from .table import (
     ReadOptions,
@@ -37,20 +37,24 @@ from .table import (
     number,
 )
 
-# SkyPilot accelerator names → specs ids. PCIe/SXM is not in the name; the instance name or
-# GpuInfo's 'Name' tells (Lambda gpu_1x_h100_pcie, RunPod 'A100 PCIe'), see `_gpu`. Names not
-# here keep their lower-cased form and validation reports them as unknown GPUs.
-SKYPILOT_GPUS: dict[str, str] = {
-    "V100": "v100-sxm2-16gb", "V100-32GB": "v100-sxm2-32gb", "T4": "t4", "A10": "a10",
-    "A10G": "a10g", "A40": "a40", "A100": "a100-sxm4-40gb", "A100-80GB": "a100-sxm4-80gb",
-    "L4": "l4", "L40": "l40", "L40S": "l40s", "H100": "h100-sxm", "H100-MEGA": "h100-sxm",
-    "H100-NVL": "h100-nvl", "H200": "h200-sxm", "B200": "b200", "RTX4090": "rtx-4090",
-    "RTX3090": "rtx-3090",
-}
 KNOWN_PROVIDERS = ("aws", "gcp", "azure", "lambda", "runpod", "nebius", "vast", "oci",
                    "paperspace", "fluidstack", "cudo", "hyperbolic", "verda", "lium",
                    "mithril", "shadeform", "seeweb", "primeintellect", "jarvislabs",
-                   "hyperstack", "yotta", "spheron", "do", "ibm", "scp", "vsphere")
+                   "hyperstack", "yotta", "spheron", "do", "ibm", "scp", "vsphere",
+                   "daytona", "ovhcloud", "scaleway")
+
+# The currency of a cloud's prices where it is not US dollars: Scaleway's catalog copies its
+# euro list prices (H100-1-80G 2.52 EUR/h; https://www.scaleway.com/en/pricing/).
+CURRENCY: dict[str, tuple[str, str]] = {
+    "scaleway": ("EUR", "currency: EUR, Scaleway's list prices"),
+}
+
+# Instance families whose GPU SkyPilot names wrongly (family with digits as N → specs id):
+# Azure's NC H100 v5 sizes carry the H100 NVL (94 GB), which SkyPilot calls "H100".
+FAMILY_GPU: dict[tuple[str, str], str] = {
+    ("azure", "standard_ncNads_hN_vN"): "h100-nvl",
+    ("azure", "standard_ncNadis_hN_vN"): "h100-nvl",
+}
 
 # Billing of imported rows where the provider publishes it (SkyPilot's file does not say):
 # AWS bills Linux On-Demand and Spot per second with a 60-second minimum
@@ -113,6 +117,7 @@ class SkyPilotFormat:
         accelerators: dict[tuple[str, int, str], Zones] = {}  # GCP: (GPU, count, location)
         edges: dict[tuple[str, str], str] = {}  # location → the Local/Wavelength Zone it is
         left: dict[str, list[str]] = defaultdict(list)  # kind → zone of each row left out
+        zero_spot = 0  # rows whose SpotPrice 0 was read as no spot price
         for line, cells in table.rows:
             if len(cells) != len(fields):
                 problems.append(Problem(name, line, f"{len(cells)} cells but the header has "
@@ -129,7 +134,8 @@ class SkyPilotFormat:
             except RowError as exc:
                 problems.append(Problem(name, line, str(exc), exc.code))
                 continue
-            region = row.get("Region", "")
+            zone = row.get("AvailabilityZone", "")
+            region = row.get("Region", "") or region_of_zone(zone)
             if not region:
                 problems.append(Problem(name, line, "Region is empty"))
                 continue
@@ -139,13 +145,15 @@ class SkyPilotFormat:
                 continue
             gpu_row = bool(acc) or (provider == "gcp" and gcp_gpu(instance) is not None)
             if gpu_row and (od == 0 or spot == 0):
-                # SkyPilot writes 0.0 where it has no price (GCP a4 hosts): a placeholder,
-                # which would rank as free.
-                which = "Price" if od == 0 else "SpotPrice"
-                problems.append(Problem(name, line, f"{which} is zero (a placeholder, not a "
-                                        "price)", "zero-price"))
-                continue
-            zone = row.get("AvailabilityZone", "")
+                # SkyPilot writes 0.0 where it has no price (GCP a4 hosts; Vast's SpotPrice
+                # throughout): a placeholder, which would rank as free. The cell is read as
+                # "not published"; a row with no other price is skipped.
+                zero_spot += spot == 0 and bool(od)
+                od, spot = od or None, spot or None
+                if od is None and spot is None:
+                    problems.append(Problem(name, line, "Price is zero (a placeholder, not a "
+                                            "price)", "zero-price"))
+                    continue
             location = region
             if provider == "aws" and (kind := zone_kind(zone)) != "az":
                 if not options.include_local_zones:
@@ -167,17 +175,21 @@ class SkyPilotFormat:
             if g is None:
                 g = groups[key] = Zones(line=line, row=row, on_demand={}, spot={})
             g.add(zone or region, od, spot)
-        built = _build(name, provider, hosts, accelerators, edges, date.today())
+        built = _build(name, provider, hosts, accelerators, edges, date.today(),
+                       merge_spot_types(hosts))
         problems.extend(built.problems)
         left_out = tuple(LeftOut(name, kind, len(zones), tuple(sorted(set(zones))))
                          for kind, zones in sorted(left.items()))
+        if zero_spot:
+            left_out += (LeftOut(name, "zero-spot", zero_spot, ()),)
         return Catalog(offers=built.offers, problems=tuple(problems),
-                       locations=built.locations, files=(name,), left_out=left_out)
+                       locations=built.locations, files=(name,), left_out=left_out,
+                       formats=(self.name,))
 
 
 def _build(name: str, provider: str, hosts: dict[tuple[str, str], Zones],
            accelerators: dict[tuple[str, int, str], Zones], edges: dict[tuple[str, str], str],
-           today: date) -> Catalog:
+           today: date, spot_types: int = 0) -> Catalog:
     """The offers: whole instances, GCP machine types with their GPUs, GCP N1 hosts with
     attachable GPUs."""
     offers: list[Offer] = []
@@ -283,45 +295,60 @@ def _make(name: str, provider: str, instance: str, region: str, acc: str, count:
           row: dict[str, str], od: float | None, spot: float | None, host: float | None,
           each: float | None, notes: list[str], today: date, type_name: str | None = None
           ) -> Offer:
-    gpu_model, memory = _gpu(acc, type_name or instance, row.get("GpuInfo", ""), notes)
+    known = expected_gpu_count(provider, type_name or instance)
+    if known is not None and known != count and host is None:
+        # SkyPilot's Azure file counts 12 H100 in Standard_ND96isr_H100_v5, which has 8: the
+        # price is the instance's, so the per-GPU price follows the instance's real count.
+        notes.append(f"{known} GPUs as the instance type has them (SkyPilot's row says "
+                     f"{count})")
+        count = known
+    gpu_model, memory = identify(acc, type_name or instance, row.get("GpuInfo", ""), count,
+                                 provider, notes)
+    gpu_model = FAMILY_GPU.get((provider, _family(instance)), gpu_model)
     billing, minimum, billing_note = BILLING.get(provider, (Billing.SECOND, 0.0, ""))
+    currency, currency_note = CURRENCY.get(provider, ("USD", ""))
     return make_offer(
         provider=provider, instance_type=instance, region=region, gpu_model=gpu_model,
         gpu_count=count, gpu_memory_gib=memory,
         vcpus=lenient_int(row.get("vCPUs")), ram_gib=lenient_float(row.get("MemoryGiB")),
-        currency="USD",  # SkyPilot's catalogs are all in US dollars
-        on_demand_price_per_hour=od, spot_price_per_hour=spot,
+        currency=currency, on_demand_price_per_hour=od, spot_price_per_hour=spot,
         host_price_per_hour=host, gpu_price_per_hour=None if each is None else round(each, 6),
         billing=billing, billing_minimum_s=minimum,
         source=f"skypilot catalog {name}", price_date=today,
         notes="; ".join(["imported from SkyPilot's vms.csv (price_date = import day)",
-                         *notes, *filter(None, [billing_note])]))
+                         *notes, *filter(None, [billing_note, currency_note])]))
 
 
-def _gpu(acc: str, instance: str, gpu_info: str, notes: list[str]) -> tuple[str, float | None]:
-    """The specs id and the memory per GPU (GiB). The form factor comes from the instance name
-    first (Lambda's gpu_1x_h100_pcie has AcceleratorName 'H100' and GpuInfo name 'H100'),
-    then from GpuInfo's name (RunPod's 'A100 PCIe')."""
-    base = SKYPILOT_GPUS.get(acc, acc.lower())
-    memory: float | None = None
-    gpu_name = ""
-    if gpu_info:
-        try:
-            info = ast.literal_eval(gpu_info)  # a Python dict literal, never code
-            gpu = info["Gpus"][0]
-            mib = float(gpu["MemoryInfo"]["SizeInMiB"])
-            gpu_name = str(gpu.get("Name", ""))
-        except (ValueError, SyntaxError, KeyError, IndexError, TypeError):
-            notes.append("GpuInfo unreadable")
-        else:
-            if mib >= 1024:
-                memory = round(mib / 1024, 1)
-            else:
-                # RunPod rows say SizeInMiB: 80 for an 80 GB A100: GiB written as MiB.
-                notes.append(f"GpuInfo memory {mib:g} MiB is implausible; left empty")
-    by_name = stated_form_factor(instance)
-    model = with_form_factor(base, by_name or stated_form_factor(gpu_name))
-    if by_name and model != base:
-        notes.append(f"GPU {model}: the instance name says {FORM_FACTOR_LABEL[by_name]}, "
-                     f"SkyPilot's accelerator name {acc!r} does not")
-    return model, memory
+def _family(instance: str) -> str:
+    return re.sub(r"\d+", "N", instance.casefold())
+
+
+def region_of_zone(zone: str) -> str:
+    """The region a zone belongs to when a row leaves Region empty (IBM's jp-tok-2 of
+    jp-tok), or ''."""
+    m = re.fullmatch(r"([a-z]+(?:-[a-z]+)+)-\d+", zone.strip())
+    return m.group(1) if m else ""
+
+
+# Spot capacity sold as an instance type of its own (PrimeIntellect NAME__SPOT, Spheron
+# NAME-spot__REGION, Verda-style NAME_SPOT): the name without the marker.
+_SPOT_MARK = re.compile(r"(?:__|_|-)spot(?=$|__)", re.IGNORECASE)
+
+
+def merge_spot_types(hosts: dict[tuple[str, str], Zones]) -> int:
+    """Fold each spot-only instance type into the instance type it is the spot capacity of
+    (same location, same zone), as that type's spot price; returns how many were folded. A
+    spot type whose base type is not in the file stays an offer of its own."""
+    folded = 0
+    for (instance, location) in list(hosts):
+        base = _SPOT_MARK.sub("", instance)
+        g = hosts[(instance, location)]
+        target = hosts.get((base, location))
+        if base == instance or target is None or g.on_demand:
+            continue
+        for zone, price in g.spot.items():
+            target.add(zone, None, price)
+        del hosts[(instance, location)]
+        folded += 1
+    return folded
+

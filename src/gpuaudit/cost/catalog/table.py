@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from gpuaudit.model.cost import Offer
 
 from .records import Catalog
@@ -119,9 +117,8 @@ def price_text(value: float | None) -> str:
 
 
 def make_offer(**fields: Any) -> Offer:
-    """An `Offer`, its first validation error as a RowError (one line, the field named)."""
+    """An `Offer`, its validation error as a RowError (one line, the field named)."""
     try:
         return Offer(**fields)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise RowError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    except ValueError as exc:
+        raise RowError(str(exc)) from None

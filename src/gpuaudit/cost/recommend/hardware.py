@@ -15,11 +15,13 @@ from typing import Any
 
 from gpuaudit.cost.memory_fit import Checkpointing, finetune_memory, gb, training_memory
 from gpuaudit.model.cost import Offer
-from gpuaudit.model.recommendation import Assumptions, MemoryEstimate
-from gpuaudit.specs.catalog import GpuSpec
+from gpuaudit.model.recommendation import Assumptions, MemoryEstimate, ServingPlan
+from gpuaudit.specs.figures import SpecFigures as GpuSpec
 
 from .context import Context
+from .measured import predicted_exposed_s
 from .network import cross_node_efficiency, network_of
+from .serving import ServeModel
 from .tasks import (
     BenchmarkedTask,
     FinetuneTask,
@@ -114,7 +116,7 @@ def min_gpus_zero3(ctx: Context, usable: float) -> int | None:
     return max(1, math.ceil(one.states_total_bytes / room))
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Hardware:
     """What an offer's hardware gives the task, whatever its price: shared by every offer with
     the same GPU model, count and memory (a 10,000-row catalog has a few dozen of these)."""
@@ -169,19 +171,19 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
     usable = mem_bytes * (1 - ass.memory_margin)
     count = offer.gpu_count
 
-    measured = False
+    measured_rate = False
     predicted = isinstance(t, PredictedTask)
     if isinstance(t, PredictedTask):
         guess, why = t.rate_on(offer.gpu_model, count)
         if guess is None:
             return "prediction", lambda: why
         per_gpu = guess
-        measured = offer.gpu_model == t.gpu_model and count == t.gpus
+        measured_rate = offer.gpu_model == t.gpu_model and count == t.gpus
         unit_scale = 1.0
     elif isinstance(t, BenchmarkedTask):
         base = ctx.specs.get(t.gpu_model)
         if offer.gpu_model == t.gpu_model:
-            per_gpu, measured = t.rate_per_gpu, True
+            per_gpu, measured_rate = t.rate_per_gpu, True
         else:
             assert base is not None
             mine, theirs = scale_figures(t.scale_by, spec, base)
@@ -228,18 +230,31 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
             return None
         return memory_plan(ctx, n * count, usable) or plan
 
+    measured = ctx.allreduce if ctx.allreduce is not None and ctx.allreduce.applies_to(
+        offer.gpu_model, count) else None
+
     def eff(n: int, p: MemoryEstimate | None) -> float:
         if n <= 1:
             return 1.0
+        if isinstance(t, PredictedTask) and t.grad_buckets and gbps is not None:
+            # The recorded step's gradient buckets against its backward pass (predict's DDP
+            # model), over the offer's network.
+            step = t.samples_per_step / per_gpu
+            exposed = predicted_exposed_s(t.grad_buckets, step * t.backward_share,
+                                          n * count, gbps, measured)
+            return step / (step + exposed)
         if p is None or gbps is None:  # a benchmarked workload: no model to size the step
             return ass.inter_node_efficiency
         factor = ctx.memo["flops_factor"] * recompute_factor(ctx, p)
         full_grads = p.gradients_bytes * (p.gpus if p.sharding in ("zero-2", "zero-3") else 1)
+        volume = 1.5 if p.sharding == "zero-3" else 1.0
         return cross_node_efficiency(
             nodes=n, gpus_per_node=count, flops_per_token=factor * ctx.shape.params,
             gpu_flops=per_gpu * unit_scale * intra, grad_bytes=full_grads,
-            volume_factor=1.5 if p.sharding == "zero-3" else 1.0, network_gbps=gbps,
-            batch_tokens=ass.global_batch_tokens, overlap=ass.comm_overlap)
+            volume_factor=volume, network_gbps=gbps,
+            batch_tokens=ass.global_batch_tokens, overlap=ass.comm_overlap,
+            comm_s=None if measured is None else
+            measured.seconds(full_grads, n * count) * volume)
 
     def at(n: int) -> tuple[float, float, MemoryEstimate | None, float]:
         """(hours, rate, plan, cross-node efficiency) on n nodes."""
@@ -274,9 +289,20 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
                                         f"{deadline:g} h")
         nodes = meets
     hours, rate, plan, cross = at(nodes)
-    return Hardware(spec, mem_label, usable, nodes, hours, rate, plan, measured,
+    basis = None
+    if nodes > 1:
+        if isinstance(t, PredictedTask) and t.grad_buckets:
+            over = (f"at {measured.label(sum(b for b, _ in t.grad_buckets))}"
+                    if measured is not None else "at the node's network")
+            basis = (f"the recorded step's {len(t.grad_buckets)} gradient bucket(s) "
+                     f"all-reduced against its backward pass (predict's DDP model) {over}")
+        elif measured is not None and plan is not None:
+            full = plan.gradients_bytes * (plan.gpus if plan.sharding in ("zero-2", "zero-3")
+                                           else 1)
+            basis = measured.label(full)
+    return Hardware(spec, mem_label, usable, nodes, hours, rate, plan, measured_rate,
                     {"mem_bytes": mem_bytes, "cross_node": cross, "network": net,
-                     "pooled_gbps": gbps})
+                     "pooled_gbps": gbps, "cross_basis": basis})
 
 
 def scale_figures(scale_by: str, spec: GpuSpec, base: GpuSpec
@@ -290,8 +316,9 @@ def scale_figures(scale_by: str, spec: GpuSpec, base: GpuSpec
 
 
 def serve_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
-    """One replica = one instance, tensor parallel over its GPUs; the largest batch that keeps
-    a decode step within the SLO and the KV cache within memory; replicas for the QPS."""
+    """One replica = one instance, tensor parallel over its GPUs, serving with continuous
+    batching (`serving`): the batch that gives the highest request rate within the TPOT and
+    TTFT bounds and memory; replicas for the QPS."""
     t = ctx.task
     assert isinstance(t, ServeTask) and ctx.shape is not None
     ass = ctx.ass
@@ -301,43 +328,61 @@ def serve_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
     mem_bytes, mem_label = gpu_memory(offer, spec)
     count = offer.gpu_count
     usable = count * mem_bytes * (1 - ass.memory_margin)
-    weights, kv_seq = ctx.memo["serve"]
-    if weights + kv_seq > usable:
+    weights, kv_token, pf_flops, dec_flops = ctx.memo["serve"]
+    eff = intra_efficiency(spec, count, ass)
+    peak = spec.peak(t.dtype)
+    assert peak is not None
+    model = ServeModel(
+        weights_bytes=weights, kv_bytes_per_token=kv_token, prompt_tokens=t.prompt,
+        output_tokens=t.output_tokens, prefill_flops=pf_flops, decode_flops=dec_flops,
+        compute_flops=count * peak * 1e12 * ass.mfu * eff,
+        bandwidth=count * spec.memory_bandwidth_gbps * 1e9 * ass.bandwidth_efficiency * eff,
+        memory_bytes=usable)
+    context = t.prompt + t.output_tokens
+    if model.max_batch < 1:
+        kv_seq = kv_token * context
         return "memory", lambda: (f"weights {gb(weights)} + one sequence's KV cache "
                                   f"{gb(kv_seq)} need {gb(weights + kv_seq)}; has {count} × "
                                   f"{mem_label} ({gb(usable)} usable)")
-    eff = intra_efficiency(spec, count, ass)
-    bandwidth = count * spec.memory_bandwidth_gbps * 1e9 * ass.bandwidth_efficiency * eff
-    peak = spec.peak(t.dtype)
-    assert peak is not None
-    compute = count * peak * 1e12 * ass.mfu * eff
-    slo = t.latency_ms / 1000
-    floor_s = weights / bandwidth
-    if floor_s > slo:
-        return "latency", lambda: (f"reading the weights takes {floor_s * 1e3:.3g} ms per "
-                                   f"token on {count} × {spec.name}; SLO {t.latency_ms:g} ms")
-    b_mem = math.floor((usable - weights) / kv_seq)
-    b_bw = math.floor((slo * bandwidth - weights) / kv_seq)
-    b_fl = math.floor(slo * compute / (2 * t.params))
-    batch = max(1, min(b_mem, b_bw, b_fl))
-    mem_time = (weights + batch * kv_seq) / bandwidth
-    flop_time = 2 * t.params * batch / compute
-    step = max(mem_time, flop_time)
-    tokens_s = batch / step
-    per_replica = tokens_s / t.output_tokens
-    replicas = math.ceil(t.qps / per_replica - 1e-9)
+    tpot, ttft = t.latency_ms / 1000, None if t.ttft_ms is None else t.ttft_ms / 1000
+    r = model.best(tpot, ttft)
+    if r is None:
+        floor = weights / model.bandwidth
+        step1 = model.step(1)[0]
+        if floor >= tpot:
+            return "latency", lambda: (f"reading the weights takes {floor * 1e3:.3g} ms per "
+                                       f"token on {count} × {spec.name}; TPOT bound "
+                                       f"{t.latency_ms:g} ms")
+        t_pf = model.prefill_s
+        return "latency", lambda: (f"one {t.prompt:,}-token prompt's prefill takes "
+                                   f"{t_pf * 1e3:,.3g} ms and a decode step "
+                                   f"{step1 * 1e3:.3g} ms on {count} × {spec.name}: the "
+                                   f"first token comes after {(t_pf + 1.5 * step1) * 1e3:,.3g}"
+                                   f" ms at least; TTFT bound {t.ttft_ms:g} ms")
+    replicas = math.ceil(t.qps / r.qps - 1e-9)
     if replicas > ass.max_nodes:
-        return "capacity", lambda: (f"needs {replicas} replicas for {t.qps:g} QPS, more than "
+        return "capacity", lambda: (f"needs {replicas} replicas for {t.qps:g} QPS "
+                                    f"({r.qps:.3g} requests/s each), more than "
                                     f"{ass.max_nodes}")
-    limit = "memory" if batch == b_mem else "the latency SLO"
-    bound = "memory-bandwidth" if mem_time >= flop_time else "compute"
+    plan = ServingPlan(
+        replicas=replicas, requests_per_s_per_replica=r.qps, batch=r.batch,
+        prompt_tokens=t.prompt, output_tokens=t.output_tokens,
+        prefill_flops_per_request=pf_flops, prefill_ms=r.prefill_s * 1e3,
+        decode_step_ms=r.step_s * 1e3, decode_bound=r.step_bound, tpot_ms=r.tpot_s * 1e3,
+        ttft_ms=r.ttft_s * 1e3, tpot_bound_ms=t.latency_ms, ttft_bound_ms=t.ttft_ms,
+        limit=r.limit)
+    share = r.qps * r.prefill_s
     notes = [
-        f"batch {batch} per replica (limited by {limit}): {step * 1e3:.3g} ms per token, "
-        f"{bound}-bound",
-        f"{tokens_s:,.0f} tokens/s = {per_replica:.3g} requests/s per replica of "
-        f"{t.output_tokens} tokens; {replicas} replica(s) for {t.qps:g} QPS",
+        f"prefill {r.prefill_s * 1e3:,.3g} ms per {t.prompt:,}-token prompt "
+        f"({pf_flops:.3g} FLOPs, compute-bound): {share:.0%} of each replica's time at its "
+        "rate",
+        f"decode batch {r.batch}: {r.step_s * 1e3:.3g} ms per step ({r.step_bound}-bound); "
+        f"TPOT {r.tpot_s * 1e3:.3g} ms (bound {t.latency_ms:g}), TTFT {r.ttft_s * 1e3:,.3g} "
+        "ms" + (f" (bound {t.ttft_ms:g})" if t.ttft_ms is not None else "") + " (means)",
+        f"{r.qps:.3g} requests/s per replica (limited by {r.limit}); {replicas} replica(s) "
+        f"for {t.qps:g} QPS",
     ]
-    return Hardware(spec, mem_label, usable / count, replicas, t.hours, tokens_s * replicas,
-                    extra={"memory": (weights + batch * kv_seq) / count, "notes": notes})
-
-
+    memory = (weights + r.batch * kv_token * context) / count
+    return Hardware(spec, mem_label, usable / count, replicas, t.hours,
+                    replicas * r.qps * t.output_tokens,
+                    extra={"memory": memory, "notes": notes, "serving": plan})

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+
+from gpuaudit.model.lite import Lite, frozen
 
 
-@dataclass(frozen=True)
-class Network:
+@frozen
+class Network(Lite):
     gbps: float  # between instances, per node (all its NICs), 10^9 bit/s
     fabric: str  # "EFA", "InfiniBand NDR", ...
     source: str
@@ -47,30 +48,47 @@ NETWORKS: tuple[tuple[str, re.Pattern[str], Network], ...] = tuple(
     ))
 
 
+# Per provider, its patterns as one alternation of named groups: one match per lookup, the
+# group that matched naming the network (10,000 offers may have thousands of instance types).
+_BY_PROVIDER: dict[str, tuple[re.Pattern[str], dict[str, Network]]] = {}
+for _prov in dict.fromkeys(p for p, _, _ in NETWORKS):
+    _rules = [(pattern, net) for p, pattern, net in NETWORKS if p == _prov]
+    _BY_PROVIDER[_prov] = (
+        re.compile("|".join(f"(?P<n{i}>{pattern.pattern})" for i, (pattern, _) in
+                            enumerate(_rules)), re.IGNORECASE),
+        {f"n{i}": net for i, (_, net) in enumerate(_rules)})
+# The providers with a published network between some instance types (lower case, as the
+# catalog keeps them): any other offer has none, without a lookup.
+PROVIDERS_WITH_NETWORKS = frozenset(_BY_PROVIDER)
+
+
 @functools.lru_cache(maxsize=4096)  # asked once per offer: 10,000 offers, a few dozen types
 def network_of(provider: str, instance_type: str) -> Network | None:
     """The published network between instances of this type, or None when none is known."""
-    p = provider.casefold()
-    for prov, pattern, net in NETWORKS:
-        if p == prov and pattern.fullmatch(instance_type):
-            return net
-    return None
+    rules = _BY_PROVIDER.get(provider.casefold())
+    if rules is None:
+        return None
+    m = rules[0].fullmatch(instance_type)
+    return None if m is None or m.lastgroup is None else rules[1][m.lastgroup]
 
 
 def cross_node_efficiency(*, nodes: int, gpus_per_node: int, flops_per_token: float,
                           gpu_flops: float, grad_bytes: float, volume_factor: float,
-                          network_gbps: float, batch_tokens: float, overlap: float) -> float:
+                          network_gbps: float, batch_tokens: float, overlap: float,
+                          comm_s: float | None = None) -> float:
     """Data-parallel efficiency across `nodes` (1.0 on one node). Each step of `batch_tokens`
     tokens computes flops_per_token × batch_tokens over all GPUs; its gradients
     (`grad_bytes`) cross the network once per step as a hierarchical ring all-reduce, each
     node sending and receiving 2(n−1)/n of them (× `volume_factor`: 1.5 for ZeRO-3's
     all-gathers and reduce-scatter) over its `network_gbps`; a share `overlap` of the compute
     (the backward pass) hides communication. Efficiency = compute ÷ (compute + exposed
-    communication)."""
+    communication). `comm_s`, when given, is the step's all-reduce time from a measurement
+    (`measured.MeasuredAllReduce`) instead of the network's bandwidth."""
     if nodes <= 1:
         return 1.0
     compute_s = flops_per_token * batch_tokens / (nodes * gpus_per_node * gpu_flops)
-    comm_s = (2 * (nodes - 1) / nodes * grad_bytes * volume_factor
-              / (network_gbps * 1e9 / 8))
+    if comm_s is None:
+        comm_s = (2 * (nodes - 1) / nodes * grad_bytes * volume_factor
+                  / (network_gbps * 1e9 / 8))
     exposed = max(0.0, comm_s - overlap * compute_s)
     return compute_s / (compute_s + exposed)

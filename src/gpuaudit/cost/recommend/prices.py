@@ -15,6 +15,7 @@ from gpuaudit.cost.pricing import (
     spot_cost,
 )
 from gpuaudit.model.cost import Billing, Offer
+from gpuaudit.model.lite import Lite, frozen
 from gpuaudit.model.pricing import JobComparison
 from gpuaudit.model.recommendation import Assumptions, PricingModel
 
@@ -49,8 +50,8 @@ def spot_inputs(ass: Assumptions) -> dict[str, float]:
             "restart_s": ass.restart_minutes * 60}
 
 
-@dataclass(frozen=True)
-class UnitCosts:
+@frozen
+class UnitCosts(Lite):
     """pricing.py's figures for one plan at a price of 1 per hour (all nodes)."""
 
     hours: float  # wall-clock hours without interruptions
@@ -83,7 +84,7 @@ def unit_costs(offer: Offer, hours: float, nodes: int, ctx: Context, spot_ok: bo
     return unit  # type: ignore[no-any-return]
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class PriceOption:
     model: PricingModel
     per_hour: float  # all nodes

@@ -4,9 +4,11 @@ the offers shown."""
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from gpuaudit.cost.memory_fit import dtype_bytes, gb, model_shape
 from gpuaudit.errors import BadInputError
@@ -14,16 +16,27 @@ from gpuaudit.model.cost import Offer
 from gpuaudit.model.recommendation import (
     Assumptions,
     Exclusion,
+    FeedNeed,
     PricingModel,
     Recommendation,
     RecommendResult,
+    ServingPlan,
 )
-from gpuaudit.specs import catalog as spec_catalog
-from gpuaudit.specs.catalog import SpecCatalog
+from gpuaudit.specs.figures import FigureCatalog, load_figures
 
 from .context import Context
-from .hardware import cached_hardware, compute_hw, efficiency, recompute_factor, serve_hw
+from .feed import check as feed_check
+from .hardware import (
+    cached_hardware,
+    compute_hw,
+    efficiency,
+    recompute_factor,
+    scale_figures,
+    serve_hw,
+)
+from .measured import MeasuredAllReduce
 from .prices import compare, pick_price, price_options, pricing_reasons, unit_costs
+from .sweep import order, sweep
 from .tasks import (
     BenchmarkedTask,
     Constraints,
@@ -37,7 +50,7 @@ from .tasks import (
 # --- per-offer evaluation --------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Feasible:
     """An offer that can do the task within the constraints, priced by its best model."""
 
@@ -53,9 +66,10 @@ class Feasible:
     memory_basis: tuple[str, ...]
     measured: bool
     notes: Callable[[], list[str]]  # built only for the offers shown
+    serving: ServingPlan | None = None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Excluded:
     """An offer left out: the kind of reason, and the reason (built only when shown)."""
 
@@ -126,9 +140,13 @@ def _eval_compute(offer: Offer, ctx: Context) -> Feasible | Excluded:
                     f"an assumed {hw.extra['pooled_gbps']:g} Gb/s per node (--allow-pooling; "
                     "no published network between these instances)")
             cross = hw.extra.get("cross_node", 1.0)
+            basis = hw.extra.get("cross_basis")
+            how = (f"from {basis}" if basis is not None else
+                   f"gradients all-reduced once per {ctx.ass.global_batch_tokens:,.0f}-token "
+                   "step, overlapped with the backward pass" if plan is not None else
+                   "assumed: no model of the workload's step to size its all-reduce")
             out.append(f"{hw.nodes} nodes over {over}: {cross:.0%} cross-node efficiency "
-                       f"(gradients all-reduced once per {ctx.ass.global_batch_tokens:,.0f}-"
-                       "token step, overlapped with the backward pass)")
+                       f"({how})")
         cmp, billing_known = compare(offer, hw.hours, hw.nodes, ctx, True, deadline)
         out.extend(pricing_reasons(price, cmp, billing_known, deadline))
         return out
@@ -168,7 +186,7 @@ def _eval_serve(offer: Offer, ctx: Context) -> Feasible | Excluded:
     return Feasible(offer, hw.nodes, price.model, price.per_hour, t.hours, price.cost,
                     hw.rate, hw.extra["memory"],
                     "none" if offer.gpu_count == 1 else "tensor-parallel",
-                    ctx.memo["serve_est"].basis, False, notes)
+                    ctx.memo["serve_est"].basis, False, notes, hw.extra["serving"])
 
 
 # --- the entry point -------------------------------------------------------------------------
@@ -199,17 +217,27 @@ def _prepare(task: Task, ctx: Context) -> tuple[Evaluator, str, str]:
     if isinstance(task, ServeTask):
         from gpuaudit.cost.memory_fit import inference_memory, kv_cache_bytes
 
-        ctx.shape = model_shape(task.params, layers=task.layers, hidden=task.hidden,
-                                kv_heads=task.kv_heads)
-        est = inference_memory(ctx.shape, dtype=task.dtype, batch=1, context=task.context)
+        from .serving import decode_flops, prefill_flops
+
+        shape = ctx.shape = model_shape(task.params, layers=task.layers, hidden=task.hidden,
+                                        kv_heads=task.kv_heads)
+        context = task.prompt + task.output_tokens
+        est = inference_memory(shape, dtype=task.dtype, batch=1, context=context)
         kv_dtype = "fp16" if dtype_bytes(task.dtype) < 2 else task.dtype
-        ctx.memo["serve"] = (est.weights_bytes,
-                             kv_cache_bytes(ctx.shape, batch=1, context=task.context,
-                                            dtype=kv_dtype))
+        pf = prefill_flops(task.params, shape.layers, shape.hidden, task.prompt)
+        ctx.memo["serve"] = (
+            est.weights_bytes, kv_cache_bytes(shape, batch=1, context=1, dtype=kv_dtype), pf,
+            decode_flops(task.params, shape.layers, shape.hidden,
+                         task.prompt + task.output_tokens / 2))
         ctx.memo["serve_est"] = est
+        bounds = f"TPOT ≤ {task.latency_ms:g} ms" + (
+            f", TTFT ≤ {task.ttft_ms:g} ms" if task.ttft_ms is not None else "")
         return _eval_serve, "tokens/s", (
-            f"decode-bound: a step reads {gb(est.weights_bytes)} of weights + the batch's KV "
-            f"cache at {ctx.ass.bandwidth_efficiency:.0%} of datasheet bandwidth (estimate)")
+            f"serving {task.prompt:,} prompt + {task.output_tokens:,} output tokens per "
+            f"request with continuous batching ({bounds}; means): prefill {pf:.3g} FLOPs per "
+            f"prompt at peak {task.dtype} × MFU {ctx.ass.mfu:.0%}, decode steps reading "
+            f"{gb(est.weights_bytes)} of weights + the batch's KV cache at "
+            f"{ctx.ass.bandwidth_efficiency:.0%} of datasheet bandwidth (estimate)")
     if task.gpu_model not in {g.id for g in ctx.specs.gpus}:
         raise BadInputError(f"GPU {task.gpu_model!r} of run {task.run_id} is not in the specs")
     base = ctx.specs.get(task.gpu_model)
@@ -226,36 +254,43 @@ def _prepare(task: Task, ctx: Context) -> tuple[Evaluator, str, str]:
 
 def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints | None = None,
               assumptions: Assumptions | None = None, top: int = 10, max_excluded: int = 20,
-              specs: SpecCatalog | None = None) -> RecommendResult:
-    """Rank ``offers`` for ``task``: feasible ones by cost (or time), the rest with reasons."""
+              specs: FigureCatalog | None = None, allreduce: MeasuredAllReduce | None = None,
+              feed: FeedNeed | None = None) -> RecommendResult:
+    """Rank ``offers`` for ``task``: feasible ones by cost (or time), the rest with reasons.
+    ``allreduce``: an all-reduce measured across nodes, which sizes the cross-node
+    communication on offers of its GPU model and GPUs per node. ``feed``: the job's input
+    need; each offer shown is checked against it (`feed`), and marked where its vCPUs or
+    memory per GPU cannot feed its GPUs."""
     if top < 1:
         raise BadInputError(f"top must be at least 1, not {top}")
+    if feed is not None and isinstance(task, ServeTask):
+        raise BadInputError("a feed need goes with training (train, finetune, --run, "
+                            "--from-run), not serve")
     cons = constraints or Constraints()
     ass = assumptions or Assumptions()
-    ctx = Context(task, cons, ass, specs or spec_catalog.load_catalog())
+    ctx = Context(task, cons, ass, specs or load_figures(), allreduce=allreduce, feed=feed)
     evaluate, rate_unit, basis = _prepare(task, ctx)
 
-    ok: list[Feasible] = []
-    out: list[Excluded] = []
-    for offer in offers:
-        result = evaluate(offer, ctx)
-        (ok if isinstance(result, Feasible) else out).append(result)  # type: ignore[arg-type]
-
-    if cons.sort == "time":
-        ok.sort(key=lambda r: (r.hours, r.cost, r.offer.key))
-    else:
-        ok.sort(key=lambda r: (r.cost, r.hours, r.offer.key))
+    serving = isinstance(task, ServeTask)
+    swept = sweep(offers, ctx, serve_hw if serving else compute_hw, serving)
+    order(swept.ok, cons.sort == "time")
     counts: dict[str, int] = {}
-    for o in out:
-        counts[o.kind] = counts.get(o.kind, 0) + 1
-    shown_out = sorted(out, key=lambda o: (o.sort_price, o.offer.key))[:max_excluded]
+    for o in swept.out:
+        counts[o[3]] = counts.get(o[3], 0) + 1
+    shown_out = _first_excluded(swept.out, max_excluded)
 
-    shown, twins = _distinct(ok, top)
-    ranked = tuple(_record(i, r, rate_unit, basis, cons, ctx, twins.get(id(r), ()))
-                   for i, r in enumerate(shown, start=1))
-    excluded = tuple(Exclusion(offer_key=o.offer.key, gpu_model=o.offer.gpu_model,
-                               gpu_count=o.offer.gpu_count, kind=o.kind, reason=o.reason())
+    shown, twins = _distinct(swept.ok, top, cons.sort == "time")
+    records = []
+    for i, row in enumerate(shown, start=1):
+        # The per-offer evaluation builds what is shown: its reasons and memory plan.
+        r = evaluate(row[3], ctx)
+        assert isinstance(r, Feasible)
+        records.append(_record(i, r, rate_unit, basis, cons, ctx, twins.get(row[2], ())))
+    ranked = tuple(records)
+    excluded = tuple(Exclusion(offer_key=o[2].key, gpu_model=o[2].gpu_model,
+                               gpu_count=o[2].gpu_count, kind=o[3], reason=o[4](*o[5]))
                      for o in shown_out)
+    ok, out = swept.ok, swept.out
     notes = [basis, "all times and costs are estimates from datasheet figures and the stated "
                     "assumptions" if not isinstance(task, BenchmarkedTask) else
              "predicted per operator class from the recorded step (gpuaudit predict): "
@@ -265,29 +300,51 @@ def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints |
         s = ctx.shape
         notes.append(f"model shape derived from the parameter count: {s.layers} layers, hidden "
                      f"{s.hidden}, {s.heads} heads (give --layers/--hidden to override)")
+    if feed is not None:
+        short = sum(1 for r in ranked if r.feed is not None and r.feed.verdict == "short")
+        notes.append(f"feed: {feed.source}; " + "; ".join(feed.basis)
+                     + f"; {short} of the {len(ranked)} shown cannot feed their GPUs"
+                     + (" (marked)" if short else ""))
     return RecommendResult(task=_task_doc(task), currency=cons.currency, assumptions=ass,
                            ranked=ranked, excluded=excluded, considered=len(ok) + len(out),
-                           feasible=len(ok), excluded_counts=counts, notes=tuple(notes))
+                           feasible=len(ok), excluded_counts=counts, notes=tuple(notes),
+                           feed=feed)
 
 
-def _distinct(ok: list[Feasible], top: int
-              ) -> tuple[list[Feasible], dict[int, tuple[str, ...]]]:
+def _distinct(ok: list[Any], top: int, by_time: bool
+              ) -> tuple[list[Any], dict[int, tuple[str, ...]]]:
     """The first `top` distinct offers: one instance type at the same plan and cost in
     several regions (or from two sources) is one choice, shown once with the others named,
-    so that one offer cannot fill the top ten."""
-    shown: list[Feasible] = []
-    first: dict[tuple[object, ...], Feasible] = {}
+    so that one offer cannot fill the top ten. Twins have the same figures, so they sit next
+    to each other in the order: the walk stops past the last offer shown."""
+    shown: list[Any] = []
+    first: dict[tuple[object, ...], Any] = {}
     twins: dict[int, list[str]] = {}
-    for r in ok:
-        o = r.offer
-        key = (o.provider, o.instance_type, r.nodes, r.pricing, round(r.cost, 6),
-               round(r.hours, 6))
+    last = None
+    for row in ok:
+        cost, hours, _i, o, hw, model, _price = row
+        figure = round(hours if by_time else cost, 6)
+        if last is not None and figure > last:
+            break
+        key = (o.provider, o.instance_type, hw.nodes, model, round(cost, 6), round(hours, 6))
         if key in first:
-            twins.setdefault(id(first[key]), []).append(o.region or "every region")
+            twins.setdefault(first[key][2], []).append(o.region or "every region")
         elif len(shown) < top:
-            first[key] = r
-            shown.append(r)
+            first[key] = row
+            shown.append(row)
+            if len(shown) == top:
+                last = figure
     return shown, {k: tuple(v) for k, v in twins.items()}
+
+
+def _first_excluded(out: list[Any], n: int) -> list[Any]:
+    """The `n` excluded offers with the lowest price (ties: by key), without ordering all."""
+    if len(out) <= n:
+        return sorted(out, key=lambda o: (o[0], o[2].key))
+    cheapest = heapq.nsmallest(n, out, key=lambda o: o[0])
+    bound = cheapest[-1][0]
+    tied = [o for o in out if o[0] <= bound]
+    return sorted(tied, key=lambda o: (o[0], o[2].key))[:n]
 
 
 def _task_doc(task: Task) -> dict[str, str | int | float | bool | None]:
@@ -315,9 +372,46 @@ def _record(rank: int, r: Feasible, rate_unit: str, basis: str, cons: Constraint
         cross = hw.extra.get("cross_node", 1.0) if not isinstance(hw, tuple) else 1.0
         eff = efficiency(spec, r.offer.gpu_count, 1, ctx.ass) * cross
         rest.append(f"scaling efficiency {eff:.0%} for {gpus} GPUs")
+    fed = None
+    if ctx.feed is not None:
+        fed = feed_check(ctx.feed, r.offer.vcpus, r.offer.ram_gib, r.offer.gpu_count,
+                         feed_speed(r.rate / gpus, ctx))
+        reasons.append(fed.reason)
+        if 0 < fed.gpu_wait_share < 1:
+            slow = 1 / (1 - fed.gpu_wait_share)
+            reasons.append(f"fed that slowly, the task takes about {r.hours * slow:,.1f} h "
+                           f"and costs about {r.cost * slow:,.2f} {r.offer.currency}")
     return Recommendation(
         rank=rank, offer=r.offer, nodes=r.nodes, gpus=gpus, pricing=r.pricing,
         price_per_hour=r.price_per_hour, currency=r.offer.currency, hours=r.hours,
         cost=r.cost, rate=r.rate, rate_unit=rate_unit,
         memory_per_gpu_bytes=r.memory_bytes, sharding=r.sharding, measured=r.measured,
-        reasons=tuple(reasons), basis=(basis, *rest, *r.memory_basis))
+        reasons=tuple(reasons), basis=(basis, *rest, *r.memory_basis), serving=r.serving,
+        feed=fed)
+
+
+def feed_speed(per_gpu: float, ctx: Context) -> float:
+    """How many times faster than the feed need's reference GPU one GPU of an offer runs the
+    task (`per_gpu`: its rate per GPU, in the task's unit): the input it must be fed grows
+    with it. 1 when the reference GPU is not known or no rate on it can be told."""
+    need, t = ctx.feed, ctx.task
+    assert need is not None
+    ref_gpu = need.gpu_model
+    base = ctx.specs.get(ref_gpu) if ref_gpu is not None else None
+    ref: float | None = None
+    if base is None:
+        return 1.0
+    if isinstance(t, BenchmarkedTask):
+        if ref_gpu == t.gpu_model:
+            ref = t.rate_per_gpu
+        elif isinstance(t, PredictedTask):
+            ref = t.rate_on(ref_gpu, 1)[0]  # type: ignore[arg-type]
+        else:
+            theirs = ctx.specs.get(t.gpu_model)
+            if theirs is not None:
+                mine, other = scale_figures(t.scale_by, base, theirs)
+                ref = t.rate_per_gpu * mine / other if mine and other else None
+    elif isinstance(t, TrainTask | FinetuneTask):
+        peak = base.peak(t.precision)
+        ref = peak * ctx.ass.mfu if peak else None
+    return per_gpu / ref if ref else 1.0

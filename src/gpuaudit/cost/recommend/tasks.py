@@ -4,17 +4,18 @@ constraints (deadline, budget, currency, order), and the parsing of the quantiti
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from gpuaudit import parse
 from gpuaudit.cost.memory_fit import Checkpointing
 from gpuaudit.errors import BadInputError
-from gpuaudit.model.run import Run
-from gpuaudit.specs import catalog as spec_catalog
-from gpuaudit.specs.catalog import PRECISIONS, SpecCatalog
+from gpuaudit.model.lite import Lite, frozen
+from gpuaudit.specs.figures import PRECISIONS
+
+if TYPE_CHECKING:  # the store's records and the full spec catalog: only for --run
+    from gpuaudit.model.run import Run
+    from gpuaudit.specs.catalog import SpecCatalog
 
 TRAIN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -42,8 +43,8 @@ def check_precision(precision: str, allowed: Sequence[str] = TRAIN_PRECISIONS) -
 # --- tasks -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class TrainingTask:
+@frozen(kw_only=True)
+class TrainingTask(Lite):
     """What pre-training and fine-tuning share: the model (``params``, and ``layers`` and
     ``hidden`` where known), the ``tokens`` it sees and how it is trained."""
 
@@ -62,14 +63,14 @@ class TrainingTask:
         check_precision(self.precision)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class TrainTask(TrainingTask):
     """Pre-train a model of ``params`` parameters on ``tokens`` tokens."""
 
     kind: Literal["train"] = "train"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class FinetuneTask(TrainingTask):
     """Fine-tune on ``tokens`` tokens: LoRA/QLoRA adapters or all the weights."""
 
@@ -79,20 +80,22 @@ class FinetuneTask(TrainingTask):
     kind: Literal["finetune"] = "finetune"
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        TrainingTask.__post_init__(self)
         if self.method not in ("lora", "qlora", "full"):
             raise BadInputError(f"unknown fine-tuning method {self.method!r}; "
                                 "expected lora, qlora or full")
 
 
-@dataclass(frozen=True)
-class ServeTask:
-    """Serve ``qps`` requests/s, each decoding ``output_tokens`` tokens at most
-    ``latency_ms`` per output token, with ``context`` tokens of KV cache per sequence."""
+@frozen
+class ServeTask(Lite):
+    """Serve ``qps`` requests/s of ``prompt_tokens`` in and ``output_tokens`` out, each
+    output token within ``latency_ms`` of the last (TPOT) and the first within ``ttft_ms``
+    (TTFT; None: no bound). Without ``prompt_tokens`` the prompt is ``context`` −
+    ``output_tokens`` (``context``: the tokens of KV cache a sequence ends with)."""
 
     params: float
     qps: float
-    latency_ms: float
+    latency_ms: float  # TPOT: time per output token
     context: int = 4096
     output_tokens: int = 256
     dtype: str = "bf16"
@@ -100,16 +103,31 @@ class ServeTask:
     layers: int | None = None
     hidden: int | None = None
     kv_heads: int | None = None
+    prompt_tokens: int | None = None
+    ttft_ms: float | None = None
     kind: Literal["serve"] = "serve"
 
     def __post_init__(self) -> None:
         positive(params=self.params, qps=self.qps, latency_ms=self.latency_ms,
                   context=self.context, output_tokens=self.output_tokens, hours=self.hours)
+        if self.ttft_ms is not None:
+            positive(ttft_ms=self.ttft_ms)
+        if self.prompt_tokens is not None:
+            positive(prompt_tokens=self.prompt_tokens)
+        elif self.context <= self.output_tokens:
+            raise BadInputError(f"context {self.context} leaves no prompt beside "
+                                f"{self.output_tokens} output tokens; give --prompt-tokens")
         check_precision(self.dtype, ("fp32", "bf16", "fp16", "fp8", "int8"))
 
+    @property
+    def prompt(self) -> int:
+        """Prompt tokens per request."""
+        return self.prompt_tokens if self.prompt_tokens is not None else \
+            self.context - self.output_tokens
 
-@dataclass(frozen=True)
-class BenchmarkedTask:
+
+@frozen
+class BenchmarkedTask(Lite):
     """A workload that runs ``hours`` on the benchmarked machine (``gpus`` × ``gpu_model``),
     whose speed is the measured ``rate_per_gpu`` (``unit``) of ``metric``."""
 
@@ -127,7 +145,7 @@ class BenchmarkedTask:
         positive(rate_per_gpu=self.rate_per_gpu, hours=self.hours, gpus=self.gpus)
 
 
-@dataclass(frozen=True)
+@frozen
 class PredictedTask(BenchmarkedTask):
     """A benchmarked workload whose speed on each (GPU model, GPU count) is predicted from
     its recorded per-operator profile (`gpuaudit.predict`) instead of scaled by a spec
@@ -135,6 +153,12 @@ class PredictedTask(BenchmarkedTask):
     includes that many GPUs' data-parallel scaling; None means it cannot run there."""
 
     predicted: tuple[tuple[str, int, float | None, str], ...] = ()
+    # The recorded step's DDP gradient buckets (bytes, share of the backward done when ready),
+    # its samples per GPU and the backward's share of the step: for the all-reduce across
+    # nodes (measured.predicted_exposed_s).
+    grad_buckets: tuple[tuple[int, float], ...] = ()
+    samples_per_step: int = 1
+    backward_share: float = 2 / 3
 
     def rate_on(self, gpu_model: str, gpus: int) -> tuple[float | None, str]:
         for model, count, rate, why in self.predicted:
@@ -146,8 +170,8 @@ class PredictedTask(BenchmarkedTask):
 Task = TrainTask | FinetuneTask | ServeTask | BenchmarkedTask
 
 
-@dataclass(frozen=True)
-class Constraints:
+@frozen
+class Constraints(Lite):
     deadline_hours: float | None = None
     budget: float | None = None
     currency: str = "USD"
@@ -171,6 +195,10 @@ def positive(**values: float) -> None:
 def task_from_run(run: Run, hours: float, metric: str = "matmul/bf16",
                   specs: SpecCatalog | None = None) -> BenchmarkedTask:
     """The benchmarked workload: the median of ``metric`` (suite/name) over the run's GPUs."""
+    from statistics import median
+
+    from gpuaudit.specs import catalog as spec_catalog
+
     specs = specs or spec_catalog.load_catalog()
     suite, _, name = metric.partition("/")
     values = [m.value for m in run.measurements
@@ -187,10 +215,14 @@ def task_from_run(run: Run, hours: float, metric: str = "matmul/bf16",
     measured = {m.gpu_index for m in run.measurements if m.suite == suite and m.name == name
                 and m.value is not None}
     scale_by = name if name in PRECISIONS else ("bandwidth" if unit.endswith("B/s") else "")
+    if not scale_by:  # a training step (bench train): by the peak at the precision it ran in
+        precision = next((m.params.get("precision") for m in run.measurements
+                          if m.suite == suite and m.name == name), None)
+        scale_by = precision if isinstance(precision, str) and precision in PRECISIONS else ""
     if not scale_by:
         raise BadInputError(f"run {run.id}: cannot scale {metric} ({unit}) between GPU models")
     return BenchmarkedTask(run_id=run.id, gpu_model=spec.id, gpus=max(1, len(measured)),
-                           rate_per_gpu=statistics.median(values), unit=unit, metric=metric,
+                           rate_per_gpu=median(values), unit=unit, metric=metric,
                            hours=hours, scale_by=scale_by)
 
 
