@@ -119,7 +119,7 @@ def gunzip(data: bytes, origin: str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
                 chunk = unpack.decompress(unpack.unconsumed_tail, max_bytes + 1 - size)
             if not unpack.eof:
                 raise BadInputError(f"{origin}: the gzip stream is cut short")
-            rest = unpack.unused_data.lstrip(b"\0")  # members may follow; padding may not
+            rest = unpack.unused_data.lstrip(b"\0")  # more members may follow (zeros between)
             if rest and not rest.startswith(_GZIP_MAGIC):
                 raise BadInputError(f"{origin}: data after the end of the gzip stream")
     except zlib.error as exc:
