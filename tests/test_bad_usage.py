@@ -233,3 +233,15 @@ def test_bench_of_a_user_model_that_fails_in_every_mode_is_the_users_error(user_
                     "mode: TypeError: forward takes a dict")
     doc = json.loads(result.stdout)  # what was measured (nothing) is still printed
     assert doc["measurements"] and all(m["value"] is None for m in doc["measurements"])
+
+
+@pytest.mark.parametrize("bad", ["rules", "gpus"])
+def test_a_refused_monitor_leaves_no_recording(bad, tmp_path):
+    record = tmp_path / "rec.json"
+    rules = tmp_path / "r.yml"
+    rules.write_text("groups: [oops\n")
+    args = ["monitor", "--replay", str(TRACE), "--record", str(record), "--no-export",
+            "--no-history", "--count", "1"]
+    args += ["--rules", str(rules)] if bad == "rules" else ["--gpus", "3"]
+    refused(*args, needle="r.yml" if bad == "rules" else "--gpus")
+    assert not record.exists()
