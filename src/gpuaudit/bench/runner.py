@@ -13,7 +13,7 @@ from gpuaudit.bench import contention
 from gpuaudit.bench.context import BenchContext, Profile
 from gpuaudit.bench.stats import reason_of, skipped
 from gpuaudit.bench.stragglers import find_stragglers
-from gpuaudit.bench.suites import SUITES, suite
+from gpuaudit.bench.suites import DEFAULT, SUITES, suite
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.torch_env import CudaDevice, cuda_devices
 from gpuaudit.model import (
@@ -32,6 +32,7 @@ NATIVE = {  # suite → modules with run_native(ctx), for --with-native
     "transfer": ("gpuaudit.bench.nvbandwidth", "gpuaudit.bench.dcgm"),
     "storage": ("gpuaudit.bench.feed.fio",),
     "network": ("gpuaudit.bench.feed.native_net",),
+    "render": ("gpuaudit.bench.render.native",),
 }
 # suite → module with preflight(ctx): bad input (a missing path, a silent peer) is refused
 # before anything runs, so no measured figure is thrown away.
@@ -40,12 +41,13 @@ PREFLIGHT = {"storage": "gpuaudit.bench.feed.storage", "network": "gpuaudit.benc
 
 
 def check_suites(names: Sequence[str]) -> list[str]:
-    """The suites to run, in their canonical order; unknown names are bad input."""
+    """The suites to run, in their canonical order (none named: all but the opt-in ones);
+    unknown names are bad input."""
     unknown = [n for n in names if n not in SUITES]
     if unknown:
         raise BadInputError(f"unknown suite {', '.join(unknown)} (choose from "
                             f"{', '.join(SUITES)})")
-    chosen = set(names) or set(SUITES)
+    chosen = set(names) or set(DEFAULT)
     return [n for n in SUITES if n in chosen]
 
 

@@ -24,7 +24,13 @@ SUITES: dict[str, str] = {
     "host": "gpuaudit.bench.feed.host",
     "storage": "gpuaudit.bench.feed.storage",
     "network": "gpuaudit.bench.feed.network",
+    "render": "gpuaudit.bench.render.suite",
+    "science": "gpuaudit.bench.science.suite",
 }
+# Run only when named: they serve rendering and simulation users, and take longer than the
+# 5 s that `gpuaudit run`'s quick profile could give them (docs/bench-render-science.md).
+OPT_IN = ("render", "science")
+DEFAULT = tuple(n for n in SUITES if n not in OPT_IN)
 
 DESCRIPTIONS = {
     "latency": "kernel launch latency and host↔device round trip",
@@ -41,6 +47,10 @@ DESCRIPTIONS = {
     "storage": "sequential 1 MiB read/write and random 4 KiB reads under PATH, page cache "
                "bypassed",
     "network": "NICs and RDMA devices; TCP throughput and latency to --peer",
+    "render": "headless OpenGL: pixel and texture fill, triangles, a deferred-shading scene "
+              "at 1080p and 4K, ray tracing; checked against reference images (when named)",
+    "science": "FP32 and FP64 FFT, SpMV, 3-D stencil, Monte Carlo, n-body against their "
+               "roofs, beside CuPy and the CPU (when named)",
 }
 
 

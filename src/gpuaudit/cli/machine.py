@@ -104,7 +104,8 @@ def run(
 
 def bench(
     suites: Annotated[list[str] | None, typer.Argument(
-        metavar="[SUITE]...", help="Suites to run (default: all): " + ", ".join(SUITES)
+        metavar="[SUITE]...", help="Suites to run (default: all but render and science): "
+        + ", ".join(SUITES)
         + "; `storage PATH...` tests the storage under each PATH")] = None,
     profile: ProfileOpt = Profile.QUICK,
     gpus: Annotated[Any, common.gpus(
@@ -118,7 +119,8 @@ def bench(
         lo_s=1, hi_s=parse.DAY, bare_unit="s")] = "300s",
     with_native: Annotated[bool, typer.Option(
         "--with-native", help="Also run the reference tools where installed (nccl-tests, "
-                              "nvbandwidth, dcgmi diag, fio, iperf3, ib_write_bw) and show "
+                              "nvbandwidth, dcgmi diag, fio, iperf3, ib_write_bw, glmark2, "
+                              "vkmark) and show "
                               "their figures beside ours.")
     ] = False,
     model: Annotated[list[str] | None, typer.Option(

@@ -437,3 +437,9 @@ def serve(
                      prompt_tokens=prompt_tokens, ttft_ms=ttft_ms)
     _run(task, _constraints(None, budget, currency, sort), catalog=catalog, top=top,
          mfu=mfu, json_=json_)
+
+
+# render and simulate: jobs of independent frames or simulations (their own module)
+from gpuaudit.cli.recommend_batch import register as _register_batch  # noqa: E402
+
+_register_batch(recommend_app)

@@ -45,6 +45,11 @@ _SCALAR_FIGURES: tuple[str, ...] = (
     "pcie_width",
     "tdp_w",
     "max_sm_clock_mhz",
+    "sm_count",
+    "rops",
+    "texture_units",
+    "rt_cores",
+    "graphics_tpcs",
 )
 FIGURE_FIELDS: tuple[str, ...] = _SCALAR_FIGURES + tuple(f"peak_tflops.{p}" for p in PRECISIONS)
 
@@ -109,6 +114,15 @@ class GpuSpec(BaseModel):
     # The highest SM clock the datasheet gives (its boost clock); NVML's max SM clock should
     # reach it. None where no source we hold prints it.
     max_sm_clock_mhz: float | None = Field(gt=0)
+    # Graphics units, for `bench render` and `recommend render`; None where no source we hold
+    # prints the figure (NVIDIA publishes no ROP count for its datacenter parts).
+    sm_count: int | None = Field(default=None, gt=0)
+    rops: int | None = Field(default=None, gt=0)
+    texture_units: int | None = Field(default=None, gt=0)
+    rt_cores: int | None = Field(default=None, ge=0)  # 0: the product has none
+    # TPCs (two SMs each) that run vertex and pixel shaders, where not all do: GH100 products
+    # have two (the Hopper whitepaper), so rasterised rendering uses 4 of their SMs.
+    graphics_tpcs: int | None = Field(default=None, gt=0)
     sources: dict[str, Source]
     notes: str | None = None
 

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# One device call for `bench render` and `bench science` (docs/bench-render-science.md): the
+# facts (GPU, EGL and Vulkan loaders, DRM devices), which renderer EGL gives, both suites at
+# the quick profile with --with-native (glmark2's DRM build where the machine has a DRM
+# device), a reference-scene frame saved as PNG, and `recommend render|simulate --run` on the
+# stored run. Everything under timeouts (a suite stopped by one keeps its figures, marked
+# partial; under 3 minutes when all goes well, 8 at the very most); results packed into
+# $OUT/render_science.tar.gz, a summary printed last.
+#
+# Usage, from the root of the checkout that carries .whl and .gl (the code may live
+# elsewhere, e.g. a copy under .dev/):
+#   bash PATH/TO/scripts/device_render_science.sh NAME
+# Carried: .whl (moderngl, glcontext and gpuaudit's dependencies), .gl (the EGL/GL/Vulkan
+# loader packages, unpacked to / here when libEGL is missing; .gl/native: glmark2's DRM build
+# and the libraries it needs, unpacked to /tmp/native, never to /).
+set -u
+name=${1:-render-science}
+root=$PWD
+code=$(cd "$(dirname "$0")/.." && pwd)
+o="${OUT:?set OUT}/$name"; mkdir -p "$o"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 COLUMNS=200
+if [ -d "$root/.whl" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$root"/.whl/*.whl > "$o/pip.log" 2>&1 || echo "pip install failed"
+  export PYTHONPATH=/tmp/site:$code/src
+else
+  export PYTHONPATH=$code/src
+fi
+if ! ldconfig -p | grep -q 'libEGL.so.1' && [ -d "$root/.gl" ]; then
+  for f in "$root"/.gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+db=sqlite:////tmp/render_science.db
+cd /tmp || exit 1
+
+{ echo "== $(date -u +%FT%TZ) $(hostname)"; nproc
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv 2>&1
+  echo "== DRM devices"; ls -la /dev/dri 2>&1
+  echo "== loaders"; ldconfig -p | grep -E 'libEGL|libGLX|libvulkan|libgbm|libOpenGL' 2>&1
+  echo "== EGL vendors"; ls /usr/share/glvnd/egl_vendor.d /usr/local/nvidia/share/glvnd/egl_vendor.d \
+    /etc/glvnd/egl_vendor.d 2>&1
+  echo "== NVIDIA libraries"; ls /usr/local/nvidia/lib64 2>/dev/null | grep -E 'EGL|GLX|gbm|vulkan' | head -20
+  python3 -c 'import moderngl, glcontext, numpy, torch; print("moderngl", moderngl.__version__, "torch", torch.__version__, "numpy", numpy.__version__)' 2>&1
+  python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 | tail -1
+} > "$o/facts.txt" 2>&1
+
+probe() {
+  timeout 30 python3 -c 'from gpuaudit.bench.render import gl
+ctx, r = gl.open_context()
+print(r.vendor, "|", r.renderer, "|", r.version, "| software" if r.software else "| GPU")' 2>&1 | tail -1
+}
+egl=$(probe)
+echo "EGL (default vendors): $egl" >> "$o/facts.txt"
+nvjson=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+if ! echo "$egl" | grep -q '| GPU' && [ -f "$nvjson" ]; then
+  export __EGL_VENDOR_LIBRARY_FILENAMES=$nvjson
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  egl=$(probe)
+  echo "EGL (__EGL_VENDOR_LIBRARY_FILENAMES=$nvjson): $egl" >> "$o/facts.txt"
+fi
+
+# glmark2: Debian's DRM build, unpacked here, where the machine has a DRM device; without one
+# the suite records why it did not run.
+if [ -d "$root/.gl/native" ]; then
+  rm -rf /tmp/native && mkdir -p /tmp/native
+  for f in "$root"/.gl/native/*.deb; do dpkg -x "$f" /tmp/native; done
+  export GPUAUDIT_GLMARK2=/tmp/native/usr/bin/glmark2-drm
+  export GPUAUDIT_GLMARK2_DATA=/tmp/native/usr/share/glmark2
+  # only the libraries the system lacks: ours must not shadow newer system ones
+  mkdir -p /tmp/native/lib
+  for lib in /tmp/native/usr/lib/x86_64-linux-gnu/*.so.*; do
+    soname=$(basename "$lib")
+    ldconfig -p | grep -q " $soname " || cp -a "$lib" /tmp/native/lib/
+  done
+  export LD_LIBRARY_PATH=/tmp/native/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  { echo "== glmark2-drm's missing libraries"; ldd "$GPUAUDIT_GLMARK2" 2>&1 | grep -E 'not found|native'; } >> "$o/facts.txt"
+fi
+
+t0=$(date +%s)
+timeout -s INT -k 20 150 python3 -m gpuaudit bench render --with-native --timeout 60 --json --db "$db" \
+  > "$o/render.json" 2> "$o/render.err"
+echo "bench render --with-native: rc=$? wall_s=$(( $(date +%s) - t0 ))" > "$o/summary.txt"
+t0=$(date +%s)
+timeout -s INT -k 20 180 python3 -m gpuaudit bench science --json --db "$db" \
+  > "$o/science.json" 2> "$o/science.err"
+echo "bench science: rc=$? wall_s=$(( $(date +%s) - t0 ))" >> "$o/summary.txt"
+
+# one reference-scene frame at 1080p, as the GPU drew it (for the eye, beside the reference)
+timeout 45 python3 - "$o/scene_1080p.png" > "$o/frame.txt" 2>&1 <<'PY'
+import sys
+from PIL import Image
+from gpuaudit.bench.render import gl, scene
+ctx, r = gl.open_context()
+s = scene.build(ctx, (1920, 1080))
+s.frame()
+print(r.label(), "PSNR against the reference: %.2f dB" % scene.check_frame(s)[1])
+Image.fromarray(gl.read_rgba(s.out, (1920, 1080))[::-1, :, :3]).save(sys.argv[1])
+PY
+
+# recommend from the stored runs (measured here), render and simulate
+for f in render science; do
+  id=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['id'])" "$o/$f.json" 2>/dev/null)
+  echo "$f run: ${id:-none}" >> "$o/summary.txt"
+  [ -n "$id" ] || continue
+  if [ "$f" = render ]; then
+    timeout 30 python3 -m gpuaudit recommend render --frames 1e5 --scene raster --resolution 4k \
+      --run "$id" --db "$db" --top 8 > "$o/recommend_render.txt" 2>&1
+  else
+    timeout 30 python3 -m gpuaudit recommend simulate --kernel nbody --precision fp64 \
+      --steps 1e5 --run "$id" --db "$db" --top 8 > "$o/recommend_simulate.txt" 2>&1
+  fi
+done
+
+python3 - "$o" >> "$o/summary.txt" 2>&1 <<'PY'
+import json, sys
+from pathlib import Path
+for f in ("render", "science"):
+    p = Path(sys.argv[1], f + ".json")
+    try:
+        run = json.loads(p.read_text())
+    except Exception as exc:
+        print(f"{f}: no run ({exc})"); continue
+    print(f"== {f}: {run.get('suite_seconds')}")
+    for m in run["measurements"]:
+        if m["value"] is None:
+            print(f"  {m['name']:<28} skipped: {(m['skipped_reason'] or '')[:110]}")
+            continue
+        spec = f" spec {m['spec_value']:.4g} ({m['pct_of_spec']:.1f}%)" if m.get("spec_value") else ""
+        print(f"  {m['name']:<28} {m['value']:.4g} {m['unit']}{spec} verified={m['verified']}")
+    for x in run.get("findings", []):
+        print("  finding:", x["severity"], x["code"], x["message"][:120])
+PY
+tail -2 "$o/render.err" "$o/science.err" >> "$o/summary.txt" 2>/dev/null
+tar czf "$OUT/render_science.tar.gz" -C "$OUT" "$name" && rm -rf "${OUT:?}/$name"
+tar xzf "$OUT/render_science.tar.gz" -O "$name/summary.txt" "$name/frame.txt"
+grep -E '^EGL' <(tar xzf "$OUT/render_science.tar.gz" -O "$name/facts.txt")
