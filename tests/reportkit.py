@@ -37,6 +37,7 @@ def with_figure(run: Run, suite: str, name: str, factor: float, gpu: int | None 
             found = True
             m = m.model_copy(update={
                 "value": m.value * factor,
+                "samples": tuple(x * factor for x in m.samples),
                 "spread_low": None if m.spread_low is None else m.spread_low * factor,
                 "spread_high": None if m.spread_high is None else m.spread_high * factor})
         out.append(m)

@@ -107,7 +107,7 @@ INPUTS = [
     Input("predict --rates", lambda f: ["predict", str(OP_RUN), "--workload", "gpt-tiny/bf16",
                                         "--gpus", "2", "--rates", f, "--json"],
           _fixture(BENCH)),
-    Input("recommend --from-run", lambda f: ["recommend", "--from-run", f, "--workload",
+    Input("recommend --run", lambda f: ["recommend", "--run", f, "--workload",
                                              "gpt-tiny/bf16", "--rates", str(BENCH),
                                              "--samples", "1M", "--json"], _fixture(OP_RUN)),
     Input("recommend --catalog", lambda f: ["recommend", "train", "--params", "7B", "--tokens",

@@ -257,3 +257,30 @@ def test_host_figures_are_not_judged_on_the_gpus_looks():
     nvjpeg = measure("host", "jpeg_nvjpeg", "images/s", [16000.0] * 5, warmup=1, gpu_index=0)
     marked = contention.mark([(0, m) for m in [*host, nvjpeg]], [busy], gpus=[0])
     assert [m.contended for m in marked] == [False, False, False, True]
+
+
+def test_a_short_suite_shares_the_look_after_the_next_one(monkeypatch):
+    """A look costs half a second; latency and memory take a fraction of one on an H200. Their
+    figures are bracketed by the look before them and the one after the suite that follows."""
+    import time
+
+    def slow(name):
+        def run(ctx):
+            time.sleep(0.6)
+            yield measure(name, "x", "u/s", [100.0, 101.0, 102.0, 103.0, 104.0], warmup=1,
+                          gpu_index=0)
+        return run
+
+    fns = figures_of("latency", "memory")  # instant: short
+    fns.update(matmul=slow("matmul"), transfer=slow("transfer"))
+    _fake_suites(monkeypatch, fns, short_suite_s=0.3)
+    # activity planted where only the look after transfer (the third) reads it
+    w = watch(idle_but_active_at(6))
+    run = runner.run_bench(["latency", "matmul", "memory", "transfer"],
+                           machine=machine("h200-1gpu"), watch=w)
+    assert [lk.where for lk in w.looks] == ["before latency", "before memory",
+                                            "after transfer"]
+    by = {m.suite: m for m in run.measurements}
+    # memory ran between the second and the third look: it shares the third's evidence
+    assert by["memory"].contended and by["transfer"].contended
+    assert not by["latency"].contended and not by["matmul"].contended

@@ -129,9 +129,12 @@ def test_unknown_suites_are_bad_input_and_order_is_canonical():
     assert runner.check_suites(["science", "render"]) == ["render", "science"]
 
 
-def _fake_suites(monkeypatch, fns):
+def _fake_suites(monkeypatch, fns, short_suite_s: float = 0.0):
+    """Suites that yield what `fns` give. They take no time: by default every one counts as
+    long (as the real ones they stand for), so each gets its look after it."""
     monkeypatch.setattr(runner, "suite", lambda name: fns[name])
     monkeypatch.setattr(runner, "select_devices", lambda machine, gpus: ())
+    monkeypatch.setattr(runner, "SHORT_SUITE_S", short_suite_s)
 
 
 def test_a_crashing_suite_is_recorded_and_the_run_goes_on(monkeypatch):

@@ -145,8 +145,8 @@ def new_quick(gpu: CappedGpu, order: list[str]) -> dict[str, tuple[Shape, float]
         _, tried = ms.search(brief(gpu, prec, 256 * MiB), [2048, 4096, 8192], 16384, 3,
                              seeds=ms.wave_shapes(SMS, 16384))
         chosen = ms.leaders(tried, 3, lambda s: ms.family(s, SMS, 16384))
-        best, _ = ms.rank_bursts(burst(gpu, prec), chosen)
-        out[prec] = (best, ms.mean_rate(best, burst(gpu, prec)(best)) or 0.0)
+        best, rates = ms.rank_bursts(burst(gpu, prec), chosen)
+        out[prec] = (best, rates[best])  # one GPU: the winner's ranking burst is the figure
     for prec in order:
         sustained(gpu, prec, out[prec][0])
     return out

@@ -11,7 +11,7 @@ import pytest
 
 from gpuaudit import kernelnames as kn
 from gpuaudit.diagnose.kernels import TensorCore, tensor_core_use
-from gpuaudit.workloads.ops import kernel_class
+from gpuaudit.workloads.opclass import kernel_class
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DOCTOR = "doctor"  # tests/fixtures/doctor/h200-2026-12-01*/*.json.gz: Kineto's full names

@@ -403,7 +403,8 @@ def test_cli_terminal_view_fits_80_columns():
     (["--params", "lots"], "--params 'lots': expected a number"),
     (["--gpus", "0"], "--gpus '0'"),
     ([], "nothing to predict"),
-    (["--batch-size", "4"], "--batch-size and --seq-len go with --params"),
+    (["--seq-len", "4"], "--seq-len goes with --params"),
+    (["--model", "not an entry point"], "expected pkg.module:function"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args, message):
     r = gpuaudit("predict", str(CPU_PROFILE), "--workload", "gpt-tiny/fp32", *args)
@@ -450,7 +451,7 @@ def test_recommend_from_run_ranks_offers_by_the_predicted_rate(tmp_path):
     assert any("predicted" in n for n in doc["notes"])
     bad = gpuaudit("recommend", "--from-run", str(CPU_PROFILE), "--workload", "gpt-tiny/fp32",
                    "--rates", str(H200_2GPU), "--catalog", str(catalog))
-    assert bad.returncode == 2 and "--from-run needs one of --hours" in bad.stderr
+    assert bad.returncode == 2 and "--run with an op profile needs one of --hours" in bad.stderr
 
 
 def test_cli_finds_the_rates_in_the_newest_stored_run_of_that_gpu(tmp_path):

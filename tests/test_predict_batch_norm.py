@@ -1,5 +1,5 @@
 """`gpuaudit predict` with batch norm's layers timed alone in both precision families
-(`workloads.norms`), on a planted copy of the second H200 run of 2026-12-01
+(the recorder of that day), on a planted copy of the second H200 run of 2026-12-01
 (tests/fixtures/predict/h200-1gpu-2026-12-01b-runs.json): the recorded resnet50 steps with a
 `batch_norm` entry added to their elementwise class. The timings planted here are made up
 (their ratio is near the ×1.37 per element docs/predict.md estimates); the expected

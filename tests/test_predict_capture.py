@@ -1,16 +1,14 @@
 """The op profile's capture on the CPU with tiny models: operator classes and traffic, FLOPs
-against FlopCounterMode, matmul shapes, the kernel trace parser, DDP buckets, the measurements
+against FlopCounterMode, matmul shapes, the kernel trace parser, DDP buckets, the record
 `bench train --op-profile` stores, and the family resize on the meta device."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpuaudit.workloads import ops  # noqa: E402
+from gpuaudit.workloads import buckets, kernelview, opclass, tally  # noqa: E402
 
 MB = 2**20
 
@@ -28,11 +26,13 @@ def one_thread():
     ("aten._scaled_dot_product_flash_attention", "attention"),
     ("aten._scaled_dot_product_efficient_attention_backward", "attention"),
     ("aten.convolution_backward", "conv"), ("aten._fused_adamw_", "optimizer"),
-    ("aten._foreach_mul_", "optimizer"), ("aten.native_layer_norm", "elementwise"),
-    ("aten.add", "elementwise"), ("c10d.allreduce_", "comm"),
+    ("aten._foreach_mul_", "optimizer"), ("aten.native_layer_norm", "norm"),
+    ("aten.add", "elementwise"), ("c10d.allreduce_", "comm"), ("aten::lstm", "rnn"),
+    ("aten.embedding_bag", "embedding"), ("aten._fft_r2c", "unknown"),
+    ("torchvision::roi_align", "unknown"),
 ])
 def test_aten_operators_fall_in_their_class(name, cls):
-    assert ops.op_class(name) == cls
+    assert opclass.op_class(name) == cls
 
 
 @pytest.mark.parametrize(("name", "cls"), [
@@ -54,22 +54,25 @@ def test_aten_operators_fall_in_their_class(name, cls):
     ("void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16, float>", "conv"),
 ])
 def test_kernels_fall_in_their_class(name, cls):
-    assert ops.kernel_class(name) == cls
+    assert opclass.kernel_class(name) == cls
 
 
 def test_traffic_counts_reads_and_writes_and_views_nothing():
     a = torch.randn(64, 32)
     b = torch.randn(64, 32)
     w = torch.randn(32, 16)
-    tally = ops.count_ops(lambda: (a + b, a.t(), a.view(32, 64), a.mul_(2.0), a @ w))
+    t = tally.count_ops(lambda: (a + b, a.t(), a.view(32, 64), a.mul_(2.0), a @ w))
     nbytes = 64 * 32 * 4
     # add: read a, b, write the sum; mul_: read a, write a; mm: read a and w, write 64×16.
-    assert tally.op_bytes["aten.add"] == 3 * nbytes
-    assert tally.op_bytes["aten.mul_"] == 2 * nbytes
-    assert tally.op_bytes["aten.mm"] == nbytes + 32 * 16 * 4 + 64 * 16 * 4
-    assert "aten.t" not in tally.op_bytes and "aten.view" not in tally.op_bytes
-    assert tally.flops["gemm"] == 2 * 64 * 32 * 16
-    assert dict(tally.shapes) == {("gemm", 64, 16, 32, 1, 4): [1, 2 * 64 * 32 * 16]}
+    assert t.op_bytes["aten.add"] == 3 * nbytes
+    assert t.op_bytes["aten.mul_"] == 2 * nbytes
+    assert t.op_bytes["aten.mm"] == nbytes + 32 * 16 * 4 + 64 * 16 * 4
+    assert "aten.t" not in t.op_bytes and "aten.view" not in t.op_bytes
+    assert t.flops["gemm"] == 2 * 64 * 32 * 16
+    assert dict(t.shapes) == {("gemm", 64, 16, 32, 1, 4): [1, 2 * 64 * 32 * 16]}
+    # each operator is its own unit here (called at the top level): its group is its name
+    assert t.group_bytes[("elementwise", "add")] == 3 * nbytes
+    assert t.group_flops[("gemm", "matmul")] == 2 * 64 * 32 * 16
 
 
 def test_counted_flops_equal_flop_counter_mode_on_a_tiny_gpt():
@@ -85,45 +88,72 @@ def test_counted_flops_equal_flop_counter_mode_on_a_tiny_gpt():
     def step():
         net(idx, idx).backward()
 
-    tally = ops.count_ops(step)
+    t = tally.count_ops(step)
     with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas(torch)) as m:
         step()
-    assert sum(tally.flops.values()) == m.get_total_flops()
-    assert tally.flops["attention"] > 0 and tally.bytes["elementwise"] > 0
+    assert sum(t.flops.values()) == m.get_total_flops()
+    assert t.flops["attention"] > 0 and t.bytes["elementwise"] > 0
     # Two causal attention calls of (B 2, H 2, T 32, S 32, Q 16), one per layer.
-    assert dict(tally.attention) == {(2, 2, 32, 32, 16, True): [2, 2 * 4 * 2 * 2 * 32 * 32 * 16]}
+    assert dict(t.attention) == {(2, 2, 32, 32, 16, True): [2, 2 * 4 * 2 * 2 * 32 * 32 * 16]}
+    # every linear layer's work is gemm's, whatever called it, its backward included
+    assert t.group_flops[("gemm", "linear")] == t.flops["gemm"]
 
 
-def test_the_trace_parser_sums_classes_per_step_and_the_busy_union():
-    # A chrome trace as torch.profiler exports it (made up: two profiled steps).
+def test_the_trace_parser_charges_each_kernel_to_the_unit_that_launched_it():
+    # A chrome trace as torch.profiler exports it (made up: two profiled steps): each kernel
+    # reaches its launch by its correlation id, the launch the operators open on its thread.
+    def launch(corr, ts, tid=1):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts,
+                "dur": 5, "tid": tid, "args": {"correlation": corr}}
+
     events = [
-        {"ph": "X", "cat": "kernel", "name": "nvjet_tst_128x128", "ts": 0, "dur": 100,
-         "args": {"grid": [8, 4, 1], "blocks per SM": 0.24}},
-        {"ph": "X", "cat": "kernel", "name": "flash_fwd_kernel", "ts": 50, "dur": 100,
-         "args": {"grid": [2, 2, 1]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 0, "dur": 40, "tid": 1,
+         "args": {"Sequence number": 7}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 5, "dur": 30, "tid": 1,
+         "args": {"Sequence number": 7}},
+        launch(1, 10),
+        {"ph": "X", "cat": "cpu_op", "name": "aten::scaled_dot_product_attention", "ts": 50,
+         "dur": 20, "tid": 1, "args": {}},
+        launch(2, 55),
+        {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: "
+         "AddmmBackward0", "ts": 200, "dur": 30, "tid": 2, "args": {"Sequence number": 7}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 205, "dur": 20, "tid": 2,
+         "args": {}},
+        launch(3, 210, tid=2),
+        launch(4, 290),  # launched by no operator
+        {"ph": "X", "cat": "kernel", "name": "nvjet_tst_128x128", "ts": 20, "dur": 100,
+         "args": {"correlation": 1, "grid": [8, 4, 1], "blocks per SM": 0.24}},
+        {"ph": "X", "cat": "kernel", "name": "flash_fwd_kernel", "ts": 120, "dur": 100,
+         "args": {"correlation": 2, "grid": [2, 2, 1]}},
+        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "ts": 230, "dur": 60,
+         "args": {"correlation": 3, "grid": [4, 1, 1]}},
         {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "ts": 300,
-         "dur": 40},
-        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 400, "dur": 20},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 1000},
+         "dur": 40, "args": {"correlation": 4}},
         {"ph": "i", "cat": "kernel", "name": "nvjet", "ts": 0},
     ]
-    t = ops.parse_trace(events, steps=2)
-    assert t.per_step_ms("gemm") == pytest.approx(0.05)
-    assert t.per_step_ms("attention") == pytest.approx(0.05)
-    assert t.per_step_ms("copy") == pytest.approx(0.01)
-    assert t.busy_us == pytest.approx(150 + 40 + 20) and t.span_us == pytest.approx(420)
+    t = kernelview.parse_trace(events, steps=2)
+    # the linear layer's forward and its backward (the node of sequence number 7) are gemm
+    assert dict(t.group_us) == {("gemm", "linear"): 160.0,
+                                ("attention", "scaled_dot_product_attention"): 100.0,
+                                ("unattributed", "unattributed"): 40.0}
+    assert t.per_step_ms("gemm") == pytest.approx(0.08)
+    assert dict(t.unknown) == {("vectorized_elementwise_kernel", "no operator launched it"): 40.0}
+    assert t.busy_us == pytest.approx(300) and t.span_us == pytest.approx(320)
     assert dict(t.grids) == {("nvjet_tst_128x128", 32, 0.24): [1, 100.0],
-                             ("flash_fwd_kernel", 4, 0.0): [1, 100.0]}
+                             ("flash_fwd_kernel", 4, 0.0): [1, 100.0],
+                             ("ampere_sgemm_128x64_nn", 4, 0.0): [1, 60.0]}
+    # the timeline, in launch order, from the first launch
+    assert t.timeline.launch_us == [0.0, 45.0, 200.0, 280.0]
+    assert t.timeline.start_us == [10.0, 110.0, 220.0, 290.0]
 
 
 def test_ddp_buckets_follow_registration_order_reversed_and_the_caps():
     params = [torch.nn.Parameter(torch.empty(n // 4)) for n in (30 * MB, 2 * MB, MB // 2, 8)]
     shared = params[0]
-    buckets = ops.ddp_buckets([*params, shared])  # a tied weight counts once
+    got = buckets.ddp_buckets([*params, shared])  # a tied weight counts once
     total = 30 * MB + 2 * MB + MB // 2 + 8
     # Reverse order: 8 B + 0.5 MiB + 2 MiB closes the 1 MiB first bucket; 30 MiB alone.
-    assert buckets == [(8 + MB // 2 + 2 * MB, (8 + MB // 2 + 2 * MB) / total),
-                       (30 * MB, 1.0)]
+    assert got == [(8 + MB // 2 + 2 * MB, (8 + MB // 2 + 2 * MB) / total), (30 * MB, 1.0)]
 
 
 def op_profile_run(model: str, op_profile: bool = True):
@@ -141,24 +171,30 @@ def op_profile_run(model: str, op_profile: bool = True):
                               "parts": ["modes"], "op_profile": op_profile})
 
 
-def test_bench_train_records_the_op_profile_measurements():
+def test_bench_train_records_the_op_profile():
     run = op_profile_run("gpt-tiny")
     got = {m.name: m for m in run.measurements}
-    step = got["gpt-tiny/fp32/op/step"]
-    assert step.unit == "ms" and step.params["grad_bytes"] == step.params["param_count"] * 4
-    assert step.params["step_ms"] == pytest.approx(got["gpt-tiny/fp32/step_time"].value,
-                                                   rel=1e-3)
-    assert {"forward_ms", "backward_ms", "optimizer_ms", "ddp_buckets"} <= set(step.params)
-    gemm = got["gpt-tiny/fp32/op/gemm"]
-    detail = json.loads(gemm.params["detail"])
-    assert detail["shapes"] and {r[7] for r in detail["timed"]} == {"fp32", "bf16"}
-    assert gemm.params["alt_precision"] == "bf16" and gemm.params["alt_bytes_per_step"] > 0
+    (p,) = run.op_profiles
+    assert p.workload == "gpt-tiny/fp32" and p.grad_bytes == p.param_count * 4
+    assert p.step_ms == pytest.approx(got["gpt-tiny/fp32/step_time"].value, rel=1e-3)
+    assert p.forward_ms > 0 and p.backward_ms > 0 and p.buckets[-1].ready_fraction == 1.0
+    gemm = next(c for c in p.classes if c.op_class == "gemm")
+    assert gemm.shapes and gemm.alt_bytes and p.alt_precision == "bf16"
     counted = got["gpt-tiny/flop_count"].params["counted_total_per_sample"] * 4
-    assert sum(m.params["flops_per_step"] for n, m in got.items()
-               if "/op/" in n and "op_class" in m.params) == counted
+    assert sum(c.flops for c in p.classes) == counted
+    # the measurements stay for people: scalars only, the record is predict's
+    step = got["gpt-tiny/fp32/op/step"]
+    assert step.params["step_ms"] == p.step_ms
+    assert "detail" not in got["gpt-tiny/fp32/op/gemm"].params
+    # its units, the batch counted twice, the host's own time at batch 1
+    assert {(g.op_class, g.unit) for g in p.groups} >= {("gemm", "linear"),
+                                                         ("attention",
+                                                          "scaled_dot_product_attention")}
+    assert p.alt_batch == 2 and all(g.alt_batch_bytes is not None for g in p.groups)
+    assert p.host_step_ms is not None and p.host_step_ms > 0
     # Without the option nothing of it is recorded.
     plain = op_profile_run("gpt-tiny", op_profile=False)
-    assert not [m for m in plain.measurements if "/op/" in m.name]
+    assert not plain.op_profiles and not [m for m in plain.measurements if "/op/" in m.name]
 
 
 def test_family_resize_builds_the_target_on_the_meta_device():

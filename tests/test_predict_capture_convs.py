@@ -1,11 +1,10 @@
-"""Convolutions in the op profile (`workloads.convs`): the layers from the dispatch view, timed
-alone in both precision families (bounded by a budget), kept in the conv class's detail, read
-back by predict, and a precision change moving the conv and layout classes together by their
-timed ratio."""
+"""Convolutions timed alone, as recordings made before the unit timings kept them (the conv
+class's layers, read back by `predict.legacy`): a precision change moving the conv and layout
+classes together by their timed ratio; and the held timing every unit timed alone now uses.
+(The units timed alone since: test_predict_capture_units.py.)"""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -21,69 +20,11 @@ from gpuaudit.predict.precision import (  # noqa: E402
 )
 from gpuaudit.predict.profile import ConvTimed, ConvTiming, OpWork  # noqa: E402
 from gpuaudit.predict.state import ClassState, StepState  # noqa: E402
-from gpuaudit.workloads import convs, ops  # noqa: E402
 
-
-def _net():
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, bias=False),
-                              torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3, stride=2, padding=1))
-    return net, torch.randn(4, 3, 8, 8)
-
-
-def _tallies():
-    net, x = _net()
-    own = ops.count_ops(lambda: net(x).sum().backward())
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        alt = ops.count_ops(lambda: net(x).float().sum().backward())
-    return own, alt
-
-
+# (input, weight, stride, padding, dilation, groups, bias, input grad, memory format)
 FIRST = ((4, 3, 8, 8), (8, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, False, False, "contiguous")
 SECOND = ((4, 8, 8, 8), (16, 8, 3, 3), (2, 2), (1, 1), (1, 1), 1, True, True, "contiguous")
 
-
-def test_the_dispatch_view_tallies_each_layer_with_its_flops_and_dtypes():
-    own, alt = _tallies()
-    # FLOPs: 2 × output elements × input channels × kernel area (torch's conv formula)
-    first, second = 2 * (4 * 8 * 8 * 8) * 3 * 9, 2 * (4 * 16 * 4 * 4) * 8 * 9
-    assert dict(own.convs) == {(FIRST, "float32", "float32"): [1, first],
-                               (SECOND, "float32", "float32"): [1, second]}
-    # the image needs no gradient, the activation does; autocast feeds both layers bf16
-    assert dict(alt.convs) == {(FIRST, "bfloat16", "bfloat16"): [1, first],
-                               (SECOND, "bfloat16", "bfloat16"): [1, second]}
-    assert own.flops["conv"] > first + second  # the class counts the backward's too
-
-
-def test_the_layers_are_timed_alone_in_both_families_within_the_budget():
-    own, alt = _tallies()
-    rows = convs.time_convs(torch, torch.device("cpu"),
-                            {"fp32": dict(own.convs), "bf16": dict(alt.convs)},
-                            shapes=1, budget_ms=5.0)
-    # the layer with the most FLOPs only (the second: 147,456 against 110,592), each family
-    # with the dtypes its own step fed it
-    assert [r[:13] for r in rows] == [
-        [[4, 8, 8, 8], [16, 8, 3, 3], [2, 2], [1, 1], [1, 1], 1, True, True, "contiguous",
-         "fp32", "float32", "float32", 1],
-        [[4, 8, 8, 8], [16, 8, 3, 3], [2, 2], [1, 1], [1, 1], 1, True, True, "contiguous",
-         "bf16", "bfloat16", "bfloat16", 1]]
-    assert all(r[13] > 0 for r in rows)
-    d = convs.detail(own.convs, rows, None)
-    assert d["layers"] == 2 and d["timed_fields"] == convs.TIMED_FIELDS
-    assert d["timed_flops_share"] == round(147456 / (110592 + 147456), 4)
-    assert convs.detail({}, [], None) is None
-
-
-def test_a_layer_that_cannot_run_is_left_out():
-    own, _ = _tallies()
-    broken = {((FIRST[0], (8, 5, 3, 3), *FIRST[2:]), "float32", "float32"): [1, 10**9]}
-    rows = convs.time_convs(torch, torch.device("cpu"),
-                            {"fp32": {**dict(own.convs), **broken}}, shapes=2, budget_ms=5.0)
-    # the broken one (5 input channels against the input's 3) first by FLOPs, then the second
-    assert [tuple(r[1]) for r in rows] == [(16, 8, 3, 3)]
-
-
-# --- predict: the conv and layout classes moved by the timed ratio ---------------------------
 
 def _timing(src_ms: tuple[float, float], dst_ms: tuple[float, float], share: float = 0.9
             ) -> ConvTiming:
@@ -145,30 +86,6 @@ def test_without_the_timing_the_roofline_and_modeled_transforms_stay():
     # fp32 NCHW → bf16: cuDNN's transforms are modeled afresh (not in the recording)
     assert LAYOUT in state.classes and state.classes[LAYOUT].ms > 0
     assert "timed alone" not in " ".join(state.classes["conv"].basis)
-
-
-def test_bench_train_op_profile_records_the_layers_and_predict_uses_them():
-    from gpuaudit.model import load_run
-    from gpuaudit.predict import Change, load_profile, machine_rates, predict
-    from gpuaudit.specs.catalog import load_catalog
-
-    from .conftest import FIXTURES
-    from .test_predict_capture import op_profile_run
-
-    run = op_profile_run("resnet-tiny")
-    got = {m.name: m for m in run.measurements}
-    detail = json.loads(got["resnet-tiny/fp32/op/conv"].params["detail"])["timed_convs"]
-    timed = detail["timed"]
-    assert {r[9] for r in timed} == {"fp32", "bf16"} and all(r[13] > 0 for r in timed)
-    assert 0 < detail["timed_flops_share"] <= 1 and detail["layers"] >= len(timed) // 2
-    prof = load_profile(run, "resnet-tiny/fp32")
-    assert prof.classes["conv"].convs is not None
-    specs = load_catalog()
-    rates = machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
-                                   .read_text()), specs)
-    p = predict(prof, rates, Change(precision="bf16"), specs)
-    conv = next(c for c in p.classes if c.op_class == "conv")
-    assert "timed alone in both precisions" in conv.basis
 
 
 def test_held_timing_on_a_cpu_is_the_plain_median():

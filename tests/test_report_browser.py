@@ -266,9 +266,122 @@ def test_live_page_moves_with_the_replayed_trace(page, server):
         .map(c => Array.from(c.querySelectorAll('div.chart')).map(d => [d.data.length,
              d.data[0].x.length, d.querySelectorAll('g.trace').length]))""")
     for gpu in traces:
-        (act, act_points, act_nodes), (power, power_points, power_nodes) = gpu
-        assert (act, act_nodes, power, power_nodes) == (4, 4, 2, 2)
-        assert act_points > first and power_points > first
+        (act, act_points, act_nodes), (power, power_points, power_nodes), \
+            (temp, temp_points, temp_nodes) = gpu
+        # activity: NVML util, SM, tensor, DRAM; power, its limit, the SM clock; GPU and
+        # memory temperature (docs/report.md's live page)
+        assert (act, act_nodes, power, power_nodes, temp, temp_nodes) == (4, 4, 3, 3, 2, 2)
+        assert act_points > first and power_points > first and temp_points > first
     power = page.page.inner_text("#gpu-0 .kpi-power")
     assert re.fullmatch(r"\d+ / 700 W", power)  # the H200's 700 W limit, as recorded
+    limit = page.page.evaluate("document.querySelector('#gpu-0 .power').data[1].y")
+    assert limit and set(limit) == {700}  # the limit drawn as a line at 700 W
+    temps = page.page.evaluate("document.querySelector('#gpu-0 .temperature').data[0].y")
+    assert all(20 <= t <= 95 for t in temps)
+    # Times people read: no ISO 'T', offset or microseconds on the page or the axis.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC",
+                        page.page.inner_text("#last-time"))
+    ticks = page.page.evaluate("document.querySelector('#gpu-0 .power')._fullLayout"
+                               ".xaxis._vals.map(v => v.text)")
+    assert ticks and all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks), ticks
+    assert page.errors == []
+
+
+# -- layout: nothing overflows its column, no chart over a table, readable axes ----------------
+
+LAYOUT = """() => {
+  const main = document.querySelector('main');
+  const box = main.getBoundingClientRect(), cs = getComputedStyle(main);
+  const right = box.right - parseFloat(cs.paddingRight);
+  const rect = e => e.getBoundingClientRect();
+  const over = [];
+  main.querySelectorAll('table, figure, .scroll, div.chart, svg.main-svg, dl, p, section, h2')
+    .forEach(e => { const r = rect(e);
+      if (r.width && r.right > right + 0.5) over.push(`${e.tagName}#${e.id} ${r.width}`); });
+  const scrolls = Array.from(main.querySelectorAll('.scroll'))
+    .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.scrollWidth - e.clientWidth);
+  const charts = Array.from(main.querySelectorAll('div.chart[data-figure]')), tables = Array
+    .from(main.querySelectorAll('table')).filter(t => rect(t).height > 0);
+  const spill = [], onTable = [], logs = [];
+  charts.forEach(d => {
+    const svg = d.querySelector('svg.main-svg'), r = rect(svg || d), c = rect(d);
+    if (r.bottom > c.bottom + 1 || r.right > c.right + 1) spill.push(d.dataset.figure);
+    tables.forEach(t => { const q = rect(t);
+      if (Math.min(r.bottom, q.bottom) - Math.max(r.top, q.top) > 0 &&
+          Math.min(r.right, q.right) - Math.max(r.left, q.left) > 0)
+        onTable.push(d.dataset.figure); });
+    ['xaxis', 'yaxis'].forEach(a => { const ax = d._fullLayout && d._fullLayout[a];
+      if (ax && ax.type === 'log') (ax._vals || []).forEach(v => logs.push(
+        [d.dataset.figure, a, Math.pow(10, v.x), String(v.text)])); });
+  });
+  const bars = Array.from(document.querySelectorAll('.modebar-container'))
+    .filter(m => rect(m).height > 0).length;
+  return {over, scrolls, spill, onTable, logs, bars,
+          page: document.documentElement.scrollWidth, width: window.innerWidth};
+}"""
+
+
+def layout_of(page) -> dict:
+    page.wait_for_function(
+        "Array.from(document.querySelectorAll('div.chart[data-figure]'))"
+        ".every(d => d.dataset.drawn === '1')", timeout=30_000)
+    first = page.locator("div.chart[data-figure]").first
+    if first.count():
+        first.hover()  # plotly shows its toolbar on hover: there must be none to show
+    return page.evaluate(LAYOUT)
+
+
+def assert_laid_out(found: dict) -> None:
+    assert found["over"] == [] and found["scrolls"] == [], found
+    assert found["page"] <= found["width"], found
+    assert found["spill"] == [] and found["onTable"] == [], found
+    assert found["bars"] == 0, found
+    for chart, axis, value, text in found["logs"]:
+        # '5' for 500 ms is a label nobody reads right: every label states its value (an SI
+        # prefix, 10k, is read as written).
+        number = re.fullmatch(r"([\d.,]+)\s*([kMGTmµ]?|[KMGT]iB|B)", text)
+        assert number, (chart, axis, value, text)
+        scale = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3, "µ": 1e-6,
+                 "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+        shown = float(number[1].replace(",", "")) * scale[number[2]]
+        assert shown == pytest.approx(value, rel=0.01), (chart, axis, value, text)
+
+
+WIDE = ("h200-1gpu-run-quick", ONE_GPU, TWO_GPU, NATIVE)
+
+
+@pytest.mark.parametrize("width", [1280, 1440, 1920])
+def test_reports_fit_their_column_at_desktop_widths(browser, tmp_path, width):
+    from gpuaudit.compare import compare_runs
+
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        p = Page(context)
+        pages = {name: render_run_html(load(name)) for name in WIDE}
+        a = load(TWO_GPU)
+        pages["compare"] = render_compare_html(compare_runs(a, with_figure(a, "matmul", "bf16",
+                                                                            0.8)))
+        logs = 0
+        for name, html in pages.items():
+            path = tmp_path / f"{name}.html"
+            path.write_text(html)
+            p.page.goto(path.as_uri())
+            found = layout_of(p.page)
+            assert_laid_out(found)
+            logs += len(found["logs"])
+        assert logs > 10  # the roofline's and the inference chart's log axes were read
+        assert p.errors == []
+    finally:
+        context.close()
+
+
+def test_served_compare_and_live_pages_fit(page, server):
+    page.page.set_viewport_size({"width": 1280, "height": 900})
+    page.page.goto(f"{server}/compare?a={load(ONE_GPU).id}&b={load(TWO_GPU).id}"
+                   f"&token={TOKEN}")
+    assert_laid_out(layout_of(page.page))
+    page.page.goto(f"{server}/live?token={TOKEN}")
+    page.page.wait_for_function("Number(document.body.dataset.ticks || 0) >= 2",
+                                timeout=30_000)
+    assert_laid_out(page.page.evaluate(LAYOUT))
     assert page.errors == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+import time
 import weakref
 from pathlib import Path
 
@@ -144,7 +145,13 @@ def test_oom_is_caught_and_nothing_leaks_between_trials(tmp_path, monkeypatch):
     runner = Runner(target, "cpu", steps=2, warmup=1)
     bad = runner.measure(64, "fp32")
     assert not bad.ok and bad.oom and bad.reason.startswith("out of memory")
-    gc.collect()
+    # Gone once collected; a loaded machine has been seen to keep it a moment longer (something
+    # transient, not the runner: a leak would stay), so a few rounds of collection are allowed.
+    for _ in range(20):
+        gc.collect()
+        if all(r() is None for r in alive):
+            break
+        time.sleep(0.1)
     assert all(r() is None for r in alive), "the failed trial's activation is still alive"
     good = runner.measure(16, "fp32")
     assert good.ok and good.samples_per_s > 0

@@ -1,9 +1,14 @@
 """Two runs side by side: each figure's change against its noise, findings that appeared or
 cleared, and what differs between the machines and software that made them.
 
-A change is "no change" when it lies inside the two runs' combined spread: the half-width of
-A's spread (IQR or min–max, as measured) plus the half-width of B's. Only a change beyond that
-is a regression or an improvement; a regression beyond the threshold fails a CI gate.
+A figure's noise is its own spread in each run: half the range of A's repetitions plus half of
+B's (the recorded spread where the samples are not kept). A change inside it is "no change";
+only a change beyond it is a regression or an improvement, and a regression beyond the
+threshold fails a CI gate. A figure measured on the CPU (the host's memory, a CPU matmul, gloo
+collectives, a model trained on the CPU) also moves with whatever else the host runs between
+the two runs, which no single run's spread shows: its change must also pass CPU_NOISE_PCT, and
+one measured while other processes kept a quarter of the host's cores busy (in either run,
+`bench.hostload`) is not judged at all ("host busy").
 Nothing here prints: `compare_runs` returns a `Comparison` record.
 """
 
@@ -14,6 +19,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Literal
 
+from gpuaudit.bench.hostload import busy, on_cpu
 from gpuaudit.model import Finding, Measurement, Run, RunStatus, Severity
 from gpuaudit.model.base import SCHEMA_VERSION, Record
 
@@ -28,11 +34,15 @@ LOWER_IS_BETTER_UNITS = frozenset({"ns", "us", "µs", "ms", "s", "J", "W"})
 IDENTITY_PARAMS = ("tool", "device", "op", "size_bytes", "src", "dst", "model", "precision",
                    "mode", "compile", "batch", "batch_size", "gpus", "ranks", "workers",
                    "slo_ms", "testcase")
+# A CPU figure's change within this share of A is not judged: back-to-back runs on a shared
+# host move by this much with the host's other load (the 2-core CI machine: the quick
+# profile's CPU matmul, memory and JPEG figures moved 15-60 % between two runs minutes apart).
+CPU_NOISE_PCT = 25.0
 # Findings that say another job shared the GPU while the run measured.
 CONTENTION_CODES = frozenset({"memory.in-use", "memory.in-use-unseen"})
 
 Verdict = Literal["regression", "improvement", "no change", "only in A", "only in B",
-                  "skipped"]
+                  "skipped", "host busy"]
 
 
 class FigureChange(Record):
@@ -119,7 +129,10 @@ def better_direction(m: Measurement) -> Literal["higher", "lower"]:
 
 
 def figure_key(m: Measurement) -> str:
-    ident = ",".join(f"{k}={m.params[k]}" for k in IDENTITY_PARAMS if k in m.params)
+    # A peak's size is where it was found, a result: the peak is the same figure at any size.
+    skip = {"size_bytes"} if m.name.endswith("_peak") else set()
+    ident = ",".join(f"{k}={m.params[k]}" for k in IDENTITY_PARAMS
+                     if k in m.params and k not in skip)
     gpu = "" if m.gpu_index is None else f"[gpu{m.gpu_index}]"
     return f"{m.suite}/{m.name}{gpu}" + (f"[{ident}]" if ident else "")
 
@@ -144,9 +157,17 @@ def figure_label(m: Measurement) -> str:
 
 
 def _half_spread(m: Measurement) -> float | None:
+    """Half the range of the figure's own repetitions (its samples where kept, else the
+    spread recorded with it)."""
+    samples = [x for x in m.samples if x == x]  # NaN is not a repetition
+    if len(samples) >= 2:
+        return (max(samples) - min(samples)) / 2
     if m.spread_low is None or m.spread_high is None:
         return None
     return abs(m.spread_high - m.spread_low) / 2
+
+
+
 
 
 def compare_figure(a: Measurement | None, b: Measurement | None,
@@ -170,6 +191,12 @@ def compare_figure(a: Measurement | None, b: Measurement | None,
     halves = [h for h in (_half_spread(a), _half_spread(b)) if h is not None]
     noise = sum(halves) if halves else None
     noise_pct = None if noise is None else 100 * noise / abs(a.value)
+    if on_cpu(ref):
+        noise_pct = max(noise_pct or 0.0, CPU_NOISE_PCT)
+        noise = noise_pct * abs(a.value) / 100
+        if busy(a) or busy(b):  # other processes held the host's cores: not judged
+            return FigureChange(**base, change_pct=change, gain_pct=gain, noise_pct=noise_pct,
+                                verdict="host busy", beyond_threshold=False)
     if abs(delta) <= (noise or 0.0):
         verdict: Verdict = "no change"
     else:
@@ -269,10 +296,12 @@ def caveats(run: Run) -> tuple[str, ...]:
         out.append(f"contended: another process held memory on GPU {where} while the run "
                    "measured; figures may be low")
     noisy = [m for m in run.measurements if any(n.startswith("noisy") for n in m.notes)]
-    if noisy:
-        names = ", ".join(sorted({f"{m.suite}/{m.name}" for m in noisy})[:6])
-        out.append(f"noisy: {len(noisy)} figure(s) varied widely between repetitions "
-                   f"({names}); something else may have used the GPU")
+    for where, group in (("the GPU", [m for m in noisy if not on_cpu(m)]),
+                         ("the host's CPUs", [m for m in noisy if on_cpu(m)])):
+        if group:
+            names = ", ".join(sorted({f"{m.suite}/{m.name}" for m in group})[:6])
+            out.append(f"noisy: {len(group)} figure(s) varied widely between repetitions "
+                       f"({names}); something else may have used {where}")
     wrong = [m for m in run.measurements if m.verified is False]
     if wrong:
         out.append(f"wrong results: {len(wrong)} figure(s) failed their result check")

@@ -1,6 +1,6 @@
 """What a CUDA kernel's name says it does: the one vocabulary that `diagnose.kernels` (HTA's
-kernel types, tensor cores), `workloads.ops.kernel_class` (the op profile's classes),
-`workloads.norms` (batch norm's own kernels) and `predict.kernels` (re-reading recorded
+kernel types, tensor cores), `workloads.opclass.kernel_class` (the op profile's classes),
+`workloads.opclass.disagrees` (the second witness) and `predict.kernels` (re-reading recorded
 classes) share.
 
 Each predicate takes a kernel's demangled name as the profiler records it (Kineto's `name`, or
@@ -87,7 +87,7 @@ def is_batch_norm(name: str) -> bool:
     """Batch norm's own kernels: cuDNN's (`is_cudnn_batch_norm`) and PyTorch's
     (`batch_norm_collect_statistics_kernel`, `batch_norm_backward_…`, and the TensorIterator
     kernels whose lambdas are batch norm's); not inductor's fused `triton_*` kernels, which do
-    other operators' work too (see `workloads.norms`)."""
+    other operators' work too."""
     return not name.lower().startswith("triton") and _has(name, BATCH_NORM)
 
 

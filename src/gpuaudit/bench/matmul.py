@@ -19,7 +19,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaudit.bench.context import BenchContext
+from gpuaudit.bench.context import BenchContext, Profile
 from gpuaudit.bench.matmul_search import (
     Shape,
     confirm,
@@ -161,7 +161,13 @@ def _burst_phase(ctx: BenchContext, torch: Any, prec: Precision
     devices = [d for d, _ in ctx.devices]
     first = devices[0]
     _tf32(torch, prec.name == "tf32")
-    squares = ctx.pick([2048, 4096, 8192], [2048, 4096, 6144, 8192, 12288, 16384],
+    # fp32 and fp64 (no tensor cores, or few) take 15x longer a shape; quick times the light
+    # families and two squares for them, and one hill-climb round from the best (on the H200
+    # their best shapes were wave layouts and what one round reaches from them: 1536×2816×8192,
+    # 2816×3072×6144).
+    light = prec.slow and ctx.profile is Profile.QUICK
+    squares = ctx.pick([2048, 4096] if light else [2048, 4096, 8192],
+                       [2048, 4096, 6144, 8192, 12288, 16384],
                        [1024, 2048, 4096, 6144, 8192, 12288, 16384, 20480])
     ctx.step(f"matmul {prec.name}: shape search")
     gen = torch.Generator(device=f"cuda:{first.cuda_index}").manual_seed(1234)
@@ -190,9 +196,18 @@ def _burst_phase(ctx: BenchContext, torch: Any, prec: Precision
         times = on_first(shape, iterations(ctx.pick(10, 20, 30), 3))
         return statistics.median(rate(flops(shape), times, 1e12)) if times else None
 
+    ranked_times: dict[Shape, list[float]] = {}  # each leader's burst, as ranked
+
+    def ranking_burst(shape: Shape) -> list[float] | None:
+        got = on_first(shape, lambda ops: _burst_times(torch, ops, idle_s, flush))
+        if got:
+            ranked_times[shape] = got
+        return got
+
     try:
-        _, tried = search(brief, squares, prec.max_side, refine_rounds=ctx.pick(3, 6, 10),
-                          seeds=wave_shapes(sms, prec.max_side))
+        _, tried = search(brief, squares, prec.max_side,
+                          refine_rounds=ctx.pick(1 if light else 3, 6, 10),
+                          seeds=wave_shapes(sms, prec.max_side), stretch=not light)
         ctx.step(f"matmul {prec.name}: re-timing the leading shapes")
         chosen = leaders(tried, ctx.pick(3, 6, 8) if prec.slow else ctx.pick(3, 5, 8),
                          lambda s: family(s, sms, prec.max_side))
@@ -204,9 +219,7 @@ def _burst_phase(ctx: BenchContext, torch: Any, prec: Precision
                                    ctx.pick(2, 3, 4))
             ranked_by = "interleaved re-timing rounds"
         else:
-            best, ranked = rank_bursts(
-                lambda s: on_first(s, lambda ops: _burst_times(torch, ops, idle_s, flush)),
-                chosen)
+            best, ranked = rank_bursts(ranking_burst, chosen)
             ranked_by = "burst after the idle pause"
     except (RuntimeError, TypeError) as exc:
         for _, i in ctx.devices:
@@ -224,10 +237,22 @@ def _burst_phase(ctx: BenchContext, torch: Any, prec: Precision
         ok, err = ops.check()
         return times, ok, err
 
+    # On one GPU the winner's burst is the one it was ranked by: the same protocol (the idle
+    # pause, then mamf-finder's 50 + 100 iterations) at the same shape, so it is not measured
+    # a second time. Several GPUs are measured again, all at once (a box's GPUs share power
+    # and cooling); fp32 and fp64 were ranked by shorter rounds and are measured again too.
+    reuse = len(devices) == 1 and best in ranked_times
     params: Params = {"m": best[0], "n": best[1], "k": best[2], "shapes_tried": len(tried),
                       "leaders": _leaders_text(ranked), "leaders_ranked_by": ranked_by,
-                      "device": "cuda"}
-    for (_, i), result in zip(ctx.devices, on_each(devices, burst), strict=True):
+                      "burst_of": "the winner's ranking burst" if reuse else
+                      "a burst of the winner on every GPU at once", "device": "cuda"}
+
+    def reused(d: CudaDevice) -> tuple[list[float], bool, float]:
+        ok, err = _operands(torch, prec, best, d).check()
+        return ranked_times[best], ok, err
+
+    for (_, i), result in zip(ctx.devices, on_each(devices, reused if reuse else burst),
+                              strict=True):
         if isinstance(result, BaseException):
             yield skipped(SUITE, f"{prec.name}_burst", prec.unit, reason_of(result), gpu_index=i)
             continue
@@ -255,9 +280,11 @@ def _sustained_phase(ctx: BenchContext, torch: Any, choice: _Choice) -> Iterator
 
     def sustained(d: CudaDevice) -> tuple[list[float], bool, float]:
         ops = _operands(torch, prec, best, d)
+        # quick: ≥ 200 ms of warm-up, ten times the power limiter's response (tens of ms),
+        # then ≥ 200 ms timed
         times = cuda_times_ms(ops.run, iters=ctx.pick(30, 100, 200), warmup=warmup,
-                              flush=L2Flush(d), min_warmup_ms=ctx.pick(300, 1000, 5000),
-                              min_timed_ms=ctx.pick(300, 1000, 3000))
+                              flush=L2Flush(d), min_warmup_ms=ctx.pick(200, 1000, 5000),
+                              min_timed_ms=ctx.pick(200, 1000, 3000))
         ok, err = ops.check()
         return times, ok, err
 

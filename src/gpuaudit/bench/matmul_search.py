@@ -115,9 +115,11 @@ def family(shape: Shape, sms: int, max_side: int) -> str:
 
 
 def search(time_shape: Callable[[Shape], float | None], squares: Sequence[int], max_side: int,
-           refine_rounds: int, seeds: Sequence[Shape] = ()) -> tuple[Shape, dict[Shape, float]]:
+           refine_rounds: int, seeds: Sequence[Shape] = (), stretch: bool = True
+           ) -> tuple[Shape, dict[Shape, float]]:
     """Rank candidate shapes by a brief timing. `time_shape` gives a rate (higher is better) or
-    None when the shape cannot run (out of memory). Returns the best shape and every rate."""
+    None when the shape cannot run (out of memory). Returns the best shape and every rate.
+    `stretch`: also time the best square laid out long along each axis."""
     tried: dict[Shape, float] = {}
 
     def best_of(shapes: Sequence[Shape]) -> None:
@@ -134,7 +136,7 @@ def search(time_shape: Callable[[Shape], float | None], squares: Sequence[int], 
     if not tried:
         raise RuntimeError("no shape could run (out of memory?)")
     ran = [c for c in cubes if c in tried]
-    if ran:
+    if ran and stretch:
         best_of(stretched(max(ran, key=tried.__getitem__)[0], max_side))
     step = 0.25
     for _ in range(refine_rounds):

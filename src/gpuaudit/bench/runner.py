@@ -8,14 +8,15 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 
+from gpuaudit import interrupt
 from gpuaudit._version import __version__
-from gpuaudit.bench import contention
+from gpuaudit.bench import contention, hostload
 from gpuaudit.bench.context import BenchContext, Profile
 from gpuaudit.bench.stats import reason_of, skipped
 from gpuaudit.bench.stragglers import find_stragglers
 from gpuaudit.bench.suites import DEFAULT, SUITES, suite
 from gpuaudit.errors import BadInputError
-from gpuaudit.hw.torch_env import CudaDevice, cuda_devices
+from gpuaudit.hw.torch_env import CudaDevice, cuda_devices, preload_torch
 from gpuaudit.model import (
     Finding,
     Host,
@@ -26,6 +27,7 @@ from gpuaudit.model import (
     Severity,
     utc_now,
 )
+from gpuaudit.model.opprofile import OpProfile
 
 NATIVE = {  # suite → modules with run_native(ctx), for --with-native
     "collectives": ("gpuaudit.bench.nccl_tests",),
@@ -36,6 +38,9 @@ NATIVE = {  # suite → modules with run_native(ctx), for --with-native
 }
 # suite → module with preflight(ctx): bad input (a missing path, a silent peer) is refused
 # before anything runs, so no measured figure is thrown away.
+# A suite shorter than this (latency, memory: a fraction of a second) gets no look of its own
+# after it: its figures share the look after the next suite.
+SHORT_SUITE_S = 1.0
 PREFLIGHT = {"storage": "gpuaudit.bench.feed.storage", "network": "gpuaudit.bench.feed.network",
              "collectives": "gpuaudit.bench.nccl_tests"}
 
@@ -68,8 +73,8 @@ def select_devices(machine: Machine, gpus: Sequence[int] | None
     return tuple(sorted(pairs, key=lambda p: p[1]))
 
 
-def _guarded(name: str, fn: Callable[[BenchContext], Iterator[Measurement]],
-             ctx: BenchContext) -> Iterator[Measurement]:
+def _guarded(name: str, fn: Callable[[BenchContext], Iterator[Measurement | OpProfile]],
+             ctx: BenchContext) -> Iterator[Measurement | OpProfile]:
     """A suite that crashes costs its own figures (recorded as skipped), not the run."""
     try:
         yield from fn(ctx)
@@ -106,23 +111,36 @@ def run_bench(
     started = utc_now()
     names = check_suites(suites)
     preflight(names, profile=profile, timeout_s=timeout_s, options=options or {})
-    if machine is None:
-        from gpuaudit.hw import take_snapshot
-
-        machine = take_snapshot()
-    ctx = BenchContext(machine=machine, devices=select_devices(machine, gpus), profile=profile,
-                       step=step or (lambda _: None), size_range=size_range,
-                       timeout_s=timeout_s, options=dict(options or {}))
-    owned = watch is None
-    watch = watch if watch is not None else _live_watch(ctx, exclusive)
+    loading = preload_torch(names)  # imported while NVML is read, done before any timing
     measured: list[tuple[int, Measurement]] = []  # (the last look before it, the figure)
+    profiles: list[OpProfile] = []  # bench train --op-profile's records
     seconds: dict[str, float] = {}
     status = RunStatus.COMPLETE
-    # A look costs half a second. Where nothing was measured since the last one (a suite that
-    # only skipped: p2p on one GPU, storage without a path), that look still brackets what
-    # comes next, so none is taken.
-    look_due = True
+    ctx: BenchContext | None = None
+    owned = watch is None
+    said = step or (lambda _: None)
+
+    def stepping(text: str) -> None:
+        interrupt.check()  # a Ctrl-C swallowed inside a library stops the run here
+        said(text)
+
     try:
+        if machine is None:
+            from gpuaudit.hw import take_snapshot
+
+            machine = take_snapshot()
+        ctx = BenchContext(machine=machine, devices=select_devices(machine, gpus),
+                           profile=profile, step=stepping, size_range=size_range,
+                           timeout_s=timeout_s, options=dict(options or {}))
+        watch = watch if watch is not None else _live_watch(ctx, exclusive)
+        if loading is not None:
+            stepping("loading torch")
+            loading.join()  # no import may run beside a timing
+        # A look costs half a second. None is taken where nothing was measured since the last
+        # one (a suite that only skipped: p2p on one GPU, storage without a path), nor after a
+        # suite that took under SHORT_SUITE_S: its figures share the look after the next suite
+        # (they are then bracketed by the look before them and the next one taken).
+        look_due, unlooked = True, False
         if exclusive and watch is not None and names:
             busy = watch.look(f"before {names[0]}")
             look_due = False
@@ -130,41 +148,60 @@ def run_bench(
                 raise BadInputError(f"--exclusive: the GPUs are busy: "
                                     f"{contention.busy_line(busy)}")
         for done, name in enumerate(names):
+            interrupt.check()
             if on_suite:
                 on_suite(done, len(names))  # suites finished so far, of how many
             if watch is not None and look_due:
                 ctx.step(f"looking for other work on the GPUs before {name}")
                 watch.look(f"before {name}")
-                look_due = False
+                look_due = unlooked = False
             before = len(watch.looks) - 1 if watch is not None else 0
             ctx.step(name)
             runs = [suite(name)]
             if with_native and name in NATIVE:
                 runs += [importlib.import_module(m).run_native for m in NATIVE[name]]
             t0 = time.perf_counter()
+            found = False
+            first, load = len(measured), hostload.read()
             try:
                 for fn in runs:
                     for m in _guarded(name, fn, ctx):
+                        if isinstance(m, OpProfile):
+                            profiles.append(m)
+                            continue
                         measured.append((before, m))
-                        look_due = look_due or m.value is not None
+                        found = found or m.value is not None
                         if on_measurement:
                             on_measurement(m)
+                        interrupt.check()
             finally:  # an interrupted suite keeps the time it had run
                 seconds[name] = round(time.perf_counter() - t0, 2)
-        if watch is not None and names and look_due:
+                others = hostload.others_cores(load, hostload.read())
+                measured[first:] = [(b, hostload.mark(m, others)) for b, m in measured[first:]]
+            unlooked = unlooked or found
+            look_due = look_due or (found and seconds[name] >= SHORT_SUITE_S)
+        if watch is not None and names and unlooked:
             watch.look(f"after {names[-1]}")
     except KeyboardInterrupt:
         status = RunStatus.PARTIAL
+        interrupt.clear()
+        if machine is None:  # interrupted while the machine was read: nothing to keep
+            raise
     finally:
         if owned and watch is not None:
             close = getattr(watch.src, "close", None)
             if close:
                 close()
+    assert machine is not None
+    if ctx is None:
+        ctx = BenchContext(machine=machine, devices=(), profile=profile,
+                           timeout_s=timeout_s, options=dict(options or {}))
     final = contention.mark(measured, watch.looks, [i for _, i in ctx.devices]) \
         if watch is not None else [m for _, m in measured]
     return Run(kind="bench", started_at=started, finished_at=utc_now(),
                tool_version=__version__, status=status, command=tuple(sys.argv),
                source="live", machine=machine, measurements=tuple(final), suite_seconds=seconds,
+               op_profiles=tuple(profiles),
                findings=tuple(bench_findings(final) + feed_findings(final, ctx)))
 
 

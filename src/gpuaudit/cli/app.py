@@ -23,8 +23,8 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "bench": ("gpuaudit.cli.machine", "bench", "Micro benchmarks: is this server delivering "
               "what I pay for, part by part?", ""),
     "runs": ("gpuaudit.cli.machine", "runs", "List the stored runs, newest first.", ""),
-    "show": ("gpuaudit.cli.machine", "show", "Print a stored run. Exit code 1 when it holds a "
-             "FAIL finding.", ""),
+    "show": ("gpuaudit.cli.machine", "show", "Print a stored run (or a run's JSON file), every "
+             "table. Exit code 1 when it holds a FAIL finding.", ""),
     "schema": ("gpuaudit.cli.machine", "schema", "Print the JSON Schema of the documents "
                "gpuaudit writes (--json output, stored runs).", ""),
     "doctor": ("gpuaudit.cli.doctor", "doctor", "Why is this job slow? Runs it unchanged and "
@@ -59,6 +59,8 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
                   "Estimates, with their basis and reasons.", ""),
     "fleet": ("gpuaudit.cli.fleet", "fleet_app", "Audit every GPU node of a Ray cluster into "
               "one store, and find the bad nodes.", ""),
+    "help": ("gpuaudit.cli.helpcmd", "help_cmd", "Help on a topic (input: how values are "
+             "written) or a command.", ""),
 }
 
 
@@ -94,12 +96,9 @@ class _Root(common.Group):
         return command
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
-        from typer._click.utils import make_default_short_help
-
-        limit = formatter.width - 6 - max(len(n) for n in self.list_commands(ctx))
-        rows = [(name, make_default_short_help(COMMANDS[name][2], limit)
-                 if name in COMMANDS and name not in self.commands
-                 else self.commands[name].get_short_help_str(limit))
+        """Each command with its whole one-line help, wrapped (never cut to '...')."""
+        rows = [(name, COMMANDS[name][2] if name in COMMANDS else
+                 " ".join((self.commands[name].help or "").split("\n\n")[0].split()))
                 for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)

@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -21,12 +22,14 @@ from gpuaudit.errors import BadInputError, GpuauditError
 
 try:  # typer ≥ 0.2x carries its own copy of click
     from typer import _click as _click  # type: ignore[attr-defined]
+    from typer._click import _textwrap  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - older typer on click
     import click as _click  # type: ignore[no-redef]
+    from click import _textwrap  # type: ignore[no-redef]
 
-GRAMMAR = "docs/input.md"
+GRAMMAR = "gpuaudit help input"
 EPILOG = ("Durations (90s, 1h30m), counts (7B), sizes (4GiB), percentages, amounts and times "
-          f"are written as {GRAMMAR} describes.")
+          f"are written as `{GRAMMAR}` describes.")
 _EXITS = (typer.Exit, *(c for c in (getattr(_click.exceptions, "Exit", None),) if c))
 _ABORTS = (typer.Abort, *(c for c in (getattr(_click.exceptions, "Abort", None),) if c))
 _NO_ARGS_HELP = getattr(_click.exceptions, "NoArgsIsHelpError", ())
@@ -76,6 +79,14 @@ def error_line(message: str) -> None:
         pass
 
 
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null so that the interpreter's last flush of what could not be
     written does not print 'Exception ignored … BrokenPipeError' after our one line."""
@@ -119,6 +130,10 @@ def exit_code_for(exc: BaseException) -> int:
         error_line("the input is nested too deeply to read")
         return 2
     if isinstance(exc, KeyboardInterrupt):
+        from gpuaudit import interrupt
+
+        interrupt.clear()
+        _say("gpuaudit: interrupted (Ctrl-C)")
         return 130
     if isinstance(exc, OSError):
         if exc.errno == errno.EPIPE:  # the reader went away (`| head`): nothing to say
@@ -158,6 +173,76 @@ def _metavar(param: Any) -> str | None:
     return {int: "N", float: "NUMBER"}.get(annotation, "TEXT")  # type: ignore[call-overload]
 
 
+class _WholeWords(_textwrap.TextWrapper):  # type: ignore[misc,name-defined]
+    """click's wrapper without breaking a word: an option name (`--op-profile`) or a value
+    (`RATE:BYTES[:jpeg|raw]`) longer than the line goes on a line of its own, whole."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.update(break_long_words=False, break_on_hyphens=False)
+        super().__init__(*args, **kwargs)
+
+    def _handle_long_word(self, reversed_chunks: list[str], cur_line: list[str],
+                          cur_len: int, width: int) -> None:
+        # click's wrapper cuts the word here whatever break_long_words says; textwrap's own
+        # method honours it (the word goes whole onto a line of its own).
+        textwrap.TextWrapper._handle_long_word(self, reversed_chunks, cur_line, cur_len, width)
+
+
+class HelpFormatter(_click.HelpFormatter):
+    """click's help layout, with whole words (see `_WholeWords`)."""
+
+    def _whole(self, method: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        plain = _textwrap.TextWrapper
+        _textwrap.TextWrapper = _WholeWords  # click's wrap_text looks it up at each call
+        try:
+            method(*args, **kwargs)
+        finally:
+            _textwrap.TextWrapper = plain
+
+    def write_text(self, text: str) -> None:
+        self._whole(super().write_text, text)
+
+    def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+        self._whole(super().write_dl, rows, col_max, col_spacing)
+
+    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        self._whole(super().write_usage, prog, args, prefix)
+
+
+class Context(typer.Context):
+    formatter_class = HelpFormatter
+
+
+# Old option names kept working for the scripts that use them, left out of the help.
+DEPRECATED_NAMES = frozenset({
+    "--price-usd-per-gpu-hour",  # --price-per-gpu-hour (with --currency, USD by default)
+    "--price",  # cost job: --price-per-hour
+    "--price-usd",  # cost tco: --capex
+    "--budget-usd",  # recommend: --budget (in --currency)
+    "--from-run",  # recommend: --run
+    "--profile",  # doctor: --profiler-trace (elsewhere --profile is quick|standard|full)
+})
+
+
+def _hide_deprecated(param: Any) -> None:
+    """Show an option under its current names only; the deprecated ones still parse."""
+    hidden = [o for o in getattr(param, "opts", ()) if o in DEPRECATED_NAMES]
+    if not hidden or len(hidden) == len(param.opts) or getattr(param, "_hides", False):
+        return
+    record = param.get_help_record
+
+    def help_record(ctx: Any) -> Any:
+        opts = param.opts
+        param.opts = [o for o in opts if o not in DEPRECATED_NAMES]
+        try:
+            return record(ctx)
+        finally:
+            param.opts = opts
+
+    param.get_help_record = help_record
+    param._hides = True
+
+
 def tidy_help(command: Any) -> None:
     """Name what each option takes, and where the grammar of values is written, for every
     command under `command`."""
@@ -165,8 +250,10 @@ def tidy_help(command: Any) -> None:
             getattr(p, "param_type_name", "") == "option" and not getattr(p, "is_flag", True)
             for p in getattr(command, "params", ())):
         command.epilog = EPILOG
+    command.context_class = Context
     _light_help_option(command)
     for param in getattr(command, "params", ()):
+        _hide_deprecated(param)
         _light_coercion(param)
         if getattr(param, "param_type_name", "") == "argument":
             # 'FILE', not 'file <file>': the name says what it takes.
@@ -270,14 +357,25 @@ class Group(typer.core.TyperGroup):
     def main(self, args: Any = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
              **extra: Any) -> Any:
+        from gpuaudit import interrupt
+
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-            sys.stdout.flush()  # `> /dev/full` fails here, not at the interpreter's exit
+            # Ctrl-C raises KeyboardInterrupt, and is remembered until handled
+            with interrupt.installed():
+                rv = super().main(args, prog_name, complete_var, standalone_mode=False,
+                                  **extra)
+                sys.stdout.flush()  # `> /dev/full` fails here, not at the interpreter's exit
             code = rv if isinstance(rv, int) else 0
         except SystemExit:
             raise
         except BaseException as exc:  # exit_code_for re-raises what is a bug
-            code = exit_code_for(exc)
+            # a Ctrl-C that a library turned into another error is still a Ctrl-C
+            code = exit_code_for(KeyboardInterrupt() if interrupt.pending() else exc)
+        if code == 130 and interrupt.pending():
+            # typer turns a KeyboardInterrupt nobody handled into a silent Exit(130)
+            interrupt.clear()
+            _say("gpuaudit: interrupted (Ctrl-C)")
+        interrupt.clear()  # a command that stops on Ctrl-C (serve, monitor) has handled it
         if not standalone_mode:
             return code
         sys.exit(code)

@@ -86,7 +86,8 @@ def job(
                                        "[default: only this job, which pays the whole term].",
         zero_ok=False)] = None,
     price: Annotated[float | None, common.money(
-        "--price", help="Without --instance: on-demand price per hour of the instance.",
+        "--price-per-hour", "--price",
+        help="Without --instance: on-demand price per hour of the instance.",
         hi=MAX_HOURLY)] = None,
     spot_price: Annotated[float | None, common.money(
         "--spot-price", help="… its spot price per hour.", hi=MAX_HOURLY)] = None,
@@ -124,11 +125,11 @@ def _offer_from_options(instance: str | None, catalog: Path | None, price: float
     from gpuaudit.cost.offers import manual_offer
 
     if instance is not None and price is not None:
-        raise BadInputError("give --instance or --price, not both")
+        raise BadInputError("give --instance or --price-per-hour, not both")
     if instance is not None:
         return find_offer(instance, catalog)
     if price is None:
-        raise BadInputError("give --instance PROVIDER/TYPE[@REGION] or --price")
+        raise BadInputError("give --instance PROVIDER/TYPE[@REGION] or --price-per-hour")
     return manual_offer(price, gpus, currency, spot=prices.get("spot"),
                         reserved_1y=prices.get("reserved_1y"))
 
@@ -137,8 +138,8 @@ def _offer_from_options(instance: str | None, catalog: Path | None, price: float
 def tco(
     ctx: typer.Context,
     capex: Annotated[float, common.money(
-        "--capex", "--price-usd", help="What the server(s) cost to buy, all-in (--price-usd: "
-                                       "in USD).")],
+        "--capex", "--price-usd", help="What the server(s) cost to buy, all-in, in "
+                                       "--currency.")],
     gpus: Annotated[int, common.integer("--gpus", help="GPUs bought.", hi=1_000_000)] = "8",
     years: Annotated[float, common.number(
         "--years", help="Amortization period, years.", lo=0, lo_open=True, hi=50)] = "5",
@@ -222,8 +223,9 @@ def work(
     instance: Annotated[str, typer.Option(
         "--instance", metavar="PROVIDER/TYPE[@REGION]", help="The instance to price.")],
     run: Annotated[str | None, typer.Option(
-        "--run", help="A stored run (id or prefix) whose measurements give the rates "
-                      "[default: datasheet estimates].")] = None,
+        "--run", metavar="RUN", help="A run (stored id or prefix, or its JSON file) whose "
+                                     "measurements give the rates [default: datasheet "
+                                     "estimates].")] = None,
     catalog: CatalogOpt = None,
     price_kind: KindOpt = PriceKind.ON_DEMAND,
     precision: Annotated[str, typer.Option(help="Matmul precision for $/PFLOP-hour and the "
@@ -257,10 +259,9 @@ def work(
     offer = find_offer(instance, catalog)
     stored = None
     if run is not None:
-        from gpuaudit.store import Store
+        from gpuaudit.cli.predict import load_run_arg
 
-        with Store(db, read_only=True) as store:
-            stored = store.get(run)
+        stored = load_run_arg(run, db)  # a stored run, or a run's JSON file
     try:
         result = price_performance(
             offer, kind=price_kind, run=stored, precision=precision,
@@ -281,11 +282,9 @@ def idle(
         "--since", help="From (30m, 24h, 7d back, or an ISO time).")] = "24h",
     until: Annotated[Any, common.time_point("--until", help="To ('now' or an ISO time).")
                      ] = "now",
-    price_usd_per_gpu_hour: Annotated[float | None, common.money(
-        "--price-usd-per-gpu-hour", help="Price of a GPU-hour, USD.", hi=MAX_HOURLY)] = None,
     price_per_gpu_hour: Annotated[float | None, common.money(
-        "--price-per-gpu-hour", help="Price of a GPU-hour in --currency.", hi=MAX_HOURLY)
-    ] = None,
+        "--price-per-gpu-hour", "--price-usd-per-gpu-hour",
+        help="Price of a GPU-hour in --currency.", hi=MAX_HOURLY)] = None,
     currency: Annotated[str, common.currency(help="With --price-per-gpu-hour.")] = "USD",
     instance: InstanceOpt = None,
     catalog: CatalogOpt = None,
@@ -306,14 +305,12 @@ def idle(
                  present=price_per_gpu_hour is not None)
     common.needs(ctx, "catalog", on="--instance", present=instance is not None)
     common.needs(ctx, "price_kind", on="--instance", present=instance is not None)
-    given = [x for x in (price_usd_per_gpu_hour, price_per_gpu_hour, instance) if x is not None]
+    given = [x for x in (price_per_gpu_hour, instance) if x is not None]
     if len(given) != 1:
-        raise BadInputError("give one price: --price-usd-per-gpu-hour, --price-per-gpu-hour or "
-                            "--instance")
+        raise BadInputError("give one price: --price-per-gpu-hour or --instance")
     start, end = since, until
     offer = find_offer(instance, catalog) if instance is not None else None
-    price = price_usd_per_gpu_hour if price_usd_per_gpu_hour is not None else price_per_gpu_hour
-    cur = "USD" if price_usd_per_gpu_hour is not None else currency
+    price, cur = price_per_gpu_hour, currency
     with Store(db, read_only=True) as store:
         points = store.history(since=start, until=end, hostname=host)
     result = idle_cost(points, since=start, until=end, price_per_gpu_hour=price, offer=offer,

@@ -1,5 +1,5 @@
 """`gpuaudit doctor -- CMD`: run a job unchanged, watch it, say why it is slow and what to
-change. Also `--attach PID`, and `--trace`/`--profile` for recordings made earlier."""
+change. Also `--attach PID`, and `--trace`/`--profiler-trace` for recordings made earlier."""
 
 from __future__ import annotations
 
@@ -58,8 +58,9 @@ def doctor(
         "--trace", help="Diagnose a telemetry trace (`gpuaudit monitor --record`) instead.",
         dir_okay=False)] = None,
     profile: Annotated[Path | None, typer.Option(
-        "--profile", help="Diagnose a torch.profiler trace (.json or .json.gz) instead, or as "
-                          "well as --trace.", dir_okay=False)] = None,
+        "--profiler-trace", "--profile", metavar="FILE",
+        help="Diagnose a torch.profiler trace (.json or .json.gz) instead, or as well as "
+             "--trace.", dir_okay=False)] = None,
     sm_clock_max: Annotated[int | None, common.integer(
         "--sm-clock-max", help="With --trace: the GPU's maximum SM clock in MHz (for the "
                                "throttling rule).", hi=100_000)] = None,
@@ -75,7 +76,7 @@ def doctor(
         dir_okay=False)] = None,
     keep_profile: Annotated[Path | None, typer.Option(
         "--keep-profile", help="With --profile-steps: keep the torch.profiler trace in this "
-                               "file (.json.gz; diagnose it again with --profile).",
+                               "file (.json.gz; diagnose it again with --profiler-trace).",
         dir_okay=False)] = None,
     json_: Annotated[bool, typer.Option(
         "--json", help="The diagnosis as JSON on stdout, after the job's own output.")] = False,
@@ -99,8 +100,8 @@ def doctor(
     chosen = [bool(argv), attach is not None, trace is not None or profile is not None,
               evidence is not None]
     if sum(chosen) != 1:
-        raise BadInputError("give exactly one of: -- COMMAND, --attach PID, --trace/--profile "
-                            "FILE, --evidence FILE")
+        raise BadInputError("give exactly one of: -- COMMAND, --attach PID, --trace FILE and/or "
+                            "--profiler-trace FILE, --evidence FILE")
     common.writable(save, "--save")  # before the job runs, not after
     common.writable(keep_profile, "--keep-profile")
     common.writable(save_evidence, "--save-evidence")

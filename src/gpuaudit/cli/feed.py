@@ -17,9 +17,9 @@ FILE_SIZE_HELP = ("Storage test file size per PATH, e.g. 4G (binary multiples) [
                   "quick 1G, standard 4G, full 16G]")
 PEER_HELP = ("Network peer HOST[:PORT] running `gpuaudit bench network --serve` (TCP "
              "throughput and latency to it)")
-JOB_HELP = ("The training job to feed, RATE:BYTES[:jpeg|raw][:seq|random][:DEVICE_BYTES], "
-            "e.g. 2500:110K:jpeg:random (samples/s, stored bytes per sample) [default: the "
-            "train suite's rate where measured]")
+JOB_HELP = ("The training job to feed: RATE:BYTES (samples/s, stored bytes per sample), then "
+            "optionally :jpeg or :raw, :seq or :random, and :DEVICE_BYTES; e.g. "
+            "2500:110K:jpeg:random [default: the train suite's rate where measured]")
 
 
 def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:

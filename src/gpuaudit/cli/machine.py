@@ -43,9 +43,14 @@ def exit_code(run: Run) -> int:
 def _check_store(save: bool, db: str | None) -> None:
     """Before the work: a store that cannot take its results is an error now, not after."""
     if save:
+        from gpuaudit import interrupt
         from gpuaudit.store import check_store
 
-        check_store(db)
+        # SQLAlchemy logs and swallows what interrupts a connection's close: a Ctrl-C meanwhile
+        # waits for the check to end (well under a second) and stops the command after it
+        with interrupt.shielded():
+            check_store(db)
+        interrupt.check()
 
 
 def inspect(
@@ -53,7 +58,8 @@ def inspect(
     from_: Annotated[Path | None, typer.Option(
         "--from", help="Analyse a saved snapshot (the JSON of `inspect --json`) instead of "
                        "this machine.", dir_okay=False)] = None,
-    save: Annotated[bool, typer.Option("--save", help="Keep the run in the store.")] = False,
+    save: Annotated[bool, typer.Option("--save/--no-save", help="Keep the run in the store "
+                                       "(as run and bench do).")] = True,
     show_pass: Annotated[bool, typer.Option("--all", help="Show passed checks too.")] = False,
     expect_gpus: Annotated[int | None, common.integer(
         "--expect-gpus", help="The number of GPUs the machine should have (what you rented): "
@@ -67,10 +73,12 @@ def inspect(
     from gpuaudit.inspect import inspect_machine, read_snapshot
 
     _check_store(save, db)
-    if from_ is not None:
-        run = inspect_machine(read_snapshot(from_), source=str(from_), expect_gpus=expect_gpus)
-    else:
-        run = inspect_machine(expect_gpus=expect_gpus)
+    with _nothing_finished():
+        if from_ is not None:
+            run = inspect_machine(read_snapshot(from_), source=str(from_),
+                                  expect_gpus=expect_gpus)
+        else:
+            run = inspect_machine(expect_gpus=expect_gpus)
     _finish(run, json_=json_, save=save, db=db, show_all=show_pass)
 
 
@@ -82,24 +90,30 @@ def run(
     data: Annotated[list[str] | None, typer.Option(
         "--data", help="Also test the storage under this directory (where the training data "
                        "lives; a temporary file is written there).")] = None,
-    job: Annotated[str | None, typer.Option(help=feed_cli.JOB_HELP)] = None,
+    job: Annotated[str | None, typer.Option(metavar="JOB", help=feed_cli.JOB_HELP)] = None,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep the run in the store.")
                     ] = True,
     exclusive: ExclusiveOpt = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Every table (the machine, each figure, each finding) instead "
+                                "of the one-screen summary; `gpuaudit show RUN` prints them "
+                                "later.")] = False,
     db: DbOpt = None,
 ) -> None:
     """The main job: inspect this machine, run the quick benchmarks, judge both, save the run.
 
-    Exit code 1 when a finding is FAIL. Ctrl-C keeps what was measured (marked partial).
+    Prints one screen: the machine, the verdict, the figures that matter against the
+    datasheet, the findings with their advice, and where the details are. Exit code 1 when a
+    finding is FAIL. Ctrl-C keeps what finished (marked partial) and exits 130.
     """
     from gpuaudit.audit import audit
 
     _check_store(save, db)
     options = feed_cli.feed_options(paths=data or (), job=job)
-    with _progress(err if json_ else out) as bar:
+    with _nothing_finished(), _progress(err if json_ else out) as bar:
         result = audit(profile=profile, bench=not no_bench, step=bar.step, on_suite=bar.suite,
                        exclusive=exclusive, options=options)
-    _finish(result, json_=json_, save=save, db=db)
+    _finish(result, json_=json_, save=save, db=db, summary=not verbose)
 
 
 def bench(
@@ -113,7 +127,7 @@ def bench(
     sizes: Annotated[Any, typer.Option(
         "--sizes", metavar="MIN:MAX", parser=lambda t: parse.size_range(t, "--sizes"),
         help="Collective sizes in bytes, K/M/G/T binary (nccl-tests' -b/-e), e.g. 1M:8G; at "
-             "most 1 TiB (see docs/input.md)")] = None,
+             "most 1 TiB (`gpuaudit help input`)")] = None,
     timeout: Annotated[float, common.duration(
         "--timeout", help="Before a hung collective is killed (a bare number is seconds).",
         lo_s=1, hi_s=parse.DAY, bare_unit="s")] = "300s",
@@ -148,7 +162,7 @@ def bench(
     port: Annotated[int | None, common.integer(
         "--port", help="Port of --serve / --peer [default: 5301]", metavar="PORT", lo=0,
         hi=65535)] = None,
-    job: Annotated[str | None, typer.Option(help=feed_cli.JOB_HELP)] = None,
+    job: Annotated[str | None, typer.Option(metavar="JOB", help=feed_cli.JOB_HELP)] = None,
     op_profile: Annotated[bool, typer.Option(
         "--op-profile", help="train: also record each mode's per-operator profile (FLOPs, "
                              "bytes, kernel times) for `gpuaudit predict`")] = False,
@@ -181,7 +195,7 @@ def bench(
     if op_profile:
         options["op_profile"] = True
     _check_store(save, db)
-    with _progress(err if json_ else out) as bar:
+    with _nothing_finished(), _progress(err if json_ else out) as bar:
         result = run_bench(names, gpus=gpus, profile=profile, size_range=sizes,
                            timeout_s=timeout, with_native=with_native, step=bar.step,
                            on_suite=bar.suite, options=options, exclusive=exclusive)
@@ -241,33 +255,62 @@ def _progress(console: Console) -> Iterator[_Bar]:
         yield _Bar(progress)
 
 
+@contextmanager
+def _nothing_finished() -> Iterator[None]:
+    """Ctrl-C before anything finished (the machine not yet read): one line, exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        from gpuaudit import interrupt
+
+        interrupt.clear()
+        err.print("interrupted (Ctrl-C) before anything finished: nothing to save")
+        raise typer.Exit(130) from None
+
+
 def _finish(result: Run, *, json_: bool, save: bool, db: str | None,
-            show_all: bool = False) -> None:
+            show_all: bool = False, summary: bool = False) -> None:
     """Save the run, print it (JSON on stdout, or the terminal view), exit with its code.
-    A store that fails now still gets the run printed, and kept in the file its error names."""
+    A store that fails now still gets the run printed, and kept in the file its error names.
+    A partial run (Ctrl-C) is saved whatever is pressed meanwhile, and one line says so."""
+    from gpuaudit import interrupt
+
+    partial = result.status is RunStatus.PARTIAL
     saved = unsaved = None
-    if save:  # the store (SQLAlchemy) takes ~0.3 s to import: not for --no-save
-        from gpuaudit.store import UnsavedRunError, save_or_keep
+    with interrupt.shielded():
+        if save:  # the store (SQLAlchemy) takes ~0.3 s to import: not for --no-save
+            from gpuaudit.store import UnsavedRunError, save_or_keep
 
-        try:
-            saved = save_or_keep(result, db)
-        except UnsavedRunError as exc:
-            unsaved = exc
-    if json_:
-        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
-    else:
-        from gpuaudit.report.terminal import run_view
+            try:
+                saved = save_or_keep(result, db)
+            except UnsavedRunError as exc:
+                unsaved = exc
+        console = err if json_ else out
+        if json_:
+            sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+        elif summary:
+            from gpuaudit.report.summary import run_summary
 
-        out.print(run_view(result, show_all=show_all))
-    console = err if json_ else out
-    if saved:
-        console.print(f"saved as run {saved}: `gpuaudit show {saved}` prints it again")
+            out.print(run_summary(result, run_id=saved, saved=save and unsaved is None,
+                                  width=out.size.width))
+        else:
+            from gpuaudit.report.terminal import run_view
+
+            out.print(run_view(result, show_all=show_all))
+        if saved and not (summary and not json_) and not partial:
+            console.print(f"saved as run {saved}: `gpuaudit show {saved}` prints it again")
+        if partial:
+            where = (f"saved as run {saved}" if saved else
+                     f"kept in {unsaved.kept_at}" if unsaved is not None and unsaved.kept_at else
+                     "not saved (--no-save)" if not save else "not saved")
+            console.print(f"interrupted (Ctrl-C): what finished is {where}, marked partial")
+        sys.stdout.flush()
+    if partial:
+        if unsaved is not None:
+            common.error_line(str(unsaved))
+        raise typer.Exit(130)
     if unsaved is not None:
         raise unsaved
-    if result.status is RunStatus.PARTIAL:
-        console.print("interrupted: the figures above were measured before Ctrl-C "
-                      "(run marked partial)")
-        raise typer.Exit(130)
     raise typer.Exit(exit_code(result))
 
 
@@ -294,27 +337,41 @@ def runs(
 
 
 def show(
-    run_id: Annotated[str, typer.Argument(metavar="RUN", help="A run id or a unique prefix.")],
+    run_ref: Annotated[str, typer.Argument(
+        metavar="RUN", help="A stored run id (or a unique prefix), or a run's JSON file "
+                            "(`gpuaudit run --json` output).")],
     json_: JsonOpt = False,
     show_pass: Annotated[bool, typer.Option("--all", help="Show passed checks and every "
                                                           "figure too.")] = False,
     db: DbOpt = None,
 ) -> None:
-    """Print a stored run. Exit code 1 when it holds a FAIL finding."""
+    """Print a stored run (or a run's JSON file), every table. Exit code 1 when it holds a
+    FAIL finding."""
+    from gpuaudit.cli.report import _is_file_ref, load_runs
     from gpuaudit.report.terminal import run_view
-    from gpuaudit.store import Store
 
-    with Store(db, read_only=True) as store:
-        stored = store.get(run_id)
+    if _is_file_ref(run_ref):
+        (stored,) = load_runs([run_ref], None)
+    else:
+        from gpuaudit.store import Store
+
+        with Store(db, read_only=True) as store:
+            stored = store.get(run_ref)
     if json_:
         sys.stdout.write(stored.model_dump_json(indent=2) + "\n")
     else:
-        out.print(f"run {stored.id} ({stored.kind}, {stored.started_at:%Y-%m-%d %H:%M:%S %Z})")
+        status = "" if stored.status is RunStatus.COMPLETE else f", {stored.status.value}"
+        out.print(f"run {stored.id} ({stored.kind}{status}, "
+                  f"{stored.started_at:%Y-%m-%d %H:%M:%S %Z})")
         out.print(run_view(stored, show_all=show_pass))
     raise typer.Exit(exit_code(stored))
 
 
-def schema() -> None:
+def schema(
+    json_: Annotated[bool, typer.Option(
+        "--json", help="Accepted for the one grammar: the schema is JSON either way.")
+    ] = False,
+) -> None:
     """Print the JSON Schema of the documents gpuaudit writes (--json output, stored runs)."""
     from gpuaudit.model import json_schema
 

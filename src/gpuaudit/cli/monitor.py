@@ -119,8 +119,11 @@ def monitor(
     idle_log: Annotated[Path | None, typer.Option(
         help="Append every idle decision here as a JSON line.", dir_okay=False)] = None,
     price: Annotated[float | None, common.money(
-        "--price-usd-per-gpu-hour", help="Price of a GPU-hour, for the cost of idle time.",
+        "--price-per-gpu-hour", "--price-usd-per-gpu-hour",
+        help="Price of a GPU-hour in --currency, for the cost of idle time.",
         zero_ok=True, hi=1e6)] = None,
+    currency: Annotated[str, common.currency(help="The currency of --price-per-gpu-hour.")
+                        ] = "USD",
     json_: Annotated[bool, typer.Option("--json", help="JSON on stdout: with --once the state, "
                                                        "else one line per sample.")] = False,
     db: DbOpt = None,
@@ -189,7 +192,8 @@ def monitor(
                 sys.stdout.flush()
             elif view is not None:
                 view.update(monitor_view(tick.state, mon.recent_samples(),
-                                         price_per_gpu_hour=price), refresh=True)
+                                         price_per_gpu_hour=price, currency=currency),
+                            refresh=True)
             elif not once:
                 console.print(sample_line(tick.sample), markup=False, highlight=False)
         session.close()
@@ -202,7 +206,8 @@ def monitor(
         if json_:
             sys.stdout.write(_state_json(state, mon, indent=2) + "\n")
         else:
-            out.print(monitor_view(state, mon.recent_samples(), price_per_gpu_hour=price))
+            out.print(monitor_view(state, mon.recent_samples(), price_per_gpu_hour=price,
+                                   currency=currency))
         critical = [a for a in state.alerts
                     if a.state == "firing" and a.labels.get("severity") == "critical"]
         raise typer.Exit(1 if critical else 0)

@@ -5,6 +5,8 @@ or GPU model.
     gpuaudit predict RUN --precision bf16
     gpuaudit predict RUN --gpu h100-sxm [--gpus 8]
     gpuaudit predict RUN --params 1.3B
+    gpuaudit predict RUN --batch-size 256
+    gpuaudit predict RUN --model mymodels:build_large
 
 RUN is a stored run id (or prefix) or a run's JSON file; it must hold an op profile
 (`gpuaudit bench train --op-profile`). The machine's measured rates come from RUN when it
@@ -118,11 +120,15 @@ def predict(
                          "step is traced layer by layer, which takes longer the larger).",
         hi=MAX_PREDICT_PARAMS)] = None,
     batch_size: Annotated[int | None, common.integer(
-        "--batch-size", help="With --params: the batch per GPU [default: the family "
-                             "preset's].", hi=1_000_000)] = None,
+        "--batch-size", help="Another batch per GPU (with --params: the target's [default: "
+                             "the family preset's]).", hi=1_000_000)] = None,
     seq_len: Annotated[int | None, common.integer(
         "--seq-len", help="With --params: the context [default: the preset's].",
         hi=10_000_000)] = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", metavar="PKG.MODULE:FN",
+        help="Another size of your own model: the entry point that builds it (as bench train "
+             "--model takes it).")] = None,
     workload: WorkloadOpt = None,
     rates: RatesOpt = None,
     json_: JsonOpt = False,
@@ -136,12 +142,17 @@ def predict(
     from gpuaudit.report.predict_view import predict_view
     from gpuaudit.specs.catalog import load_catalog
 
-    if (batch_size is not None or seq_len is not None) and params is None:
-        raise BadInputError("--batch-size and --seq-len go with --params")
+    if seq_len is not None and params is None:
+        raise BadInputError("--seq-len goes with --params")
+    if model is not None:
+        from gpuaudit.workloads.entry import resolve
+
+        resolve(model)  # a bad entry point is bad input before any run is read
     change = Change(gpus=gpus, precision=precision.strip().lower() if precision else None,
-                    gpu=gpu, params=params, batch=batch_size, seq_len=seq_len)
+                    gpu=gpu, params=params, batch=batch_size, seq_len=seq_len, model=model)
     if change.empty:
-        raise BadInputError("nothing to predict: give --gpus, --precision, --gpu or --params")
+        raise BadInputError("nothing to predict: give --gpus, --precision, --gpu, --params, "
+                            "--batch-size or --model")
     specs = load_catalog()
     if gpu is not None and specs.get(gpu.strip().lower()) is None:
         from gpuaudit import parse

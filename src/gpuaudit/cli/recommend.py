@@ -1,10 +1,10 @@
 """`gpuaudit recommend`: which instance to rent for a task, ranked by estimated cost or time.
 
-    gpuaudit recommend train --params 7B --tokens 1T [--deadline 14d] [--budget-usd 50000]
+    gpuaudit recommend train --params 7B --tokens 1T [--deadline 14d] [--budget 50000]
     gpuaudit recommend finetune --params 70B --method lora
     gpuaudit recommend serve --params 70B --qps 20 --prompt-tokens 3840 --tpot-ms 50 --ttft-ms 2000
-    gpuaudit recommend --run RUN_ID --hours 12
-    gpuaudit recommend --from-run RUN --tokens 10B      # predicted per offer (gpuaudit predict)
+    gpuaudit recommend --run RUN_ID --hours 12          # ranked by its matmul/bf16 figure
+    gpuaudit recommend --run RUN --tokens 10B           # with an op profile: predicted per offer
 """
 
 import json
@@ -33,7 +33,7 @@ TopOpt = Annotated[int, common.integer("--top", help="How many offers to show.",
 DeadlineOpt = Annotated[float | None, common.duration(
     "--deadline", help="Finish within this long: 36h, 14d, 2w (train, fine-tune, --run).")]
 BudgetOpt = Annotated[float | None, common.money(
-    "--budget-usd", "--budget", help="Spend at most this much, in --currency.")]
+    "--budget", "--budget-usd", help="Spend at most this much, in --currency.")]
 CurrencyOpt = Annotated[str, common.currency(
     "--currency", help="Rank offers priced in this currency (no exchange rates).")]
 SortOpt = Annotated[str, common.choice("--sort", choices=("cost", "time"),
@@ -200,27 +200,27 @@ def load_allreduce(ref: str, db: str | None) -> "MeasuredAllReduce":
 def recommend(
     ctx: typer.Context,
     run: Annotated[str | None, typer.Option(
-        "--run", help="A stored run id: rank offers for the workload it benchmarked.")] = None,
+        "--run", "--from-run", metavar="RUN",
+        help="A run (id, prefix or JSON file): with an op profile (bench train --op-profile) "
+             "its step is predicted on each offer's GPUs (gpuaudit predict); otherwise offers "
+             "are ranked by --metric, for --hours on the benchmarked machine.")] = None,
     hours: Annotated[float | None, common.number(
         "--hours", help="With --run: how long the workload runs on the benchmarked machine.",
         lo=0, lo_open=True, hi=1e6)] = None,
-    metric: Annotated[str, typer.Option(
+    metric: Annotated[str | None, typer.Option(
         "--metric", help="With --run: the measurement that stands for the workload's speed "
-                         "(suite/name).")] = "matmul/bf16",
-    from_run: Annotated[str | None, typer.Option(
-        "--from-run", metavar="RUN",
-        help="A run with an op profile (bench train --op-profile): its step predicted on "
-             "each offer's GPUs (gpuaudit predict).")] = None,
+                         "(suite/name) [default: matmul/bf16; the op profile when the run "
+                         "has one]")] = None,
     workload: Annotated[str | None, typer.Option(
-        "--workload", metavar="MODEL/MODE", help="With --from-run: which op profile.")] = None,
+        "--workload", metavar="MODEL/MODE", help="With --run: which op profile.")] = None,
     rates: Annotated[str | None, typer.Option(
-        "--rates", metavar="RUN", help="With --from-run: the bench run with the machine's "
-                                       "rates (as gpuaudit predict).")] = None,
+        "--rates", metavar="RUN", help="With --run and an op profile: the bench run with the "
+                                       "machine's rates (as gpuaudit predict).")] = None,
     samples: Annotated[float | None, common.count(
-        "--samples", help="With --from-run: the job's size in samples (1M, 2e9).", hi=1e18)
+        "--samples", help="With --run: the job's size in samples (1M, 2e9).", hi=1e18)
     ] = None,
     tokens: Annotated[float | None, common.count(
-        "--tokens", help="With --from-run: the job's size in tokens (10B).", hi=1e18)] = None,
+        "--tokens", help="With --run: the job's size in tokens (10B).", hi=1e18)] = None,
     deadline: DeadlineOpt = None,
     budget: BudgetOpt = None,
     currency: CurrencyOpt = "USD",
@@ -233,42 +233,46 @@ def recommend(
     db: DbOpt = None,
 ) -> None:
     """Which instance to rent for a task. Subcommands: train, finetune, serve; or --run."""
-    for option in ("workload", "rates", "samples", "tokens"):
-        common.needs(ctx, option, on="--from-run", present=from_run is not None)
-    common.needs(ctx, "metric", on="--run", present=run is not None)
-    common.needs(ctx, "hours", on="--run or --from-run",
-                 present=run is not None or from_run is not None)
+    for option in ("workload", "rates", "samples", "tokens", "metric", "hours"):
+        common.needs(ctx, option, on="--run", present=run is not None)
     if ctx.invoked_subcommand is not None:
-        if run is not None or from_run is not None or allreduce_run is not None or \
-                feed is not None:
-            raise BadInputError("--run, --from-run, --allreduce-run and --feed go without a "
-                                "subcommand (give --allreduce-run or --feed after it)")
+        if run is not None or allreduce_run is not None or feed is not None:
+            raise BadInputError("--run, --allreduce-run and --feed go without a subcommand "
+                                "(give --allreduce-run or --feed after it)")
         return
-    if from_run is not None:
-        if run is not None:
-            raise BadInputError("give --run or --from-run, not both")
+    if run is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+    if metric is None and _has_op_profile(run, workload, db):
         cons = _constraints(deadline, budget, currency, sort)
-        task, stored_run = _predicted_task(from_run, workload, rates, hours, samples, tokens,
+        task, stored_run = _predicted_task(run, workload, rates, hours, samples, tokens,
                                            catalog, db)
         _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_,
              allreduce=allreduce_run, db=db, feed=feed,
              feed_need=None if feed is not None else _own_feed(stored_run, task))
         return
-    if run is None:
-        typer.echo(ctx.get_help())
-        raise typer.Exit(0)
+    from gpuaudit.cli.predict import load_run_arg
     from gpuaudit.cost.recommend import task_from_run
-    from gpuaudit.store import Store
 
     if hours is None:
         raise BadInputError("--run needs --hours: how long the workload runs on the "
                             "benchmarked machine")
     cons = _constraints(deadline, budget, currency, sort)
-    with Store(db, read_only=True) as store:
-        stored = store.get(run)
-    task = task_from_run(stored, hours, metric)
+    stored = load_run_arg(run, db)
+    task = task_from_run(stored, hours, metric or "matmul/bf16")
     _run(task, cons, catalog=catalog, top=top, mfu=0.4, json_=json_, allreduce=allreduce_run,
          db=db, feed=feed, feed_need=None if feed is not None else _own_feed(stored, task))
+
+
+def _has_op_profile(run: str, workload: str | None, db: str | None) -> bool:
+    """Whether the run holds an op profile (`bench train --op-profile`): then `--run`
+    predicts the recorded step on each offer's GPUs."""
+    from gpuaudit.cli.predict import load_run_arg
+
+    if workload is not None:
+        return True
+    stored = load_run_arg(run, db)
+    return any(m.name.endswith("/op/step") for m in stored.measurements)
 
 
 def _predicted_task(from_run: str, workload: str | None, rates: str | None,
@@ -285,7 +289,7 @@ def _predicted_task(from_run: str, workload: str | None, rates: str | None,
     given = [name for name, v in (("--hours", hours), ("--samples", samples),
                                   ("--tokens", tokens)) if v is not None]
     if len(given) != 1:
-        raise BadInputError("--from-run needs one of --hours (on the recorded GPU), "
+        raise BadInputError("--run with an op profile needs one of --hours (on the recorded GPU), "
                             "--samples or --tokens: the job's size")
     specs = load_catalog()
     stored = load_run_arg(from_run, db)

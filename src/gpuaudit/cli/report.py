@@ -209,10 +209,14 @@ def compare_cmd(
         if store is not None:
             store.close()
     comparison = compare_runs(a, b, threshold)
+    written = []
     if html is not None:
-        _emit(html, render_compare_html(comparison))
+        written.append(_emit(html, render_compare_html(comparison)))
     if md is not None:
-        _emit(md, render_compare_markdown(comparison))
+        written.append(_emit(md, render_compare_markdown(comparison)))
+    for path in written:
+        if path != "-":
+            common.err.print(f"wrote {path} (compare {a.id} → {b.id})", markup=False)
     if json_:
         doc = comparison.model_dump(mode="json")
         doc["regressions"] = [f.key for f in comparison.regressions]

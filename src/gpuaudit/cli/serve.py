@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from gpuaudit import parse
 from gpuaudit.cli import common
 from gpuaudit.cli.common import DbOpt
 from gpuaudit.errors import BadInputError, GpuauditError
+from gpuaudit.model.base import SCHEMA_VERSION
 
 DEFAULT_PORT = 8765
 # Addresses that need no token: this machine only.
@@ -67,6 +69,9 @@ def serve_cmd(
     interval: Annotated[float, common.duration(
         "--interval", help="Live sampling interval (1s, 500ms).", lo_s=0.01, hi_s=parse.HOUR)
     ] = "1s",
+    json_: Annotated[bool, typer.Option(
+        "--json", help="Once listening, print {url, host, port, live, token_required} as one "
+                       "JSON line on stdout (for scripts that start it).")] = False,
     db: DbOpt = None,
 ) -> None:
     """A local web UI over the store: runs with filters, each run's report, two runs
@@ -103,6 +108,13 @@ def serve_cmd(
                      + ("" if feed else "; live page: no GPU found (--replay TRACE to "
                                          "replay one)") + "; Ctrl-C stops\n")
     sys.stderr.flush()
+    if json_:
+        sys.stdout.write(json.dumps({
+            "schema_version": SCHEMA_VERSION, "kind": "serve", "url": url, "host": host,
+            "port": sock.getsockname()[1], "token_required": token is not None,
+            "live": "replay" if replay is not None else "gpus" if feed is not None else None,
+        }) + "\n")
+        sys.stdout.flush()
     config = uvicorn.Config(app, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=2, lifespan="on")
     server = uvicorn.Server(config)

@@ -51,7 +51,8 @@ def _names_matmul(name: str) -> bool:
     """A kernel doing a matmul, a convolution or fused attention (where tensor cores apply).
     Not cuBLAS's helpers (`kn.is_cublas`: split-K's reduction runs no tensor cores), nor the
     rest of cuDNN (`kn.is_cudnn`: its batch norm and layout transforms do no matmul), which
-    `workloads.ops.kernel_class` charges to gemm and conv: it asks whose time, this what work."""
+    `workloads.opclass.kernel_class` charges to gemm and conv: it asks whose time, this what
+    work."""
     return kn.is_matmul(name) or kn.is_conv(name) or kn.is_attention(name)
 
 

@@ -41,6 +41,7 @@ _WHERE: dict[str, str] = {
     "NvLink": "machine",
     "Observation": "diagnosis",
     "Offer": "cost",
+    "OpProfile": "opprofile",
     "Params": "measurement",
     "PcieLink": "machine",
     "Power": "machine",

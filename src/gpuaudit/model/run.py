@@ -13,6 +13,7 @@ from .finding import Finding, Severity, worst
 from .fleet import NodeIdentity
 from .machine import Machine
 from .measurement import Measurement
+from .opprofile import OpProfile
 from .units import Moment, Seconds
 
 
@@ -43,6 +44,8 @@ class Run(Record):
     node: NodeIdentity | None = None  # set when a fleet audit made the run (schema 2)
     findings: tuple[Finding, ...] = ()
     measurements: tuple[Measurement, ...] = ()
+    # bench train --op-profile: each training mode's op profile (schema 3), for predict
+    op_profiles: tuple[OpProfile, ...] = ()
     # bench: each suite's wall time in seconds, in the order they ran (where the time goes)
     suite_seconds: dict[str, Seconds] = Field(default_factory=dict)
 

@@ -3,4 +3,5 @@ command printing light records need not import pydantic to say it)."""
 
 # Bumped whenever a stored or printed document changes shape incompatibly.
 #   2: Run.node (the fleet node a run was measured on)
-SCHEMA_VERSION = 2
+#   3: Run.op_profiles (bench train --op-profile's records for predict)
+SCHEMA_VERSION = 3

@@ -14,7 +14,7 @@ measured rates (docs/predict.md). A capability: functions that return records, n
 - `precision`: another precision, with the layout transforms and batch norm it changes;
 - `ddp`: the all-reduce against the backward pass;
 - `engine`: the changes and the `Prediction` record;
-- `offers`: predicted rates per (GPU model, count) for `recommend --from-run`.
+- `offers`: predicted rates per (GPU model, count) for `recommend --run` (a run with an op profile).
 """
 
 from .engine import Change, predict

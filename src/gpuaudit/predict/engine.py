@@ -31,14 +31,15 @@ import math
 from dataclasses import dataclass
 
 from gpuaudit.errors import BadInputError
+from gpuaudit.model.opprofile import TENSOR_CLASSES
 from gpuaudit.specs.catalog import GpuSpec, SpecCatalog
-from gpuaudit.workloads.ops import TENSOR_CLASSES
 
+from . import checks, grouped
 from . import precision as precision_change
 from .ddp import simulate
 from .hardware import habitat_gamma, scaled_roofs, waves
 from .ideal import ELEMENT_BYTES, MEMORY_BOUND, ideal_seconds, matmul_rate, memory_seconds
-from .kernels import reattribute
+from .kernels import Reattributed, reattribute
 from .profile import OpWork, StepProfile
 from .rates import AllReduce, MachineRates
 from .records import ClassTime, Prediction, Scenario
@@ -72,10 +73,12 @@ class Change:
     params: float | None = None
     batch: int | None = None
     seq_len: int | None = None
+    model: str | None = None  # another size of the user's model: its pkg.module:build
 
     @property
     def empty(self) -> bool:
-        return all(v is None for v in (self.gpus, self.precision, self.gpu, self.params))
+        return all(v is None for v in (self.gpus, self.precision, self.gpu, self.params,
+                                        self.batch, self.model))
 
 
 # --- the source ------------------------------------------------------------------------------
@@ -90,7 +93,9 @@ def _start(profile: StepProfile, rates: MachineRates) -> StepState:
     total = sum(w.ms for w in profile.classes.values())
     # The profiler's steps can outlast the timed ones; never let the classes exceed them.
     scale = min(1.0, profile.step_ms / total) if total else 1.0
-    read = reattribute(profile.classes)
+    # Recordings made before the unit classes classed kernels by their names: re-read them.
+    read = reattribute(profile.classes) if profile.legacy else \
+        Reattributed(classes=dict(profile.classes), basis=())
     elementwise = read.classes.get("elementwise")
     norm_ms = read.batch_norm_ms + (elementwise.norm.ms if elementwise is not None and
                                     elementwise.norm is not None else 0.0)
@@ -152,6 +157,22 @@ def _resize(state: StepState, profile: StepProfile, change: Change) -> None:
     state.grad_bytes = sum(b for b, _ in r.buckets) or r.grad_bytes
     state.changes.append("params")
     state.basis.extend(r.basis)
+
+
+def _legacy_batch(state: StepState, profile: StepProfile, change: Change) -> None:
+    """Another batch of a step recorded before the unit groups: the reference transformer
+    families re-tallied at it (the size change's rules at the same size); others refused."""
+    from .family import source_shape
+
+    try:
+        shape = source_shape(profile)
+    except BadInputError:
+        raise BadInputError(f"--batch-size: run {profile.run_id} was recorded before the unit "
+                            "groups (gpuaudit's op profile schema 3): record it again with "
+                            f"`gpuaudit bench train --op-profile` to predict another batch of "
+                            f"{profile.model!r}") from None
+    _resize(state, profile, Change(params=float(shape.matmul_params), batch=change.batch,
+                                   seq_len=change.seq_len))
 
 
 def _gpu(state: StepState, target: GpuSpec) -> None:
@@ -241,17 +262,44 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
             specs: SpecCatalog) -> Prediction:
     """`profile` with `change` applied (module docstring)."""
     if change.empty:
-        raise BadInputError("nothing to predict: give --gpus, --precision, --gpu or --params")
+        raise BadInputError("nothing to predict: give --gpus, --precision, --gpu, --params or "
+                            "--batch-size")
     state = _start(profile, rates)
+    checks.refuse_or_note(profile, state)
     source = _scenario(state, profile, profile.mode)
     source_compute = state.compute_ms
     measured = {cls: c.measured_ms for cls, c in state.classes.items()}
+    g = grouped.start(profile.record) if change.params is None else None
+    if change.params is not None and change.model is not None:
+        raise BadInputError("--params and --model are two ways to say another size: give one")
     if change.params is not None:
         _resize(state, profile, change)
+    if change.model is not None:
+        if g is None:
+            raise BadInputError(f"--model: run {profile.run_id}'s {profile.workload} was "
+                                "recorded before the unit groups (op profile schema 3): record "
+                                "it again with `gpuaudit bench train --op-profile`")
+        grouped.size(g, state, profile, change.model)
     if change.precision is not None:
-        precision_change.change(state, change.precision.strip().lower())
+        target = change.precision.strip().lower()
+        precision_change.check(state, target)
+        if g is not None and target != state.precision:
+            grouped.precision(g, state, target)
+        else:
+            precision_change.change(state, target)
+    if change.batch is not None and change.params is None and change.batch != state.batch:
+        if change.batch < 1:
+            raise BadInputError(f"--batch-size {change.batch}: must be at least 1")
+        if g is not None:
+            grouped.batch(g, state, change.batch)
+        else:
+            _legacy_batch(state, profile, change)
     if change.gpu is not None:
+        before = {cls: (c.ms, c.unc) for cls, c in state.classes.items()}
         _gpu(state, _spec(specs, change.gpu))
+        if g is not None:
+            grouped.class_changed(g, state, before)
+    checks.roofline(state, tuple(state.changes))
     gpus = change.gpus or 1
     if gpus < 1:
         raise BadInputError(f"--gpus {gpus}: must be at least 1")
@@ -261,6 +309,16 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
         state.idle_ms * max(0.0, 1 - state.idle_unc)
     high = sum(c.ms * (1 + c.unc) for c in state.classes.values()) + \
         state.idle_ms * (1 + state.idle_unc)
+    replayed = grouped.replay(g, state) if g is not None else None
+    if replayed is not None:
+        step, low, high = replayed.ms, replayed.low_ms, replayed.high_ms
+        state.idle_ms = max(0.0, step - compute)
+        how = ("to match the timed step without the profiler" if replayed.alpha_measured else
+               "assumed: the recording's device never waited on its host")
+        state.basis.append(f"the step replayed from its recorded timeline: the host's launches "
+                           f"and waits kept (host time × {replayed.alpha:.2f}, {how}); the "
+                           f"device waited on the host {replayed.host_bound_share:.0%} of the "
+                           "replayed step")
     ar_ms = exposed = None
     if gpus > 1:
         ar = state.allreduce or spec_allreduce(state.roofs.gpu)

@@ -57,7 +57,7 @@ class Resized:
 
 
 def _preset_shape(name: str, batch: int | None, seq: int | None) -> Shape | None:
-    from gpuaudit.workloads.models import PRESETS, TransformerPreset
+    from gpuaudit.model.presets import PRESETS, TransformerPreset
 
     p = PRESETS.get(name)
     if not isinstance(p, TransformerPreset):
@@ -82,7 +82,7 @@ def target_shape(source: Shape, params: float, *, batch: int | None = None,
     """The family's preset within ±15 % of `params` (with its batch and context), else a
     shape derived from N ≈ 12·L·d² + d·V at the source's batch and context."""
     from gpuaudit.cost.memory_fit import model_shape
-    from gpuaudit.workloads.models import PRESETS, TransformerPreset
+    from gpuaudit.model.presets import PRESETS, TransformerPreset
 
     best = None
     for name, p in PRESETS.items():
@@ -141,7 +141,7 @@ def meta_tally(shape: Shape) -> tuple[Any, int, list[Any]]:
     import torch
 
     from gpuaudit.workloads import nets
-    from gpuaudit.workloads.ops import count_ops
+    from gpuaudit.workloads.tally import count_ops
 
     with torch.device("meta"):
         cls = nets.Gpt if shape.kind == "gpt" else nets.Bert
@@ -170,7 +170,7 @@ def _ratio(a: float, b: float) -> float:
 def resize(profile: StepProfile, params: float, *, batch: int | None = None,
            seq_len: int | None = None) -> Resized:
     """The profile's work for a model of `params` parameters (module docstring)."""
-    from gpuaudit.workloads.ops import ddp_buckets
+    from gpuaudit.workloads.buckets import ddp_buckets
 
     src = source_shape(profile)
     tgt = target_shape(src, params, batch=batch, seq_len=seq_len)
@@ -182,7 +182,14 @@ def resize(profile: StepProfile, params: float, *, batch: int | None = None,
                        src.batch * src.layers * src.dim * src.seq_len**2)
     att_bytes = _ratio(tgt.batch * tgt.layers * tgt.dim * tgt.seq_len,
                        src.batch * src.layers * src.dim * src.seq_len)
-    elem_total = _ratio(t_tally.bytes["elementwise"], s_tally.bytes["elementwise"])
+    def total(tally: Any, cls: str) -> float:
+        if not profile.legacy:
+            return float(tally.bytes.get(cls, 0))
+        # a recording made before the unit classes classed each operator by its own name,
+        # and its elementwise class held the norms and embeddings
+        names = ("elementwise", "norm", "embedding") if cls == "elementwise" else (cls,)
+        return float(sum(tally.by_name_bytes.get(c, 0) for c in names))
+
     param_ratio = _ratio(t_n, s_n)
     classes: dict[str, OpWork] = {}
     ratios: dict[str, float] = {}
@@ -216,7 +223,7 @@ def resize(profile: StepProfile, params: float, *, batch: int | None = None,
                     scaled += b * t_tally.op_bytes[op] / s_tally.op_bytes[op]
                     known += b
             rest = max(0.0, w.bytes - known)
-            new = scaled + rest * elem_total
+            new = scaled + rest * _ratio(total(t_tally, cls), total(s_tally, cls))
             ratios[cls] = _ratio(new, w.bytes)
             classes[cls] = w.with_(bytes=new,
                                    alt_bytes=(w.alt_bytes or 0) * ratios[cls] or None,

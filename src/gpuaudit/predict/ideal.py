@@ -4,7 +4,7 @@ rates allow, before the calibration divides it by the share the class achieved."
 from __future__ import annotations
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.workloads.ops import MEMORY_CLASSES, TENSOR_CLASSES
+from gpuaudit.model.opprofile import MEMORY_CLASSES, TENSOR_CLASSES
 
 from .attention import attention_seconds
 from .hardware import Roofs

@@ -1,5 +1,5 @@
 """The recorded class times, re-read from the kernels' names where the recording's
-classification (`workloads.ops.kernel_class`, by name) put a kernel's time in a class whose
+classification (`workloads.opclass.kernel_class`, by name) put a kernel's time in a class whose
 work it does not do. Since 2026-12-01 `kernel_class` itself puts cuDNN's batch norm in
 elementwise and its attention helpers in attention; recordings made before (the fixtures of
 that day among them) still need these moves, and the layout transforms always do. Each
@@ -18,7 +18,11 @@ longest), so what a list does not hold stays where it was.
   other class's list (not its time).
 - A convolutional step's matmul kernels: cuDNN runs convolutions with cuBLAS and CUTLASS
   kernels that cannot be told from the step's own matmuls, so gemm is calibrated with conv
-  (resnet50 in fp32 on an H200: 11.9 ms of "gemm" kernels for 3.1 GFLOP of matmuls).
+  (resnet50 in fp32 on an H200: 11.9 ms of "gemm" kernels for 3.1 GFLOP of matmuls) where
+  the matmuls are few beside the convolutions (`MERGE_SHARE`): in a ViT the patch
+  convolution is the small one, and merging put its linear layers in conv at 936 % of
+  conv's roofline. Recordings since the unit classes charge each kernel to the operator that
+  launched it and need none of this.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuaudit import kernelnames as kn
-from gpuaudit.workloads.ops import TENSOR_CLASSES
+from gpuaudit.model.opprofile import TENSOR_CLASSES
 
 from .profile import KernelGrid, OpWork
 
 LAYOUT = "layout"
+MERGE_SHARE = 0.1  # gemm calibrated with conv where its FLOPs are at most this share of conv's
 # (what a kernel's name says, the class its work belongs to). cuDNN's batch norm only, not
 # `kn.is_batch_norm`: PyTorch's own batch-norm kernels never said "cudnn", so no recording put
 # them in a matmul-bound class; and a shortened name may have lost inductor's `triton` prefix.
@@ -91,7 +96,10 @@ def reattribute(classes: dict[str, OpWork]) -> Reattributed:
     basis = [f"{t:.3g} ms of {a}'s kernels are {b}'s ({_WHY[b]})"
              for (a, b), t in sorted(moved.items()) if t > 0]
     conv, gemm = out.get("conv"), out.get("gemm")
-    if conv is not None and gemm is not None and conv.flops > 0:
+    # Only where the matmuls are a convolutional net's few (resnet50's classifier: 3.1 of
+    # 1,300 GFLOP): a ViT's patch convolution would take its linear layers' time with it.
+    if conv is not None and gemm is not None and conv.flops > 0 and \
+            gemm.flops <= MERGE_SHARE * conv.flops:
         out["conv"] = _merged(conv, gemm)
         del out["gemm"]
         basis.append(f"gemm ({gemm.ms:.3g} ms) calibrated with conv: cuDNN runs convolutions "

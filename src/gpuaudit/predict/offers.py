@@ -1,6 +1,6 @@
-"""Predicted rates for `recommend --from-run`: the recorded step on every (GPU model, GPU
-count) the catalog offers, as `cost.recommend.PredictedTask` takes them. Pricing, ranking
-and the rest stay `cost.recommend`'s."""
+"""Predicted rates for `recommend --run` (a run with an op profile): the recorded step on every
+(GPU model, GPU count) the catalog offers, as `cost.recommend.PredictedTask` takes them.
+Pricing, ranking and the rest stay `cost.recommend`'s."""
 
 from __future__ import annotations
 

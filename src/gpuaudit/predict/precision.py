@@ -21,7 +21,8 @@ precision family; and what the change does to the program beyond its rates:
   holds for one of them only: ±50 % on batch norm's time (on an H200 PyTorch's bf16 kernels
   took about 1.4 × cuDNN's fp32 time for the same elements), and the notes say so.
 - Where the recording timed the step's batch-norm layers alone in both precision families
-  (`workloads.norms`: forward + backward at its biggest shapes, memory format and dtypes),
+  (recordings before the unit timings: forward + backward at its biggest shapes, memory
+  format and dtypes),
   batch norm's time moves by their ratio instead, whatever the implementations: the target's
   time ÷ the source's, summed over the shapes timed in both, each × its layers per step (a
   time-weighted mean of the per-shape ratios). Its band is then what that timing leaves
@@ -35,8 +36,7 @@ precision family; and what the change does to the program beyond its rates:
 from __future__ import annotations
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.workloads.norms import ACTIVATION
-from gpuaudit.workloads.ops import TENSOR_CLASSES
+from gpuaudit.model.opprofile import ACTIVATION, TENSOR_CLASSES
 
 from .ideal import ELEMENT_BYTES, ideal_seconds, matmul_rate, memory_seconds
 from .kernels import LAYOUT, layout_bytes
@@ -55,16 +55,21 @@ U_CONV_UNTIMED = 0.25  # convolution layers not timed alone: taken to move as th
 NORM = "batch_norm"  # the batch-norm operators of the tally (cudnn_batch_norm, native_…)
 
 
-def change(state: StepState, target: str) -> None:
-    """`state` re-timed in `target` precision (module docstring)."""
+def check(state: StepState, target: str) -> None:
+    """Bad input unless `target` is a training precision with a rate here."""
     if target not in TRAIN_PRECISIONS:
         raise BadInputError(f"--precision {target!r}: expected one of "
                             f"{', '.join(TRAIN_PRECISIONS)}")
+    matmul_rate(state.roofs, target)
+
+
+def change(state: StepState, target: str) -> None:
+    """`state` re-timed in `target` precision (module docstring)."""
+    check(state, target)
     src = state.precision
     if target == src:
         return
     roofs = state.roofs
-    matmul_rate(roofs, target)
     width = ELEMENT_BYTES[target]
     conv = state.classes.get("conv")
     conv_timed = timed_conv_ratio(conv.work, src, target) if conv is not None else None
@@ -127,7 +132,7 @@ def timed_conv_ratio(w: OpWork, src: str, target: str) -> tuple[float, int, floa
     """(the convolutions' time in `target` ÷ in `src` from their layers timed alone: Σ count ×
     time in `target` ÷ Σ count × time in `src` over the layers timed in both; how many layers;
     the share of the class's forward FLOPs the timed layers hold), or None where the
-    recording lacks either precision (`workloads.convs`)."""
+    recording lacks either precision (recordings before the unit timings)."""
     if w.convs is None:
         return None
     have = {t.layer: t for t in w.convs.timed if t.precision == src}

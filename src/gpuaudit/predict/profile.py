@@ -1,19 +1,20 @@
-"""A workload's step as a stored run recorded it (`bench train --op-profile`): per operator
-class its device time, FLOPs, bytes, matmul shapes and kernel grids; the timed step; the
-phases; the gradient buckets. Read back from the run's measurements, with the missing ones
-named."""
+"""A workload's step as a stored run recorded it (`bench train --op-profile`,
+`model.OpProfile`; or, for runs recorded before it, its op measurements: `predict.legacy`):
+per operator class its device time, FLOPs, bytes, matmul shapes and kernel grids; the timed
+step; the phases; the gradient buckets; the unit groups, units timed alone and timeline of
+the record. The engine's working form of it."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.model.measurement import Measurement
+from gpuaudit.model.opprofile import OpClassRecord, OpProfile
 from gpuaudit.model.run import Run
 
-OP = "/op/"
+from . import legacy
+
 OPTIMIZER_RUN = "gpuaudit bench train --op-profile"
 
 
@@ -67,7 +68,8 @@ class NormTimed:
 
 @dataclass(frozen=True)
 class BatchNorm:
-    """Batch norm within the elementwise class (`workloads.norms`): its kernels' own time per
+    """Batch norm within the elementwise class (recordings before the norm class): its
+    kernels' own time per
     step (0 where none was recognized), its shapes timed alone, and the share of its
     traffic those shapes hold."""
 
@@ -80,7 +82,7 @@ class BatchNorm:
 class ConvTimed:
     """A convolution layer timed alone (forward + backward) in a precision: `layer` is its
     input and weight shapes, stride, padding, dilation, groups, bias, input gradient and
-    memory format (`workloads.convs.Layer`)."""
+    memory format (recordings before the unit timings)."""
 
     layer: tuple[Any, ...]
     precision: str
@@ -90,7 +92,8 @@ class ConvTimed:
 
 @dataclass(frozen=True)
 class ConvTiming:
-    """The conv class's layers timed alone (`workloads.convs`), and the share of its forward
+    """The conv class's layers timed alone (recordings before the unit timings), and the
+    share of its forward
     FLOPs they hold."""
 
     timed: tuple[ConvTimed, ...]
@@ -144,6 +147,11 @@ class StepProfile:
     device: str
     kernel_source: str
     peak_memory_gb: float | None = None
+    record: OpProfile | None = None  # the typed record it was read from
+
+    @property
+    def legacy(self) -> bool:
+        return self.record is None or self.record.legacy
 
     @property
     def samples_per_s(self) -> float:
@@ -152,11 +160,7 @@ class StepProfile:
 
 def workloads_in(run: Run) -> list[str]:
     """The `<model>/<mode>` whose op profile `run` holds, in run order."""
-    out = []
-    for m in run.measurements:
-        if m.name.endswith(f"{OP.rstrip('/')}/step") and m.value is not None:
-            out.append(m.name[: -len("/op/step")])
-    return out
+    return [p.workload for p in run.op_profiles] or legacy.workloads(run)
 
 
 def choose(run: Run, workload: str | None) -> str:
@@ -177,149 +181,59 @@ def choose(run: Run, workload: str | None) -> str:
     return found[0]
 
 
-def _gemms(rows: list[list[Any]], fields: list[str]) -> tuple[Gemm, ...]:
-    idx = {f: i for i, f in enumerate(fields)}
-    if "m" not in idx:
-        return ()
-    return tuple(Gemm(m=int(r[idx["m"]]), n=int(r[idx["n"]]), k=int(r[idx["k"]]),
-                      batch=int(r[idx["batch"]]), dtype_bytes=int(r[idx["dtype_bytes"]]),
-                      count=float(r[idx["count"]]), flops=float(r[idx["flops"]]))
-                 for r in rows)
-
-
-def _kernels(rows: list[list[Any]], fields: list[str]) -> tuple[KernelGrid, ...]:
-    idx = {f: i for i, f in enumerate(fields)}
-    return tuple(KernelGrid(name=str(r[idx["name"]]), blocks=int(r[idx["blocks"]]),
-                            per_sm=float(r[idx["blocks_per_sm"]]),
-                            count=float(r[idx["count_per_step"]]),
-                            us=float(r[idx["us_per_step"]])) for r in rows)
-
-
-def _timed(rows: list[list[Any]]) -> tuple[Timed, ...]:
-    out = []
-    for r in rows:
-        kind = str(r[0])
-        shape = tuple(int(x) for x in r[1:5]) if kind == "gemm" else \
-            (*(int(x) for x in r[1:6]), bool(r[6]))
-        out.append(Timed(kind, shape, str(r[7]), float(r[8])))
-    return tuple(out)
-
-
-def _attention(rows: list[list[Any]], fields: list[str]
-               ) -> tuple[tuple[tuple[Any, ...], float, float], ...]:
-    if "B" not in fields:
-        return ()
-    return tuple(((*(int(x) for x in r[:5]), bool(r[5])), float(r[6]), float(r[7]))
-                 for r in rows)
-
-
-def _norm(entry: object) -> BatchNorm | None:
-    if not isinstance(entry, dict):
-        return None
-    idx = {f: i for i, f in enumerate(entry.get("timed_fields", []))}
-    timed = ()
-    if {"shape", "memory_format", "precision", "dtype", "count", "ms"} <= set(idx):
-        timed = tuple(NormTimed(shape=tuple(int(x) for x in r[idx["shape"]]),
-                                memory_format=str(r[idx["memory_format"]]),
-                                precision=str(r[idx["precision"]]),
-                                dtype=str(r[idx["dtype"]]), count=float(r[idx["count"]]),
-                                ms=float(r[idx["ms"]]))
-                      for r in entry.get("timed", []))
-    return BatchNorm(ms=float(entry.get("us_per_step") or 0.0) / 1e3, timed=timed,
-                     timed_share=float(entry.get("timed_traffic_share") or 0.0))
-
-
-def _convs(entry: object) -> ConvTiming | None:
-    if not isinstance(entry, dict):
-        return None
-    idx = {f: i for i, f in enumerate(entry.get("timed_fields", []))}
-    layer = ("input", "weight", "stride", "padding", "dilation", "groups", "bias",
-             "input_grad", "memory_format")
-    if not {*layer, "precision", "count", "ms"} <= set(idx):
-        return None
-
-    def key(r: list[Any]) -> tuple[Any, ...]:
-        return tuple(tuple(v) if isinstance(v, list) else v for v in (r[idx[f]] for f in layer))
-
-    timed = tuple(ConvTimed(layer=key(r), precision=str(r[idx["precision"]]),
-                            count=float(r[idx["count"]]), ms=float(r[idx["ms"]]))
-                  for r in entry.get("timed", []))
-    return ConvTiming(timed=timed, flops_share=float(entry.get("timed_flops_share") or 0.0))
-
-
-def op_work(m: Measurement) -> OpWork:
-    p = m.params
-    detail: dict[str, Any] = {}
-    raw = p.get("detail")
-    if isinstance(raw, str) and raw:
-        try:
-            detail = json.loads(raw)
-        except json.JSONDecodeError:
-            raise BadInputError(f"{m.name}: its detail is not JSON") from None
-    alt = p.get("alt_bytes_per_step")
+def op_work(c: OpClassRecord, alt_precision: str | None) -> OpWork:
+    """A class record as the engine works on it."""
+    norm = None
+    if c.batch_norm is not None:
+        norm = BatchNorm(ms=c.batch_norm.us_per_step / 1e3, timed=tuple(
+            NormTimed(shape=t.shape, memory_format=t.memory_format, precision=t.precision,
+                      dtype=t.dtype, count=t.count, ms=t.ms) for t in c.batch_norm.timed),
+            timed_share=c.batch_norm.timed_traffic_share)
+    convs = None
+    if c.conv_timing is not None:
+        convs = ConvTiming(timed=tuple(
+            ConvTimed(layer=(t.layer.input, t.layer.weight, t.layer.stride, t.layer.padding,
+                             t.layer.dilation, t.layer.groups, t.layer.bias,
+                             t.layer.input_grad, t.layer.memory_format),
+                      precision=t.precision, count=t.count, ms=t.ms)
+            for t in c.conv_timing.timed), flops_share=c.conv_timing.timed_flops_share)
     return OpWork(
-        cls=str(p.get("op_class") or m.name.rsplit("/", 1)[1]), ms=float(m.value or 0.0),
-        flops=float(p.get("flops_per_step") or 0), bytes=float(p.get("bytes_per_step") or 0),
-        ops=int(p.get("ops_per_step") or 0),  # type: ignore[arg-type]
-        alt_precision=str(p["alt_precision"]) if p.get("alt_precision") else None,
-        alt_bytes=float(alt) if isinstance(alt, int | float) else None,
-        op_bytes={str(r[0]): float(r[1]) for r in detail.get("ops", [])},
-        shapes=_gemms(detail.get("shapes", []), detail.get("shape_fields", [])),
-        kernels=_kernels(detail.get("kernels", []), detail.get("kernel_fields", [])),
-        timed=_timed(detail.get("timed", [])),
-        attention=_attention(detail.get("shapes", []), detail.get("shape_fields", [])),
-        norm=_norm(detail.get("batch_norm")), convs=_convs(detail.get("timed_convs")))
+        cls=c.op_class, ms=c.ms_per_step, flops=c.flops, bytes=c.bytes, ops=c.ops_per_step,
+        alt_precision=alt_precision if c.alt_bytes is not None else None,
+        alt_bytes=c.alt_bytes, op_bytes={t.op: t.bytes for t in c.op_traffic},
+        shapes=tuple(Gemm(g.m, g.n, g.k, g.batch, g.dtype_bytes, g.count, g.flops)
+                     for g in c.shapes),
+        kernels=tuple(KernelGrid(k.name, k.blocks, k.blocks_per_sm, k.count_per_step,
+                                 k.us_per_step) for k in c.kernels),
+        timed=tuple(Timed(t.kind, tuple(t.shape), t.precision, t.tflops)
+                    for t in c.timed_shapes),
+        attention=tuple(((a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.causal), a.count,
+                         a.forward_flops) for a in c.attention),
+        norm=norm, convs=convs)
 
 
-def _buckets(text: object) -> tuple[tuple[int, float], ...]:
-    if not isinstance(text, str) or not text:
-        return ()
-    out = []
-    for part in text.split(";"):
-        size, _, frac = part.partition("@")
-        out.append((int(size), float(frac or 1.0)))
-    return tuple(out)
+def step_profile(run_id: str, p: OpProfile) -> StepProfile:
+    """The engine's working form of a typed op profile."""
+    return StepProfile(
+        run_id=run_id, workload=p.workload, model=p.model, mode=p.mode, precision=p.precision,
+        compiled=p.compiled, batch=p.batch, tokens_per_sample=p.tokens_per_sample,
+        step_ms=p.step_ms, busy_ms=p.busy_ms, idle_ms=max(0.0, p.step_ms - p.busy_ms),
+        phases_ms={"forward": p.forward_ms, "backward": p.backward_ms,
+                   "optimizer": p.optimizer_ms},
+        grad_bytes=p.grad_bytes, param_count=p.param_count, ops_per_step=p.ops_per_step,
+        buckets=tuple((b.bytes, b.ready_fraction) for b in p.buckets),
+        classes={c.op_class: op_work(c, p.alt_precision) for c in p.classes},
+        model_params={**p.model_params, "channels_last": p.channels_last
+                      or bool(p.model_params.get("channels_last"))},
+        device=p.device, kernel_source=p.kernel_source, peak_memory_gb=p.peak_memory_gb,
+        record=p)
 
 
 def load_profile(run: Run, workload: str | None = None) -> StepProfile:
     """The step profile of `workload` (or the run's only one); bad input naming what is
     missing when the run cannot give it."""
     name = choose(run, workload)
-    by_name = {m.name: m for m in run.measurements if m.name.startswith(name + "/")}
-    missing = [f"{name}/{fig}" for fig in ("step_time", "throughput", "op/step")
-               if by_name.get(f"{name}/{fig}") is None or by_name[f"{name}/{fig}"].value
-               is None]
-    classes = {w.cls: w for m in by_name.values() if OP in m.name and not
-               m.name.endswith("/op/step") and m.value is not None for w in [op_work(m)]}
-    if not classes:
-        missing.append(f"{name}/op/<class> (gemm, elementwise, …)")
-    if missing:
-        raise BadInputError(f"run {run.id} lacks what a prediction needs: "
-                            f"{', '.join(missing)}; record them with `{OPTIMIZER_RUN}`")
-    step, timed = by_name[f"{name}/op/step"], by_name[f"{name}/step_time"]
-    p = step.params
-    tokens = by_name.get(f"{name}/tokens")
-    batch = int(p.get("batch") or 1)  # type: ignore[arg-type]
-    tps = None
-    if tokens is not None and tokens.params.get("tokens_per_step"):
-        tps = int(tokens.params["tokens_per_step"]) // batch  # type: ignore[arg-type]
-    peak = by_name.get(f"{name}/peak_memory")
-    model_params = {k: v for k, v in p.items() if k in
-                    ("layers", "heads", "dim", "vocab", "seq_len", "matmul_params",
-                     "attention", "image_size", "width", "implementation", "channels_last")}
-    step_ms = float(timed.value)  # type: ignore[arg-type]
-    busy = float(p.get("busy_ms") or 0.0)  # type: ignore[arg-type]
-    return StepProfile(
-        run_id=run.id, workload=name, model=str(p.get("model") or name.split("/")[0]),
-        mode=str(p.get("mode") or name.split("/", 1)[1]),
-        precision=str(p.get("precision") or "fp32"), compiled=bool(p.get("compile")),
-        batch=batch, tokens_per_sample=tps, step_ms=step_ms, busy_ms=busy,
-        idle_ms=max(0.0, step_ms - busy),
-        phases_ms={k: float(p.get(f"{k}_ms") or 0.0)  # type: ignore[arg-type]
-                   for k in ("forward", "backward", "optimizer")},
-        grad_bytes=int(p.get("grad_bytes") or 0),  # type: ignore[arg-type]
-        param_count=int(p.get("param_count") or 0),  # type: ignore[arg-type]
-        ops_per_step=int(p.get("ops_per_step") or 0),  # type: ignore[arg-type]
-        buckets=_buckets(p.get("ddp_buckets")), classes=classes, model_params=model_params,
-        device=str(p.get("device") or "cuda"), kernel_source=str(p.get("kernel_source") or ""),
-        peak_memory_gb=float(peak.value) if peak is not None and peak.value else None)
+    record = next((p for p in run.op_profiles if p.workload == name), None)
+    if record is None:
+        record = legacy.read(run, name, OPTIMIZER_RUN)
+    return step_profile(run.id, record)

@@ -42,7 +42,7 @@ class StepState:
     channels_last: bool = False
     # Batch norm's time in the elementwise class (ms), where the recording's kernel lists give
     # it (cuDNN's `bn_*` kernels re-read from conv, or the elementwise class's `batch_norm`
-    # entry, workloads/norms.py); None where it is not seen.
+    # entry of recordings before the norm class); None where it is not seen.
     norm_ms: float | None = None
     changes: list[str] = field(default_factory=list)
     basis: list[str] = field(default_factory=list)

@@ -138,11 +138,45 @@ def figure(chart: Chart) -> dict[str, Any]:
                            "line": {"color": colour, "dash": "dash" if s.dashed else "solid"},
                            "marker": {"size": 5}})
     extra: dict[str, Any] = {}
+    for axis, on, title in (("xaxis", chart.log_x, chart.x_title),
+                            ("yaxis", chart.log_y, chart.y_title)):
+        values = [v for s in chart.series for v in (s.x if axis == "xaxis" else s.y)]
+        if on and (ticks := log_ticks(values)):
+            extra[axis] = {"type": "log", "title": {"text": title}, "automargin": True,
+                           **ticks}
     if chart.id == "collectives":
         extra["xaxis"] = {"type": "log", "title": {"text": chart.x_title}, "automargin": True,
                           "tickvals": [1 << p for p in range(10, 41, 2)],
                           "ticktext": [_size(1 << p) for p in range(10, 41, 2)]}
     return {"data": traces, "layout": _layout(chart, **extra)}
+
+
+def log_ticks(values: Any) -> dict[str, Any]:
+    """Tick values, labels and range for a log axis over `values`: 1-2-5 steps (decades alone
+    over more than three), each labelled in full, the range from the tick below the data to
+    the tick above it (so even one point sits between two labels). plotly's own labels
+    between decades show the first digit only ("5" for 500 ms)."""
+    vals = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)
+            and math.isfinite(v) and v > 0]
+    if not vals:
+        return {}
+    low, high = min(vals), max(vals)
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    steps = (1, 2, 5) if last - first <= 3 else (1,)
+    ticks = [m * 10.0 ** e for e in range(first - 1, last + 2) for m in steps]
+    below = max(t for t in ticks if t <= low * 1.0001)
+    above = min(t for t in ticks if t >= high / 1.0001)
+    shown = [t for t in ticks if below <= t <= above]
+    span = math.log10(above) - math.log10(below)
+    pad = 0.04 * span
+    return {"tickvals": shown, "ticktext": [_tick_text(t) for t in shown],
+            "range": [math.log10(below) - pad, math.log10(above) + pad]}
+
+
+def _tick_text(t: float) -> str:
+    if t >= 1000:
+        return f"{t:,.0f}"
+    return f"{t:.6g}"
 
 
 def _size(n: int) -> str:

@@ -114,6 +114,8 @@ def compare_view(c: Comparison) -> RenderableType:
         line.append(f"no regression beyond {c.threshold_pct:g}%", style="green")
     line.append(f"  ({len(c.regressions)} worse, {len(c.improvements)} better, "
                 f"{counts.get('no change', 0)} within the noise, "
-                f"{counts.get('only in A', 0) + counts.get('only in B', 0)} in one run only)")
+                f"{counts.get('only in A', 0) + counts.get('only in B', 0)} in one run only"
+                + (f", {counts['host busy']} CPU figures not judged: other processes kept the "
+                   "host's cores busy" if counts.get("host busy") else "") + ")")
     parts.append(line)
     return Group(*parts)

@@ -177,6 +177,11 @@ def change_chart(comparison: Comparison) -> Chart | None:
                  x_title="change, % (better →)")
 
 
+def change_chart_height(rows: int) -> int:
+    """Pixels for the change chart's figure and its box: a bar a row, the axis below."""
+    return max(260, 22 * rows + 80)
+
+
 def _row_name(f: FigureChange) -> str:
     gpu = "" if f.gpu_index is None else f" GPU{f.gpu_index}"
     return f"{f.suite}/{f.name}{gpu}" + (f" {f.label}" if f.label else "")
@@ -196,7 +201,7 @@ def _change_figure(comparison: Comparison, chart: Chart) -> str:
                          "visible": True, "color": "#333"},
              "hovertemplate": "%{y}: %{x:+.1f}% ± %{error_x.array:.1f}%<extra></extra>"}
     layout = {"margin": {"l": 10, "r": 16, "t": 10, "b": 40},
-              "height": max(260, 22 * len(names) + 80),
+              "height": change_chart_height(len(names)),
               "xaxis": {"title": {"text": chart.x_title}, "zeroline": True},
               "yaxis": {"automargin": True}, "showlegend": False,
               "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)"}
@@ -209,8 +214,11 @@ def render_compare_html(comparison: Comparison, *, plotly_src: str | None = None
     charts = []
     chart = change_chart(comparison)
     if chart is not None:
+        # The box is as tall as the figure (a bar a row): a fixed box let a long chart draw
+        # over the tables after it.
         charts.append({"id": chart.id, "title": chart.title, "caption": "", "series": 1,
-                       "kind": "bars", "json": Markup(_change_figure(comparison, chart))})
+                       "kind": "bars", "json": Markup(_change_figure(comparison, chart)),
+                       "height": change_chart_height(len(chart.series[0].x))})
     return environment(template_dirs).get_template("compare.html.j2").render(
         c=comparison, charts=charts, all_charts=charts, css=css(), nav=nav,
         row_name=_row_name,

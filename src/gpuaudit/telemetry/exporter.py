@@ -1,10 +1,11 @@
 """The Prometheus exporter: a custom collector that turns the monitor's latest state into metric
 families at scrape time.
 
-Nothing here runs on a timer of its own: each scrape reads `Latest.get()` once, so a scrape
-shows exactly one sample (never half of one tick and half of the next) and costs nothing between
-scrapes. Names, kinds and help come from `metrics`, the one list that the rule evaluator and
-the dashboards use too.
+Nothing here runs on a timer of its own: a scrape reads `Latest.get()` once, so it shows
+exactly one sample (never half of one tick and half of the next) and costs nothing between
+scrapes. The answer is made once per tick and format and handed to every scraper of that tick
+(`CachedExposition`), so a hundred scrapers at once cost one render, not a hundred. Names, kinds
+and help come from `metrics`, the one list that the rule evaluator and the dashboards use too.
 
 The collector is registered on a CollectorRegistry of its own, not on prometheus_client's global
 one: the global one also carries the client's process_* and python_* collectors, series about
@@ -13,20 +14,23 @@ our Python process that a GPU dashboard does not expect and our docs do not list
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from gpuaudit.errors import BadInputError
 
 from . import metrics
-from .state import Latest
+from .state import Latest, MonitorState
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9835
@@ -104,15 +108,18 @@ def _family(name: str, fam: _Family, items: list[metrics.Series]) -> Metric:
 
 
 class MonitorCollector:
-    """prometheus_client custom collector over a `Latest` box (read once per scrape)."""
+    """prometheus_client custom collector over a `Latest` box (read once per scrape), or over
+    one fixed state (`state=`: what a cached exposition is rendered from)."""
 
-    def __init__(self, latest: Latest, dcgm_names: bool = False, pods: Any = None) -> None:
+    def __init__(self, latest: Latest | None, dcgm_names: bool = False, pods: Any = None,
+                 *, state: MonitorState | None = None) -> None:
         self._latest = latest
+        self._state = state
         self._dcgm_names = dcgm_names
         self._pods = pods  # a PodAttribution, or None
 
     def collect(self) -> Iterator[Metric]:
-        state = self._latest.get()
+        state = self._state if self._state is not None else self._latest.get()  # type: ignore[union-attr]
         if state.sample is None:  # the monitor has not sampled yet: nothing to say
             return
         found = list(metrics.series(state.sample, state.xids, state.idle))
@@ -141,6 +148,82 @@ def registry(latest: Latest, dcgm_names: bool = False, pods: Any = None) -> Coll
 def render(latest: Latest, dcgm_names: bool = False) -> bytes:
     """The text exposition (Prometheus format 0.0.4) of the latest state, as a scrape sees it."""
     return generate_latest(registry(latest, dcgm_names))
+
+
+class CachedExposition:
+    """The scrape answer, made once per monitor tick and per format (Prometheus text or
+    OpenMetrics, gzip or not) and then handed to every scraper as it is.
+
+    Rendering costs a few ms of Python (the client's writer escapes every label); a hundred
+    scrapers arriving together used to render it a hundred times, one after the other under
+    the GIL. The first scraper of a new state renders it while the others of the same format
+    wait for that one render (a lock per format), so a tick costs one render per format
+    however many scrape. A scrape that narrows the families (`?name[]=`) is rendered as
+    before."""
+
+    def __init__(self, latest: Latest, dcgm_names: bool = False, pods: Any = None) -> None:
+        self._latest = latest
+        self._dcgm_names = dcgm_names
+        self._pods = pods
+        self._lock = threading.Lock()
+        self._locks: dict[tuple[str, bool], threading.Lock] = {}
+        # (content type, gzip) → (the state and pods it was made from, headers, body)
+        self._made: dict[tuple[str, bool], tuple[Any, Any, list[tuple[str, str]], bytes]] = {}
+
+    def answer(self, accept: str | None, accept_encoding: str | None
+               ) -> tuple[list[tuple[str, str]], bytes]:
+        encoder, content_type = choose_encoder(accept)
+        zipped = gzip_accepted(accept_encoding)
+        key = (content_type, zipped)
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            state = self._latest.get()
+            pods = self._pods.lookup() if self._pods is not None else None
+            made = self._made.get(key)
+            if made is not None and made[0] is state and made[1] is pods:
+                return made[2], made[3]
+            reg = CollectorRegistry(auto_describe=False)
+            reg.register(MonitorCollector(None, self._dcgm_names, self._pods, state=state))
+            body = encoder(reg)
+            headers = [("Content-Type", content_type)]
+            if zipped:
+                body = gzip.compress(body)
+                headers.append(("Content-Encoding", "gzip"))
+            self._made[key] = (state, pods, headers, body)
+            return headers, body
+
+
+def wsgi_app(latest: Latest, dcgm_names: bool = False, pods: Any = None) -> Any:
+    """The /metrics WSGI app: cached answers (`CachedExposition`) for plain GETs, the
+    client's own app for the rest (HEAD, OPTIONS, `?name[]=` filters, /favicon.ico)."""
+    cache = CachedExposition(latest, dcgm_names, pods)
+    plain = make_wsgi_app(registry(latest, dcgm_names, pods))
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        if environ.get("REQUEST_METHOD") != "GET" or environ.get("QUERY_STRING") \
+                or environ.get("PATH_INFO") == "/favicon.ico":
+            return plain(environ, start_response)  # type: ignore[no-any-return]
+        headers, body = cache.answer(environ.get("HTTP_ACCEPT"),
+                                     environ.get("HTTP_ACCEPT_ENCODING"))
+        start_response("200 OK", [*headers, ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log on stderr."""
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """A thread per scrape. The listen backlog is the kernel's limit, not socketserver's 5:
+    with 5, a burst of scrapers overflowed it, the kernel dropped their connection requests
+    and each retried a second later (scrapes of 1-3 s among ones of 10 ms)."""
+
+    daemon_threads = True
+    request_queue_size = 4096  # the kernel caps it at net.core.somaxconn
 
 
 class ExporterServer:
@@ -187,15 +270,18 @@ def serve(latest: Latest, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise BadInputError(f"cannot listen on {where}: the port must be 0-65535")
     try:
-        started = start_http_server(port, addr=host, registry=registry(latest, dcgm_names, pods))
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                    flags=socket.AI_PASSIVE)[0][0]
+        server_class = type("ExporterHttpServer", (_Server,), {"address_family": family})
+        httpd = make_server(host, port, wsgi_app(latest, dcgm_names, pods), server_class,
+                            handler_class=_Quiet)
     except socket.gaierror as e:
         raise BadInputError(f"cannot listen on {where}: not a local address ({e.strerror})") \
             from e
     except (OSError, OverflowError, UnicodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise BadInputError(f"cannot listen on {where}: {reason}") from e
-    # prometheus-client returns the server and its thread since 0.20; earlier ones return
-    # None, and a server we cannot close would leak into every test and restart.
-    if not isinstance(started, tuple):
-        raise RuntimeError("gpuaudit's exporter needs prometheus-client >= 0.20")
-    return ExporterServer(*started)
+    thread = threading.Thread(target=httpd.serve_forever, name="gpuaudit-exporter",
+                              daemon=True)
+    thread.start()
+    return ExporterServer(httpd, thread)

@@ -7,7 +7,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,8 @@ log = logging.getLogger("gpuaudit.serve")
 KEEP = 240  # ticks kept: what a page that opens late is sent first
 FIELDS = ("utilization_gpu_pct", "sm_activity_pct", "tensor_activity_pct",
           "dram_bandwidth_util_pct", "power_w", "power_limit_w", "sm_clock_mhz",
-          "temperature_gpu_c", "memory_used_bytes", "memory_total_bytes")
+          "temperature_gpu_c", "temperature_memory_c", "memory_used_bytes",
+          "memory_total_bytes")
 
 
 class LoopingReplay:
@@ -123,7 +124,12 @@ class LiveFeed:
                            "severity": a.labels.get("severity"),
                            "summary": a.annotations.get("summary", "")}
                           for a in tick.state.alerts]
-                doc = {"time": tick.sample.time.isoformat(), "hostname": tick.sample.hostname,
+                utc = tick.sample.time.astimezone(timezone.utc)
+                # `time` for programs; `t` for the charts and people: UTC to the millisecond,
+                # in the form plotly's date axes read (they take no offset).
+                doc = {"time": tick.sample.time.isoformat(),
+                       "t": utc.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+                       "hostname": tick.sample.hostname,
                        "gpus": [gpu_payload(g) for g in tick.sample.gpus], "alerts": alerts}
                 with self._lock:
                     self._seq += 1

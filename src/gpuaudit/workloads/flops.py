@@ -19,21 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaudit.model.presets import palm_forward_flops_per_token, palm_train_flops_per_token
+
 # The datasheet peak an MFU is judged against, per training/inference precision.
 PEAK_KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8",
             "int8": "int8"}
 
-
-def palm_train_flops_per_token(n_matmul_params: int, layers: int, heads: int, head_dim: int,
-                               seq_len: int) -> int:
-    """6N + 12·L·H·Q·T."""
-    return 6 * n_matmul_params + 12 * layers * heads * head_dim * seq_len
-
-
-def palm_forward_flops_per_token(n_matmul_params: int, layers: int, heads: int, head_dim: int,
-                                 seq_len: int) -> int:
-    """2N + 4·L·H·Q·T: one forward pass (inference, prefill)."""
-    return 2 * n_matmul_params + 4 * layers * heads * head_dim * seq_len
+__all__ = ["PEAK_KEY", "FlopCount", "ResnetFlops", "count_flops", "mfu",
+           "palm_forward_flops_per_token", "palm_train_flops_per_token", "resnet_flops"]
 
 
 def mfu(model_flops_per_s: float, peak_tflops: float | None) -> float | None:

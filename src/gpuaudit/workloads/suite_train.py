@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from gpuaudit.bench.context import BenchContext, Profile
 from gpuaudit.bench.stats import skipped
 from gpuaudit.model import Measurement
+from gpuaudit.model.opprofile import OpProfile
 from gpuaudit.workloads import records
 from gpuaudit.workloads.models import PRESETS, ResnetPreset, check_model
 from gpuaudit.workloads.plan import (
@@ -31,7 +32,7 @@ PARTS = {Profile.QUICK: ("modes",), Profile.STANDARD: ("modes", "data"),
 NO_TORCH = "torch is not installed (pip install 'gpuaudit[torch]')"
 
 
-def run(ctx: BenchContext) -> Iterator[Measurement]:
+def run(ctx: BenchContext) -> Iterator[Measurement | OpProfile]:
     plan = train_plan(ctx)
     for name, _ in plan:
         check_model(name)  # a bad --model is bad input before anything runs
@@ -45,6 +46,8 @@ def run(ctx: BenchContext) -> Iterator[Measurement]:
         for name, modes in plan:
             for m in _train_model(ctx, tgt, name, modes):
                 yield m
+                if isinstance(m, OpProfile):
+                    continue
                 if m.name.endswith("/throughput") and m.value and m.params.get("image_size"):
                     image_rate = max(image_rate or 0.0, m.value)
     if "data" in chosen:
@@ -62,7 +65,7 @@ def run(ctx: BenchContext) -> Iterator[Measurement]:
 
 
 def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMode]
-                 ) -> Iterator[Measurement]:
+                 ) -> Iterator[Measurement | OpProfile]:
     from gpuaudit.workloads.train import measure_mode
 
     on_gpu = tgt.capability is not None
@@ -73,6 +76,7 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
     compile_mode = ctx.options.get("compile_mode")
     profile_to = ctx.options.get("profile_to")
     op_profile = bool(ctx.options.get("op_profile"))
+    traces = ctx.options.get("op_profile_traces")  # a folder to keep the profiled traces in
     batch = quick_batch(ctx, name)
     precisions = opt_list(ctx, "precisions") or []
     for p in precisions:
@@ -95,7 +99,7 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
             min_warmup_s=min_warm, count=not counted and not mode.compile,
             compile_backend=backend, compile_mode=str(compile_mode) if compile_mode else None,
             profile_to=str(profile_to) if profile_to and mode.compile else None,
-            op_profile=op_profile)
+            op_profile=op_profile, keep_trace=_trace_path(traces, name, mode))
         if isinstance(result, str):
             yield records.train_skipped(name, mode.id, result, gpu_index=tgt.gpu_index,
                                         device=tgt.label)
@@ -117,9 +121,29 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
             result, peak_tflops=peak_tflops(ctx, tgt.gpu_index, mode.precision),
             fp32_rate=fp32_rate, gpu_index=tgt.gpu_index, device=tgt.label)
         if result.ops is not None:
-            from gpuaudit.workloads.ops import measurements
+            from gpuaudit.workloads.opcapture import measurements, op_profile
 
-            yield from measurements(result.ops, model=result.model, mode_id=mode.id,
-                                    base=records.mode_params(result, tgt.label),
-                                    gpu_index=tgt.gpu_index,
-                                    step_ms=1e3 * percentile(result.step_times_s, 50))
+            prof = op_profile(
+                result.ops, workload=f"{result.model}/{mode.id}", model=result.model,
+                mode=mode, batch=result.batch_size, tokens_per_sample=result.tokens_per_sample,
+                step_ms=1e3 * percentile(result.step_times_s, 50),
+                device="cuda" if on_gpu else "cpu",
+                model_params={**result.params, "channels_last": mode.channels_last,
+                              "entry": name if ":" in name else None},
+                peak_memory_gb=(result.peak_memory_bytes / 1e9
+                                if result.peak_memory_bytes is not None else None))
+            yield from measurements(prof, base=records.mode_params(result, tgt.label),
+                                    gpu_index=tgt.gpu_index)
+            yield prof
+
+
+def _trace_path(folder: object, model: str, mode: TrainMode) -> str | None:
+    """Where to keep a mode's profiled trace (option `op_profile_traces`), or None."""
+    if not folder:
+        return None
+    import os
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model}-{mode.id}")
+    os.makedirs(str(folder), exist_ok=True)
+    return os.path.join(str(folder), f"{safe}.json.gz")

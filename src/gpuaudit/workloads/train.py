@@ -7,35 +7,16 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaudit.workloads.entry import default_loss, split_batch
 from gpuaudit.workloads.flops import FlopCount, count_flops
 from gpuaudit.workloads.memory import in_use, is_oom, oom_reason, release
 from gpuaudit.workloads.models import build, call_make_batch
+from gpuaudit.workloads.opcapture import capture
 from gpuaudit.workloads.precision import TrainMode, autocast_dtype, float32_matmuls
+from gpuaudit.workloads.results import TrainResult
 from gpuaudit.workloads.timing import is_cuda, step_times_s, sync
-
-
-@dataclass
-class TrainResult:
-    model: str
-    mode: TrainMode
-    batch_size: int
-    tokens_per_sample: int | None
-    step_times_s: list[float]
-    warmup_s: float  # wall time of the warm-up steps: compilation and autotuning included
-    warmup_steps: int
-    peak_memory_bytes: int | None
-    final_loss: float
-    model_flops_per_step: int | None  # None: not known (user model and no count)
-    flops_source: str
-    flop_count: FlopCount | None = None  # FlopCounterMode's, per step, when asked
-    expected_count_per_sample: int | None = None
-    notes: list[str] = field(default_factory=list)
-    params: dict[str, Any] = field(default_factory=dict)
-    ops: Any = None  # workloads.ops.OpProfile when the op profile was asked for
 
 
 def to_device(torch: Any, x: Any, device: Any, channels_last: bool) -> Any:
@@ -160,7 +141,8 @@ class Trainer:
 def run_mode(model: str, mode: TrainMode, device: Any, *, batch_size: int | None, steps: int,
              warmup_steps: int, min_warmup_s: float, count: bool, seq_len: int | None = None,
              compile_backend: str = "inductor", compile_mode: str | None = None,
-             profile_to: str | None = None, op_profile: bool = False) -> TrainResult:
+             profile_to: str | None = None, op_profile: bool = False,
+             keep_trace: str | None = None) -> TrainResult:
     import torch
 
     with float32_matmuls(torch, tf32=mode.precision != "fp32"):
@@ -175,11 +157,7 @@ def run_mode(model: str, mode: TrainMode, device: Any, *, batch_size: int | None
         peak = int(torch.cuda.max_memory_allocated(device)) if is_cuda(device) else None
         if profile_to:
             kernel_table(torch, device, t.step, f"{model} {mode.id}", profile_to)
-        ops = None
-        if op_profile:
-            from gpuaudit.workloads.ops import capture
-
-            ops = capture(t)
+        ops = capture(t, keep_trace=keep_trace) if op_profile else None
     w = t.workload
     per_step = (w.train_flops_per_sample * w.batch_size if w.train_flops_per_sample
                 else (counted.model if counted else None))

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import psutil
 
-from gpuaudit.bench.context import BenchContext
+from gpuaudit.bench.context import BenchContext, Profile
 from gpuaudit.bench.feed import jpeg, stream
 from gpuaudit.bench.feed.rates import per_second, window_rates
 from gpuaudit.bench.stats import MIN_SAMPLES, measure, reason_of, skipped
@@ -59,8 +59,15 @@ def decode(ctx: BenchContext) -> Iterator[Measurement]:
     # quick: the fewest whole windows whose spread `measure` does not call a rough guide
     seconds = ctx.pick(MIN_SAMPLES * WINDOW_S, 4.0, 10.0)
     images = None
+    # quick: the one decoder a loader would use here (torchvision.io where installed, the
+    # faster; else PIL, what torchvision's ImageFolder uses); the others from standard on.
+    quick_one = next((lib for lib in reversed(jpeg.LIBRARIES) if jpeg.available(lib) is None),
+                     None) if ctx.profile is Profile.QUICK else None
     for library in jpeg.LIBRARIES:
         why = jpeg.available(library)
+        if why is None and quick_one is not None and library != quick_one:
+            why = (f"the quick profile decodes with {quick_one} only (what a loader here "
+                   "would use); --profile standard measures every decoder")
         if why is None and images is None:
             why = jpeg.available("pil")  # the test images are made with PIL
         if why is not None:

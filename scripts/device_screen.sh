@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The first screen's figures in one call on one H200 (~3 minutes): the quick profile as a user
+# runs it (`gpuaudit run` on a fresh store, timed from process start, each step's start time
+# kept, the screen at 80 columns), mamf-finder bf16 over {1024..8192}² × {8192,13312,16384}
+# beside our burst, and the exporter under 100 scrapers at once: `gpuaudit monitor --listen`
+# replaying a recorded trace widened to 8 GPUs, then sampling this machine's GPU.
+# Writes $OUT/NAME/summary.txt and $OUT/NAME/screen.tgz (the screen, the run's JSON, the step
+# times, mamf-finder's output, stderr of each step).
+#
+#   bash scripts/device_screen.sh NAME
+#
+# Carry `.whl` and `.peers` (never committed; .git/info/exclude). `.peers/mamf-finder.py` is
+# stas00/ml-engineering compute/accelerator/benchmarks/mamf-finder.py (benchmark_version 2,
+# e.g. commit 744d01e). Without it the matmul step says so and the rest runs.
+set -u
+source "$(dirname "$0")/device_env.sh"
+export PYTHONPATH="$PYTHONPATH:$PWD"  # scripts/bench_exporter.py reads tests/telemetry_traces
+name=$1
+o="$OUT/$name"; mkdir -p "$o"
+S="$o/summary.txt"; : > "$S"
+T=/tmp/screen.$$; mkdir -p "$T"
+say() { echo "$*" | tee -a "$S"; }
+now() { python3 -c 'import time; print(f"{time.time():.3f}")'; }
+since() { python3 -c "import time; print(round(time.time() - $1, 1))"; }
+t_call=$(now)
+say "== device_screen $name: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $(nproc) CPUs; $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+
+# 1. gpuaudit run as a user runs it: a fresh store, an 80×40 terminal's width
+db="sqlite:///$T/runs.db"
+t0=$(now)
+COLUMNS=80 LINES=40 timeout 120 python3 scripts/step_times.py "$T/steps.txt" run --db "$db" \
+  > "$T/run_screen.txt" 2> "$T/run.err"
+rc=$?
+t1=$(now)
+say ""; say "## 1. gpuaudit run (quick profile, fresh store): rc=$rc wall_s=$(since "$t0") (target ≤ 45 s)"
+python3 scripts/step_times.py --report "$T/steps.txt" "$t0" "$t1" >> "$S" 2>&1
+id=$(grep -o 'saved as run [0-9a-f]*' "$T/run_screen.txt" | awk '{print $4}' | head -1)
+python3 -m gpuaudit show "$id" --json --db "$db" > "$T/run.json" 2>> "$T/run.err"
+python3 - "$T/run.json" "$T/run_screen.txt" >> "$S" 2>&1 <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))
+print("suites (s):", run["suite_seconds"], "total", round(sum(run["suite_seconds"].values()), 1))
+print("status:", run["status"], "contended:", sum(1 for m in run["measurements"] if m.get("contention")))
+lines = open(sys.argv[2]).read().splitlines()
+print(f"screen: {len(lines)} lines, widest {max(map(len, lines))} columns")
+PY
+cat "$T/run_screen.txt" >> "$S"
+
+# 2. mamf-finder bf16 beside our burst (the same call, after our run)
+say ""; say "## 2. matmul bf16: ours (step 1) beside mamf-finder"
+if [ -f .peers/mamf-finder.py ]; then
+  t0=$(now)
+  timeout -s INT -k 5 75 python3 .peers/mamf-finder.py --dtype bfloat16 \
+    --m 1024 2048 4096 8192 --n 1024 2048 4096 8192 --k 8192 13312 16384 \
+    --output_file "$T/mamf_bf16.txt" > /dev/null 2>&1
+  say "mamf-finder bf16 (48 shapes): rc=$? wall_s=$(since "$t0")"
+  python3 scripts/bench_fidelity_report.py matmul "$T/run.json" bf16:0:"$T/mamf_bf16.txt" >> "$S" 2>&1
+else
+  say "(no .peers/mamf-finder.py: not run)"
+fi
+
+# 3. the exporter under 100 scrapers at once, while the monitor samples
+say ""; say "## 3. exporter: 100 scrapers together every second"
+timeout 90 python3 scripts/bench_exporter.py --scrapers 100 --rounds 10 --monitor \
+  --trace tests/fixtures/telemetry/real/ddp-2gpu-lm-bf16.json >> "$S" 2> "$T/exporter8.err"
+say "(rc=$?)"
+timeout 90 python3 scripts/bench_exporter.py --scrapers 100 --rounds 10 --monitor \
+  >> "$S" 2> "$T/exporter_live.err"
+say "(rc=$?)"
+timeout 60 python3 scripts/bench_exporter.py --n 1000 >> "$S" 2> "$T/exporter1.err"
+say "(rc=$?)"
+
+say ""; say "whole call: wall_s=$(since "$t_call")"
+tar czf "$o/screen.tgz" -C "$T" . 2>/dev/null
+cat "$S"

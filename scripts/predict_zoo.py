@@ -1,0 +1,432 @@
+"""`gpuaudit predict` on the model zoo (examples/predict/zoo/, manifest.json): record on a GPU,
+then predict each case from one recording and compare it with the run that measured it.
+
+    python3 scripts/predict_zoo.py record OUTDIR [--set held_out|development] [--budget-s S]
+    python3 scripts/predict_zoo.py compare OUTDIR [--json RESULT] [--table TABLE.md]
+    python3 scripts/predict_zoo.py record OUTDIR --tiny      # a CPU dry run (batch 2)
+
+record: the machine's rates (`bench matmul memory`, quick) into OUTDIR/rates.json; then per
+family (development first, then held-out) one Run in OUTDIR/runs/NAME.json holding the op
+profiles of the recorded precisions (bf16, fp32) at the family's batch and the step times
+of each target (tf32; bf16 at ×0.5 and ×2 the batch; bf16 of the size variant), the
+profiled traces in OUTDIR/traces/NAME/. A worker process runs the families and is restarted
+after a crash; a family that would start after the budget is left out (said in status.json).
+
+compare: every case predicted from its recording (`gpuaudit.predict`, the size change from
+the variant's entry point) beside the measurement: OUTDIR/results.json (machine-readable)
+and OUTDIR/table.md (the held-out and development tables).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+ZOO = ROOT / "examples" / "predict"
+MANIFEST = ZOO / "zoo" / "manifest.json"
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ZOO))
+
+
+def slug(entry: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", entry.split(":")[0].rsplit(".", 1)[-1])
+
+
+def families(which: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(set, family) in the order they are recorded: development first."""
+    man = json.loads(MANIFEST.read_text())
+    out = [("development", f) for f in man["development"]] + \
+        [("held_out", f) for f in man["held_out"]]
+    return [(s, f) for s, f in out if which in (None, s)]
+
+
+def log(out: Path, text: str) -> None:
+    line = f"[{time.strftime('%H:%M:%S')}] {text}"
+    print(line, flush=True)
+    with open(out / "log.txt", "a") as f:
+        f.write(line + "\n")
+
+
+# --- the worker: one family at a time ----------------------------------------------------------
+
+
+def _bench(options: dict[str, Any], machine: Any, out: Path) -> Any:
+    from gpuaudit.bench.context import Profile
+    from gpuaudit.bench.runner import run_bench
+
+    return run_bench(["train"], machine=machine, profile=Profile.STANDARD, options=options,
+                     step=lambda text: log(out, f"  {text}"))
+
+
+def measure(model: str, precision: str, batch: int, tiny: bool) -> dict[str, Any]:
+    """One case's steady-state step, timed alone (no op profile): median of the timed steps."""
+    import statistics
+
+    import torch
+
+    from gpuaudit.workloads.precision import TrainMode
+    from gpuaudit.workloads.train import measure_mode
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # as bench train runs (workloads.plan.target)
+    result = measure_mode(model, TrainMode(precision), device, batch_size=batch,
+                          steps=2 if tiny else 10, warmup_steps=1 if tiny else 3,
+                          min_warmup_s=0.0 if tiny else 0.5, count=False)
+    if isinstance(result, str):
+        return {"error": result[:300]}
+    step = statistics.median(result.step_times_s)
+    return {"step_ms": round(step * 1e3, 4), "samples_per_s": round(batch / step, 4),
+            "steps_ms": [round(t * 1e3, 4) for t in result.step_times_s],
+            "peak_memory_gb": (round(result.peak_memory_bytes / 1e9, 3)
+                               if result.peak_memory_bytes is not None else None)}
+
+
+def record_family(fam: dict[str, Any], out: Path, machine: Any, tiny: bool,
+                  cases_too: bool = True) -> dict[str, Any]:
+    """The family's op profiles (bf16, fp32: one Run) and its target cases' steps."""
+    import importlib
+
+    import torch
+
+    mod, fn = fam["entry"].split(":")
+    built = getattr(importlib.import_module(mod), fn)()
+    batch = 2 if tiny else int(built.get("batch_size", 32))
+    del built
+    name = slug(fam["entry"])
+    info: dict[str, Any] = {"family": fam["family"], "entry": fam["entry"], "batch": batch,
+                            "size_entry": fam["size"], "cases": {}}
+    t0 = time.time()
+    try:
+        run = _bench({"models": [fam["entry"]], "modes": ["bf16", "fp32"], "batch_size": batch,
+                      "op_profile": True, "op_profile_traces": str(out / "traces" / name),
+                      "parts": ["modes"], "steps": 2 if tiny else 10,
+                      "min_warmup_s": 0.0 if tiny else 0.5, "warmup_steps": 1 if tiny else 3},
+                     machine, out)
+        (out / "runs" / f"{name}.json").write_text(run.model_dump_json())
+        info["recorded"] = {"wall_s": round(time.time() - t0, 1),
+                            "skipped": [m.skipped_reason for m in run.measurements
+                                        if m.skipped_reason]}
+    except Exception as exc:  # the family's recording failed: its cases cannot be predicted
+        info["recorded"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        return info
+    cases = [("tf32", fam["entry"], "tf32", batch), ("bf16 x0.5", fam["entry"], "bf16",
+                                                       max(1, batch // 2)),
+             ("bf16 x2", fam["entry"], "bf16", batch * 2), ("size", fam["size"], "bf16", batch)]
+    if not cases_too:
+        cases = []
+    for label, model, precision, b in cases:
+        if tiny and precision == "tf32":
+            continue
+        t1 = time.time()
+        log(out, f"  measure {label}: {model} {precision} batch {b}")
+        try:
+            found = measure(model, precision, b, tiny)
+        except Exception as exc:
+            found = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        info["cases"][label] = {"model": model, "precision": precision, "batch": b,
+                                "wall_s": round(time.time() - t1, 1), **found}
+    return info
+
+
+def worker(out: Path, names: list[str], tiny: bool, profiles_only: set[str]) -> int:
+    from gpuaudit.hw import take_snapshot
+
+    machine = take_snapshot()
+    by_name = {slug(f["entry"]): f for _, f in families()}
+    for name in names:
+        t0 = time.time()
+        log(out, f"family {name}")
+        info = record_family(by_name[name], out, machine, tiny,
+                             cases_too=name not in profiles_only)
+        info["wall_s"] = round(time.time() - t0, 1)
+        (out / "status" / f"{name}.json").write_text(json.dumps(info, indent=1))
+        log(out, f"family {name} done in {info['wall_s']} s")
+    return 0
+
+
+# --- the parent: rates, then the worker (restarted after a crash) ------------------------------
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), str(ZOO),
+                                                    env.get("PYTHONPATH")) if p)
+    return env
+
+
+def record(out: Path, which: str | None, budget_s: float, tiny: bool,
+           only: list[str] | None = None, profiles_only: set[str] | None = None,
+           rates: bool = True) -> int:
+    t_start = time.time()
+    for sub in ("runs", "status", "traces"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    if not tiny and rates:
+        log(out, "rates: bench matmul memory (quick)")
+        rates = subprocess.run([sys.executable, "-m", "gpuaudit", "bench", "matmul", "memory",
+                                "--json", "--no-save"], capture_output=True, text=True,
+                               env=_env(), timeout=120)
+        (out / "rates.json").write_text(rates.stdout)
+        log(out, f"rates: exit {rates.returncode} ({time.time() - t_start:.0f} s)")
+    todo = only or [slug(f["entry"]) for _, f in families(which)]
+    profiles_only = profiles_only or set()
+    while todo:
+        left = budget_s - (time.time() - t_start)
+        if left < 20:
+            log(out, f"budget spent: not recorded {', '.join(todo)}")
+            break
+        proc = subprocess.Popen([sys.executable, __file__, "worker", str(out), *todo,
+                                 *(["--tiny"] if tiny else []),
+                                 *(["--profiles-only", ",".join(sorted(profiles_only))]
+                                   if profiles_only else [])], env=_env(),
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        done = {p.stem for p in (out / "status").glob("*.json")}
+        if todo and todo[0] not in done and proc.returncode not in (0, None):
+            log(out, f"worker exit {proc.returncode} in {todo[0]}: skipped")
+            done.add(todo[0])
+        todo = [n for n in todo if n not in done]
+    (out / "status.json").write_text(json.dumps(
+        {"wall_s": round(time.time() - t_start, 1), "not_recorded": todo}, indent=1))
+    return 0
+
+
+# --- compare: each case predicted from one recording, beside the run that measured it -------
+
+CASES = (  # (label, source precision, change, the measurement: a profile's or a case's)
+    ("bf16 → fp32", "bf16", {"precision": "fp32"}, ("profile", "fp32")),
+    ("bf16 → tf32", "bf16", {"precision": "tf32"}, ("case", "tf32")),
+    ("fp32 → bf16", "fp32", {"precision": "bf16"}, ("profile", "bf16")),
+    ("fp32 → tf32", "fp32", {"precision": "tf32"}, ("case", "tf32")),
+    ("batch ×0.5", "bf16", {"batch": 0.5}, ("case", "bf16 x0.5")),
+    ("batch ×2", "bf16", {"batch": 2.0}, ("case", "bf16 x2")),
+    ("size", "bf16", {"model": True}, ("case", "size")),
+)
+
+
+def _predict_case(run: Any, prof: Any, change: dict[str, Any], status: dict[str, Any],
+                  rates: Any, specs: Any) -> Any:
+    from gpuaudit.predict import Change, load_profile, predict
+
+    profile = load_profile(run, prof.workload)
+    if "batch" in change:
+        return predict(profile, rates, Change(batch=max(1, round(prof.batch * change["batch"]))),
+                       specs)
+    if "model" in change:
+        return predict(profile, rates, Change(model=status["size_entry"]), specs)
+    return predict(profile, rates, Change(precision=change["precision"]), specs)
+
+
+def _found(out: Path, name: str) -> tuple[Any, dict[str, Any]] | None:
+    from gpuaudit.model import load_run
+
+    status_file, run_file = out / "status" / f"{name}.json", out / "runs" / f"{name}.json"
+    if not status_file.exists() or not run_file.exists():
+        return None
+    return load_run(run_file.read_text()), json.loads(status_file.read_text())
+
+
+def compare(outs: list[Path], rates_path: str | None, which: str | None = None) -> int:
+    """Each case predicted from its recording beside its measurement. With several recording
+    folders, each case is taken from the last one that holds both its source profile and its
+    measurement: a prediction is only compared with a measurement of the same machine."""
+    from gpuaudit.errors import GpuauditError
+    from gpuaudit.model import load_run
+    from gpuaudit.predict import machine_rates
+    from gpuaudit.specs.catalog import load_catalog
+
+    specs = load_catalog()
+    rates_run = load_run(Path(rates_path or outs[0] / "rates.json").read_text())
+    rates = machine_rates(rates_run, specs)
+    if rates is None:
+        print("compare: the rates run has no usable matmul and memory figures")
+        return 2
+    rows = []
+    for kind, fam in families(which):
+        name = slug(fam["entry"])
+        found = [(i, f) for i, out in enumerate(outs) if (f := _found(out, name)) is not None]
+        if not found:
+            rows.append({"set": kind, "family": fam["family"], "case": "all",
+                         "error": "not recorded"})
+            continue
+        for label, src, change, (where, key) in CASES:
+            row: dict[str, Any] = {"set": kind, "family": fam["family"], "case": label}
+            chosen = None
+            for i, (run, status) in reversed(found):
+                profs = {p.precision: p for p in run.op_profiles}
+                if src not in profs:
+                    continue
+                if where == "profile":
+                    meas = profs.get(key)
+                    measured = meas.batch / (meas.step_ms / 1e3) if meas else None
+                else:
+                    measured = status["cases"].get(key, {}).get("samples_per_s")
+                if measured:
+                    chosen = (i, run, status, profs, measured)
+                    break
+            if chosen is None:
+                row["error"] = "no recording holds both its source and its measurement"
+                rows.append(row)
+                continue
+            i, run, status, profs, measured = chosen
+            row.update({"recording": outs[i].parent.name, "from": profs[src].workload,
+                        "measured": measured})
+            try:
+                p = _predict_case(run, profs[src], change, status, rates, specs)
+            except (GpuauditError, ValueError, KeyError, TypeError) as exc:
+                row["refused"] = str(exc)[:300]
+                rows.append(row)
+                continue
+            row.update(predicted=p.samples_per_s, low=p.samples_per_s_low,
+                       high=p.samples_per_s_high, band_pct=p.uncertainty_pct,
+                       step_ms=p.step_ms, measured_from_step_ms=profs[src].step_ms,
+                       notes=list(p.notes), to=f"{p.target.model}/{p.target.mode} batch "
+                       f"{p.target.batch_per_gpu}",
+                       classes={c.op_class: [round(c.measured_ms, 3), round(c.predicted_ms, 3)]
+                                for c in p.classes})
+            row["error_pct"] = 100 * (p.samples_per_s - measured) / measured
+            row["in_band"] = p.samples_per_s_low <= measured <= p.samples_per_s_high
+            rows.append(row)
+    doc = {"rates": {"run_id": rates.run_id, "basis": list(rates.roofs.basis)}, "rows": rows}
+    tail = f"-{which}" if which else ""
+    out = outs[-1]
+    (out / f"results{tail}.json").write_text(json.dumps(doc, indent=1))
+    (out / f"table{tail}.md").write_text(table(rows))
+    print(table(rows))
+    return 0
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    out = []
+    for which, title in (("held_out", "Held-out families"), ("development", "Development "
+                                                                           "families")):
+        mine = [r for r in rows if r["set"] == which]
+        errors = [abs(r["error_pct"]) for r in mine if "error_pct" in r]
+        within = sum(1 for e in errors if e <= 10)
+        inside = sum(1 for r in mine if r.get("in_band"))
+        out += [f"### {title}", "", f"{within} of {len(errors)} cases within 10 %, "
+                f"{inside} measurements inside their band.", "",
+                "| family | case | predicted (samples/s) | band | measured | error |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for r in mine:
+            if "predicted" in r:
+                pred = f"{r['predicted']:,.4g}"
+                band = f"{r['low']:,.4g}–{r['high']:,.4g}"
+            else:
+                pred = "refused: " + str(r.get("refused") or r.get("error", "?"))[:90]
+                band = ""
+            meas = f"{r['measured']:,.4g}" if r.get("measured") else "not measured"
+            err = ""
+            if "error_pct" in r:
+                mark = "" if abs(r["error_pct"]) <= 10 and r.get("in_band") else " (NO)"
+                err = f"{r['error_pct']:+.1f} %{mark}"
+            out.append(f"| {r['family']} | {r['case']} | {pred} | {band} | {meas} | {err} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def reparse(out: Path) -> int:
+    """Every recording's kernel view read again from its kept trace (after a change of the
+    trace's reading: classes, timeline, host waits), the counted work kept."""
+    import gzip
+
+    from gpuaudit.model import load_run
+    from gpuaudit.workloads.kernelview import parse_trace
+    from gpuaudit.workloads.opcapture import with_kernel_view
+
+    for run_file in sorted((out / "runs").glob("*.json")):
+        run = load_run(run_file.read_text())
+        profiles = []
+        for p in run.op_profiles:
+            entry = str(p.model_params.get("entry") or p.model)
+            trace = out / "traces" / run_file.stem / (
+                re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{entry}-{p.mode}") + ".json.gz")
+            if not trace.exists():
+                profiles.append(p)
+                continue
+            with gzip.open(trace, "rt") as f:
+                events = json.load(f)["traceEvents"]
+            profiles.append(with_kernel_view(p, parse_trace(events, p.profiled_steps)))
+        run_file.write_text(run.model_copy(update={"op_profiles": tuple(profiles)})
+                            .model_dump_json())
+        print(f"reparsed {run_file.name}: {len(profiles)} profiles")
+    return 0
+
+
+def pack(out: Path, dest: Path, limit: int = 15 * 2**20, most: int = 7) -> int:
+    """OUTDIR's files into at most `most` tars of at most `limit` bytes each in `dest` (the
+    device machine sends back 8 files of 16 MiB): results first, traces after."""
+    import tarfile
+
+    files = [p for p in sorted(out.rglob("*")) if p.is_file()]
+    files.sort(key=lambda p: (p.parts[len(out.parts)] == "traces", str(p)))
+    bins: list[list[Path]] = [[]]
+    size = 0
+    for f in files:
+        n = f.stat().st_size
+        if bins[-1] and size + n > limit:
+            bins.append([])
+            size = 0
+        bins[-1].append(f)
+        size += n
+    for i, group in enumerate(bins[:most]):
+        with tarfile.open(dest / f"zoo-{i}.tar", "w") as tar:
+            for f in group:
+                tar.add(f, arcname=str(f.relative_to(out.parent)))
+    if len(bins) > most:
+        print(f"pack: {sum(len(b) for b in bins[most:])} files left out (over {most} tars)")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=("record", "worker", "compare", "pack", "reparse"))
+    ap.add_argument("out")
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--set", choices=("held_out", "development"))
+    ap.add_argument("--budget-s", type=float, default=540.0)
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--rates")
+    ap.add_argument("--only", help="families to record, in this order (NAME,NAME)")
+    ap.add_argument("--profiles-only", default="",
+                    help="families whose target cases are not measured again (NAME,NAME)")
+    ap.add_argument("--no-rates", action="store_true")
+    ap.add_argument("--also", action="append", default=[],
+                    help="compare: a later recording folder, preferred where it holds a case")
+    args = ap.parse_args()
+    out = Path(args.out)
+    skip_cases = {n for n in args.profiles_only.split(",") if n}
+    if args.what == "worker":
+        return worker(out, args.names, args.tiny, skip_cases)
+    if args.what == "record":
+        return record(out, args.set, args.budget_s, args.tiny,
+                      args.only.split(",") if args.only else None, skip_cases,
+                      not args.no_rates)
+    if args.what == "reparse":
+        return reparse(out)
+    if args.what == "pack":
+        return pack(out, Path(args.names[0]))
+    return compare([out, *map(Path, args.also)], args.rates, args.set)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

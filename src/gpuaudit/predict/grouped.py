@@ -1,0 +1,221 @@
+"""The prediction of a step recorded with its unit groups and timeline: the group changes
+(`predict.groups`) kept per group, the classes' times and work in the step state updated from
+them (for the changes that follow: another GPU, more GPUs), and the step replayed from its
+timeline with every kernel's new time (`predict.timeline`), with the band replayed at every
+group's low and high end."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from gpuaudit.model.opprofile import BATCH_SCALES, TENSOR_CLASSES, OpProfile
+
+from . import groups as grp
+from . import timeline as tlm
+from .ideal import ELEMENT_BYTES, ideal_seconds
+from .precision import _in_width
+from .profile import StepProfile
+from .state import StepState
+
+
+@dataclass
+class Grouped:
+    record: OpProfile
+    changes: dict[int, grp.GroupChange]
+    # per class, later changes that act on whole classes (another GPU model): time × factor,
+    # and the uncertainty they add
+    class_factor: dict[str, float] = field(default_factory=lambda: defaultdict(lambda: 1.0))
+    class_unc: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    kernels: dict[int, list[float]] = field(default_factory=dict)  # group → its µs per step
+    host_scale: float = 1.0  # the host's work per step, × (another size launches more)
+
+    def group_us(self, i: int) -> float:
+        """A group's new time per step (µs), its kernels each changed."""
+        c = self.changes[i]
+        ks = self.kernels.get(i)
+        if ks is not None:
+            return sum(c.apply(d) for d in ks)
+        g = c.group
+        if not g.kernels:
+            return g.kernel_us * c.ratio
+        mean = g.kernel_us / g.kernels
+        return g.kernels * c.apply(mean)
+
+
+def start(record: OpProfile | None) -> Grouped | None:
+    if record is None or record.legacy or not record.groups:
+        return None
+    out = Grouped(record, {i: grp.GroupChange(g) for i, g in enumerate(record.groups)})
+    tl = record.timeline
+    if tl is not None and tl.dur_us:
+        steps = max(1, tl.steps)
+        per: dict[int, list[float]] = defaultdict(list)
+        for d, gi in zip(tl.dur_us, tl.group, strict=True):
+            per[gi].append(d / steps)
+        out.kernels = dict(per)
+    return out
+
+
+def _fallback_note(g: Grouped, state: StepState, what: str) -> None:
+    """Matmul-bound time no trusted timing moved: a note with its share of the step."""
+    moved = sum(ch.group.kernel_us for ch in g.changes.values() if ch.fallback) / 1e3
+    total = sum(ch.group.kernel_us for ch in g.changes.values()) / 1e3
+    if total > 0 and moved / total >= 0.1:
+        names = sorted({f"{ch.group.op_class}/{ch.group.unit}" for ch in g.changes.values()
+                        if ch.fallback and ch.group.kernel_us / 1e3 >= 0.05 * total})
+        state.notes.append(f"{100 * moved / total:.0f} % of the step's device time "
+                           f"({', '.join(names)}) has no trusted timing alone for the {what}: "
+                           f"moved by its roofline, ±{100 * grp.U_UNTIMED:.0f} %")
+
+
+def _refresh(g: Grouped, state: StepState, why: str) -> None:
+    """Each class's time and uncertainty from its groups."""
+    by_class: dict[str, list[int]] = defaultdict(list)
+    for i, ch in g.changes.items():
+        by_class[ch.group.op_class].append(i)
+    for cls, idx in by_class.items():
+        c = state.classes.get(cls)
+        if c is None:
+            continue
+        new = [g.group_us(i) for i in idx]
+        total = sum(new)
+        recorded = sum(g.changes[i].group.kernel_us for i in idx) / 1e3
+        # the start's trim of a profile that outlasted the timed step (engine._start)
+        scale = min(1.0, c.measured_ms / recorded) if recorded > 0 else 1.0
+        c.ms = total / 1e3 * scale * g.class_factor[cls]
+        c.unc = math.hypot(sum(u * g.changes[i].unc for u, i in zip(new, idx, strict=True))
+                           / total if total else 0.0, g.class_unc[cls])
+        top = sorted(zip(new, idx, strict=True), reverse=True)[:3]
+        c.basis.append(f"{why}: " + "; ".join(
+            f"{g.changes[i].group.unit} {g.changes[i].basis[-1].split(': ', 1)[-1]}"
+            for _, i in top if g.changes[i].basis))
+
+
+def precision(g: Grouped, state: StepState, target: str) -> None:
+    src = state.precision
+    rates = (state.roofs.matmul(src) or 1.0, state.roofs.matmul(target) or 1.0)
+    grp.precision_change(g.record, g.changes, src, target, rates, state.roofs.memory_gbps)
+    _refresh(g, state, f"{src} → {target}")
+    _fallback_note(g, state, f"{src} → {target} change")
+    width = ELEMENT_BYTES[target] / ELEMENT_BYTES[src]
+    for cls, c in state.classes.items():
+        w = c.work
+        if cls in TENSOR_CLASSES:
+            c.work, _ = _in_width(w, src, target)
+        elif w.alt_bytes is not None and w.alt_precision is not None and \
+                ELEMENT_BYTES.get(w.alt_precision) == ELEMENT_BYTES[target]:
+            c.work = w.with_(bytes=w.alt_bytes, alt_bytes=w.bytes, alt_precision=src)
+        elif width != 1:
+            c.work = w.with_(bytes=w.bytes * width)
+        _recalibrate(state, cls, target)
+    state.precision = target
+    state.changes.append("precision")
+    state.basis.append(f"precision {src} → {target}: each unit group by its units timed alone "
+                       "in both precisions (matmul-bound, normalizations) or by its traffic "
+                       "counted in both (the rest); the step replayed from its timeline")
+
+
+def batch(g: Grouped, state: StepState, target: int) -> None:
+    rec = g.record
+    grp.batch_change(rec, g.changes, state.precision, target)
+    _refresh(g, state, f"batch {state.batch} → {target}")
+    _fallback_note(g, state, "batch change")
+    scale = target / state.batch
+    for cls, c in state.classes.items():
+        c.work = c.work.with_(flops=c.work.flops * scale, bytes=c.work.bytes * scale,
+                              alt_bytes=(c.work.alt_bytes or 0) * scale or None)
+        _recalibrate(state, cls, state.precision)
+    state.buckets = state.buckets  # the gradients do not follow the batch
+    state.basis.append(f"batch {state.batch} → {target} per GPU: each unit group by its units "
+                       f"timed at {', '.join(f'×{s:g}' for s in BATCH_SCALES)} the batch "
+                       "(matmul-bound, normalizations) or by its traffic counted at two "
+                       "batch sizes (the rest); the step replayed from its timeline")
+    state.batch = target
+    state.changes.append("batch")
+
+
+def size(g: Grouped, state: StepState, profile: StepProfile, target: str) -> None:
+    """The user's model at another size (`predict.retarget`)."""
+    from .retarget import retarget
+
+    src, tgt, ops = retarget(profile, target, state.roofs, g.changes)
+    _refresh(g, state, f"{src.name} → {target}")
+    for cls, c in state.classes.items():
+        _recalibrate(state, cls, state.precision)
+        del c
+    g.host_scale = ops
+    state.model = target
+    state.matmul_params = None
+    state.buckets = tuple(tgt.buckets)
+    state.grad_bytes = sum(b for b, _ in tgt.buckets)
+    state.idle_ms *= ops
+    state.changes.append("model")
+    state.basis.append(f"{src.name} ({src.params / 1e6:,.1f} M parameters) → {target} "
+                       f"({tgt.params / 1e6:,.1f} M): both counted on the meta device, each "
+                       f"unit group moved by its work there ÷ here; the host's launches × "
+                       f"{ops:.3g} (operators per step)")
+
+
+def _recalibrate(state: StepState, cls: str, precision: str) -> None:
+    """The class's achieved share at its new time, for the changes that follow."""
+    c = state.classes[cls]
+    if c.ms > 0:
+        ideal = ideal_seconds(cls, c.work, state.roofs, precision) * 1e3
+        c.achieved = ideal / c.ms if ideal > 0 else c.achieved
+
+
+def class_changed(g: Grouped, state: StepState, before: dict[str, tuple[float, float]]) -> None:
+    """Record a whole-class change (another GPU) made on the state since `before` (class →
+    (ms, uncertainty))."""
+    for cls, (ms, unc) in before.items():
+        c = state.classes.get(cls)
+        if c is None or ms <= 0:
+            continue
+        g.class_factor[cls] *= c.ms / ms
+        g.class_unc[cls] = math.sqrt(max(0.0, c.unc**2 - unc**2) + g.class_unc[cls] ** 2)
+
+
+@dataclass(frozen=True)
+class Step:
+    ms: float
+    low_ms: float
+    high_ms: float
+    host_bound_share: float
+    alpha: float
+    alpha_measured: bool = True
+
+
+def replay(g: Grouped, state: StepState) -> Step | None:
+    """The step from the recorded timeline with every kernel's new time (module docstring);
+    None without a timeline."""
+    rec = g.record
+    tl = rec.timeline
+    if tl is None or not tl.dur_us:
+        return None
+    cls_of = {i: ch.group.op_class for i, ch in g.changes.items()}
+
+    def durs(side: float) -> list[float]:
+        out = []
+        for d, gi in zip(tl.dur_us, tl.group, strict=True):
+            ch = g.changes.get(gi)
+            if ch is None:
+                out.append(d)
+                continue
+            cls = cls_of[gi]
+            u = math.hypot(ch.unc, g.class_unc[cls])
+            out.append(ch.apply(d) * g.class_factor[cls] * (1 + side * u))
+        return out
+
+    rep = tlm.calibrate(tl, rec.step_ms * 1e3,
+                        rec.host_step_ms * 1e3 if rec.host_step_ms else None)
+    lat = tlm.latency_us(tl)
+    fix = rec.step_ms * 1e3 / rep.period_us if rep.period_us > 0 else 1.0
+    alpha = rep.alpha * g.host_scale
+    u = rep.alpha_unc
+    mid, share = tlm.period(tl, durs(0.0), alpha, lat)
+    low, _ = tlm.period(tl, durs(-1.0), alpha * (1 - u), lat)
+    high, _ = tlm.period(tl, durs(1.0), alpha * (1 + u), lat)
+    return Step(mid * fix / 1e3, low * fix / 1e3, high * fix / 1e3, share, rep.alpha,
+                rep.identified)

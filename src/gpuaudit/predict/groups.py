@@ -1,0 +1,278 @@
+"""Precision and batch changes of a step recorded with its unit groups (`model.OpProfile`
+since schema 3): each group's kernels get a new time, from what the recording measured of
+that group, and the timeline is replayed with them (`predict.timeline`).
+
+- Matmul-bound groups and normalizations with units timed alone: their time × Σ count ×
+  time there ÷ Σ count × time here over the group's units timed in both (another precision:
+  its dtypes, autocast and TF32; another batch: interpolated between the batch sizes timed,
+  log-log, and extrapolated along the last two beyond them). A group without its own timing
+  takes its class's timed ratio; a class without any, the ratio of the measured matmul
+  rates (precision) or of its counted FLOPs (batch), with a wide band.
+- Memory-bound groups: their traffic there ÷ here (the step counted under the other
+  precision family; at another batch size, the line through the two batch sizes counted),
+  applied to each kernel past a fixed latency (`FLOOR_US`: a kernel of a few µs is its launch
+  and its first wave, whatever it moves).
+- Time no operator or an unknown operator took is carried unchanged, ±50 %.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gpuaudit.model.opprofile import (
+    ACTIVATION,
+    MEMORY_CLASSES,
+    OPAQUE_CLASSES,
+    TENSOR_CLASSES,
+    OpProfile,
+    TimedUnit,
+    UnitGroup,
+)
+
+FLOOR_US = 2.5  # of every kernel's time, what does not follow its traffic
+U_TIMED = 0.06  # a ratio of units timed alone, carried into the step
+U_CLASS_TIMED = 0.12  # a group moved by the timed ratio of its class's other units
+U_UNTIMED = 0.5  # a matmul-bound group moved by its roofline or FLOPs alone (the zoo's
+# development families: efficiency differs between precisions by up to 2×)
+U_BYTES = 0.05  # traffic counted under the target
+U_BYTES_BATCH = 0.08  # traffic from the line through two batch sizes
+U_OPAQUE = 0.5
+U_EXTRAPOLATED = 0.05  # per doubling of the batch past the sizes timed
+# Units timed alone that took more than this × what their group took in the step are not
+# trusted: their timing held something the step did not (the host's launches).
+TRUST = 1.5
+
+
+@dataclass
+class GroupChange:
+    """How a group's kernels change: each kernel's time t → min(t, floor) + (t − floor)⁺ ×
+    ratio; its uncertainty; why."""
+
+    group: UnitGroup
+    ratio: float = 1.0
+    floor_us: float = 0.0
+    unc: float = 0.0
+    basis: list[str] = field(default_factory=list)
+    fallback: bool = False  # moved by its roofline or FLOPs: no trusted timing
+
+    def apply(self, us: float) -> float:
+        fixed = min(us, self.floor_us)
+        return fixed + (us - fixed) * self.ratio
+
+    def then(self, ratio: float, floor_us: float, unc: float, why: str) -> None:
+        """Compose another change after this one."""
+        if floor_us and not self.floor_us:
+            self.floor_us = floor_us
+        self.ratio *= ratio
+        self.unc = math.sqrt(self.unc**2 + unc**2)
+        self.basis.append(why)
+
+
+def _units(p: OpProfile, g: UnitGroup) -> list[TimedUnit]:
+    return [u for u in p.timed if u.op_class == g.op_class and u.unit == g.unit]
+
+
+def _time(u: TimedUnit, precision: str, scale: float = 1.0) -> float | None:
+    return next((t.ms for t in u.times if t.precision == precision
+                 and abs(t.batch_scale - scale) < 1e-9), None)
+
+
+def _trusted(before_ms: float, held: float, in_step_us: float | None) -> bool:
+    """Units timed alone no slower than `TRUST` × their share of the group's time in the
+    step (`in_step_us`, all its units; None: not checked)."""
+    return in_step_us is None or in_step_us <= 0 or \
+        before_ms * 1e3 <= TRUST * in_step_us * max(held, 0.05)
+
+
+def timed_ratio(units: Sequence[TimedUnit], src: str, target: str,
+                in_step_us: float | None = None) -> tuple[float, float] | None:
+    """(Σ count × time in `target` ÷ Σ count × time in `src` over the units timed in both,
+    the share of the units' counted FLOPs those hold), or None (none timed in both, or their
+    timing not trusted: `TRUST`)."""
+    both = [(u, _time(u, src), _time(u, target)) for u in units]
+    both = [(u, a, b) for u, a, b in both if a and b]
+    if not both:
+        return None
+    before = sum(u.count * a for u, a, _ in both)
+    after = sum(u.count * b for u, _, b in both)
+    flops = sum(u.count * u.flops for u in units) or 1.0
+    held = sum(u.count * u.flops for u, _, _ in both) / flops if any(
+        u.flops for u in units) else 1.0
+    if not _trusted(before, held, in_step_us):
+        return None
+    return after / before, held
+
+
+def _curve(u: TimedUnit, precision: str) -> list[tuple[float, float]]:
+    pts = {t.batch_scale: t.ms for t in u.times if t.precision == precision and t.ms > 0}
+    return sorted(pts.items())
+
+
+def scaled_time(points: list[tuple[float, float]], scale: float) -> tuple[float, float] | None:
+    """The time at `scale` × the batch from (scale, time) points: log-log between two, along
+    the last two beyond them (time = a + b × scale); and how many doublings past them."""
+    if not points:
+        return None
+    if len(points) == 1:
+        s0, t0 = points[0]
+        return t0 * scale / s0, abs(math.log2(scale / s0))
+    for (s0, t0), (s1, t1) in itertools.pairwise(points):
+        if s0 <= scale <= s1:
+            f = math.log(scale / s0) / math.log(s1 / s0)
+            return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0))), 0.0
+    (s0, t0), (s1, t1) = (points[:2] if scale < points[0][0] else points[-2:])
+    slope = (t1 - t0) / (s1 - s0)
+    edge = points[0][0] if scale < points[0][0] else points[-1][0]
+    t = t0 + slope * (scale - s0)
+    floor = min(t0, t1) * scale / max(s0, s1) if scale < points[0][0] else 0.0
+    return max(t, floor, 1e-6), abs(math.log2(scale / edge))
+
+
+def batch_ratio(units: Sequence[TimedUnit], precision: str, scale: float,
+                in_step_us: float | None = None) -> tuple[float, float, float] | None:
+    """(Σ count × time at `scale` ÷ Σ count × time at the recorded batch, the share of the
+    units' FLOPs timed at more than one batch, doublings past the sizes timed)."""
+    before = after = 0.0
+    held = 0.0
+    past = 0.0
+    for u in units:
+        pts = _curve(u, precision)
+        if len(pts) < 2 or not any(abs(s - 1.0) < 1e-9 for s, _ in pts):
+            continue
+        at = scaled_time(pts, scale)
+        if at is None:
+            continue
+        base = dict(pts)[1.0]
+        before += u.count * base
+        after += u.count * at[0]
+        held += u.count * u.flops
+        past = max(past, at[1])
+    if before <= 0:
+        return None
+    flops = sum(u.count * u.flops for u in units) or 1.0
+    share = held / flops if any(u.flops for u in units) else 1.0
+    if not _trusted(before, share, in_step_us):
+        return None
+    return after / before, share, past
+
+
+def _width(precision: str) -> str:
+    return ACTIVATION.get(precision, "float32")
+
+
+def roofline_ratio(g: UnitGroup, rates: tuple[float, float], memory_gbps: float,
+                   alt_bytes: float | None) -> float:
+    """A group's time there ÷ here on its roofline: max(FLOPs at the matmul rate, traffic at
+    the memory rate) in each precision (`rates`: TFLOP/s here, there; `alt_bytes`: its traffic
+    there)."""
+    def ideal(rate: float, moved: float) -> float:
+        return max(g.flops / (rate * 1e12), moved / (memory_gbps * 1e9))
+
+    here = ideal(rates[0], g.bytes)
+    there = ideal(rates[1], alt_bytes if alt_bytes is not None else g.bytes)
+    return there / here if here > 0 else 1.0
+
+
+def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, target: str,
+                     rates: tuple[float, float], memory_gbps: float) -> None:
+    """Every group moved from `src` to `target` (module docstring); `rates`: the measured
+    matmul rates here and there (the untimed matmul-bound groups' roofline)."""
+    by_class: dict[str, list[TimedUnit]] = {}
+    for u in p.timed:
+        by_class.setdefault(u.op_class, []).append(u)
+    same_width = _width(src) == _width(target)
+    alt_matches = p.alt_precision is not None and _width(p.alt_precision) == _width(target)
+    class_us: dict[str, float] = {}
+    for g in p.groups:
+        class_us[g.op_class] = class_us.get(g.op_class, 0.0) + g.kernel_us
+    for i, g in enumerate(p.groups):
+        c = changes[i]
+        own = timed_ratio(_units(p, g), src, target, g.kernel_us)
+        pooled = timed_ratio(by_class.get(g.op_class, []), src, target, class_us[g.op_class])
+        compute = g.op_class in TENSOR_CLASSES and g.flops > 0
+        timed_kind = compute or g.op_class == "norm"
+        if g.op_class in OPAQUE_CLASSES:
+            c.then(1.0, 0.0, U_OPAQUE, f"{src} → {target}: not understood, carried ±50 %")
+        elif timed_kind and own is not None:
+            ratio, held = own
+            c.then(ratio, 0.0, math.hypot(U_TIMED, (1 - held) * 2 * U_CLASS_TIMED),
+                   f"{src} → {target}: its units timed alone ×{ratio:.3g} ({held:.0%} of "
+                   "its FLOPs)")
+        elif timed_kind and pooled is not None:
+            c.then(pooled[0], 0.0, U_CLASS_TIMED,
+                   f"{src} → {target}: its class's units timed alone ×{pooled[0]:.3g}")
+        elif compute:
+            moved = g.alt_bytes if alt_matches else (g.bytes if same_width else None)
+            ratio = roofline_ratio(g, rates, memory_gbps, moved)
+            c.fallback = True
+            c.then(ratio, 0.0, U_UNTIMED, f"{src} → {target}: not timed (or its timing alone "
+                   f"slower than its step); its roofline at the measured rates ×{ratio:.3g}")
+        elif same_width:
+            c.then(1.0, 0.0, 0.02, f"{src} → {target}: the same traffic")
+        elif alt_matches and g.alt_bytes is not None and g.bytes > 0:
+            ratio = g.alt_bytes / g.bytes
+            c.then(ratio, FLOOR_US, U_BYTES, f"{src} → {target}: traffic counted under "
+                   f"{p.alt_precision} ×{ratio:.3g} past {FLOOR_US:g} µs a kernel")
+        elif g.bytes > 0 and g.op_class in MEMORY_CLASSES:
+            ratio = 0.6 if _width(target) != "float32" else 1.6
+            c.then(ratio, FLOOR_US, 0.25, f"{src} → {target}: traffic not counted there: "
+                   f"×{ratio:g} assumed")
+        else:
+            c.then(1.0, 0.0, 0.05, f"{src} → {target}: moves nothing counted: kept")
+
+
+def _line(here: float, there: float | None, batch: int, alt_batch: int, target: int
+          ) -> float | None:
+    """A quantity at `target` from the line through it at `batch` and `alt_batch`."""
+    if there is None or batch == alt_batch:
+        return None
+    return max(0.0, here + (here - there) * (target - batch) / (batch - alt_batch))
+
+
+def batch_change(p: OpProfile, changes: dict[int, GroupChange], precision: str,
+                 target: int) -> None:
+    """Every group moved from the recorded batch to `target` (module docstring)."""
+    scale = target / p.batch
+    alt = p.alt_batch
+    by_class: dict[str, list[TimedUnit]] = {}
+    for u in p.timed:
+        by_class.setdefault(u.op_class, []).append(u)
+    class_us: dict[str, float] = {}
+    for g in p.groups:
+        class_us[g.op_class] = class_us.get(g.op_class, 0.0) + g.kernel_us
+    for i, g in enumerate(p.groups):
+        c = changes[i]
+        own = batch_ratio(_units(p, g), precision, scale, g.kernel_us)
+        pooled = batch_ratio(by_class.get(g.op_class, []), precision, scale,
+                             class_us[g.op_class])
+        how = f"batch {p.batch} → {target}"
+        flops = _line(g.flops, g.alt_batch_flops, p.batch, alt or p.batch, target)
+        moved = _line(g.bytes, g.alt_batch_bytes, p.batch, alt or p.batch, target)
+        if g.op_class in OPAQUE_CLASSES:
+            c.then(scale, 0.0, U_OPAQUE, f"{how}: not understood, ×{scale:.3g} ±50 %")
+        elif own is not None and own[1] >= 0.5:
+            ratio, held, past = own
+            u = math.hypot(U_TIMED, (1 - held) * U_CLASS_TIMED, past * U_EXTRAPOLATED)
+            c.then(ratio, 0.0, u, f"{how}: its units timed alone ×{ratio:.3g}"
+                   + (f" ({past:.1f} doublings past the sizes timed)" if past else ""))
+        elif g.op_class in TENSOR_CLASSES and g.flops > 0 and pooled is not None:
+            ratio, _, past = pooled
+            c.then(ratio, 0.0, math.hypot(U_CLASS_TIMED, past * U_EXTRAPOLATED),
+                   f"{how}: its class's units timed alone ×{ratio:.3g}")
+        elif g.op_class in TENSOR_CLASSES and flops is not None and g.flops > 0:
+            ratio = flops / g.flops
+            c.fallback = True
+            c.then(ratio, FLOOR_US, U_UNTIMED, f"{how}: not timed; its counted FLOPs "
+                   f"×{ratio:.3g}")
+        elif moved is not None and g.bytes > 0:
+            ratio = moved / g.bytes
+            c.then(ratio, FLOOR_US, U_BYTES_BATCH, f"{how}: its traffic ×{ratio:.3g} (counted "
+                   f"at {p.batch} and {alt}) past {FLOOR_US:g} µs a kernel")
+        elif g.bytes > 0 or g.flops > 0:
+            c.then(scale, FLOOR_US, U_UNTIMED, f"{how}: ×{scale:.3g} assumed (counted at one "
+                   "batch only)")
+        else:
+            c.then(1.0, 0.0, 0.05, f"{how}: moves nothing counted: kept")

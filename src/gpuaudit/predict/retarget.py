@@ -1,0 +1,143 @@
+"""Another size of the user's own model (`predict RUN --model pkg.module:build_large`): the
+recorded model (its entry point, kept in the record) and the target are both built on
+PyTorch's meta device (shapes, no memory, no arithmetic) and one training step of each is
+counted unit by unit (`workloads.tally`); each unit group of the recording then moves by the
+target's work ÷ the source's:
+
+- matmul-bound groups by their ideal time there ÷ here (`predict.ideal`: the shapes' waves
+  and split-K at this machine's rate; a new width is not a linear change), so the share of
+  the ideal the group achieved is kept;
+- memory-bound groups by their traffic, past the kernels' fixed latency;
+- the host's launches by the number of operators (a deeper model launches more).
+
+A model that cannot run on the meta device (data-dependent shapes: `nonzero`, routing by
+value) is refused with the reason; so is a target whose units the recording never ran (a new
+kind of layer has no recorded time to scale).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from gpuaudit.errors import BadInputError
+from gpuaudit.model.opprofile import OPAQUE_CLASSES, TENSOR_CLASSES
+
+from .groups import FLOOR_US, GroupChange
+from .hardware import Roofs
+from .ideal import matmul_rate, model_rate
+from .profile import Gemm, StepProfile
+
+U_SIZE = 0.08  # a unit group carried to another size by its counted work
+U_NEW_UNITS = 0.5
+
+
+@dataclass(frozen=True)
+class Counted:
+    name: str
+    flops: dict[tuple[str, str], float]
+    bytes: dict[tuple[str, str], float]
+    shapes: dict[str, list[tuple[int, int, int, int, int, float]]]  # class → shapes
+    ops: int
+    params: int
+    buckets: list[tuple[int, float]]
+
+
+def count(spec: str, batch: int) -> Counted:
+    """One fp32 training step of `spec` at `batch`, counted on the meta device."""
+    import torch
+
+    from gpuaudit.workloads.buckets import ddp_buckets
+    from gpuaudit.workloads.entry import as_workload, default_loss, resolve, split_batch
+    from gpuaudit.workloads.models import call_make_batch
+    from gpuaudit.workloads.nets import WithLoss
+    from gpuaudit.workloads.tally import count_ops
+
+    build = resolve(spec)
+    try:
+        with torch.device("meta"):
+            w = as_workload(build(), spec)
+            net = WithLoss(w.model, w.loss or default_loss)
+            inputs, target = split_batch(call_make_batch(w.make_batch, batch, "meta"))
+            opt = torch.optim.AdamW(net.parameters(), lr=1e-4, foreach=True)
+
+            def step() -> None:
+                net(*inputs, target).backward()
+                opt.step()
+
+            tally = count_ops(step)
+    except BadInputError:
+        raise
+    except Exception as exc:
+        raise BadInputError(f"--model {spec}: it cannot be counted on the meta device "
+                            f"({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); a size "
+                            "change needs a model whose shapes do not depend on its data"
+                            ) from None
+    shapes: dict[str, list[tuple[int, int, int, int, int, float]]] = defaultdict(list)
+    for (cls, m, n, k, b, size), (_, f) in tally.shapes.items():
+        shapes[cls].append((m, n, k, b, size, float(f)))
+    params = list(net.parameters())
+    return Counted(spec, {k: float(v) for k, v in tally.group_flops.items()},
+                   {k: float(v) for k, v in tally.group_bytes.items()}, dict(shapes),
+                   tally.total_ops, sum(p.numel() for p in {id(p): p for p in params}.values()),
+                   ddp_buckets(params))
+
+
+def _ideal_s(shapes: list[tuple[int, int, int, int, int, float]], roofs: Roofs,
+             precision: str, width: int) -> float:
+    return sum(f / (model_rate(Gemm(m, n, k, b, width, 1.0, f), roofs, precision) * 1e12)
+               for m, n, k, b, _, f in shapes if f > 0)
+
+
+def retarget(profile: StepProfile, target: str, roofs: Roofs,
+             changes: dict[int, GroupChange]) -> tuple[Counted, Counted, float]:
+    """Each group of the recording moved to the `target` model's size (module docstring);
+    (the source's count, the target's, the ratio of their operators)."""
+    record = profile.record
+    entry = record.model_params.get("entry") if record is not None else None
+    if record is None or record.legacy or not entry:
+        raise BadInputError(f"--model: run {profile.run_id}'s {profile.workload} does not say "
+                            "which entry point made it (recorded before gpuaudit kept it, or "
+                            "a reference model: use --params)")
+    src, tgt = count(str(entry), profile.batch), count(target, profile.batch)
+    matmul_rate(roofs, profile.precision)
+    width = 2 if profile.precision in ("bf16", "fp16") else 4
+    ratio_cls: dict[str, float] = {}
+    for cls in TENSOR_CLASSES:
+        a = _ideal_s(src.shapes.get(cls, []), roofs, profile.precision, width)
+        b = _ideal_s(tgt.shapes.get(cls, []), roofs, profile.precision, width)
+        if a > 0 and b > 0:
+            ratio_cls[cls] = b / a
+    missing = [f"{c}/{u}" for (c, u), f in tgt.flops.items()
+               if f > 0 and (c, u) not in src.flops and c in TENSOR_CLASSES]
+    if missing:
+        raise BadInputError(f"--model {target}: its {', '.join(sorted(missing)[:4])} never ran "
+                            f"in the recorded {entry}: no recorded time to scale")
+    for i, g in enumerate(record.groups):
+        c = changes[i]
+        key = (g.op_class, g.unit)
+        how = f"{src.name} → {target}"
+        if g.op_class in OPAQUE_CLASSES:
+            c.then(1.0, 0.0, 0.5, f"{how}: not understood, kept ±50 %")
+        elif g.op_class == "optimizer":
+            ratio = tgt.params / src.params if src.params else 1.0
+            c.then(ratio, FLOOR_US, U_SIZE, f"{how}: its parameters ×{ratio:.3g}")
+        elif g.op_class in TENSOR_CLASSES and src.flops.get(key):
+            flops_ratio = tgt.flops.get(key, 0.0) / src.flops[key]
+            ideal = ratio_cls.get(g.op_class, flops_ratio)
+            ratio = ideal * (flops_ratio / _class_flops_ratio(src, tgt, g.op_class))
+            c.then(ratio, 0.0, U_SIZE, f"{how}: its FLOPs ×{flops_ratio:.3g}, at the ideal "
+                   f"rate of the target's shapes (×{ratio:.3g})")
+        elif src.bytes.get(key):
+            ratio = tgt.bytes.get(key, 0.0) / src.bytes[key]
+            c.then(ratio, FLOOR_US, U_SIZE, f"{how}: its traffic ×{ratio:.3g}")
+        else:
+            c.then(1.0, 0.0, U_SIZE, f"{how}: nothing counted: kept")
+    return src, tgt, (tgt.ops / src.ops if src.ops else 1.0)
+
+
+def _class_flops_ratio(src: Counted, tgt: Counted, cls: str) -> float:
+    a = sum(f for (c, _), f in src.flops.items() if c == cls)
+    b = sum(f for (c, _), f in tgt.flops.items() if c == cls)
+    return b / a if a > 0 and b > 0 else 1.0
+

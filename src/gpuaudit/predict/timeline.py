@@ -1,0 +1,214 @@
+"""The profiled steps replayed with other kernel times: when the host launched each kernel and
+waited for the device is kept, each kernel starts when it has been launched and the one
+before it has finished (one stream), and a host wait ends when the device has run everything
+launched before it. So a step whose host cannot keep up stays as long as its launches take
+however fast its kernels get, and one whose kernels are long follows them (Daydream, Zhu et
+al., USENIX ATC 2020, simulates a step's dependency graph with changed durations the same
+way).
+
+The profiler slows the host (each operator is recorded): a host-bound step is longer under
+it than timed without it. The host's own time between its events is scaled by α, found so
+that the replay with the recorded kernel times lasts the timed step; the replay with the
+changed times then gives the changed step, × the timed step ÷ the replayed one (≈ 1).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuaudit.model.opprofile import Timeline
+
+DEFAULT_LATENCY_US = 4.0  # launch to start on an idle GPU, where the trace cannot say
+ALPHA_RANGE = (0.1, 1.0)
+# The host's pace without the profiler ÷ with it, where a recording cannot say (its device
+# was never waiting on the host): the mean of the host-bound development recordings on the
+# H200 (0.65–0.91), ±`U_ALPHA_DEFAULT`.
+DEFAULT_ALPHA = 0.76
+U_ALPHA = 0.05
+U_ALPHA_DEFAULT = 0.2
+IDENTIFIED_SHARE = 0.1  # α is found where the device waits on the host this much at it
+QUEUE = 1024  # launches the host can be ahead of the device before a launch blocks
+
+
+@dataclass(frozen=True)
+class Replay:
+    period_us: float  # one step, in steady state
+    alpha: float  # the host's scale
+    host_bound_share: float  # of the period, the device waiting for launches
+    identified: bool = True  # α found from the recording (else assumed)
+
+    @property
+    def alpha_unc(self) -> float:
+        return U_ALPHA if self.identified else U_ALPHA_DEFAULT
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Kernels that ran at once (cuDNN's RNNs spread a layer over several streams) replay as
+    one: launched with the first of them, lasting their union."""
+
+    launch: float
+    start: float
+    span: float
+    members: tuple[int, ...]
+    blocked: float = 0.0  # host time blocked in runtime calls before its launches
+
+
+_SEGMENTS: dict[int, tuple[Timeline, list[Segment]]] = {}
+
+
+def segments(tl: Timeline) -> list[Segment]:
+    """The timeline's kernels, overlapping ones merged, in launch order."""
+    hit = _SEGMENTS.get(id(tl))
+    if hit is not None and hit[0] is tl:
+        return hit[1]
+    order = sorted(range(len(tl.start_us)), key=lambda i: tl.start_us[i])
+    out: list[Segment] = []
+    members: list[int] = []
+    end = -1e18
+    for i in order:
+        s, d = tl.start_us[i], tl.dur_us[i]
+        if members and s < end - 0.01:
+            members.append(i)
+            end = max(end, s + d)
+            continue
+        if members:
+            out.append(_segment(tl, members, end))
+        members, end = [i], s + d
+    if members:
+        out.append(_segment(tl, members, end))
+    out.sort(key=lambda g: g.launch)
+    _SEGMENTS[id(tl)] = (tl, out)
+    return out
+
+
+def _segment(tl: Timeline, members: list[int], end: float) -> Segment:
+    start = min(tl.start_us[i] for i in members)
+    blocked = sum(tl.blocked_us[i] for i in members) if tl.blocked_us else 0.0
+    return Segment(min(tl.launch_us[i] for i in members), start, end - start, tuple(members),
+                   blocked)
+
+
+def latency_us(tl: Timeline) -> float:
+    """Launch to start of kernels launched while the device was idle: the lower decile."""
+    gaps = []
+    prev_end = -1e18
+    for seg in sorted(segments(tl), key=lambda g: g.start):
+        if seg.launch >= prev_end and seg.start >= seg.launch:
+            gaps.append(seg.start - seg.launch)
+        prev_end = max(prev_end, seg.start + seg.span)
+    if not gaps:
+        return DEFAULT_LATENCY_US
+    gaps.sort()
+    return max(0.5, gaps[len(gaps) // 10])
+
+
+def simulate(tl: Timeline, durs: Sequence[float], alpha: float = 1.0,
+             latency: float | None = None) -> tuple[list[float], float]:
+    """Each segment's end (µs, in launch order) with kernel durations `durs` (the recorded
+    order), and the device's idle time waiting on launches."""
+    lat = latency_us(tl) if latency is None else latency
+    segs = segments(tl)
+    syncs = sorted((s.start_us, s.end_us) for s in tl.syncs)
+    launches = [g.launch for g in segs]
+    # recorded: when the device had run everything launched before each sync started
+    done = []
+    latest = -1e18
+    for g in segs:
+        latest = max(latest, g.start + g.span)
+        done.append(latest)
+    rec_drain = []
+    for s, _ in syncs:
+        i = bisect.bisect_left(launches, s)
+        rec_drain.append(done[i - 1] if i else s)
+    ends = [0.0] * len(segs)
+    host_rec = host_new = 0.0  # the last host event's time, recorded and replayed
+    free = -1e18
+    idle = 0.0
+    k = 0  # next sync
+    for i, g in enumerate(segs):
+        while k < len(syncs) and syncs[k][0] <= g.launch:
+            s, e = syncs[k]
+            arrive = host_new + (s - host_rec) * alpha
+            tail = max(0.0, e - max(s, rec_drain[k]))
+            host_new = max(arrive, free) + tail
+            host_rec = e
+            k += 1
+        host_new += max(0.0, g.launch - host_rec - g.blocked) * alpha
+        host_rec = max(host_rec, g.launch)
+        if i >= QUEUE:
+            host_new = max(host_new, ends[i - QUEUE])  # a full launch queue
+        ready = host_new + lat
+        if ready > free and free > -1e18:
+            idle += ready - free
+        start = max(ready, free)
+        old = sum(tl.dur_us[m] for m in g.members)
+        new = sum(durs[m] for m in g.members)
+        free = start + (g.span * new / old if old > 0 else g.span)
+        ends[i] = free
+    return ends, idle
+
+
+def _period(tl: Timeline, ends: list[float]) -> float:
+    """One step's length in steady state: between the ends of the first and the last step's
+    last kernels, ÷ the steps between them (the whole window for one step)."""
+    marks = list(tl.step_start_us)
+    launches = [g.launch for g in segments(tl)]
+    if len(marks) < 2 or not ends:
+        return max(ends, default=0.0) - (launches[0] if launches else 0.0)
+    last_of = []
+    for m in marks[1:]:
+        i = bisect.bisect_left(launches, m) - 1
+        last_of.append(max(ends[: i + 1], default=0.0))
+    last_of.append(max(ends))
+    return (last_of[-1] - last_of[0]) / (len(last_of) - 1)
+
+
+def period(tl: Timeline, durs: Sequence[float], alpha: float, latency: float | None = None
+           ) -> tuple[float, float]:
+    ends, idle = simulate(tl, durs, alpha, latency)
+    launches = [g.launch for g in segments(tl)]
+    span = max(ends, default=0.0) - (launches[0] if launches else 0.0)
+    return _period(tl, ends), (idle / span if span > 0 else 0.0)
+
+
+def host_us(tl: Timeline, latency: float | None = None) -> float:
+    """The host's own time per step in the recording (its launches replayed with kernels of
+    no length: what is left is the host)."""
+    return period(tl, [0.0] * len(tl.dur_us), 1.0, latency)[0]
+
+
+def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None) -> Replay:
+    """α such that the recorded kernels replay in the timed step (module docstring). Where
+    they do at the profiled pace already (the device never waited on the host), α is the
+    host's time per step measured without the profiler ÷ the recorded one (`host_step_us`,
+    the step at a batch whose kernels hide nothing), else `DEFAULT_ALPHA`."""
+    lat = latency_us(tl)
+    durs = tl.dur_us
+    full, share = period(tl, durs, 1.0, lat)
+    if full <= step_us * 1.02:
+        recorded = host_us(tl, lat)
+        if host_step_us and recorded > 0:
+            alpha = min(1.0, max(ALPHA_RANGE[0], host_step_us / recorded))
+            return Replay(period(tl, durs, alpha, lat)[0], alpha, share, True)
+        return Replay(period(tl, durs, DEFAULT_ALPHA, lat)[0], DEFAULT_ALPHA, share, False)
+    lo, hi = ALPHA_RANGE
+    low_period, _ = period(tl, durs, lo, lat)
+    if low_period >= step_us:
+        p, share = period(tl, durs, lo, lat)
+        return Replay(p, lo, share)
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        p, _ = period(tl, durs, mid, lat)
+        if p > step_us:
+            hi = mid
+        else:
+            lo = mid
+    p, share = period(tl, durs, lo, lat)
+    if share < IDENTIFIED_SHARE:
+        # the device hardly waited on the host even at α: α is only bounded above by it
+        alpha = min(lo, DEFAULT_ALPHA)
+        return Replay(period(tl, durs, alpha, lat)[0], alpha, share, False)
+    return Replay(p, lo, share)

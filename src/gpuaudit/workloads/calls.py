@@ -1,0 +1,190 @@
+"""The step's matmul-bound and normalization calls as the user's code made them (a
+`TorchFunctionMode`), kept as specs that `workloads.units` can replay alone: each call's
+function, its arguments with every tensor replaced by its shape, dtype, strides and whether
+it needed a gradient, and the integer tensors' values (indices, lengths: their values matter).
+
+PyTorch's Python functions (`F.multi_head_attention_forward`, `F.layer_norm`…) check for a
+mode first and hand themselves to it whole; the checks are switched off while the step is
+recorded, so that their bodies run and the builtins they call (`linear`, `bmm`, `layer_norm`)
+reach the mode one by one, as the profiler's operators do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaudit.workloads.opclass import canonical, unit_class
+
+# The classes whose calls are kept for timing alone (matmul-bound, and normalizations: their
+# implementation changes with the precision).
+TIMED_CLASSES = ("gemm", "attention", "conv", "rnn", "norm")
+KEEP_VALUES = 1 << 20  # integer tensors up to this many elements keep their values
+_GUARDS = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
+_DUNDER = {"__matmul__": "matmul", "__rmatmul__": "matmul"}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int, ...]
+    dtype: str  # "float32", "bfloat16", "int64", …
+    stride: tuple[int, ...]
+    requires_grad: bool
+    values: Any = None  # a CPU copy of an integer or boolean tensor
+
+    @property
+    def floating(self) -> bool:
+        return self.dtype.startswith(("float", "bfloat", "complex"))
+
+    def text(self) -> str:
+        short = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+        return f"{short.get(self.dtype, self.dtype)}[{','.join(map(str, self.shape))}]"
+
+
+@dataclass
+class Call:
+    """One recorded call: `args`/`kwargs` with TensorSpecs in the tensors' places."""
+
+    name: str  # canonical: "linear", "conv2d", "scaled_dot_product_attention", …
+    func: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    op_class: str = ""  # the trace's, once matched (`match`)
+    flops: int = 0  # forward + backward, the dispatch tally's, once matched
+    count: int = 1
+    unit_key: int | None = None  # the matched unit's (id of its trace event)
+
+    def tensors(self) -> list[TensorSpec]:
+        return list(_leaves((self.args, self.kwargs)))
+
+    def signature(self) -> str:
+        return " · ".join(t.text() for t in self.tensors())
+
+    def key(self) -> tuple[Any, ...]:
+        """What makes two calls the same to time: name, tensors and the other arguments."""
+        return (self.name, _frozen(self.args), _frozen(self.kwargs))
+
+
+def _leaves(value: Any) -> Iterator[TensorSpec]:
+    if isinstance(value, TensorSpec):
+        yield value
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _leaves(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, TensorSpec):
+        return ("T", value.shape, value.dtype, value.stride, value.requires_grad)
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+def spec_of(value: Any, torch: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        keep = None
+        if not value.is_floating_point() and not value.is_complex() and \
+                value.numel() <= KEEP_VALUES and value.device.type != "meta":
+            keep = value.detach().to("cpu", copy=True)
+        return TensorSpec(tuple(int(s) for s in value.shape),
+                          str(value.dtype).removeprefix("torch."),
+                          tuple(int(s) for s in value.stride()), bool(value.requires_grad),
+                          keep)
+    if isinstance(value, list | tuple):
+        return type(value)(spec_of(v, torch) for v in value)
+    if isinstance(value, dict):
+        return {k: spec_of(v, torch) for k, v in value.items()}
+    return value
+
+
+def call_name(func: Any) -> str:
+    name = getattr(func, "__name__", "") or ""
+    return _DUNDER.get(name, canonical(name))
+
+
+@contextlib.contextmanager
+def recording(calls: list[Call]) -> Iterator[None]:
+    """Record the forward's calls of the timed classes into `calls` (module docstring)."""
+    import torch
+    import torch.overrides as ov
+    from torch.overrides import TorchFunctionMode
+
+    class Recorder(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            kwargs = kwargs or {}
+            name = call_name(func)
+            if torch.is_grad_enabled() and unit_class(name) in TIMED_CLASSES:
+                calls.append(Call(name, func, spec_of(args, torch), spec_of(kwargs, torch)))
+            return func(*args, **kwargs)
+
+    originals = {g: getattr(ov, g) for g in _GUARDS}
+    patched: list[tuple[Any, str, Any]] = []
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not mod_name.startswith("torch"):
+            continue
+        space = getattr(mod, "__dict__", {})
+        for g, fn in originals.items():
+            if space.get(g) is fn:
+                patched.append((mod, g, fn))
+                setattr(mod, g, _never)
+    try:
+        with Recorder():
+            yield
+    finally:
+        for mod, g, fn in patched:
+            setattr(mod, g, fn)
+
+
+def _never(*_args: Any, **_kwargs: Any) -> bool:
+    return False
+
+
+@dataclass
+class Matched:
+    """The recorded calls matched to the trace's forward units of their name, in order."""
+
+    calls: list[Call] = field(default_factory=list)
+    unmatched: int = 0
+
+
+Unit = tuple[str, str, tuple[tuple[int, ...], ...] | None, int]
+
+
+def match(calls: list[Call], units: list[Unit]) -> Matched:
+    """Each call paired with the next forward unit of its name (`units`: (name, class,
+    input dims, key) in order) whose first input has the call's first tensor's shape; the
+    unit's class and key become the call's."""
+    by_name: dict[str, list[tuple[str, tuple[tuple[int, ...], ...] | None, int]]] = {}
+    for name, cls, dims, key in units:
+        by_name.setdefault(name, []).append((cls, dims, key))
+    pos: dict[str, int] = {}
+    out = Matched()
+    for c in calls:
+        queue = by_name.get(c.name, [])
+        i = pos.get(c.name, 0)
+        first = next(iter(c.tensors()), None)
+        while i < len(queue):
+            cls, dims, key = queue[i]
+            i += 1
+            if dims is None or first is None or (dims and dims[0] == first.shape):
+                c.op_class, c.unit_key = cls, key
+                out.calls.append(c)
+                break
+        else:
+            out.unmatched += 1
+        pos[c.name] = i
+    return out

@@ -1,0 +1,281 @@
+"""What the step took (the op profile's kernel view): the kernels and copies of a few steps
+under `torch.profiler`, each charged to the unit that launched it (`workloads.optrace`) and
+so to that unit's class and group; the matmul-bound classes' kernels with their grids (their
+waves); the GPU's busy time; and the timeline, every kernel in launch order with when the
+host launched it, when it ran and for how long, and the host's waits for the device.
+
+Kernel names are the second witness (`opclass.disagrees`): a kernel that multiplies or
+convolves under a memory-bound unit is `unknown` time, named. Kernels launched inside a
+compiled region (inductor's) have no operator: their names class them. Kernels no operator
+launched at all are `unattributed`.
+
+On a CPU there are no kernels: each aten operator's own CPU time (its duration less its
+children's) is charged to its unit.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaudit.model.opprofile import TENSOR_CLASSES
+from gpuaudit.workloads import optrace
+from gpuaudit.workloads.opclass import disagrees, kernel_class
+
+GroupKey = tuple[str, str]
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+SYNC_COPY_US = 20.0  # a copy call the host spent this long in waited for the device
+
+
+@dataclass
+class TimelineRows:
+    launch_us: list[float] = field(default_factory=list)
+    start_us: list[float] = field(default_factory=list)
+    dur_us: list[float] = field(default_factory=list)
+    group: list[GroupKey] = field(default_factory=list)
+    syncs: list[tuple[float, float]] = field(default_factory=list)
+    step_start_us: list[float] = field(default_factory=list)
+    blocked_us: list[float] = field(default_factory=list)
+
+
+@dataclass
+class KernelView:
+    """Device time per class and per unit group over the profiled steps (per step), with
+    the matmul-bound kernels' grids, the GPU's busy time and the timeline."""
+
+    steps: int
+    us: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    count: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    group_us: dict[GroupKey, float] = field(default_factory=lambda: defaultdict(float))
+    group_count: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
+    # (short name, blocks, blocks per SM) → [count, total µs], with the kernel's class
+    grids: dict[tuple[str, int, float], list[float]] = field(
+        default_factory=lambda: defaultdict(lambda: [0, 0.0]))
+    grid_class: dict[tuple[str, int, float], str] = field(default_factory=dict)
+    unknown: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    busy_us: float = 0.0  # union of kernel intervals
+    span_us: float = 0.0  # first kernel start to last kernel end
+    source: str = "cuda kernels"
+    timeline: TimelineRows | None = None
+
+    def per_step_ms(self, cls: str) -> float:
+        return self.us.get(cls, 0.0) / self.steps / 1e3
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -math.inf
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def short(name: str) -> str:
+    return name.split("(")[0].split("<")[0][-60:]
+
+
+def _is_sync(ev: dict[str, Any], copies: dict[Any, str]) -> bool:
+    """A host call that waits for the device: a synchronize, a blocking copy, an
+    asynchronous copy to pageable memory (the `.item()` of a loss, `.cpu()`). A launch that
+    took long waited for room in the launch queue, not for the device to finish."""
+    name = str(ev.get("name", ""))
+    if "Synchronize" in name:
+        return True
+    if name in ("cudaMemcpy", "cuMemcpy", "cuMemcpyDtoH_v2"):
+        return True
+    if name.startswith(("cudaMemcpyAsync", "cuMemcpyAsync")) and \
+            float(ev.get("dur", 0.0)) >= SYNC_COPY_US:
+        kind = copies.get((ev.get("args") or {}).get("correlation"), "")
+        return "Pageable" in kind and "DtoH" in kind
+    return False
+
+
+def parse_trace(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
+    """A chrome trace's kernels and copies, charged to their units (module docstring)."""
+    events = list(events)
+    tree = optrace.build(events)
+    view = KernelView(steps=max(1, steps), timeline=TimelineRows())
+    runtime = {}
+    syncs = []
+    calls: list[tuple[float, float, str]] = []  # (start, duration, name) of every runtime call
+    copies = {(e.get("args") or {}).get("correlation"): str(e.get("name", "")) for e in events
+              if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy"}
+    for ev in events:
+        if ev.get("ph") != "X" or ev.get("cat") not in RUNTIME_CATS:
+            continue
+        corr = (ev.get("args") or {}).get("correlation")
+        if corr is not None:
+            runtime[corr] = ev
+        if _is_sync(ev, copies):
+            syncs.append((float(ev["ts"]), float(ev["ts"]) + float(ev.get("dur", 0.0))))
+        else:
+            calls.append((float(ev["ts"]), float(ev.get("dur", 0.0)), str(ev.get("name", ""))))
+    rows: list[tuple[float, float, float, GroupKey]] = []
+    spans: list[tuple[float, float]] = []
+    for ev in events:
+        cat = str(ev.get("cat", "")).lower()
+        if ev.get("ph") != "X" or cat not in DEVICE_CATS:
+            continue
+        name = str(ev.get("name", ""))
+        args = ev.get("args") or {}
+        launch = runtime.get(args.get("correlation"))
+        anchor = tree.enclosing(launch.get("tid"), float(launch["ts"])) if launch else None
+        at = optrace.attribute(tree, anchor)
+        cls, unit = at.op_class, at.unit
+        if cat != "kernel":
+            cls = "copy"
+        elif unit == "compiled":
+            cls = kernel_class(name)
+        elif disagrees(cls, name):
+            view.unknown[(unit, f"its kernel {short(name)} multiplies matrices under a "
+                                f"{cls} operator")] += float(ev.get("dur", 0.0))
+            cls = "unknown"
+        elif cls == "unattributed":
+            view.unknown[(short(name), "no operator launched it")] += float(ev.get("dur", 0.0))
+        dur = float(ev.get("dur", 0.0))
+        start = float(ev.get("ts", 0.0))
+        view.us[cls] += dur
+        view.count[cls] += 1
+        view.group_us[(cls, unit)] += dur
+        view.group_count[(cls, unit)] += 1
+        spans.append((start, start + dur))
+        rows.append((float(launch["ts"]) if launch else start, start, dur, (cls, unit)))
+        if cat == "kernel" and cls in TENSOR_CLASSES:
+            grid = args.get("grid") or [0]
+            blocks = int(math.prod(int(g) for g in grid)) if grid else 0
+            per_sm = float(args.get("blocks per SM") or 0.0)
+            key = (short(name), blocks, round(per_sm, 3))
+            entry = view.grids[key]
+            entry[0] += 1
+            entry[1] += dur
+            view.grid_class.setdefault(key, cls)
+    if spans:
+        view.busy_us = _union_us(spans)
+        view.span_us = max(e for _, e in spans) - min(s for s, _ in spans)
+    _timeline(view, rows, syncs, tree, calls)
+    return view
+
+
+def _excess(calls: list[tuple[float, float, str]]) -> list[tuple[float, float]]:
+    """(start, µs beyond the usual) of runtime calls that took longer than their kind's
+    usual (its lower quartile: in a step that fills the launch queue most launches wait):
+    the host blocked in them (a full launch queue, an allocation)."""
+    by_name: dict[str, list[float]] = defaultdict(list)
+    for _, dur, name in calls:
+        by_name[name].append(dur)
+    usual = {name: sorted(d)[len(d) // 4] for name, d in by_name.items()}
+    return sorted((ts, dur - usual[name]) for ts, dur, name in calls
+                  if dur - usual[name] > 1.0)
+
+
+def _timeline(view: KernelView, rows: list[tuple[float, float, float, GroupKey]],
+              syncs: list[tuple[float, float]], tree: optrace.OpTree,
+              calls: list[tuple[float, float, str]]) -> None:
+    tl = view.timeline
+    assert tl is not None
+    if not rows:
+        return
+    rows.sort(key=lambda r: r[0])
+    t0 = rows[0][0]
+    excess = _excess(calls)
+    j = 0
+    prev = -math.inf
+    for launch, start, dur, key in rows:
+        blocked = 0.0
+        while j < len(excess) and excess[j][0] < launch:
+            if excess[j][0] >= prev:
+                blocked += excess[j][1]
+            j += 1
+        prev = launch
+        tl.launch_us.append(round(launch - t0, 3))
+        tl.start_us.append(round(start - t0, 3))
+        tl.dur_us.append(round(dur, 3))
+        tl.group.append(key)
+        tl.blocked_us.append(round(blocked, 3))
+    end = max(s + d for _, s, d, _ in rows)
+    tl.syncs = [(round(a - t0, 3), round(b - t0, 3)) for a, b in sorted(syncs)
+                if b >= t0 and a <= end]
+    tl.step_start_us = [round(s.ts - t0, 3) for s in tree.steps]
+
+
+def cpu_view(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
+    """On a CPU: each aten operator's own time charged to its unit."""
+    tree = optrace.build(events)
+    view = KernelView(steps=max(1, steps), source="cpu operators (self time)")
+    children: dict[int, float] = defaultdict(float)
+    for evs in tree.by_tid.values():
+        for ev in evs:
+            if ev.parent is not None:
+                children[id(ev.parent)] += ev.end - ev.ts
+    for evs in tree.by_tid.values():
+        for ev in evs:
+            if not ev.is_aten:
+                continue
+            own = max(0.0, ev.end - ev.ts - children.get(id(ev), 0.0))
+            if own <= 0:
+                continue
+            at = optrace.attribute(tree, ev)
+            view.us[at.op_class] += own
+            view.count[at.op_class] += 1
+            view.group_us[(at.op_class, at.unit)] += own
+            view.group_count[(at.op_class, at.unit)] += 1
+    view.busy_us = sum(view.us.values())
+    view.span_us = view.busy_us
+    return view
+
+
+def profile_kernels(torch: Any, device: Any, fn: Callable[[], Any], steps: int, *,
+                    keep: str | None = None) -> KernelView:
+    """`steps` calls of `fn` under torch.profiler, each inside a step mark: CUDA kernels on a
+    GPU, the aten operators' own CPU time on a CPU. `keep`: a path to save the trace to."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from gpuaudit.workloads.timing import is_cuda, sync
+
+    cuda = is_cuda(device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync(torch, device)
+    with profile(activities=acts, record_shapes=True) as prof:
+        for i in range(steps):
+            with record_function(f"{optrace.STEP_MARK}#{i}"):
+                fn()
+        sync(torch, device)
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="gpuaudit-trace-")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    if keep:
+        save_trace(events, keep)
+    return parse_trace(events, steps) if cuda else cpu_view(events, steps)
+
+
+def save_trace(events: list[dict[str, Any]], path: str) -> None:
+    """A chrome trace's events as the op profile reads them, gzipped (fixtures, debugging)."""
+    keep = ("External id", "correlation", "Sequence number", "Fwd thread id", "Input Dims",
+            "grid", "blocks per SM", "stream")
+    out = []
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in (
+                "cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "kernel",
+                "gpu_memcpy", "gpu_memset"):
+            continue
+        args = {k: v for k, v in (e.get("args") or {}).items() if k in keep}
+        out.append({"ph": "X", "cat": e["cat"], "name": e.get("name"), "tid": e.get("tid"),
+                    "ts": e.get("ts"), "dur": e.get("dur"), "args": args})
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": out}, f, separators=(",", ":"))
+

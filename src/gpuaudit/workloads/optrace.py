@@ -1,0 +1,217 @@
+"""The profiler's operator stacks, read once for both views of a step: which unit each
+kernel (or each counted operator) belongs to, and that unit's class.
+
+A chrome trace as `torch.profiler` exports it holds, per host thread, the operators as
+nested intervals (`cpu_op`, and `user_annotation` for `record_function` and the optimizer's
+`Optimizer.step#…`), the runtime's launches (`cuda_runtime`/`cuda_driver`, with a
+`correlation` id) and the device's kernels and copies (with the same id). So:
+
+- a kernel → its launch (by correlation) → the operators open on the launching thread at
+  that moment, outermost first;
+- in the forward, the unit is the outermost aten operator of that stack;
+- in the backward (`autograd::engine::evaluate_function: XBackward0`, on the autograd
+  engine's thread), the unit is the forward unit that created the node: the forward operator
+  with the node's `Sequence number`, and its outermost aten ancestor;
+- inside `Optimizer.step#…`, the optimizer;
+- the forward units of each step, in order, get their classes from `opclass.classify_units`
+  (the unfused attention path is found among its neighbours), and the backward inherits them.
+
+The dispatch tally (`workloads.tally`) reads its own step's trace the same way: each counted
+operator runs inside a `record_function` marker, and the marker's stack gives its unit.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaudit.workloads.opclass import UnitCall, canonical, classify_units, op_class
+
+STEP_MARK = "gpuaudit.step"
+EVALUATE = "autograd::engine::evaluate_function"
+OPTIMIZER = "Optimizer.step"
+COMPILED = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph")
+
+
+@dataclass
+class OpEvent:
+    name: str
+    tid: Any
+    ts: float
+    end: float
+    args: dict[str, Any]
+    parent: OpEvent | None = None
+
+    @property
+    def is_aten(self) -> bool:
+        return self.name.startswith("aten::")
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """What launched a kernel or dispatched an operator: its unit's class and canonical
+    name, whether it is the backward's, and the forward unit event (None for the optimizer,
+    a backward node without a forward operator, or nothing at all)."""
+
+    op_class: str
+    unit: str
+    backward: bool = False
+    event: OpEvent | None = None
+
+
+@dataclass
+class OpTree:
+    """Every host thread's operators, nested, with the forward units' classes per step."""
+
+    by_tid: dict[Any, list[OpEvent]] = field(default_factory=dict)
+    starts: dict[Any, list[float]] = field(default_factory=dict)
+    forward_of_seq: dict[int, OpEvent] = field(default_factory=dict)
+    unit_class: dict[int, str] = field(default_factory=dict)  # id(unit event) → class
+    steps: list[OpEvent] = field(default_factory=list)  # the STEP_MARK annotations
+
+    def enclosing(self, tid: Any, ts: float) -> OpEvent | None:
+        """The innermost operator open on `tid` at `ts`."""
+        starts = self.starts.get(tid)
+        if not starts:
+            return None
+        i = bisect.bisect_right(starts, ts) - 1
+        ev = self.by_tid[tid][i] if i >= 0 else None
+        while ev is not None and ev.end < ts:
+            ev = ev.parent
+        return ev
+
+
+def chain(ev: OpEvent | None) -> list[OpEvent]:
+    """`ev` and its ancestors, outermost first."""
+    out = []
+    while ev is not None:
+        out.append(ev)
+        ev = ev.parent
+    return out[::-1]
+
+
+def _outermost_aten(ev: OpEvent) -> OpEvent | None:
+    return next((e for e in chain(ev) if e.is_aten), None)
+
+
+def build(events: Iterable[dict[str, Any]]) -> OpTree:
+    """The operator tree of a chrome trace's host events (module docstring)."""
+    tree = OpTree()
+    raw: dict[Any, list[OpEvent]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in ("cpu_op", "user_annotation"):
+            continue
+        ts = float(e.get("ts", 0.0))
+        ev = OpEvent(str(e.get("name", "")), e.get("tid"), ts, ts + float(e.get("dur", 0.0)),
+                     e.get("args") or {})
+        raw[ev.tid].append(ev)
+    for tid, evs in raw.items():
+        evs.sort(key=lambda v: (v.ts, -v.end))
+        stack: list[OpEvent] = []
+        for ev in evs:
+            while stack and stack[-1].end < ev.end - 1e-3:
+                stack.pop()
+            ev.parent = stack[-1] if stack else None
+            stack.append(ev)
+        tree.by_tid[tid] = evs
+        tree.starts[tid] = [v.ts for v in evs]
+    # An operator records the sequence number the next autograd node will take, so the ops
+    # that create none (a buffer's `num_batches_tracked.add_(1)`, integer indices) share it
+    # with the one that does, which comes last: the last forward op of a number is its node's.
+    for evs in tree.by_tid.values():
+        for ev in evs:
+            if ev.name.startswith(STEP_MARK) and ev.parent is None:
+                tree.steps.append(ev)
+            seq = ev.args.get("Sequence number")
+            if seq is None or not ev.is_aten or _in_backward(ev):
+                continue
+            unit = _outermost_aten(ev)
+            if unit is not None:
+                tree.forward_of_seq[int(seq)] = unit
+    tree.steps.sort(key=lambda v: v.ts)
+    _classify(tree)
+    return tree
+
+
+def _in_backward(ev: OpEvent) -> bool:
+    return any(e.name.startswith(EVALUATE) for e in chain(ev))
+
+
+def _in_optimizer(ev: OpEvent) -> bool:
+    return any(e.name.startswith(OPTIMIZER) for e in chain(ev))
+
+
+def dims(ev: OpEvent) -> tuple[tuple[int, ...], ...] | None:
+    dims = ev.args.get("Input Dims")
+    if not isinstance(dims, list):
+        return None
+    out = []
+    for d in dims:
+        ok = isinstance(d, list) and all(isinstance(x, int) for x in d)
+        out.append(tuple(d) if ok else ())
+    return tuple(out)
+
+
+def forward_units(tree: OpTree) -> list[list[OpEvent]]:
+    """Each step's forward units in order (one list for a trace without step marks)."""
+    units = [ev for evs in tree.by_tid.values() for ev in evs
+             if ev.is_aten and _outermost_aten(ev) is ev and not _in_backward(ev)
+             and not _in_optimizer(ev)]
+    units.sort(key=lambda v: v.ts)
+    if not tree.steps:
+        return [units]
+    out: list[list[OpEvent]] = [[] for _ in tree.steps]
+    starts = [s.ts for s in tree.steps]
+    for ev in units:
+        i = bisect.bisect_right(starts, ev.ts) - 1
+        if i >= 0 and ev.ts <= tree.steps[i].end:
+            out[i].append(ev)
+    return out
+
+
+def _classify(tree: OpTree) -> None:
+    for units in forward_units(tree):
+        calls = [UnitCall(canonical(u.name), dims(u)) for u in units]
+        for u, cls in zip(units, classify_units(calls), strict=True):
+            tree.unit_class[id(u)] = cls
+
+
+def attribute(tree: OpTree, ev: OpEvent | None, own: str | None = None) -> Attribution:
+    """The unit of whatever `ev` (the innermost operator open when it happened) belongs to;
+    `own` names the operator itself where no unit holds it (the tally's dispatched op)."""
+    stack = chain(ev)
+    for e in stack:
+        if e.name.startswith(OPTIMIZER):
+            inner = next((x for x in stack if x.is_aten), None)
+            return Attribution("optimizer", canonical(inner.name) if inner else
+                               (own or "step"), event=None)
+        if e.name.startswith(EVALUATE):
+            seq = e.args.get("Sequence number")
+            fwd = tree.forward_of_seq.get(int(seq)) if seq is not None else None
+            if fwd is not None:
+                return Attribution(tree.unit_class.get(id(fwd), op_class(fwd.name)),
+                                   canonical(fwd.name), backward=True, event=fwd)
+            node = e.name.split(": ", 1)[-1].rsplit("::", 1)[-1]
+            return Attribution("elementwise", _snake(node), backward=True)
+        if e.is_aten:
+            name = canonical(e.name)
+            cls = tree.unit_class.get(id(e), op_class(e.name))
+            return Attribution(cls, name, event=e)
+    if any(e.name.startswith(COMPILED) for e in stack):
+        return Attribution("elementwise", "compiled")
+    if own is not None:
+        return Attribution(op_class(own), canonical(own))
+    return Attribution("unattributed", "unattributed")
+
+
+def _snake(name: str) -> str:
+    """A backward node's name as a unit name: "AccumulateGrad" → "accumulate_grad"."""
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and not name[i - 1].isupper():
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)

@@ -1,0 +1,302 @@
+"""What one eager training step asks for, operator by operator (the op profile's dispatch
+view): every aten operator of a forward + backward + optimizer step seen through a
+`TorchDispatchMode`, with its FLOPs (torch's own formulas, those of `FlopCounterMode`; the
+CPU flash-attention kernels given the CUDA ones'; cuDNN's and oneDNN's RNNs their gates'
+matmuls) and its memory traffic (bytes of the tensors it reads plus those it writes; views
+move nothing; `empty` allocates without traffic), the matmul and attention shapes.
+
+Each operator runs inside a profiler marker, so the step's own trace says which unit it
+belongs to (`workloads.optrace`): its work is tallied per class and per unit group (class,
+unit name), the classes the kernel view gives the same units. The forward's calls of the
+timed classes are recorded too (`workloads.calls`), for timing them alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaudit.workloads import optrace
+from gpuaudit.workloads.calls import Call, match, recording
+from gpuaudit.workloads.opclass import canonical, op_class
+
+# Ops that allocate without writing: no memory traffic.
+_NO_TRAFFIC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+               "lift_fresh", "resize_", "set_", "record_stream"}
+MARK = "ga#"
+GroupKey = tuple[str, str]  # (class, unit name)
+
+
+@dataclass
+class OpTally:
+    """FLOPs and bytes per class, per unit group and per operator name, the matmul and
+    attention shapes, and the forward's recorded calls, of one step."""
+
+    flops: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    ops: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    op_bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    op_count: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    op_class: dict[str, str] = field(default_factory=dict)  # aten operator → its class
+    # (class, m, n, k, batch, dtype bytes) → [count, flops]
+    shapes: dict[tuple[str, int, int, int, int, int], list[int]] = field(
+        default_factory=lambda: defaultdict(lambda: [0, 0]))
+    gemm_dtype: str | None = None
+    # (B, H, T, S, Q, causal) of attention forward calls → [count, forward FLOPs]
+    attention: dict[tuple[int, int, int, int, int, bool], list[int]] = field(
+        default_factory=lambda: defaultdict(lambda: [0, 0]))
+    group_flops: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
+    group_bytes: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
+    group_calls: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
+    # bytes per class as each operator's own name classes it (not its unit's; forced regions
+    # left out): how recordings made before the unit classes split the step
+    by_name_bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    calls: list[Call] = field(default_factory=list)  # matched to their units (record_calls)
+    unmatched_calls: int = 0
+
+    @property
+    def total_ops(self) -> int:
+        return sum(self.ops.values())
+
+
+def tensors(value: Any, torch: Any) -> Iterator[Any]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from tensors(v, torch)
+
+
+def _nbytes(value: Any, torch: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors(value, torch))
+
+
+def traffic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
+            torch: Any) -> int:
+    """Bytes an operator moves: every tensor it reads, plus what it writes (outputs that are
+    not views of an input, and the inputs it mutates). A view reads and writes nothing."""
+    name = func.overloadpacket.__name__
+    if name in _NO_TRAFFIC:
+        return 0
+    schema = func._schema
+    returns = list(schema.returns)
+    if returns and all(r.alias_info is not None and not r.alias_info.is_write
+                       for r in returns):
+        return 0  # a view (transpose, view, expand, unbind, detach…)
+    read = _nbytes(args, torch) + _nbytes(list(kwargs.values()), torch)
+    written = 0
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            written += _nbytes(value, torch)
+    outs = out if isinstance(out, tuple | list) and len(returns) != 1 else (out,)
+    for ret, value in zip(returns, outs, strict=False):
+        if ret.alias_info is None:
+            written += _nbytes(value, torch)
+    return read + written
+
+
+def gemm_shape(name: str, args: tuple[Any, ...], out: Any, torch: Any
+               ) -> tuple[int, int, int, int] | None:
+    """(m, n, k, batch) of a matmul; of a convolution, its implicit GEMM (m = N·Ho·Wo,
+    n = Cout, k = Cin/groups·kh·kw, batch = groups)."""
+    base = name.rpartition(".")[2]
+    try:
+        if base in ("mm", "_scaled_mm", "_int_mm"):
+            a, b = args[0], args[1]
+            return a.shape[0], b.shape[1], a.shape[1], 1
+        if base in ("addmm", "_addmm_activation"):
+            a, b = args[1], args[2]
+            return a.shape[0], b.shape[1], a.shape[1], 1
+        if base == "bmm":
+            a, b = args[0], args[1]
+            return a.shape[1], b.shape[2], a.shape[2], a.shape[0]
+        if base == "baddbmm":
+            a, b = args[1], args[2]
+            return a.shape[1], b.shape[2], a.shape[2], a.shape[0]
+        if base in ("convolution", "_convolution", "cudnn_convolution") and \
+                isinstance(out, torch.Tensor) and out.dim() == 4:
+            w = args[1]
+            groups = int(args[8]) if len(args) > 8 else 1
+            n_, c_out, ho, wo = out.shape
+            return n_ * ho * wo, c_out // groups, w.shape[1] * w.shape[2] * w.shape[3], groups
+    except (AttributeError, IndexError, TypeError):
+        return None
+    return None
+
+
+def attention_shape(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+                    ) -> tuple[int, int, int, int, int, bool] | None:
+    """(batch, heads, query length, key length, head size, causal) of an SDPA forward."""
+    try:
+        q, k = args[0], args[1]
+        b, h, t, d = (int(x) for x in q.shape)
+        kv = int(k.shape[2])
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+    causal = kwargs.get("is_causal")
+    if causal is None:
+        # flash / cpu flash: (q, k, v, dropout_p, is_causal, …); efficient: (q, k, v,
+        # attn_bias, compute_log_sumexp, dropout_p, is_causal, …)
+        pos = 6 if "efficient" in name else 4
+        causal = args[pos] if len(args) > pos else False
+    return b, h, t, kv, d, bool(causal)
+
+
+def rnn_flops(name: str, args: tuple[Any, ...], torch: Any) -> int:
+    """The gates' matmul FLOPs of a cuDNN RNN call (`_cudnn_rnn`: input, weights, …, mode,
+    hidden size, projection, layers, batch first, dropout, train, bidirectional) or a oneDNN
+    layer (`mkldnn_rnn_layer`: input, w_ih, w_hh, …): 2 × T·B × gates·H × (input + H) per
+    layer and direction; its backward twice that. FlopCounterMode counts neither."""
+    try:
+        if name.startswith("_cudnn_rnn"):
+            x = args[0]
+            mode, hidden, layers = int(args[6]), int(args[7]), int(args[9])
+            bidir = bool(args[13])
+            gates = {0: 1, 1: 1, 2: 4, 3: 3}.get(mode, 4)  # RNN relu/tanh, LSTM, GRU
+            tokens = int(x.shape[0]) * int(x.shape[1]) if x.dim() == 3 else int(x.shape[0])
+            feat = int(x.shape[-1])
+            dirs = 2 if bidir else 1
+            total = 0
+            for layer in range(layers):
+                inp = feat if layer == 0 else hidden * dirs
+                total += 2 * tokens * gates * hidden * (inp + hidden) * dirs
+        elif name.startswith("mkldnn_rnn_layer"):
+            x, w_ih, w_hh = args[0], args[1], args[2]
+            tokens = int(x.numel() // x.shape[-1])
+            total = 2 * tokens * int(w_ih.shape[0]) * (int(w_ih.shape[1]) + int(w_hh.shape[1]))
+        else:
+            return 0
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return 0
+    return total * 2 if "backward" in name else total
+
+
+@dataclass
+class _Op:
+    name: str
+    flops: int
+    moved: int
+    shape: tuple[int, int, int, int] | None
+    size: int
+    dtype: str | None
+    attention: tuple[int, int, int, int, int, bool] | None
+    forced: str | None
+
+
+def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | None = None,
+              *, record_calls: bool = False) -> OpTally:
+    """Run `fn` (eager) and tally what each aten operator asks for, per the unit it belongs
+    to (module docstring). `force_class()`, when it returns a class, overrides the
+    operator's own (a region standing for another operator)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry, shape_wrapper
+
+    from gpuaudit.workloads.flops import _cpu_attention_formulas
+
+    extra = {k: shape_wrapper(v) for k, v in _cpu_attention_formulas(torch).items()}
+    formulas = {**flop_registry, **extra}
+    seen: list[_Op] = []
+    record = torch.autograd.profiler.record_function
+
+    class Counter(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            kwargs = kwargs or {}
+            i = len(seen)
+            with record(f"{MARK}{i}"):
+                out = func(*args, **kwargs)
+            packet = func.overloadpacket
+            name = f"aten.{packet.__name__}" if "aten" in str(packet) else str(packet)
+            moved = traffic(func, args, kwargs, out, torch)
+            flop_fn = formulas.get(packet)
+            flops = int(flop_fn(*args, **kwargs, out_val=out)) if flop_fn else \
+                rnn_flops(packet.__name__, args, torch)
+            forced = force_class() if force_class else None
+            if moved == 0 and flops == 0:
+                seen.append(_Op(name, 0, 0, None, 0, None, None, forced))
+                return out
+            first = next(tensors(args, torch), None)
+            att = attention_shape(packet.__name__, args, kwargs) \
+                if "attention" in name and "backward" not in name else None
+            seen.append(_Op(name, flops, moved, gemm_shape(name, args, out, torch),
+                            first.element_size() if first is not None else 4,
+                            str(first.dtype).removeprefix("torch.") if first is not None
+                            else None, att, forced))
+            return out
+
+    calls: list[Call] = []
+    recorder = recording(calls) if record_calls else contextlib.nullcontext()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, recorder, \
+            Counter():
+        fn()
+    tree = optrace.build(_events(prof))
+    return _tally(tree, seen, calls if record_calls else None)
+
+
+def _events(prof: Any) -> list[dict[str, Any]]:
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="gpuaudit-tally-")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            return list(json.load(f).get("traceEvents", []))
+    finally:
+        os.unlink(path)
+
+
+def _tally(tree: optrace.OpTree, seen: list[_Op], calls: list[Call] | None) -> OpTally:
+    marks = {int(ev.name[len(MARK):]): ev for evs in tree.by_tid.values() for ev in evs
+             if ev.name.startswith(MARK) and ev.name[len(MARK):].isdigit()}
+    tally = OpTally()
+    unit_flops: dict[int, int] = defaultdict(int)
+    units_seen: set[int] = set()
+    for i, op in enumerate(seen):
+        at = optrace.attribute(tree, marks.get(i), own=op.name)
+        cls = op.forced or at.op_class
+        unit = at.unit if not op.forced else cls
+        key = (cls, unit)
+        if at.event is not None and not at.backward and id(at.event) not in units_seen:
+            units_seen.add(id(at.event))
+            tally.group_calls[key] += 1
+        if op.flops == 0 and op.moved == 0:
+            continue
+        if at.event is not None:
+            unit_flops[id(at.event)] += op.flops
+        tally.flops[cls] += op.flops
+        tally.bytes[cls] += op.moved
+        tally.ops[cls] += 1
+        tally.group_flops[key] += op.flops
+        tally.group_bytes[key] += op.moved
+        tally.op_bytes[op.name] += op.moved
+        tally.op_count[op.name] += 1
+        tally.op_class.setdefault(op.name, cls)
+        if not op.forced:
+            tally.by_name_bytes[op_class(op.name)] += op.moved
+        if cls in ("gemm", "conv", "attention") and op.flops and op.shape is not None:
+            entry = tally.shapes[(cls, *op.shape, op.size)]
+            entry[0] += 1
+            entry[1] += op.flops
+            if cls == "gemm" and tally.gemm_dtype is None:
+                tally.gemm_dtype = op.dtype
+        if op.attention is not None and op.flops:
+            entry = tally.attention[op.attention]
+            entry[0] += 1
+            entry[1] += op.flops
+    if calls is not None:
+        units = [(canonical(u.name), tree.unit_class.get(id(u), "elementwise"),
+                  optrace.dims(u), id(u)) for step in optrace.forward_units(tree)
+                 for u in step]
+        found = match(calls, units)
+        for c in found.calls:
+            c.flops = unit_flops.get(c.unit_key or -1, 0)
+        tally.calls, tally.unmatched_calls = found.calls, found.unmatched
+    return tally

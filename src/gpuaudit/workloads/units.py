@@ -1,0 +1,281 @@
+"""The step's matmul-bound and normalization units timed alone: each distinct call, forward +
+backward (the gradients its step took), replayed with fresh tensors of its shapes, strides
+and dtypes (its integer tensors' own values) in each precision of `TIMED_PRECISIONS` (each
+with the dtypes that precision family's own step fed it, under its autocast, TF32 as it has
+it: off for fp32) and at each batch size of `BATCH_SCALES` × the recorded one in the
+recorded precision (the dimensions that follow the batch are those that differ between the
+step counted at the recorded batch and at another one).
+
+A precision or batch change moves a group's time by the ratio of these times (Σ count × time
+there ÷ Σ count × time here), as the convolutions' and batch norm's layers timed alone did on
+the H200 (within 2 % of their steps' own ratios). Calls are timed back to back with the host
+held out (`timing.held_call_ms`), a long call one at a time; within a wall-clock budget, the
+units that hold the most of the step's work first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpuaudit.model.opprofile import (
+    ACTIVATION,
+    BATCH_SCALES,
+    TIMED_PRECISIONS,
+    TimedUnit,
+    UnitTime,
+)
+from gpuaudit.workloads.calls import Call, TensorSpec
+
+MAX_UNITS = 20
+BUDGET_S = {True: 2.5, False: 0.6}  # all units, all settings; GPU, CPU
+COVER = 0.98  # time units until this share of the estimated work is held
+LONG_CALL_MS = 1.0  # a call this long is timed one at a time (its launches are negligible)
+
+
+def _family(precision: str) -> str:
+    return ACTIVATION.get(precision, "float32")
+
+
+def _scaled_shape(spec: TensorSpec, alt: TensorSpec | None, batch: int, alt_batch: int,
+                  scale: float) -> tuple[int, ...] | None:
+    """The tensor's shape at `scale` × the recorded batch: each dimension that differed at
+    `alt_batch` moved along the line through both points; None where that cannot be said."""
+    if scale == 1.0:
+        return spec.shape
+    if alt is None or len(alt.shape) != len(spec.shape):
+        return None
+    out = []
+    for here, there in zip(spec.shape, alt.shape, strict=True):
+        if here == there:
+            out.append(here)
+            continue
+        per = (here - there) / (batch - alt_batch)
+        out.append(max(1, round(here + per * batch * (scale - 1))))
+    return tuple(out)
+
+
+def _contiguous_like(shape: tuple[int, ...], spec: TensorSpec) -> tuple[int, ...]:
+    """Strides for `shape` in the order of `spec`'s (its memory format kept)."""
+    order = sorted(range(len(spec.shape)), key=lambda i: spec.stride[i])
+    out = [0] * len(shape)
+    step = 1
+    for i in order:
+        out[i] = step if spec.stride[i] else 0
+        step *= shape[i] if spec.stride[i] else 1
+    return tuple(out)
+
+
+def _tensor(torch: Any, device: Any, spec: TensorSpec, shape: tuple[int, ...], dtype: str
+            ) -> Any:
+    dt = getattr(torch, dtype)
+    stride = spec.stride if shape == spec.shape else _contiguous_like(shape, spec)
+    t = torch.empty_strided(shape, stride, dtype=dt, device=device)
+    if spec.values is not None:
+        v = spec.values
+        for d, n in enumerate(shape):
+            if v.dim() > d and v.shape[d] != n:
+                reps = [1] * v.dim()
+                reps[d] = math.ceil(n / v.shape[d])
+                v = v.repeat(*reps).narrow(d, 0, n)
+        t.copy_(v.to(device).to(dt))
+    elif t.is_floating_point():
+        t.normal_()
+    else:
+        t.zero_()
+    return t.requires_grad_(spec.requires_grad and t.is_floating_point())
+
+
+def _build(torch: Any, device: Any, tree: Any, alt_tree: Any, dtypes: Any, batch: int,
+           alt_batch: int, scale: float, leaves: list[Any]) -> Any:
+    """`tree` with tensors made for it (`dtypes`: the same tree in the family to time)."""
+    if isinstance(tree, TensorSpec):
+        shape = _scaled_shape(tree, alt_tree if isinstance(alt_tree, TensorSpec) else None,
+                              batch, alt_batch, scale)
+        if shape is None:
+            raise ValueError("no batch dimension found")
+        dtype = dtypes.dtype if isinstance(dtypes, TensorSpec) else tree.dtype
+        t = _tensor(torch, device, tree, shape, dtype)
+        if t.requires_grad:
+            leaves.append(t)
+        return t
+    if isinstance(tree, list | tuple):
+        alts = alt_tree if isinstance(alt_tree, list | tuple) and \
+            len(alt_tree) == len(tree) else [None] * len(tree)
+        dts = dtypes if isinstance(dtypes, list | tuple) and len(dtypes) == len(tree) \
+            else [None] * len(tree)
+        return type(tree)(_build(torch, device, v, a, d, batch, alt_batch, scale, leaves)
+                          for v, a, d in zip(tree, alts, dts, strict=True))
+    if isinstance(tree, dict):
+        return {k: _build(torch, device, v, (alt_tree or {}).get(k), (dtypes or {}).get(k),
+                          batch, alt_batch, scale, leaves) for k, v in tree.items()}
+    if scale != 1.0 and alt_tree is not None and alt_tree != tree and \
+            isinstance(tree, int | list | tuple):
+        raise ValueError("a non-tensor argument follows the batch")
+    return tree
+
+
+def _first_tensor(out: Any, torch: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, list | tuple):
+        for v in out:
+            found = _first_tensor(v, torch)
+            if found is not None:
+                return found
+    return None
+
+
+RNN_MODULES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
+
+
+def _rnn(torch: Any, device: Any, call: Call, args: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+    """An RNN call (`_VF.lstm(input, hx, weights, bias, layers, dropout, train,
+    bidirectional, batch_first)`) as the module that made it, its weights in one flat buffer
+    as nn.LSTM keeps them (fresh weight tensors would be compacted at every call)."""
+    x, hx, weights, bias, layers, dropout, train, bidir, batch_first = args[:9]
+    if not isinstance(x, torch.Tensor) or not isinstance(weights, list | tuple):
+        raise ValueError("a packed sequence: not replayed")
+    hidden = int(weights[1].shape[1])
+    kind = RNN_MODULES[call.name]
+    extra = {"nonlinearity": call.name.split("_")[1]} if kind == "RNN" else {}
+    module = getattr(torch.nn, kind)(int(x.shape[-1]), hidden, num_layers=int(layers),
+                                     bias=bool(bias), batch_first=bool(batch_first),
+                                     dropout=float(dropout), bidirectional=bool(bidir),
+                                     **extra).to(device)
+    module.train(bool(train))
+    return module, (x, hx)
+
+
+def replay(torch: Any, device: Any, call: Call, family: Call, alt_batch_call: Call | None,
+           batch: int, alt_batch: int, scale: float, amp: Any) -> Callable[[], Any]:
+    """Forward + backward of `call` alone with fresh tensors: `family`'s dtypes, the shapes
+    at `scale` × the batch (`alt_batch_call`: the same call counted at `alt_batch`)."""
+    leaves: list[Any] = []
+    alt_args = alt_batch_call.args if alt_batch_call is not None else None
+    alt_kwargs = alt_batch_call.kwargs if alt_batch_call is not None else None
+    args = _build(torch, device, call.args, alt_args, family.args, batch, alt_batch, scale,
+                  leaves)
+    kwargs = _build(torch, device, call.kwargs, alt_kwargs, family.kwargs, batch, alt_batch,
+                    scale, leaves)
+    func = call.func
+    if call.name in RNN_MODULES:
+        func, args = _rnn(torch, device, call, args)
+        leaves = [t for t in (args[0], *func.parameters()) if t.requires_grad]
+
+    def forward() -> Any:
+        ctx = torch.autocast(device.type, dtype=amp) if amp is not None else \
+            contextlib.nullcontext()
+        with ctx:
+            return func(*args, **kwargs)
+
+    out = _first_tensor(forward(), torch)
+    if out is None or not out.requires_grad or not leaves:
+        return lambda: forward()
+    grad = torch.randn_like(out)
+
+    def step() -> Any:
+        y = _first_tensor(forward(), torch)
+        return torch.autograd.grad(y, leaves, grad, allow_unused=True)
+    return step
+
+
+def _call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: float) -> float:
+    """The device's time per call, the host held out: calls queued behind a spin kernel
+    (`timing.held_call_ms`), four at a time, one at a time for a call whose device time
+    alone is long. (Timed between events one call at a time instead, the units of a small
+    model read their launches: the first H200 recordings of the zoo timed a bf16 linear
+    layer at 1.17 ms that its step ran in 0.37.)"""
+    from gpuaudit.workloads.timing import held_call_ms, is_cuda, median_call_ms
+
+    if not is_cuda(device):
+        return median_call_ms(torch, device, fn, budget_s)
+    first = held_call_ms(torch, device, fn, 0.0, calls=1)
+    if first >= LONG_CALL_MS:
+        return held_call_ms(torch, device, fn, budget_s, calls=1)
+    return held_call_ms(torch, device, fn, budget_s)
+
+
+def distinct(calls: list[Call]) -> list[tuple[Call, int, int]]:
+    """(call, calls like it, its position in `calls`) per distinct key, in order."""
+    seen: dict[Any, list[Any]] = {}
+    for i, c in enumerate(calls):
+        entry = seen.setdefault(c.key(), [c, 0, i])
+        entry[1] += 1
+    return [(c, n, i) for c, n, i in seen.values()]
+
+
+def _cost(call: Call) -> float:
+    """A rough cost to order units by (the bench's rates are not known here)."""
+    moved = sum(math.prod(t.shape) * 4 for t in call.tensors())
+    return call.flops / 100e12 + 3 * moved / 2e12
+
+
+def ranks(calls: list[Call]) -> dict[tuple[str, int], Call]:
+    """Each call by (name, rank among the calls of that name): how two tallies of the same
+    program (another precision family, another batch) are lined up."""
+    out: dict[tuple[str, int], Call] = {}
+    seen: dict[str, int] = {}
+    for c in calls:
+        r = seen.get(c.name, 0)
+        out[(c.name, r)] = c
+        seen[c.name] = r + 1
+    return out
+
+
+def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
+               family_calls: dict[str, list[Call]], alt_batch_calls: list[Call] | None,
+               batch: int, alt_batch: int | None, *, budget_s: float | None = None,
+               max_units: int = MAX_UNITS) -> list[TimedUnit]:
+    """The step's units timed alone (module docstring). `calls`: the recorded step's calls
+    (matched, classes set); `family_calls`: each other precision family's calls (activation
+    dtype → its step's calls); `alt_batch_calls`: the calls counted at `alt_batch`."""
+    from gpuaudit.workloads.precision import autocast_dtype, float32_matmuls
+    from gpuaudit.workloads.timing import is_cuda
+
+    cuda = is_cuda(device)
+    budget = budget_s if budget_s is not None else BUDGET_S[cuda]
+    rank = {id(c): key for key, c in ranks(calls).items()}
+    units = sorted(distinct(calls), key=lambda u: -_cost(u[0]) * u[1])
+    total = sum(_cost(c) * n for c, n, _ in units) or 1.0
+    chosen, held = [], 0.0
+    for c, n, _ in units:
+        if len(chosen) >= max_units or held >= COVER * total:
+            break
+        chosen.append((c, n))
+        held += _cost(c) * n
+    families = {fam: ranks(cs) for fam, cs in family_calls.items()}
+    at_batch = ranks(alt_batch_calls or [])
+    settings = [(p, 1.0) for p in TIMED_PRECISIONS if cuda or p != "tf32"]
+    if alt_batch_calls and alt_batch:
+        settings += [(precision, s) for s in BATCH_SCALES]
+    each = budget / max(1, len(chosen) * len(settings))
+    deadline = time.perf_counter() + budget
+    out = []
+    for c, n in chosen:
+        key = rank[id(c)]
+        times = []
+        for p, scale in settings:
+            if time.perf_counter() > deadline:
+                break
+            family = c if _family(p) == _family(precision) else \
+                families.get(_family(p), {}).get(key)
+            alt = at_batch.get(key) if scale != 1.0 else None
+            if family is None or (scale != 1.0 and alt is None):
+                continue
+            try:
+                with float32_matmuls(torch, tf32=p != "fp32"):
+                    fn = replay(torch, device, c, family, alt, batch, alt_batch or batch,
+                                scale, autocast_dtype(torch, p))
+                    ms = _call_ms(torch, device, fn, each)
+            except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+                if cuda and "out of memory" in str(exc).lower():
+                    torch.cuda.empty_cache()
+                continue
+            times.append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6)))
+        out.append(TimedUnit(op_class=c.op_class, unit=c.name, signature=c.signature()[:200],
+                             count=n, flops=c.flops, times=tuple(times)))
+    return out
