@@ -170,7 +170,13 @@ def taking_apart(origin: str) -> Iterator[None]:
         yield
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError
             ) as exc:
-        said = " ".join(str(exc).split())[:160] or "no message"
+        errors = getattr(exc, "errors", None)
+        if callable(errors) and errors():  # pydantic's: the first problem, at its field's path
+            first = errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "document"
+            said = f"{where}: {first.get('msg', '')}"
+        else:
+            said = " ".join(str(exc).split())[:160] or "no message"
         raise BadInputError(f"{origin} is damaged: {type(exc).__name__}: {said}") from None
 
 
