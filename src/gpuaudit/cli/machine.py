@@ -347,10 +347,10 @@ def show(
 ) -> None:
     """Print a stored run (or a run's JSON file), every table. Exit code 1 when it holds a
     FAIL finding."""
-    from gpuaudit.cli.report import _is_file_ref, load_runs
+    from gpuaudit.cli.report import is_file_ref, load_runs
     from gpuaudit.report.terminal import run_view
 
-    if _is_file_ref(run_ref):
+    if is_file_ref(run_ref):
         (stored,) = load_runs([run_ref], None)
     else:
         from gpuaudit.store import Store
