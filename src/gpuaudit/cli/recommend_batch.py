@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpuaudit.cli import common
-from gpuaudit.cli.common import DbOpt, JsonOpt, out
+from gpuaudit.cli.common import DbOpt, JsonOpt
 from gpuaudit.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def _rank(task: BatchTask, *, deadline: float | None, budget: float | None, curr
     if json_:
         sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
     else:
-        out.print(recommend_view(result))
+        common.out.print(recommend_view(result))
 
 
 def _base(on: str | None, run: str | None, timing: str) -> None:
