@@ -99,10 +99,10 @@ def test_binary_files_are_one_line(tmp_path):
     blob = tmp_path / "blob.bin"
     blob.write_bytes(bytes(range(256)) * 8)
     assert_one_line_error(gpuaudit("monitor", "--replay", str(blob)), "binary")
-    assert_one_line_error(gpuaudit("inspect", "--from", str(blob)), "not valid JSON")
+    assert_one_line_error(gpuaudit("inspect", "--from", str(blob)), "binary", "blob.bin")
     assert_one_line_error(gpuaudit("monitor", "--replay", str(TRACE), "--rules", str(blob)),
                           "binary")
-    assert_one_line_error(gpuaudit("catalog", "validate", str(blob)), "not a")
+    assert_one_line_error(gpuaudit("catalog", "validate", str(blob)), "binary", "blob.bin")
     deep = tmp_path / "deep.yml"
     deep.write_text("groups:\n- name: g\n  rules:\n  - alert: A\n    expr: "
                     + "(" * 5000 + "1" + ")" * 5000 + "\n")
@@ -175,9 +175,9 @@ def test_replay_pauses_are_capped_and_logged(caplog):
     from gpuaudit.telemetry.monitor import MAX_REPLAY_PAUSE_S, replay_times
 
     trace = json.loads(TRACE.read_text())
-    first = datetime.fromisoformat(trace["frames"][0]["time"])
-    trace["frames"] = trace["frames"][:2]
-    trace["frames"][1]["time"] = (first + timedelta(days=3650)).isoformat()
+    second = datetime.fromisoformat(trace["frames"][1]["time"])
+    trace["frames"] = trace["frames"][:2]  # the first ten years before the second
+    trace["frames"][0]["time"] = (second - timedelta(days=3650)).isoformat()
 
     class Stop(threading.Event):
         waits: ClassVar[list[float]] = []

@@ -180,7 +180,7 @@ def test_cli_reads_a_fleet_run_file(monkeypatch, tmp_path):
     ("inside", "its collectives ran inside one machine"),
     ("skipped", "has no all-reduce measured across nodes: not asked for"),
     ("missing", "no store at"),
-    ("garbage", "not JSON"),
+    ("garbage", "not valid JSON"),
 ])
 def test_cli_refuses_what_is_not_a_cross_node_all_reduce(monkeypatch, tmp_path, which,
                                                          message):

@@ -297,7 +297,7 @@ def test_missing_and_binary_files_are_bad_input(tmp_path):
         load_catalog(tmp_path / "absent.csv")
     binary = tmp_path / "b.csv"
     binary.write_bytes(b"\xff\xfe\x00\x81garbage")
-    with pytest.raises(BadInputError, match="not a text"):
+    with pytest.raises(BadInputError, match="binary file, not text"):
         load_catalog(binary)
     with pytest.raises(BadInputError, match="is a directory"):
         load_catalog(tmp_path)

@@ -213,7 +213,7 @@ def test_cli_feed_from_a_diagnosis_file(offers, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--feed", "{x}/garbage.json"), "not JSON"),
+    (("--feed", "{x}/garbage.json"), "not valid JSON"),
     (("--feed", "{x}/none.json"), "cannot read"),
     (("--feed", "{x}/cpu40.json"), "not by its CPUs"),
     (("--feed", "nope", "--db", "{x}/s.db"), "no store at"),

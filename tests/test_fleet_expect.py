@@ -103,7 +103,7 @@ def test_a_bad_expect_file_is_one_line(tmp_path: Path, text: str, message: str):
     path.write_text(text)
     with pytest.raises(BadInputError, match=re.escape(message)):
         load_expectation(path)
-    with pytest.raises(BadInputError, match="No such file"):
+    with pytest.raises(BadInputError, match="no such file"):
         load_expectation(tmp_path / "missing.yaml")
 
 

@@ -161,12 +161,12 @@ def test_files(tmp_path):
     assert "binary" in refused(parse.read_json, binary, "trace")
     latin = tmp_path / "l.json"
     latin.write_bytes(b'{"a": "\xe9"}')
-    assert "not utf-8" in refused(parse.read_json, latin, "trace")
+    assert "not UTF-8" in refused(parse.read_json, latin, "trace")
     deep = tmp_path / "d.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     assert "nested too deeply" in refused(parse.read_json, deep, "trace")
     assert "cannot read" in refused(parse.read_json, tmp_path / "absent.json", "trace")
-    assert "cannot read" in refused(parse.read_json, tmp_path, "trace")
+    assert "is a directory, not a regular file" in refused(parse.read_json, tmp_path, "trace")
     big = tmp_path / "big.txt"
     big.write_text("x" * 2048)
     assert "larger than" in refused(parse.read_text, big, "rules", max_bytes=1024)

@@ -88,7 +88,8 @@ def test_replayed_samples_are_kept_apart_and_idle_cost_leaves_them_out(tmp_path:
     assert {p["hostname"] for p in json.loads(shown.stdout)["points"]} == {"n1", host}
 
 
-def test_a_replay_dated_years_ahead_expires_no_real_history(tmp_path: Path) -> None:
+def test_a_replay_dated_years_ahead_is_refused_and_expires_no_real_history(tmp_path: Path
+                                                                           ) -> None:
     doc = json.loads(IDLE_TRACE.read_text())
     ahead = timedelta(days=3650)
     for frame in doc["frames"]:
@@ -100,8 +101,11 @@ def test_a_replay_dated_years_ahead_expires_no_real_history(tmp_path: Path) -> N
     with Store(db) as store:
         store.save_sample(Sample(time=real_time, hostname="n1", interval_s=1.0,
                                  gpus=(GpuSample(index=0, utilization_gpu_pct=7),)))
-    replay("--db", str(db), "--keep-raw", "1m", "--keep-rollups", "1h", trace=future,
-           tmp_path=tmp_path)
+    proc = gpuaudit("monitor", "--replay", str(future), "--json", "--no-export", "--no-rules",
+                    "--db", str(db), "--keep-raw", "1m", "--keep-rollups", "1h",
+                    tmp_path=tmp_path)
+    assert proc.returncode == 2 and "frame 0" in proc.stderr and "future" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
     with Store(db, read_only=True) as store:
         [kept] = store.history(since=None, hostname="n1", resolution="raw")
         assert kept.time == real_time and kept.utilization_gpu_pct == 7

@@ -39,8 +39,8 @@ from gpuaudit.inspect import inspect_machine, read_snapshot
 def work(*args, **kwargs):
     Path(os.environ["WORKED"]).write_text("the work ran")
     broken = os.environ.get("BREAK_STORE")
-    if broken:  # the store's file vanishes while we work; a directory is in its place
-        Path(broken).unlink()
+    if broken:  # the store's path is taken by a directory while we work
+        Path(broken).unlink(missing_ok=True)
         Path(broken).mkdir()
     snapshot = Path(os.environ["SNAPSHOT"])
     return inspect_machine(read_snapshot(snapshot), source=str(snapshot)).model_copy(
@@ -99,9 +99,13 @@ def test_no_save_does_not_need_a_store(tmp_path: Path) -> None:
 def test_check_store_opens_for_writing(tmp_path: Path) -> None:
     path = tmp_path / "new" / "s.db"
     assert check_store(path) == str(path)
-    assert path.is_file()
-    with Store(path, read_only=True) as store:  # a real, empty store now
+    assert not path.parent.exists()  # checked, not created: the first save makes it
+    with Store(path) as store:  # made now; a check opens it for writing
         assert store.list_runs() == []
+    assert check_store(path) == str(path)
+    (tmp_path / "file").write_text("in the way")
+    with pytest.raises(BadInputError, match="is not a directory"):
+        check_store(tmp_path / "file" / "s.db")
     with pytest.raises(BadInputError, match="refused"):
         check_store(f"postgresql://u:secret@127.0.0.1:{closed_port()}/x")
 

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpuaudit._version import __version__
+from gpuaudit.errors import BadInputError
+from gpuaudit.reading import read_bytes
 
 try:  # the BLAKE2 module itself: `hashlib` loads OpenSSL first (~3 ms of a fast command)
     from _blake2 import blake2b
@@ -57,9 +59,10 @@ def fingerprint(sources: Sequence[Path], salt: str = "") -> bytes:
         h.update(str(src).encode() + b"\0")
         try:
             st = os.stat(src)
-            with open(src, "rb") as fh:
-                data = fh.read()
-        except OSError as exc:  # missing or unreadable: part of the key, the parse says why
+            # the one reader: a FIFO or /dev/zero named as a source never blocks or fills
+            # memory here (regular files only, bounded)
+            data = read_bytes(src, "source", unpack=False)
+        except (OSError, BadInputError) as exc:  # part of the key; the parse says why
             h.update(f"unreadable {type(exc).__name__}".encode() + b"\0")
             continue
         h.update(f"{st.st_mtime_ns} {st.st_size}".encode() + b"\0")

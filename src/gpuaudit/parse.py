@@ -12,7 +12,6 @@ hold. Numbers are read as decimals, so 1.1K is exactly 1100.
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import os
 import re
@@ -20,9 +19,9 @@ from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
 
 from gpuaudit.errors import BadInputError
+from gpuaudit.reading import MAX_FILE_BYTES, load_json, read_json, read_text  # noqa: F401
 
 # Longer input is never a number, a duration or a size anyone meant (and int() of a
 # 5,000-digit string is slow and then refused by Python itself).
@@ -39,7 +38,8 @@ MAX_COUNT = 1e18
 MAX_MONEY = 1e12
 MAX_INT = 2**31 - 1
 
-_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+# ASCII digits only: Python's \d and int() also take "１２" (full-width) and other scripts'.
+_NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _NUMBER_RE = re.compile(_NUMBER)
 
 # ISO 4217 codes a GPU price is plausibly quoted in. A code outside this set is far more often
@@ -113,7 +113,7 @@ def integer(text: object, option: str, *, lo: int | None = 1, hi: int | None = M
             example: str = "10") -> int:
     """A whole number written with digits ('10', '+3'), within [lo, hi]."""
     s = _clean(text, option)
-    if not re.fullmatch(r"[+-]?\d+", s):
+    if not re.fullmatch(r"[+-]?[0-9]+", s):
         raise _bad(option, text, f"expected a whole number like {example}")
     value = int(s)
     _check_range(value, option, s, lo=lo, hi=hi, lo_open=False)
@@ -147,7 +147,7 @@ def count(text: object, option: str, *, lo: float = 0.0, hi: float = MAX_COUNT,
 _DURATION_UNITS = {"y": YEAR, "w": 7 * DAY, "d": DAY, "h": HOUR, "m": MINUTE, "s": 1.0,
                    "ms": 0.001}
 _UNIT_ORDER = tuple(_DURATION_UNITS)
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ms|[ywdhms])")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|[ywdhms])")
 
 
 def _duration_parts(s: str) -> Decimal | None:
@@ -222,7 +222,8 @@ def time_point(text: object, option: str, *, now: datetime | None = None,
                hi_back_s: float = MAX_DURATION_S) -> datetime:
     """A point in time, in UTC: 'now', a duration back from now ('30m', '2d', '1h30m'), or an
     ISO 8601 date or time ('2025-03-01', '2025-03-01T12:00:00Z', '2025-03-01 14:00+02:00'; one
-    without an offset is this machine's local time, as a person typing it means)."""
+    without an offset is this machine's local time, as a person typing it means). A time
+    after now is refused: what these options look back at has not happened yet."""
     if not str(text).strip():
         raise _bad(option, text, _TIME_HINT)
     s = _clean(text, option)
@@ -242,9 +243,12 @@ def time_point(text: object, option: str, *, now: datetime | None = None,
         parsed = datetime.fromisoformat(iso)
         if parsed.tzinfo is None:
             parsed = parsed.astimezone()  # local time
-        return parsed.astimezone(timezone.utc)
+        parsed = parsed.astimezone(timezone.utc)
     except (ValueError, OverflowError):
         raise _bad(option, text, _TIME_HINT) from None
+    if parsed > base + timedelta(minutes=1):  # a clock a little ahead is not the user's fault
+        raise _bad(option, text, f"is in the future (now is {base:%Y-%m-%d %H:%M} UTC)")
+    return parsed
 
 
 def day(text: object, option: str) -> date:
@@ -367,7 +371,7 @@ def gpu_indices(text: object, option: str = "--gpus", *, hi: int = 1023) -> list
     """GPU numbers as inspect numbers them: '0', '0,1', '0, 2, 3'. Each once."""
     s = _clean(text, option)
     parts = [p.strip() for p in s.split(",")]
-    if not all(re.fullmatch(r"\d+", p) for p in parts):
+    if not all(re.fullmatch(r"[0-9]+", p) for p in parts):
         raise _bad(option, text, "expected GPU numbers like 0,1")
     found = [int(p) for p in parts]
     if any(i > hi for i in found):
@@ -382,7 +386,7 @@ def host_port(text: object, option: str = "--listen") -> tuple[str, int]:
     """'HOST:PORT', '[::1]:9835' or ':9835' (127.0.0.1); port 0 picks a free one."""
     s = _clean(text, option)
     host, sep, port = s.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
+    if not sep or not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
         raise _bad(option, text, "expected HOST:PORT like 127.0.0.1:9835")
     return host.strip("[]") or "127.0.0.1", int(port)
 
@@ -428,43 +432,8 @@ def unknown(option: str, value: str, known: Iterable[str], what: str) -> BadInpu
 
 
 # -- files -------------------------------------------------------------------------------------
-
-MAX_FILE_BYTES = 256 * MIB
-
-
-def read_text(path: str | Path, what: str, *, max_bytes: int = MAX_FILE_BYTES,
-              encoding: str = "utf-8") -> str:
-    """The text of a file the user named: missing, unreadable, a directory, too large, binary
-    or not in `encoding` is bad input, in one line."""
-    p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise BadInputError(f"cannot read {what} {p}: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:
-        raise BadInputError(f"{what} {p} is larger than {human_bytes(max_bytes)}: not one of "
-                            "ours")
-    if b"\0" in data:
-        raise BadInputError(f"{what} {p} is a binary file, not text")
-    try:
-        return data.decode(encoding)
-    except UnicodeDecodeError as exc:
-        raise BadInputError(f"{what} {p} is not {encoding} text (byte {exc.start})") from None
-
-
-def load_json(text: str | bytes, origin: str) -> Any:
-    """JSON, or a one-line BadInputError (also for nesting deeper than Python's stack)."""
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError
-        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise BadInputError(f"{origin} is not valid JSON: {why}") from None
-
-
-def read_json(path: str | Path, what: str) -> Any:
-    """A JSON file the user named; unreadable, binary or garbled is bad input, in one line."""
-    return load_json(read_text(path, what), f"{what} {path}")
+# Files users name are read by `gpuaudit.reading` (imported above): regular files only,
+# bounded before and after decompression, strict UTF-8 and JSON.
 
 
 def writable_file(path: str | Path | None, option: str) -> None:
@@ -474,8 +443,11 @@ def writable_file(path: str | Path | None, option: str) -> None:
     if path is None:
         return
     p = Path(path)
+    _name_fits(p, option)
     if p.is_dir():
         raise BadInputError(f"{option} {p}: is a directory; name a file")
+    if p.is_socket():
+        raise BadInputError(f"{option} {p}: is a socket; name a file")
     parent = p.parent
     if not parent.is_dir():
         raise BadInputError(f"{option} {p}: the directory {parent} does not exist")
@@ -484,6 +456,21 @@ def writable_file(path: str | Path | None, option: str) -> None:
             raise BadInputError(f"{option} {p}: not writable")
     elif not os.access(parent, os.W_OK | os.X_OK):
         raise BadInputError(f"{option} {p}: cannot create files in {parent}")
+
+
+def _name_fits(p: Path, option: str) -> None:
+    """A name longer than the file system holds is the user's to shorten (ENAMETOOLONG would
+    otherwise come at the end, after the work)."""
+    parent = p.parent
+    try:
+        name_max = os.pathconf(parent, "PC_NAME_MAX") if parent.is_dir() else 255
+    except (OSError, ValueError):
+        name_max = 255
+    if len(os.fsencode(p.name)) > name_max:
+        raise BadInputError(f"{option}: the file name is longer than the {name_max} bytes "
+                            "this file system takes")
+    if len(os.fsencode(str(p.absolute()))) >= 4096:
+        raise BadInputError(f"{option}: the path is longer than the 4096 bytes Linux takes")
 
 
 def finite(value: float, what: str) -> float:

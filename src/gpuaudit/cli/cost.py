@@ -136,6 +136,7 @@ def _offer_from_options(instance: str | None, catalog: Path | None, price: float
 
 @cost_app.command()
 def tco(
+    ctx: typer.Context,
     capex: Annotated[float, common.money(
         "--capex", "--price-usd", help="What the server(s) cost to buy, all-in, in "
                                        "--currency.")],
@@ -178,6 +179,7 @@ def tco(
     from gpuaudit.report.pricing_view import tco_view
 
     cur = currency
+    common.needs(ctx, "host_power_w", on="--gpu-model", present=gpu_model is not None)
     if power_w is not None and gpu_model is not None:
         raise BadInputError("give --power-w or --gpu-model, not both")
     if power_w is not None:
@@ -275,6 +277,7 @@ def work(
 
 @cost_app.command()
 def idle(
+    ctx: typer.Context,
     since: Annotated[Any, common.time_point(
         "--since", help="From (30m, 24h, 7d back, or an ISO time).")] = "24h",
     until: Annotated[Any, common.time_point("--until", help="To ('now' or an ISO time).")
@@ -298,6 +301,10 @@ def idle(
     from gpuaudit.report.pricing_view import idle_view
     from gpuaudit.store import Store
 
+    common.needs(ctx, "currency", on="--price-per-gpu-hour",
+                 present=price_per_gpu_hour is not None)
+    common.needs(ctx, "catalog", on="--instance", present=instance is not None)
+    common.needs(ctx, "price_kind", on="--instance", present=instance is not None)
     given = [x for x in (price_per_gpu_hour, instance) if x is not None]
     if len(given) != 1:
         raise BadInputError("give one price: --price-per-gpu-hour or --instance")

@@ -107,8 +107,22 @@ def doctor(
     common.writable(save_evidence, "--save-evidence")
     if save_evidence is not None and not (argv or attach is not None):
         raise BadInputError("--save-evidence needs a command or --attach PID to watch")
+    if sm_clock_max is not None and trace is None:
+        raise BadInputError("--sm-clock-max goes with --trace")
     if keep_profile is not None and not (argv and profile_steps):
         raise BadInputError("--keep-profile needs a command run with --profile-steps N or auto")
+    if gpus is not None and not (argv or attach is not None):
+        raise BadInputError("--gpus goes with -- COMMAND or --attach PID (a recording holds "
+                            "the GPUs it watched)")
+    if gpus is not None:
+        from gpuaudit.diagnose.session import check_gpus
+
+        check_gpus(gpus)  # before the job starts
+    if attach is not None:
+        from gpuaudit.hw.proctree import pid_exists
+
+        if not pid_exists(attach):
+            raise BadInputError(f"--attach {attach}: no such process")
     keep = max(2, int(window / interval))
     opts = doc.WatchOptions(interval_s=interval, keep=keep, gpus=gpus,
                             profile_steps=profile_steps, keep_profile=keep_profile,

@@ -199,7 +199,15 @@ def bench(
         result = run_bench(names, gpus=gpus, profile=profile, size_range=sizes,
                            timeout_s=timeout, with_native=with_native, step=bar.step,
                            on_suite=bar.suite, options=options, exclusive=exclusive)
-    _finish(result, json_=json_, save=save, db=db, show_all=show_all)
+    from gpuaudit.workloads.entry import failed_entry_points
+
+    failure = failed_entry_points(model or [], result.measurements)
+    try:
+        _finish(result, json_=json_, save=save, db=db, show_all=show_all)
+    except typer.Exit as done:  # shown and saved; the user's code failing is bad input
+        if failure and done.exit_code in (0, 1):
+            raise BadInputError(failure) from None
+        raise
 
 
 def _workload_options(models: list[str] | None, precisions: list[str] | None,
@@ -339,10 +347,10 @@ def show(
 ) -> None:
     """Print a stored run (or a run's JSON file), every table. Exit code 1 when it holds a
     FAIL finding."""
-    from gpuaudit.cli.report import _is_file_ref, load_runs
+    from gpuaudit.cli.report import is_file_ref, load_runs
     from gpuaudit.report.terminal import run_view
 
-    if _is_file_ref(run_ref):
+    if is_file_ref(run_ref):
         (stored,) = load_runs([run_ref], None)
     else:
         from gpuaudit.store import Store

@@ -16,7 +16,6 @@ same GPU model that has them.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -39,17 +38,17 @@ RatesOpt = Annotated[str | None, typer.Option(
          "figures [default: RUN's own, else the newest stored run of the same GPU].")]
 
 
+# Resizing traces a training step of the target shape on torch's meta device, layer by layer:
+# 10T parameters (~370 layers) takes ~20 s on a busy 2-core machine, 10^15 (1,700) minutes.
+MAX_PREDICT_PARAMS = 1e13
+
+
 def load_run_arg(text: str, db: str | None) -> Run:
     """A run's JSON file, or a stored run id (or unique prefix)."""
-    from gpuaudit.model import load_run
+    from gpuaudit.cli.report import is_file_ref, read_run_file
 
-    path = Path(text)
-    if path.suffix == ".json" or path.is_file():
-        try:
-            raw = path.read_text()
-        except OSError as exc:
-            raise BadInputError(f"{text}: cannot read ({exc.strerror or exc})") from None
-        return load_run(raw, origin=text)
+    if is_file_ref(text):
+        return read_run_file(text)
     from gpuaudit.store import Store
 
     with Store(db, read_only=True) as store:
@@ -117,7 +116,9 @@ def predict(
         "--gpu", help="Another GPU model, as the spec catalog names it (h100-sxm, "
                       "a100-sxm4-80gb, …).")] = None,
     params: Annotated[float | None, common.count(
-        "--params", help="Another size of the same family: 1.3B, 350M.", hi=1e15)] = None,
+        "--params", help="Another size of the same family: 1.3B, 350M (at most 10T: the "
+                         "step is traced layer by layer, which takes longer the larger).",
+        hi=MAX_PREDICT_PARAMS)] = None,
     batch_size: Annotated[int | None, common.integer(
         "--batch-size", help="Another batch per GPU (with --params: the target's [default: "
                              "the family preset's]).", hi=1_000_000)] = None,
@@ -137,6 +138,7 @@ def predict(
     GPU model: per operator class, with its basis and an uncertainty band."""
     from gpuaudit.predict import Change, load_profile
     from gpuaudit.predict import predict as run_predict
+    from gpuaudit.reading import taking_apart
     from gpuaudit.report.predict_view import predict_view
     from gpuaudit.specs.catalog import load_catalog
 
@@ -157,9 +159,11 @@ def predict(
 
         raise parse.unknown("--gpu", gpu, (g.id for g in specs.gpus), "GPU")
     stored = load_run_arg(run, db)
-    profile = load_profile(stored, workload)
+    with taking_apart(f"run {stored.id}'s op profile"):
+        profile = load_profile(stored, workload)
     needed = tuple(dict.fromkeys(p for p in (profile.precision, change.precision) if p))
-    machine = resolve_rates(stored, rates, db, specs, needed)
+    with taking_apart(f"the rates of run {rates or stored.id}"):
+        machine = resolve_rates(stored, rates, db, specs, needed)
     result = run_predict(profile, machine, change, specs)
     if json_:
         common.print_json(result.model_dump(mode="json"))

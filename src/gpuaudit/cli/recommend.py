@@ -111,21 +111,18 @@ def _task_rate(task: "Task") -> tuple[float, str] | None:
 
 def load_feed(ref: str, db: str | None, task: "Task") -> "FeedNeed":
     """--feed: a run (id or JSON file) with input figures, or a doctor diagnosis file."""
+    from gpuaudit.cli.report import is_file_ref
     from gpuaudit.cost.recommend.feed import need_from_diagnosis, need_from_run
     from gpuaudit.model import load_run
+    from gpuaudit.reading import load_json, read_text, taking_apart
 
-    path = Path(ref)
-    if path.suffix == ".json" or path.is_file():
-        try:
-            raw = path.read_text()
-            data = json.loads(raw)
-        except OSError as exc:
-            raise BadInputError(f"--feed {ref}: cannot read ({exc.strerror or exc})") from None
-        except ValueError as exc:
-            raise BadInputError(f"--feed {ref}: not JSON ({exc})") from None
+    if is_file_ref(ref):
+        raw = read_text(Path(ref).expanduser(), "--feed")  # the one reader: one line
+        data = load_json(raw, f"--feed {ref}")
         if isinstance(data, dict) and data.get("kind") == "doctor":
-            return need_from_diagnosis(data, ref)
-        return need_from_run(load_run(raw, origin=ref), _task_rate(task))
+            with taking_apart(f"--feed {ref}"):
+                return need_from_diagnosis(data, ref)
+        return need_from_run(load_run(raw, origin=ref, strict=True), _task_rate(task))
     from gpuaudit.store import Store
 
     with Store(db, read_only=True) as store:
@@ -161,18 +158,14 @@ def load_allreduce(ref: str, db: str | None) -> "MeasuredAllReduce":
                                       gpu.name if gpu else None,
                                       gpu.pci_device_id if gpu else None)
 
-    path = Path(ref)
-    if path.suffix == ".json" or path.is_file():
-        try:
-            raw = path.read_text()
-            data = json.loads(raw)
-        except OSError as exc:
-            raise BadInputError(f"--allreduce-run {ref}: cannot read "
-                                f"({exc.strerror or exc})") from None
-        except ValueError as exc:
-            raise BadInputError(f"--allreduce-run {ref}: not JSON ({exc})") from None
+    from gpuaudit.cli.report import is_file_ref
+    from gpuaudit.reading import load_json, read_text
+
+    if is_file_ref(ref):
+        raw = read_text(Path(ref).expanduser(), "--allreduce-run")  # the one reader
+        data = load_json(raw, f"--allreduce-run {ref}")
         if not (isinstance(data, dict) and data.get("kind") == "fleet-run"):
-            return of_run(load_run(raw, origin=ref))
+            return of_run(load_run(raw, origin=ref, strict=True))
         document: str | None = raw
     else:
         with Store(db, read_only=True) as store:
@@ -240,6 +233,8 @@ def recommend(
     db: DbOpt = None,
 ) -> None:
     """Which instance to rent for a task. Subcommands: train, finetune, serve; or --run."""
+    for option in ("workload", "rates", "samples", "tokens", "metric", "hours"):
+        common.needs(ctx, option, on="--run", present=run is not None)
     if ctx.invoked_subcommand is not None:
         if run is not None or allreduce_run is not None or feed is not None:
             raise BadInputError("--run, --allreduce-run and --feed go without a subcommand "
@@ -288,6 +283,7 @@ def _predicted_task(from_run: str, workload: str | None, rates: str | None,
     from gpuaudit.cost.recommend import PredictedTask
     from gpuaudit.predict import load_profile
     from gpuaudit.predict.offers import predicted_rates
+    from gpuaudit.reading import taking_apart
     from gpuaudit.specs.catalog import load_catalog
 
     given = [name for name, v in (("--hours", hours), ("--samples", samples),
@@ -297,8 +293,10 @@ def _predicted_task(from_run: str, workload: str | None, rates: str | None,
                             "--samples or --tokens: the job's size")
     specs = load_catalog()
     stored = load_run_arg(from_run, db)
-    profile = load_profile(stored, workload)
-    machine = resolve_rates(stored, rates, db, specs, (profile.precision,))
+    with taking_apart(f"run {stored.id}'s op profile"):
+        profile = load_profile(stored, workload)
+    with taking_apart(f"the rates of run {rates or stored.id}"):
+        machine = resolve_rates(stored, rates, db, specs, (profile.precision,))
     rate = profile.samples_per_s
     if hours is not None:
         job_hours = hours

@@ -3,13 +3,13 @@ Both only read: the store is opened read-only, so a mistyped --db creates nothin
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuaudit import parse
 from gpuaudit.cli import common
 from gpuaudit.cli.common import CatalogOpt, DbOpt, InstanceOpt, JsonOpt
 from gpuaudit.compare import MAX_THRESHOLD_PCT
@@ -33,23 +33,25 @@ MdOpt = Annotated[Path | None, typer.Option(
 MAX_GPU_HOUR = 1e5
 
 
-def _is_file_ref(ref: str) -> bool:
-    return ref.endswith(".json") or "/" in ref or Path(ref).is_file()
+def is_file_ref(ref: str) -> bool:
+    """Whether RUN names a file (a path, a .json name, or anything there is: a FIFO or a
+    folder of that name is then refused by the reader) rather than a stored run id."""
+    return (ref.endswith((".json", ".json.gz")) or "/" in ref
+            or os.path.lexists(Path(ref).expanduser()))
 
 
-def _read_run_file(ref: str) -> Run:
-    from gpuaudit.model import load_run
+def read_run_file(ref: str) -> Run:
+    from gpuaudit.model.schema import read_run
 
-    path = Path(ref).expanduser()
-    return load_run(parse.read_text(path, "run file"), origin=str(ref))
+    return read_run(Path(ref).expanduser())
 
 
 def load_runs(refs: list[str], store: Store | None) -> list[Run]:
     """The runs named by id/prefix (from `store`) or by JSON file. Only reads."""
     runs = []
     for ref in refs:
-        if _is_file_ref(ref):
-            runs.append(_read_run_file(ref))
+        if is_file_ref(ref):
+            runs.append(read_run_file(ref))
         else:
             assert store is not None, "a stored run needs the store"
             runs.append(store.get(ref))
@@ -146,7 +148,7 @@ def report_cmd(
     _check_outputs(html, md, json_)
     offer = _price_offer(ctx, instance, catalog, price_per_gpu_hour)
     diagnosis = load_diagnosis(doctor) if doctor is not None else None
-    from_store = not _is_file_ref(run_ref)
+    from_store = not is_file_ref(run_ref)
     # A run read from a file has telemetry only in a store named for it.
     look = telemetry and (from_store or db is not None)
     store = _open_store(db, from_store or look)
@@ -200,7 +202,7 @@ def compare_cmd(
     if html is not None or md is not None:
         _check_outputs(html, md, json_)
     refs = [a_ref, b_ref]
-    store = _open_store(db, any(not _is_file_ref(r) for r in refs))
+    store = _open_store(db, any(not is_file_ref(r) for r in refs))
     try:
         a, b = load_runs(refs, store)
     finally:

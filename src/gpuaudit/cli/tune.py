@@ -61,11 +61,15 @@ def tune(
     from gpuaudit import parse
     from gpuaudit.cli.common import err, out
     from gpuaudit.report.doctor_view import tune_view
-    from gpuaudit.tune import TuneOptions
+    from gpuaudit.tune import TuneOptions, check_device
     from gpuaudit.tune import tune as run_tune
     from gpuaudit.tune.runner import PRECISIONS
     from gpuaudit.tune.search import SearchConfig
 
+    device = check_device(device)  # before torch sees it
+    if workers is not None and dataset is None:
+        raise BadInputError("--workers goes with --dataset (the loader workers sweep reads "
+                            "that dataset)")
     names = tuple(p.strip() for p in compare.split(",") if p.strip())
     for p in (*names, *([precision] if precision else [])):
         if p not in PRECISIONS:
@@ -73,7 +77,7 @@ def tune(
     if start_batch > max_batch:
         raise BadInputError("--start-batch is larger than --max-batch")
     counts: tuple[int, ...] = ()
-    if workers:
+    if workers is not None:
         counts = tuple(parse.integer(w, "--workers", lo=0, hi=1024, example="0,2,4")
                        for w in workers.split(","))
     common.writable(save, "--save")  # before the trials, not after

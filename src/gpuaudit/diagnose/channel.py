@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuaudit.model.units import Count, Pid, Seconds
+
 ENV_DIR = "GPUAUDIT_DOCTOR_DIR"
 ENV_PROFILE = "GPUAUDIT_PROFILE_STEPS"
 PROFILE_REQUEST = "profile-request"  # written by the doctor: "N" steps to profile now
@@ -26,8 +28,8 @@ MAX_LINES = 2_000_000  # per file: a week of 3 steps a second
 class BootInfo:
     """One Python process of the job that loaded the bootstrap."""
 
-    pid: int
-    ppid: int
+    pid: Pid
+    ppid: Pid
     argv: tuple[str, ...] = ()
     python: str | None = None
     torch: str | None = None
@@ -42,12 +44,12 @@ class StepTimes:
     """The steps of one process, as their ends (time.monotonic() s), with per-step batch
     waits (None where not measured), sync calls and seconds blocked in syncs."""
 
-    pid: int
+    pid: Pid
     source: str  # "markers" (gpuaudit.step()), "optimizer" (Optimizer.step), "batches"
     end_s: tuple[float, ...]
-    wait_s: tuple[float | None, ...] = ()
-    syncs: tuple[int, ...] = ()
-    sync_s: tuple[float, ...] = ()
+    wait_s: tuple[Seconds | None, ...] = ()
+    syncs: tuple[Count, ...] = ()
+    sync_s: tuple[Seconds, ...] = ()
     new_shapes: tuple[bool, ...] = ()  # a convolution met a new shape (cudnn.benchmark on)
 
 
@@ -55,13 +57,13 @@ class StepTimes:
 class SyncSite:
     what: str  # item, tolist, cpu, __float__, cuda.synchronize, Event.synchronize, ...
     where: str  # the job's file:line that asked for it
-    calls: int
-    seconds: float  # blocked in it, all calls together
+    calls: Count
+    seconds: Seconds  # blocked in it, all calls together
 
 
 @dataclass(frozen=True)
 class JobEvent:
-    pid: int
+    pid: Pid
     kind: str  # compile_start, compile_end, recompile, limit, profile_start, profile_end
     t_s: float
     trigger: str | None = None

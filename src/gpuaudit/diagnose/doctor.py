@@ -214,8 +214,7 @@ def from_recordings(telemetry: Path | None = None, profile: Path | None = None,
     sources: dict[str, str] = {}
     if telemetry is not None:
         replay = TraceReplay.from_file(telemetry)
-        sampler = Sampler(replay, hostname=str(replay.meta.get("hostname") or "replay"),
-                          interval_s=float(replay.meta.get("interval_s") or 1.0))
+        sampler = Sampler(replay, hostname=replay.hostname, interval_s=replay.interval_s)
         while (now := replay.advance()) is not None:
             samples.append(sampler.sample(now))
         if not samples:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -169,7 +168,7 @@ def summary(sig: Signals) -> list[Observation]:
                         "of span", src)]
         if t.step_time_us is not None:
             out.append(obs("trace.step_time", t.step_time_us / 1000, "ms", trace_source(t), 2))
-    return [o for o in out if not (isinstance(o.value, float) and math.isnan(o.value))]
+    return [o for o in out if o.value is not None]  # a figure not known (NaN) is left out
 
 
 def make_diagnosis(sig: Signals, *, started_at: datetime, duration_s: float,

@@ -3,6 +3,7 @@ each number came from."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpuaudit.model import Observation
@@ -40,7 +41,8 @@ def gpu_source(g: GpuStats) -> str:
 def obs(name: str, value: float | int | str | bool | None, unit: str, source: str,
         digits: int = 3) -> Observation:
     if isinstance(value, float):
-        value = round(value, digits)
+        # NaN (a median of nothing) is not a figure: None, "not known", as a record holds it.
+        value = round(value, digits) if math.isfinite(value) else None
     return Observation(name=name, value=value, unit=unit, source=source)
 
 

@@ -25,17 +25,20 @@ use from kernel names, pageable copies.
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuaudit.errors import BadInputError
+from gpuaudit.model.schema import describe_validation_error
+from gpuaudit.model.units import Bytes, GpuIndex
+from gpuaudit.reading import read_json
 
 from .kernels import KernelType, TensorCore, kernel_type, memcpy_kind, tensor_core_use
 
@@ -124,16 +127,51 @@ class TraceStats:
         return yes / (yes + no) if yes + no > 0 else None
 
 
+MAX_SPAN_US = 30 * 86400e6  # a profiler trace covers seconds to minutes; 30 days is damage
+
+
+class _Args(BaseModel):
+    """The arguments of an event that the analysis reads; others pass unread."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+    device: GpuIndex | None = None
+    stream: int | str | None = None
+    correlation: int | str | None = None
+    bytes: Bytes | None = None
+
+
+class _Complete(BaseModel):
+    """A complete event ("ph": "X") as the analysis reads it: a time, a duration that is not
+    negative, a name and category that are text, arguments that are a mapping."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+    ph: str
+    ts: Annotated[float, Field(ge=0, le=1e17)]  # µs since the epoch or the profiler's start
+    dur: Annotated[float, Field(ge=0, le=MAX_SPAN_US)]
+    name: str = ""
+    cat: str | None = None
+    args: _Args = _Args()
+
+
 def read_trace(path: Path) -> dict[str, Any]:
-    """A Chrome trace as torch.profiler exports it (.json or .json.gz)."""
-    try:
-        raw = path.read_bytes()
-        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-        doc = json.loads(text)
-    except (OSError, ValueError, EOFError) as exc:
-        raise BadInputError(f"cannot read profiler trace {path}: {exc}") from None
+    """A Chrome trace as torch.profiler exports it (.json or .json.gz), its complete events
+    checked (a negative duration, a time that is text, args that are a list are a damaged
+    trace, named with the event's place)."""
+    doc = read_json(path, "profiler trace")
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise BadInputError(f"{path} is not a PyTorch profiler trace (no traceEvents)")
+    first, last = float("inf"), float("-inf")
+    for i, event in enumerate(doc["traceEvents"]):
+        if isinstance(event, dict) and event.get("ph") == "X":
+            try:
+                e = _Complete.model_validate(event)
+            except ValidationError as exc:
+                raise BadInputError(f"profiler trace {path}: traceEvents.{i}."
+                                    f"{describe_validation_error(exc)}") from None
+            first, last = min(first, e.ts), max(last, e.ts + e.dur)
+    if last - first > MAX_SPAN_US:
+        raise BadInputError(f"profiler trace {path}: its events span {(last - first) / 864e8:.0f}"
+                            " days: not one profiling session")
     return doc
 
 

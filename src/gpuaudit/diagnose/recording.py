@@ -14,13 +14,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from gpuaudit import parse
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.proctree import ProcTick
 from gpuaudit.hw.pystacks import StackChunk
 from gpuaudit.model import Sample
+from gpuaudit.model.schema import describe_validation_error
+from gpuaudit.model.units import Count, GpuIndex, Mhz, Moment, Pid, Seconds
+from gpuaudit.reading import load_json, read_text
 
 from .channel import BootInfo, JobEvent, StepTimes, SyncSite
 from .kineto import TraceStats
@@ -31,22 +33,26 @@ VERSION = 1
 
 @dataclass
 class Evidence:
-    started_at: datetime
+    # Read back strictly: finite figures of the right JSON type, within their units' bounds
+    # (the nested records' fields carry theirs), or the file is refused naming the field.
+    __pydantic_config__ = ConfigDict(strict=True, allow_inf_nan=False)
+
+    started_at: Moment
     started_mono_s: float  # time.monotonic() at started_at: the job side's clock
-    duration_s: float
-    pid: int
+    duration_s: Seconds
+    pid: Pid
     command: tuple[str, ...] | None = None
     exit_code: int | None = None
     samples: list[Sample] = field(default_factory=list)
     proc_ticks: list[ProcTick] = field(default_factory=list)
-    sm_clock_max_mhz: dict[int, int | None] = field(default_factory=dict)
+    sm_clock_max_mhz: dict[GpuIndex, Mhz | None] = field(default_factory=dict)
     gpu_reason: str | None = None  # why there is no GPU telemetry
     boots: list[BootInfo] = field(default_factory=list)
     markers: list[StepTimes] = field(default_factory=list)
     auto: list[StepTimes] = field(default_factory=list)
     sync_sites: dict[int, list[SyncSite]] = field(default_factory=dict)
     events: list[JobEvent] = field(default_factory=list)
-    alloc_retries: int | None = None
+    alloc_retries: Count | None = None
     trace: TraceStats | None = None
     trace_name: str | None = None
     stacks: list[StackChunk] = field(default_factory=list)
@@ -80,40 +86,16 @@ def save(ev: Evidence, path: Path) -> None:
         path.write_text(text)
 
 
-def _read(path: Path) -> Any:
-    """The file's JSON; gzip-compressed where it starts so, unpacked no further than the
-    size limit of any file we read."""
-    try:
-        with path.open("rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-    except OSError as exc:
-        raise BadInputError(f"cannot read doctor evidence {path}: {exc.strerror or exc}"
-                            ) from None
-    if not gz:
-        return parse.read_json(path, "doctor evidence")
-    try:
-        with gzip.open(path, "rb") as f:
-            data = f.read(parse.MAX_FILE_BYTES + 1)
-    except (OSError, EOFError) as exc:
-        raise BadInputError(f"doctor evidence {path}: not readable gzip ({exc})") from None
-    if len(data) > parse.MAX_FILE_BYTES:
-        raise BadInputError(f"doctor evidence {path} unpacks to more than "
-                            f"{parse.human_bytes(parse.MAX_FILE_BYTES)}")
-    return parse.load_json(data, f"doctor evidence {path}")
-
-
 def load(path: Path) -> Evidence:
-    doc = _read(path)
+    text = read_text(path, "doctor evidence")  # gzip or not, bounded both ways
+    doc = load_json(text, f"doctor evidence {path}")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise BadInputError(f"{path}: not a gpuaudit doctor evidence file "
                             "(`gpuaudit doctor --save-evidence FILE` writes one)")
     if doc.get("version") != VERSION:
         raise BadInputError(f"{path}: evidence version {doc.get('version')!r}; this gpuaudit "
                             f"reads version {VERSION}")
-    body = {k: v for k, v in doc.items() if k not in ("format", "version")}
-    try:
-        return _ADAPTER.validate_python(body)
+    try:  # from the text: strict JSON types (an array is a tuple, a string no number)
+        return _ADAPTER.validate_json(text)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise BadInputError(f"{path}: {where}: {first['msg']}") from None
+        raise BadInputError(f"{path}: {describe_validation_error(exc)}") from None

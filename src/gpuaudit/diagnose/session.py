@@ -52,6 +52,30 @@ class WatchData:
         return (self.ended_at or time.monotonic()) - self.started_mono
 
 
+def check_gpus(gpus: list[int] | None) -> None:
+    """`--gpus` against the GPUs NVML sees, before the job starts: a GPU this machine does not
+    have (or any, on a machine without one) is bad input naming those it has."""
+    if gpus is None:
+        return
+    from gpuaudit.errors import BadInputError
+    from gpuaudit.hw.telemetry import gpu_count
+
+    source, why = open_nvml()
+    if source is None:
+        raise BadInputError(f"--gpus {','.join(map(str, gpus))}: this machine has no GPU to "
+                            f"watch ({why})")
+    try:
+        have = gpu_count(source)
+    finally:
+        with contextlib.suppress(Exception):
+            source.close()
+    missing = sorted(set(gpus) - set(range(have)))
+    if missing:
+        has = "no GPU" if not have else "GPU 0" if have == 1 else f"GPUs 0-{have - 1}"
+        raise BadInputError(f"--gpus: this machine has no GPU {', '.join(map(str, missing))} "
+                            f"(it has {has})")
+
+
 def open_nvml() -> tuple[Any | None, str | None]:
     """LiveNvml, or None and why not."""
     from gpuaudit.hw import LiveNvml, NvmlUnavailable

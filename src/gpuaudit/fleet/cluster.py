@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 from dataclasses import dataclass
@@ -36,25 +37,61 @@ def _host_port(address: str) -> tuple[str, int] | None:
     not); for `ray://` (Ray Client) too."""
     text = address.strip().removeprefix("ray://")
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit()):
         return None
     return host.strip("[]"), int(port)
 
 
+# HTTP/2's connection preface and an empty SETTINGS frame (RFC 9113 §3.4, §6.5): what a
+# gRPC client sends first. Ray's GCS and its client server are gRPC servers: they answer
+# with a SETTINGS frame of their own. Anything else listening does not.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 4
+
+
+def check_address(address: str) -> None:
+    """The address's form: auto, local, HOST:PORT or ray://HOST:PORT, with a port."""
+    text = address.strip()
+    if text in ("auto", "local"):
+        return
+    target = _host_port(text)
+    if target is None or not target[0] or not 0 < target[1] < 65536:
+        raise BadInputError(f"--address {address!r}: expected HOST:PORT of the head (its GCS, "
+                            "e.g. 10.0.0.1:6379), ray://HOST:10001 or auto")
+
+
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """A one-line error now for an address nothing listens on: Ray itself retries for a long
-    time (a minute or more) before it gives up."""
+    """A one-line error now for an address where no Ray answers: nothing listens, the host
+    is silent, or what listens does not speak gRPC (a web server, say). Ray itself would
+    retry for minutes, or for ever, before it gives up."""
     target = _host_port(address)
     if target is None:
         return
+    # A cluster with TLS (RAY_USE_TLS) answers a TLS handshake first: only the port is tried.
+    tls = os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true", "yes")
+    why = None
     try:
-        with socket.create_connection(target, timeout=timeout_s):
-            pass
+        with socket.create_connection(target, timeout=timeout_s) as s:
+            if tls:
+                return
+            s.settimeout(timeout_s)
+            s.sendall(_H2_PREFACE)
+            header = b""
+            while len(header) < 9:
+                part = s.recv(9 - len(header))
+                if not part:
+                    break
+                header += part
+        if len(header) < 9 or header[3] != _H2_SETTINGS:
+            said = header.split(b"\r\n", 1)[0].decode("ascii", "replace").strip()
+            why = ("what listens there does not speak gRPC (Ray's protocol)"
+                   + (f"; it said {said[:40]!r}" if said.isprintable() and said else ""))
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
         if isinstance(exc, TimeoutError | socket.timeout):
             why = f"no answer within {timeout_s:g} s"
-        raise BadInputError(f"cannot reach the Ray cluster at {address}: {why}") from None
+    if why:
+        raise BadInputError(f"cannot reach the Ray cluster at {address}: {why}")
 
 
 def connect(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> Any:
@@ -62,6 +99,7 @@ def connect(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> Any:
     ray://HOST:PORT for Ray Client). Any failure is a one-line BadInputError."""
     if not address.strip():
         raise BadInputError("--address is empty (give HOST:PORT, ray://HOST:PORT or auto)")
+    check_address(address)
     ray = import_ray()
     check_reachable(address, timeout_s)
     if ray.is_initialized():

@@ -15,12 +15,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import yaml
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Machine, Record, Run, Severity
+from gpuaudit.model.units import MAX_GPUS
+from gpuaudit.reading import read_text
 
 FIELDS = ("gpu_count", "gpu_model", "driver_version", "cuda_version")
 
@@ -55,7 +58,7 @@ class Expectation(Record):
     """What every node must show. Text fields are shell-style patterns ("580.*")."""
 
     source: str  # where it came from: "--expect FILE", "the majority of 12 nodes"
-    gpu_count: int | None = None
+    gpu_count: Annotated[int, Field(ge=0, le=MAX_GPUS)] | None = None
     gpu_model: str | None = None
     driver_version: str | None = None
     cuda_version: str | None = None
@@ -65,10 +68,12 @@ class Expectation(Record):
 def load_expectation(path: Path) -> Expectation:
     """An expectation file (YAML or JSON): any of gpu_count, gpu_model, driver_version,
     cuda_version, nvml. A bad file is a one-line BadInputError."""
+    text = read_text(path, "--expect")  # a regular UTF-8 file, bounded: else one line
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else str(exc).splitlines()[0]
+        data = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as exc:
+        why = (str(exc).splitlines() or ["not YAML"])[0] if isinstance(exc, yaml.YAMLError) \
+            else "nested too deeply"
         raise BadInputError(f"--expect {path}: {why}") from None
     if not isinstance(data, dict) or not data:
         raise BadInputError(f"--expect {path}: expected a mapping of {', '.join(FIELDS)}, nvml")

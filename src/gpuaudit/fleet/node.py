@@ -20,7 +20,6 @@ audit is rehearsed on CPU (the tests' local cluster), never a way to fake a real
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import threading
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.model import NodeIdentity, Run, load_run
+from gpuaudit.model import NodeIdentity, Run
 
 REPLAY_ENV = "GPUAUDIT_FLEET_REPLAY"
 # The node's name in the fleet when the platform knows one: on Kubernetes the downward API's
@@ -66,11 +65,13 @@ def _replay(plan_path: Path, step: Callable[[str], None],
             on_machine: Callable[[Any], None]) -> Run:
     from gpuaudit.bench.runner import bench_findings
     from gpuaudit.inspect import inspect_machine, read_snapshot
+    from gpuaudit.model.schema import read_run
+    from gpuaudit.reading import read_json
 
-    try:
-        plan = json.loads(plan_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise BadInputError(f"replay plan {plan_path}: {exc}") from None
+    plan = read_json(plan_path, "replay plan")
+    if not isinstance(plan, dict) or not isinstance(plan.get("inspect"), str):
+        raise BadInputError(f"replay plan {plan_path}: expected an object naming its "
+                            "\"inspect\" snapshot")
     base = plan_path.parent
     step("inspect (replay)")
     machine = read_snapshot(base / plan["inspect"])
@@ -85,7 +86,7 @@ def _replay(plan_path: Path, step: Callable[[str], None],
     if plan.get("bench"):
         step("bench (replay)")
         bench_path = base / plan["bench"]
-        measured = load_run(bench_path.read_bytes(), origin=f"bench {bench_path}").measurements
+        measured = read_run(bench_path, "bench").measurements
     return inspected.model_copy(update={
         "kind": "run", "measurements": measured,
         "findings": inspected.findings + tuple(bench_findings(list(measured)))})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -525,6 +526,18 @@ class LiveNvml:
             raise Unsupported(f"unreadable result from {fn}: {exc}") from None
 
 
+def _finite(value: Any) -> Any:
+    """`value` with any NaN or ±inf inside (a GPM metric's, say) as text saying what it was:
+    a reading's reason on replay, and a trace any JSON reader takes."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"NVML gave {value}"
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 class RecordingNvml:
     """Passes queries to another source and keeps every answer, to be saved as a trace."""
 
@@ -539,7 +552,11 @@ class RecordingNvml:
         except Unsupported as exc:
             self.calls[key] = {"error": exc.reason}
             raise
-        self.calls[key] = {"value": value}
+        if isinstance(value, float) and not math.isfinite(value):
+            # JSON (RFC 8259) has no NaN: the trace says what NVML gave, as a reason.
+            self.calls[key] = {"error": f"NVML gave {value}"}
+        else:
+            self.calls[key] = {"value": _finite(value)}
         return value
 
     def trace(self, **meta: Any) -> dict[str, Any]:
@@ -570,5 +587,7 @@ class ReplayNvml:
         if not isinstance(entry, dict) or not ("error" in entry or "value" in entry):
             raise BadInputError(f"NVML trace: {call_key(fn, args)}: not a recorded answer")
         if "error" in entry:
+            if not isinstance(entry["error"], str):
+                raise BadInputError(f"NVML trace: {call_key(fn, args)}: the error is not text")
             raise Unsupported(entry["error"])
         return entry["value"]

@@ -14,31 +14,33 @@ from dataclasses import dataclass
 
 import psutil
 
+from gpuaudit.model.units import Bytes, CorePct, Count, Fraction, Pct, Pid
+
 from .gpus import Reader
 from .nvml import Dev, NvmlSource
 
 
 @dataclass(frozen=True)
 class ProcInfo:
-    pid: int
-    ppid: int
+    pid: Pid
+    ppid: Pid
     name: str
-    cpu_pct: float  # of one core, since the previous tick (100 = one core busy)
-    rss_bytes: int
-    threads: int
+    cpu_pct: CorePct  # of one core, since the previous tick (100 = one core busy)
+    rss_bytes: Bytes
+    threads: Count
     # The process's main thread (the one that runs the training loop) alone, % of one core
     # since the previous tick; None on the first tick or where threads cannot be read.
-    main_thread_cpu_pct: float | None = None
+    main_thread_cpu_pct: CorePct | None = None
 
 
 @dataclass(frozen=True)
 class ProcTick:
     time_s: float  # time.monotonic()
     procs: tuple[ProcInfo, ...]  # the job's tree, root first
-    host_cpu_pct: float  # all cores together, 0–100
-    host_memory_used_fraction: float
-    swap_used_bytes: int
-    cores: int  # the CPUs this job may run on
+    host_cpu_pct: Pct  # all cores together, 0–100
+    host_memory_used_fraction: Fraction
+    swap_used_bytes: Bytes
+    cores: Count  # the CPUs this job may run on
 
 
 class ProcessTree:

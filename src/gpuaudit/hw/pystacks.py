@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuaudit.model.units import Count, Pid
+
 RATE_HZ = 100
 CHUNK_S = 3  # short enough to leave a job's start and end out; py-spy restarts in ~0.1 s
 _PROCESS = re.compile(r'process (\d+):".*?";', re.S)  # its command line may hold newlines
@@ -40,7 +42,7 @@ _FINAL = ("Permission Denied", "Operation not permitted", "ptrace", "No such fil
 class Frame:
     function: str
     file: str
-    line: int | None
+    line: Count | None
 
 
 @dataclass(frozen=True)
@@ -48,19 +50,19 @@ class Stack:
     """One distinct stack of one thread, root first (indices into its chunk's frames), and
     how many samples had it."""
 
-    pid: int
-    tid: int
+    pid: Pid
+    tid: Pid
     thread: str | None
-    frames: tuple[int, ...]
-    count: int
+    frames: tuple[Count, ...]
+    count: Count
 
 
 @dataclass(frozen=True)
 class StackChunk:
     start_s: float  # time.monotonic()
     end_s: float
-    rate_hz: int
-    target_pid: int
+    rate_hz: Count
+    target_pid: Pid
     frames: tuple[Frame, ...]  # each distinct frame once (stacks share most of theirs)
     stacks: tuple[Stack, ...]
 

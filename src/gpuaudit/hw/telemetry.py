@@ -15,9 +15,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import GpuSample, ProcessSample, Sample, XidEvent
-from gpuaudit.parse import read_text
+from gpuaudit.model.schema import describe_validation_error
+from gpuaudit.model.units import MAX_GPUS, Interval, Moment
+from gpuaudit.reading import load_json, read_text
 
 from . import decode as d
 from .gpus import Reader, running_processes
@@ -35,7 +39,6 @@ from .nvml import (
     NvmlSource,
     RecordingNvml,
     ReplayNvml,
-    read_json,
 )
 from .xids import xid_bus
 
@@ -164,7 +167,10 @@ def _fields(r: Reader, h: Dev, static: GpuStatic) -> dict[str, Any]:
 
 
 def read_gpu_sample(src: NvmlSource, static: GpuStatic,
-                    xids: Iterable[XidEvent] = ()) -> GpuSample:
+                    xids: Iterable[XidEvent] = (), lenient: bool = True) -> GpuSample:
+    """One GPU's tick. Readings are checked against what a GPU can have (model/units); a live
+    GPU's impossible answer is left out with the reason (`lenient`), a recording's is an
+    error."""
     r = Reader(src)
     h = Dev(static.index)
     util = r.get("utilization_gpu_pct", "nvmlDeviceGetUtilizationRates", h)
@@ -232,8 +238,30 @@ def read_gpu_sample(src: NvmlSource, static: GpuStatic,
             readings[fld] = r.get(fld, "nvmlDeviceGetPcieThroughput", h, counter,
                                   convert=lambda v: v * 1000.0)
     readings.update(_fields(r, h, static))
-    return GpuSample(index=static.index, uuid=static.uuid, name=static.name,
-                     xid_events=tuple(xids), unavailable=r.unavailable, **readings)
+    doc = dict(index=static.index, uuid=static.uuid, name=static.name, xid_events=tuple(xids),
+               unavailable=r.unavailable, **readings)
+    try:
+        return GpuSample.model_validate(doc, strict=True)
+    except ValidationError as exc:
+        if not lenient:
+            raise
+        for error in exc.errors():
+            name = str(error["loc"][0])
+            if name in readings and readings[name] is not None:
+                doc[name] = () if name == "processes" else None
+                r.unavailable[name] = f"reading not trusted: {error['input']!r}"[:200]
+        return GpuSample.model_validate(doc, strict=True)
+
+
+def gpu_count(src: NvmlSource) -> int:
+    """How many GPUs the source has (0 when it cannot say); a count no machine has (a trace
+    claiming 100,000 GPUs, "8" as text) is bad input, before anything loops over it."""
+    count = Reader(src).get("gpu_count", "nvmlDeviceGetCount") or 0
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_GPUS:
+        where = getattr(src, "origin", None) or "NVML"
+        raise BadInputError(f"{where}: {str(count)[:40]!r} GPUs is not a GPU count (0 to "
+                            f"{MAX_GPUS})")
+    return count
 
 
 class Sampler:
@@ -245,10 +273,29 @@ class Sampler:
         self.src = src
         self.hostname = hostname
         self.interval_s = interval_s
-        count = Reader(src).get("gpu_count", "nvmlDeviceGetCount") or 0
+        # A recording (it has an origin) is judged, not read around: see `_recorded`.
+        self.origin: str | None = getattr(src, "origin", None)
+        count = gpu_count(src)
         wanted = list(range(count)) if gpus is None else sorted(set(gpus))
-        self.static = [read_static(src, i) for i in wanted]
+        self.static = [self._recorded(-1, read_static, src, i) for i in wanted]
         self.xid_reason: str | None = None
+
+    def _recorded(self, index: int, read: Any, *args: Any) -> Any:
+        """`read(*args)`; from a recording, an answer no NVML gives (a clock as text, 10^30
+        W, a list where a dict was) is bad input naming the trace, frame and GPU."""
+        if self.origin is None:
+            return read(*args)
+        try:
+            return read(*args)
+        except BadInputError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            frame = getattr(self.src, "frame", -1)
+            where = f"{self.origin} {'setup' if frame < 0 else f'frame {frame}'}"
+            why = (describe_validation_error(exc) if isinstance(exc, ValidationError)
+                   else f"{type(exc).__name__}: {exc}")
+            gpu = f"GPU {args[-1] if index < 0 else index}: " if args else ""
+            raise BadInputError(f"{where}: {gpu}{why}") from None
 
     def _xids(self, now: datetime) -> dict[int, list[XidEvent]]:
         r = Reader(self.src)
@@ -272,10 +319,15 @@ class Sampler:
         gpus = []
         for static in self.static:
             try:
-                gpus.append(read_gpu_sample(self.src, static, xids.get(static.index, ())))
+                gpus.append(self._recorded(static.index, read_gpu_sample, self.src, static,
+                                           xids.get(static.index, ()), self.origin is None))
+            except BadInputError:
+                raise
             except Exception as exc:  # one GPU's surprise must not stop the others' sampling
+                why = (describe_validation_error(exc) if isinstance(exc, ValidationError)
+                       else " ".join(str(exc).split()))
                 gpus.append(GpuSample(index=static.index, uuid=static.uuid, name=static.name,
-                                      error=f"{type(exc).__name__}: {exc}"))
+                                      error=f"{type(exc).__name__}: {why}"))
         return Sample(time=now, hostname=self.hostname, interval_s=self.interval_s,
                       gpus=tuple(gpus))
 
@@ -327,39 +379,80 @@ class TraceRecorder:
                 "setup": self.setup or {}, "frames": self.frames}
 
 
+def _time(text: Any) -> datetime:
+    """A frame's ISO time, as UTC when it carries no offset."""
+    if not isinstance(text, str):
+        raise ValueError(f"the time {text!r} is not an ISO time")
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"the time {text[:40]!r} is not an ISO time") from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+_MOMENT: TypeAdapter[datetime] = TypeAdapter(Moment)
+
+
+def _moment(when: datetime) -> datetime:
+    try:
+        return _MOMENT.validate_python(when)
+    except ValidationError as exc:
+        raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
+
 def read_trace(path: Path) -> dict[str, Any]:
     """A telemetry trace file: one JSON document, or the JSON-lines form `TraceRecorder`
     streams (header line, then a line per frame). A last line cut short by a crash is left
     out; any other broken line is bad input."""
-    text = read_text(path, "telemetry trace")  # missing, binary, not UTF-8: one line
+    text = read_text(path, "telemetry trace")  # not a regular file, binary, …: one line
     first, _, rest = text.partition("\n")
     try:
-        header = json.loads(first)
-    except (ValueError, RecursionError):
-        return read_json(path, "telemetry trace")  # a document over several lines
+        header = load_json(first, "header")
+    except BadInputError:
+        return _frames(load_json(text, f"telemetry trace {path}"), path)  # over several lines
     if not isinstance(header, dict) or "frames" in header:
-        return header  # a whole document on one line (TraceReplay judges it)
-    if not rest.strip():
-        return {**header, "frames": []}
+        return _frames(header, path)  # a whole document on one line
     lines = rest.splitlines()
     frames = []
     for n, line in enumerate(lines, start=2):
+        if not line.strip() and n == len(lines) + 1:
+            break
         try:
-            frames.append(json.loads(line))
-        except (ValueError, RecursionError) as exc:
+            frames.append(load_json(line, f"telemetry trace {path} line {n}"))
+        except BadInputError:
             if n == len(lines) + 1:
                 break  # the tick in progress when the recorder stopped
-            raise BadInputError(f"telemetry trace {path} line {n}: "
-                                f"{'nested too deeply' if isinstance(exc, RecursionError) else exc}"
-                                ) from None
-    return {**header, "frames": frames}
+            raise
+    return _frames({**header, "frames": frames}, path)
+
+
+def _frames(doc: Any, path: Path) -> Any:
+    """A trace with no frame is refused: replaying it would watch nothing, silently."""
+    if isinstance(doc, dict) and isinstance(doc.get("frames"), list) and not doc["frames"] \
+            and doc.get("format") == TELEMETRY_FORMAT:
+        raise BadInputError(f"telemetry trace {path} has no frames (nothing was recorded)")
+    return doc
+
+
+class TraceHeader(BaseModel):
+    """What a trace says about itself, checked: a sampling interval of "soon" or -1 s, a
+    recording dated next year, a host name that is a number are a damaged trace."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
+    hostname: str | None = None
+    interval_s: Interval | None = None
+    recorded_at: Moment | None = None
+    source: str | None = None
 
 
 class TraceReplay:
     """A telemetry trace as an NvmlSource: the Sampler's setup reads `setup`, then each
-    `advance()` moves to the next frame and gives its time (None past the last)."""
+    `advance()` moves to the next frame and gives its time (None past the last). `origin`
+    names the trace in messages; a source that has one is a recording, whose damage the
+    Sampler refuses instead of reading around it as it does a live GPU's odd answer."""
 
-    def __init__(self, trace: dict[str, Any]) -> None:
+    def __init__(self, trace: dict[str, Any], origin: str = "telemetry trace") -> None:
+        self.origin = origin
         if not isinstance(trace, dict) or trace.get("format") != TELEMETRY_FORMAT \
                 or not isinstance(trace.get("frames"), list):
             raise BadInputError("not a gpuaudit telemetry trace")
@@ -370,6 +463,17 @@ class TraceReplay:
             raise BadInputError(f"telemetry trace version {trace['version']} is newer than "
                                 f"this gpuaudit reads ({TELEMETRY_VERSION}): upgrade gpuaudit")
         self.meta = {k: v for k, v in trace.items() if k not in ("setup", "frames")}
+        meta = dict(self.meta)
+        try:
+            if isinstance(meta.get("recorded_at"), str):
+                meta["recorded_at"] = _time(meta["recorded_at"])
+            header = TraceHeader.model_validate(meta)
+        except ValueError as exc:  # ValidationError is one
+            why = describe_validation_error(exc) if isinstance(exc, ValidationError) else exc
+            raise BadInputError(f"{origin}: {why}") from None
+        self.hostname = header.hostname or "replay"
+        self.interval_s = header.interval_s or 1.0
+        self._previous: datetime | None = None
         self._setup = ReplayNvml({"format": TRACE_FORMAT, "calls": trace.get("setup", {})})
         self._frames = trace["frames"]
         self._at = -1
@@ -377,7 +481,7 @@ class TraceReplay:
 
     @classmethod
     def from_file(cls, path: Path) -> TraceReplay:
-        return cls(read_trace(path))
+        return cls(read_trace(path), origin=f"telemetry trace {path}")
 
     def __len__(self) -> int:
         return len(self._frames)
@@ -387,13 +491,24 @@ class TraceReplay:
         if self._at >= len(self._frames):
             return None
         frame = self._frames[self._at]
+        where = f"{self.origin} frame {self._at}"
         try:
-            time = datetime.fromisoformat(frame["time"])
-            time = time if time.tzinfo else time.replace(tzinfo=timezone.utc)
+            time = _moment(_time(frame["time"]))
             self._current = ReplayNvml({"format": TRACE_FORMAT, "calls": frame["calls"]})
         except (KeyError, TypeError, ValueError) as exc:
-            raise BadInputError(f"telemetry trace frame {self._at}: {exc}") from None
+            raise BadInputError(f"{where}: {exc}") from None
+        except BadInputError as exc:
+            raise BadInputError(f"{where}: {exc}") from None
+        if self._previous is not None and time < self._previous:
+            raise BadInputError(f"{where}: its time {time.isoformat()} is before the previous "
+                                f"frame's ({self._previous.isoformat()})")
+        self._previous = time
         return time
+
+    @property
+    def frame(self) -> int:
+        """The frame now answering (-1: the setup)."""
+        return self._at
 
     def query(self, fn: str, *args: Arg) -> Any:
         return self._current.query(fn, *args)

@@ -8,6 +8,7 @@ from pathlib import Path
 from gpuaudit._version import __version__
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Machine, Run, load_run, utc_now
+from gpuaudit.reading import read_text
 
 from .health import check_machine
 
@@ -28,13 +29,10 @@ def inspect_machine(machine: Machine | None = None, *, source: str = "live",
 
 def read_snapshot(path: Path) -> Machine:
     """The Machine in a saved document (what `inspect --json` printed), or BadInputError."""
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise BadInputError(f"cannot read snapshot {path}: {exc.strerror or exc}") from None
+    text = read_text(path, "snapshot")
     # Strict: a field of the wrong type ("16" for a number, 1 for true) is a damaged snapshot,
     # not something to coerce and judge.
-    run = load_run(text, origin=f"snapshot {path}", strict=True)
+    run = load_run(text, origin=f"snapshot {path}", strict=True, nan_ok=True)
     if run.machine is None:
         raise BadInputError(f"snapshot {path} holds no machine facts (a {run.kind} run)")
     return run.machine

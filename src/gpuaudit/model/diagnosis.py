@@ -3,12 +3,11 @@ changes that would make the job faster, ranked by their expected gain."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from pydantic import Field
 
 from .base import SCHEMA_VERSION, Record
 from .finding import Severity
+from .units import Count, Figure, Fraction, GpuIndex, Moment, Pid, Seconds
 
 Value = str | int | float | bool | None
 
@@ -29,10 +28,10 @@ class Bottleneck(Record):
     code: str
     title: str
     severity: Severity
-    share: float
+    share: Fraction
     confidence: str  # "high", "medium" or "low": how directly the evidence shows it
     message: str
-    gpu_index: int | None = None
+    gpu_index: GpuIndex | None = None
     evidence: tuple[Observation, ...] = ()
 
 
@@ -41,12 +40,12 @@ class Change(Record):
     speed-up it should bring (a range, `gain_low`–`gain_high` times) with how that was
     estimated."""
 
-    rank: int
+    rank: Count
     finding: str  # the code of the finding it answers
     action: str
     settings: str | None = None
-    gain_low: float | None = None
-    gain_high: float | None = None
+    gain_low: Figure | None = None
+    gain_high: Figure | None = None
     gain_basis: str = ""
 
 
@@ -54,11 +53,11 @@ class Diagnosis(Record):
     schema_version: int = SCHEMA_VERSION
     kind: str = "doctor"
     command: tuple[str, ...] | None = None
-    pid: int | None = None  # the job's process (the one started, or the one attached to)
+    pid: Pid | None = None  # the job's process (the one started, or the one attached to)
     exit_code: int | None = None  # None when attached: the exit status is its parent's
-    started_at: datetime
-    duration_s: float
-    gpus: tuple[int, ...] = ()  # the GPUs the job used (NVML indices)
+    started_at: Moment
+    duration_s: Seconds
+    gpus: tuple[GpuIndex, ...] = ()  # the GPUs the job used (NVML indices)
     findings: tuple[Bottleneck, ...] = ()
     changes: tuple[Change, ...] = ()
     summary: tuple[Observation, ...] = ()  # the figures that describe the job as a whole

@@ -12,6 +12,7 @@ from datetime import datetime
 from enum import Enum
 
 from .base import Record
+from .units import Celsius, Count, Figure, GpuIndex, Joules, Pct, Watts
 
 
 class Resolution(str, Enum):
@@ -22,10 +23,10 @@ class Resolution(str, Enum):
 class HistoryPoint(Record):
     time: datetime  # raw: when sampled; 1m: the start of the minute
     hostname: str
-    gpu: int
+    gpu: GpuIndex
     resolution: Resolution
-    samples: int  # raw rows behind this point, error rows included
-    error_samples: int  # of those, rows where the GPU could not be read
+    samples: Count  # raw rows behind this point, error rows included
+    error_samples: Count  # of those, rows where the GPU could not be read
     uuid: str | None = None
     # raw: why the GPU could not be read; 1m: the last such reason in the minute.
     error: str | None = None
@@ -33,25 +34,25 @@ class HistoryPoint(Record):
     # seen during the minute, sorted.
     clock_event_reasons: tuple[str, ...] | None = None
 
-    utilization_gpu_pct: float | None = None
-    utilization_memory_pct: float | None = None
-    memory_used_bytes: float | None = None
-    memory_total_bytes: float | None = None
-    power_w: float | None = None
-    power_max_w: float | None = None
-    energy_j: float | None = None  # a counter since the driver loaded, never averaged
-    temperature_gpu_c: float | None = None
-    temperature_gpu_max_c: float | None = None
-    temperature_memory_c: float | None = None
-    temperature_memory_max_c: float | None = None
-    sm_clock_mhz: float | None = None
-    memory_clock_mhz: float | None = None
-    pcie_rx_bytes_per_s: float | None = None
-    pcie_tx_bytes_per_s: float | None = None
-    sm_activity_pct: float | None = None
-    sm_occupancy_pct: float | None = None
-    tensor_activity_pct: float | None = None
-    dram_bandwidth_util_pct: float | None = None
+    utilization_gpu_pct: Pct | None = None
+    utilization_memory_pct: Pct | None = None
+    memory_used_bytes: Figure | None = None
+    memory_total_bytes: Figure | None = None
+    power_w: Watts | None = None
+    power_max_w: Watts | None = None
+    energy_j: Joules | None = None  # a counter since the driver loaded, never averaged
+    temperature_gpu_c: Celsius | None = None
+    temperature_gpu_max_c: Celsius | None = None
+    temperature_memory_c: Celsius | None = None
+    temperature_memory_max_c: Celsius | None = None
+    sm_clock_mhz: Figure | None = None
+    memory_clock_mhz: Figure | None = None
+    pcie_rx_bytes_per_s: Figure | None = None
+    pcie_tx_bytes_per_s: Figure | None = None
+    sm_activity_pct: Pct | None = None
+    sm_occupancy_pct: Pct | None = None
+    tensor_activity_pct: Pct | None = None
+    dram_bandwidth_util_pct: Pct | None = None
 
 
 class Compaction(Record):

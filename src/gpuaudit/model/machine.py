@@ -12,19 +12,22 @@ from enum import Enum
 
 from pydantic import Field
 
-from gpuaudit.model.base import Record
+from gpuaudit.model.base import Facts
+from gpuaudit.model.units import Bytes, Count, GpuIndex
 
 Unavailable = dict[str, str]
 
 
-class Host(Record):
+class Host(Facts):
     hostname: str
     cpu_model: str | None = None
-    cpu_cores_physical: int | None = None
-    cpu_threads: int | None = None
-    cpu_sockets: int | None = None
-    numa_nodes: int | None = None
-    memory_total_bytes: int | None = None
+    # What the host is made of (read from the OS, not NVML's readings, which inspect's check
+    # judges): counts are counts.
+    cpu_cores_physical: Count | None = None
+    cpu_threads: Count | None = None
+    cpu_sockets: Count | None = None
+    numa_nodes: Count | None = None
+    memory_total_bytes: Bytes | None = None
     os_name: str | None = None
     kernel: str | None = None
     architecture: str | None = None
@@ -39,7 +42,7 @@ class Host(Record):
     unavailable: Unavailable = Field(default_factory=dict)
 
 
-class PcieLink(Record):
+class PcieLink(Facts):
     gen_current: int | None = None
     gen_max: int | None = None  # the most the GPU and the slot together allow
     gen_gpu_max: int | None = None  # the most the GPU itself supports
@@ -47,7 +50,7 @@ class PcieLink(Record):
     width_max: int | None = None
 
 
-class Clocks(Record):
+class Clocks(Facts):
     sm_mhz: int | None = None
     memory_mhz: int | None = None
     graphics_mhz: int | None = None
@@ -64,7 +67,7 @@ class Clocks(Record):
     event_reasons_mask: int | None = None
 
 
-class Power(Record):
+class Power(Facts):
     draw_w: float | None = None
     limit_w: float | None = None  # enforced limit
     default_limit_w: float | None = None
@@ -72,7 +75,7 @@ class Power(Record):
     max_limit_w: float | None = None
 
 
-class Thermal(Record):
+class Thermal(Facts):
     gpu_c: int | None = None
     slowdown_c: int | None = None
     shutdown_c: int | None = None
@@ -80,7 +83,7 @@ class Thermal(Record):
     memory_max_operating_c: int | None = None
 
 
-class Ecc(Record):
+class Ecc(Facts):
     enabled: bool | None = None
     pending_enabled: bool | None = None
     volatile_corrected: int | None = None
@@ -89,20 +92,20 @@ class Ecc(Record):
     aggregate_uncorrected: int | None = None
 
 
-class RemappedRows(Record):
+class RemappedRows(Facts):
     correctable: int | None = None
     uncorrectable: int | None = None
     pending: bool | None = None
     failed: bool | None = None
 
 
-class RetiredPages(Record):
+class RetiredPages(Facts):
     single_bit: int | None = None
     double_bit: int | None = None
     pending: bool | None = None
 
 
-class NvLink(Record):
+class NvLink(Facts):
     link: int
     active: bool
     version: int | None = None
@@ -110,14 +113,14 @@ class NvLink(Record):
     remote_is_switch: bool | None = None  # the far end is an NVSwitch, not a GPU
 
 
-class GpuProcess(Record):
+class GpuProcess(Facts):
     pid: int
     name: str | None = None
     kind: str = "compute"  # "compute" or "graphics"
     used_memory_bytes: int | None = None
 
 
-class MigInstance(Record):
+class MigInstance(Facts):
     uuid: str | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
@@ -125,8 +128,8 @@ class MigInstance(Record):
     multiprocessor_count: int | None = None
 
 
-class Gpu(Record):
-    index: int
+class Gpu(Facts):
+    index: GpuIndex
     name: str
     uuid: str | None = None
     serial: str | None = None
@@ -157,7 +160,7 @@ class Gpu(Record):
     retired_pages: RetiredPages = RetiredPages()
     nvlinks: tuple[NvLink, ...] = ()
     numa_node: int | None = None
-    cpu_affinity: tuple[int, ...] | None = None  # logical CPUs closest to this GPU
+    cpu_affinity: tuple[Count, ...] | None = None  # logical CPUs closest to this GPU
     processes: tuple[GpuProcess, ...] | None = None
     gpm_supported: bool | None = None
     # The NVSwitch fabric as the fabric manager left it ("completed" when ready); None where
@@ -190,7 +193,7 @@ class LinkKind(str, Enum):
     SYSTEM = "SYS"  # across NUMA nodes (the SMP interconnect)
 
 
-class Link(Record):
+class Link(Facts):
     """A topology edge between two GPUs (a < b)."""
 
     gpu_a: int
@@ -208,7 +211,7 @@ class Link(Record):
         return self.kind.value if self.kind else "?"
 
 
-class Machine(Record):
+class Machine(Facts):
     """A snapshot of one machine: what `gpuaudit inspect --json` prints and `--from` reads."""
 
     captured_at: datetime

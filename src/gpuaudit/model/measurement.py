@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from gpuaudit.model.base import Record
+from gpuaudit.model.units import Bytes, Count, Figure, GpuIndex, Pct, Pid
 
 Params = dict[str, str | int | float | bool | None]
 
@@ -12,10 +13,10 @@ Params = dict[str, str | int | float | bool | None]
 class ContendingProcess(Record):
     """Another process on a benchmarked GPU, as NVML listed it."""
 
-    gpu_index: int
-    pid: int
+    gpu_index: GpuIndex
+    pid: Pid
     command: str | None = None  # None: not visible from here (another container or user)
-    used_memory_bytes: int | None = None
+    used_memory_bytes: Bytes | None = None
 
 
 class Contention(Record):
@@ -24,10 +25,10 @@ class Contention(Record):
 
     processes: tuple[ContendingProcess, ...] = ()
     # SM activity (GPM) or utilization (NVML) on the GPU while this run was idle between suites
-    activity_pct: float | None = None
+    activity_pct: Pct | None = None
     activity_source: str | None = None  # "gpm_sm_activity" or "nvml_utilization"
     # The figure's IQR as a % of its median, where that alone says the GPU was shared
-    spread_pct: float | None = None
+    spread_pct: Figure | None = None
     summary: str = ""  # one line for people
 
 
@@ -41,16 +42,16 @@ class Measurement(Record):
     suite: str
     name: str
     unit: str
-    value: float | None
+    value: Figure | None
     statistic: str = "median"
-    samples: tuple[float, ...] = ()
-    warmup: int = 0
-    spread_low: float | None = None
-    spread_high: float | None = None
+    samples: tuple[Figure, ...] = ()
+    warmup: Count = 0
+    spread_low: Figure | None = None
+    spread_high: Figure | None = None
     spread_kind: str | None = None  # "min-max" or "IQR"
-    spec_value: float | None = None
-    pct_of_spec: float | None = None
-    gpu_index: int | None = None
+    spec_value: Figure | None = None
+    pct_of_spec: Figure | None = None
+    gpu_index: GpuIndex | None = None
     params: Params = Field(default_factory=dict)
     skipped_reason: str | None = None
     # The result was checked against a reference (None: no check applies).

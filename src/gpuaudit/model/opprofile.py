@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import Record
+from .base import Amounts, Record
 
 # The classes, as `workloads.opclass` assigns them. Matmul-bound classes are timed by the
 # matmul rate; memory-bound ones by the copy bandwidth.
@@ -35,7 +35,7 @@ TIMED_PRECISIONS = ("fp32", "tf32", "bf16")
 BATCH_SCALES = (0.5, 2.0)
 
 
-class GemmShape(Record):
+class GemmShape(Amounts):
     """A matmul shape of the step (a convolution as its implicit GEMM): (m, n, k, batch)."""
 
     m: int
@@ -47,7 +47,7 @@ class GemmShape(Record):
     flops: float  # per step
 
 
-class AttentionShape(Record):
+class AttentionShape(Amounts):
     """A fused attention forward call: (B, H, T, S, Q, causal)."""
 
     batch: int
@@ -60,7 +60,7 @@ class AttentionShape(Record):
     forward_flops: float
 
 
-class KernelGrid(Record):
+class KernelGrid(Amounts):
     """A kernel of a matmul-bound class with its grid (its waves)."""
 
     name: str
@@ -70,7 +70,7 @@ class KernelGrid(Record):
     us_per_step: float
 
 
-class OpTraffic(Record):
+class OpTraffic(Amounts):
     """An aten operator's traffic per step within a class."""
 
     op: str
@@ -78,7 +78,7 @@ class OpTraffic(Record):
     count: float
 
 
-class TimedShape(Record):
+class TimedShape(Amounts):
     """A matmul or attention shape timed alone (recordings before the unit timings)."""
 
     kind: str  # "gemm" or "attention"
@@ -87,7 +87,7 @@ class TimedShape(Record):
     tflops: float
 
 
-class NormTiming(Record):
+class NormTiming(Amounts):
     """A batch-norm layer shape timed alone (recordings before the unit timings)."""
 
     shape: tuple[int, ...]
@@ -98,7 +98,7 @@ class NormTiming(Record):
     ms: float
 
 
-class BatchNormRecord(Record):
+class BatchNormRecord(Amounts):
     """Batch norm within the elementwise class (recordings before the norm class)."""
 
     us_per_step: float
@@ -106,7 +106,7 @@ class BatchNormRecord(Record):
     timed_traffic_share: float = 0.0
 
 
-class ConvLayer(Record):
+class ConvLayer(Amounts):
     input: tuple[int, ...]
     weight: tuple[int, ...]
     stride: tuple[int, ...]
@@ -118,7 +118,7 @@ class ConvLayer(Record):
     memory_format: str
 
 
-class ConvTiming(Record):
+class ConvTiming(Amounts):
     """A convolution layer timed alone (recordings before the unit timings)."""
 
     layer: ConvLayer
@@ -127,12 +127,12 @@ class ConvTiming(Record):
     ms: float
 
 
-class ConvTimingRecord(Record):
+class ConvTimingRecord(Amounts):
     timed: tuple[ConvTiming, ...]
     timed_flops_share: float
 
 
-class OpClassRecord(Record):
+class OpClassRecord(Amounts):
     """One operator class of the step."""
 
     op_class: str
@@ -152,7 +152,7 @@ class OpClassRecord(Record):
     conv_timing: ConvTimingRecord | None = None
 
 
-class UnitGroup(Record):
+class UnitGroup(Amounts):
     """The units of one name within one class (e.g. gemm/linear): their device time per step
     from the profiled steps, and their work per step from the counted ones (at the recorded
     batch, under the other precision family, and at `OpProfile.alt_batch`)."""
@@ -169,7 +169,7 @@ class UnitGroup(Record):
     alt_batch_bytes: float | None = None
 
 
-class UnitTime(Record):
+class UnitTime(Amounts):
     """A unit timed alone, forward + backward: in a precision, at a batch scale."""
 
     precision: str
@@ -177,7 +177,7 @@ class UnitTime(Record):
     ms: float
 
 
-class TimedUnit(Record):
+class TimedUnit(Amounts):
     """One unit call signature timed alone (`workloads.units`)."""
 
     op_class: str
@@ -213,12 +213,12 @@ class Timeline(Record):
     blocked_us: tuple[float, ...] = ()
 
 
-class DdpBucket(Record):
+class DdpBucket(Amounts):
     bytes: int
     ready_fraction: float  # share of the backward done when its last gradient is ready
 
 
-class UnknownOp(Record):
+class UnknownOp(Amounts):
     """Device time the model does not understand: an operator outside aten or with kernels
     that contradict its class, or kernels no operator launched."""
 
@@ -230,7 +230,7 @@ class UnknownOp(Record):
 Scalar = str | int | float | bool | None
 
 
-class OpProfile(Record):
+class OpProfile(Amounts):
     """The op profile of `<model>/<mode>`."""
 
     workload: str  # "<model>/<mode>"

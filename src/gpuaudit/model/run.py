@@ -14,6 +14,7 @@ from .fleet import NodeIdentity
 from .machine import Machine
 from .measurement import Measurement
 from .opprofile import OpProfile
+from .units import Moment, Seconds
 
 
 class RunStatus(str, Enum):
@@ -33,8 +34,8 @@ class Run(Record):
     schema_version: int = SCHEMA_VERSION
     id: str = Field(default_factory=new_run_id)
     kind: str  # "inspect", "run", "bench", ...
-    started_at: datetime
-    finished_at: datetime | None = None
+    started_at: Moment
+    finished_at: Moment | None = None
     tool_version: str
     status: RunStatus = RunStatus.COMPLETE
     command: tuple[str, ...] = ()
@@ -46,7 +47,7 @@ class Run(Record):
     # bench train --op-profile: each training mode's op profile (schema 3), for predict
     op_profiles: tuple[OpProfile, ...] = ()
     # bench: each suite's wall time in seconds, in the order they ran (where the time goes)
-    suite_seconds: dict[str, float] = Field(default_factory=dict)
+    suite_seconds: dict[str, Seconds] = Field(default_factory=dict)
 
     @property
     def verdict(self) -> Severity:

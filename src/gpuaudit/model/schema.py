@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from pydantic import ValidationError
@@ -42,14 +43,25 @@ def describe_validation_error(err: ValidationError) -> str:
     return f"{where}: {first['msg']}{got}{more}"
 
 
-def load_run(text: str | bytes, origin: str = "document", *, strict: bool = False) -> Run:
+def read_run(path: str | os.PathLike[str], what: str = "run file") -> Run:
+    """A Run document from a file the user named (through the one reader: a regular file,
+    bounded, gzip unpacked, strict UTF-8 and JSON), or a one-line BadInputError."""
+    from gpuaudit.reading import read_text
+
+    # Strict: a figure written as text ("lots") or a list where a record was is damage.
+    return load_run(read_text(path, what), origin=f"{what} {path}", strict=True)
+
+
+def load_run(text: str | bytes, origin: str = "document", *, strict: bool = False,
+             nan_ok: bool = False) -> Run:
     """Parse a Run document, raising BadInputError with one line when it is not one. `strict`:
-    a value of the wrong JSON type is an error instead of being converted ("5" for 5)."""
-    data = load_json(text, origin)
+    a value of the wrong JSON type is an error instead of being converted ("5" for 5).
+    `nan_ok`: NaN and Infinity are read (a snapshot's machine facts; its check names them)."""
+    data = load_json(text, origin, nan_ok=nan_ok)
     if not isinstance(data, dict):
         raise BadInputError(f"{origin} is not a gpuaudit document (expected a JSON object)")
     version = data.get("schema_version")
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise BadInputError(f"{origin} is not a gpuaudit document (no schema_version)")
     if version > SCHEMA_VERSION:
         raise BadInputError(

@@ -14,74 +14,90 @@ from pydantic import Field
 
 from .base import SCHEMA_VERSION, Record
 from .machine import Unavailable
+from .units import (
+    Bytes,
+    BytesPerS,
+    Celsius,
+    Count,
+    GpuIndex,
+    Interval,
+    Joules,
+    Mhz,
+    Moment,
+    PcieGen,
+    PcieWidth,
+    Pct,
+    Pid,
+    Watts,
+)
 
 
 class ProcessSample(Record):
-    pid: int
+    pid: Pid
     user: str | None = None
     command: str | None = None
-    used_memory_bytes: int | None = None
+    used_memory_bytes: Bytes | None = None
     # its share of the GPU's SM time over the last interval (NVML's per-process samples)
-    sm_util_pct: float | None = None
+    sm_util_pct: Pct | None = None
 
 
 class XidEvent(Record):
     """One XID error NVML reported (a driver-detected GPU fault; the code says which)."""
 
-    gpu: int
-    code: int
-    time: datetime
+    gpu: GpuIndex
+    code: Count
+    time: Moment
 
 
 class GpuSample(Record):
-    index: int
+    index: GpuIndex
     uuid: str | None = None
     name: str | None = None
     # A GPU that could not be read at all this tick (fell off the bus, driver error): why.
     # The other fields are then None; the other GPUs are still sampled.
     error: str | None = None
 
-    utilization_gpu_pct: float | None = None
-    utilization_memory_pct: float | None = None  # NVML's "memory": time the DRAM was busy
-    memory_used_bytes: int | None = None
-    memory_total_bytes: int | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    energy_j: float | None = None
-    temperature_gpu_c: float | None = None
-    temperature_memory_c: float | None = None
-    sm_clock_mhz: int | None = None
-    memory_clock_mhz: int | None = None
+    utilization_gpu_pct: Pct | None = None
+    utilization_memory_pct: Pct | None = None  # NVML's "memory": time the DRAM was busy
+    memory_used_bytes: Bytes | None = None
+    memory_total_bytes: Bytes | None = None
+    power_w: Watts | None = None
+    power_limit_w: Watts | None = None
+    energy_j: Joules | None = None
+    temperature_gpu_c: Celsius | None = None
+    temperature_memory_c: Celsius | None = None
+    sm_clock_mhz: Mhz | None = None
+    memory_clock_mhz: Mhz | None = None
     # Why the clocks are below their maximum right now (nvmlClocksEventReason names).
     clock_event_reasons: tuple[str, ...] | None = None
-    pcie_link_gen: int | None = None
-    pcie_link_gen_max: int | None = None  # the most this GPU and its slot can do
-    pcie_link_width: int | None = None
-    pcie_link_width_max: int | None = None
-    pcie_rx_bytes_per_s: float | None = None
-    pcie_tx_bytes_per_s: float | None = None
-    nvlink_rx_bytes: int | None = None
-    nvlink_tx_bytes: int | None = None
-    ecc_corrected_volatile: int | None = None
-    ecc_uncorrected_volatile: int | None = None
-    ecc_uncorrected_aggregate: int | None = None
-    remapped_rows_correctable: int | None = None
-    remapped_rows_uncorrectable: int | None = None
+    pcie_link_gen: PcieGen | None = None
+    pcie_link_gen_max: PcieGen | None = None  # the most this GPU and its slot can do
+    pcie_link_width: PcieWidth | None = None
+    pcie_link_width_max: PcieWidth | None = None
+    pcie_rx_bytes_per_s: BytesPerS | None = None
+    pcie_tx_bytes_per_s: BytesPerS | None = None
+    nvlink_rx_bytes: Bytes | None = None
+    nvlink_tx_bytes: Bytes | None = None
+    ecc_corrected_volatile: Count | None = None
+    ecc_uncorrected_volatile: Count | None = None
+    ecc_uncorrected_aggregate: Count | None = None
+    remapped_rows_correctable: Count | None = None
+    remapped_rows_uncorrectable: Count | None = None
     remapping_pending: bool | None = None
     remapping_failed: bool | None = None
 
     # NVML GPM (Hopper and newer), averaged over the interval since the previous tick.
-    sm_activity_pct: float | None = None
-    sm_occupancy_pct: float | None = None
-    tensor_activity_pct: float | None = None
-    dram_bandwidth_util_pct: float | None = None
-    fp64_activity_pct: float | None = None
-    fp32_activity_pct: float | None = None
-    fp16_activity_pct: float | None = None
-    gpm_pcie_rx_bytes_per_s: float | None = None
-    gpm_pcie_tx_bytes_per_s: float | None = None
-    gpm_nvlink_rx_bytes_per_s: float | None = None
-    gpm_nvlink_tx_bytes_per_s: float | None = None
+    sm_activity_pct: Pct | None = None
+    sm_occupancy_pct: Pct | None = None
+    tensor_activity_pct: Pct | None = None
+    dram_bandwidth_util_pct: Pct | None = None
+    fp64_activity_pct: Pct | None = None
+    fp32_activity_pct: Pct | None = None
+    fp16_activity_pct: Pct | None = None
+    gpm_pcie_rx_bytes_per_s: BytesPerS | None = None
+    gpm_pcie_tx_bytes_per_s: BytesPerS | None = None
+    gpm_nvlink_rx_bytes_per_s: BytesPerS | None = None
+    gpm_nvlink_tx_bytes_per_s: BytesPerS | None = None
 
     processes: tuple[ProcessSample, ...] = ()
     xid_events: tuple[XidEvent, ...] = ()
@@ -105,9 +121,9 @@ class Sample(Record):
     """One tick of the monitor: every GPU of one host at one moment."""
 
     schema_version: int = SCHEMA_VERSION
-    time: datetime
+    time: Moment
     hostname: str
-    interval_s: float
+    interval_s: Interval
     gpus: tuple[GpuSample, ...] = ()
 
 
@@ -119,6 +135,6 @@ class Alert(Record):
     state: str  # "pending" or "firing"
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
-    value: float
+    value: float = Field(allow_inf_nan=True)  # PromQL's answer: NaN and ±inf are values there
     active_since: datetime
     fired_at: datetime | None = None

@@ -124,7 +124,8 @@ def load_diagnosis(path: Path) -> Diagnosis:
     if not isinstance(data, dict) or data.get("kind") != "doctor":
         raise BadInputError(f"{path} is not a `gpuaudit doctor --save` document")
     version = data.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version \
+            <= SCHEMA_VERSION:
         raise BadInputError(f"{path} has schema_version {version}; this gpuaudit reads up to "
                             f"{SCHEMA_VERSION}")
     try:

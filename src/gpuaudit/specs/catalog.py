@@ -333,10 +333,13 @@ def load_catalog(path: str | Path | None = None) -> SpecCatalog:
     """Load a spec catalog; the packaged one (cached) when ``path`` is None."""
     if path is None:
         return _default_catalog()
+    from gpuaudit.errors import BadInputError
+    from gpuaudit.reading import read_text
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise SpecCatalogError(f"{path}: cannot read: {err.strerror or err}") from None
+        text = read_text(path, "spec catalog")
+    except BadInputError as err:
+        raise SpecCatalogError(str(err)) from None
     return _parse_catalog(text, str(path))
 
 

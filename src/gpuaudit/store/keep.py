@@ -8,10 +8,13 @@ import tempfile
 from pathlib import Path
 
 import platformdirs
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
-from gpuaudit.errors import GpuauditError
+from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.model import Run
 
+from .opening import configured_db_url, default_db_path, mask_url, read_only_why
 from .store import Store
 
 
@@ -29,9 +32,51 @@ def check_store(url: str | os.PathLike[str] | None = None) -> str:
     """Open the store for writing and close it: a missing driver, an unreachable server, a
     read-only file system or a database that is not ours is a one-line BadInputError now,
     before any work whose results would have nowhere to go. Returns the store's URL as
-    messages show it (password masked)."""
-    with Store(url) as store:
-        return store.url
+    messages show it (password masked). A SQLite file that does not exist yet is not created
+    (a command that fails before its work leaves nothing behind): its directory, or the
+    nearest that exists, must take new files."""
+    new = _new_sqlite_file(url)
+    if new is None:
+        with Store(url) as store:
+            return store.url
+    shown = mask_url(os.fspath(url)) if url is not None else str(new)
+    folder = "the data directory" if url is None and not configured_db_url() else \
+        "the directory"
+    existing = next(p for p in new.parents if p.exists())
+    if not existing.is_dir():
+        raise BadInputError(f"cannot create {folder} {new.parent} for database {shown}: "
+                            f"{existing} is not a directory")
+    why = read_only_why(existing / new.name) or (
+        None if os.access(existing, os.W_OK | os.X_OK) else f"{existing} does not take new "
+        "files")
+    if why:
+        raise BadInputError(f"cannot write database {shown}: {why}")
+    if new.parent.is_dir():  # else the first save makes the folders
+        from gpuaudit.parse import writable_file
+
+        writable_file(new, "--db")  # a name the file system cannot hold, say
+    return shown
+
+
+def _new_sqlite_file(url: str | os.PathLike[str] | None) -> Path | None:
+    """The SQLite file `url` names when it does not exist yet; None otherwise (another
+    database, an existing file, a URL the store itself will judge)."""
+    raw = os.fspath(url) if url is not None else (configured_db_url() or "")
+    if not raw:
+        path = default_db_path()
+    elif "://" not in raw:
+        path = Path(raw).expanduser().absolute()
+    else:
+        try:
+            parsed = make_url(raw)
+        except (ArgumentError, ValueError):
+            return None
+        database = parsed.database or ""
+        if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") \
+                or database.startswith("file:"):
+            return None
+        path = Path(database).expanduser().absolute()
+    return None if os.path.lexists(path) else path
 
 
 def unsaved_dirs() -> list[Path]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Engine, create_engine, event, func, insert, inspect, select, text, update
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import (
@@ -27,6 +28,7 @@ from sqlalchemy.pool import NullPool
 from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.model import Machine, Record, Run, RunStatus, Sample, Severity, load_run, utc_now
 from gpuaudit.model.history import Compaction, HistoryPoint
+from gpuaudit.model.schema import describe_validation_error
 
 from . import fleet, schema, telemetry
 from .opening import (
@@ -337,13 +339,21 @@ class Store:
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
-        """A database failure after opening (server gone, disk full) as a one-line error."""
+        """A database failure after opening (server gone, disk full) as a one-line error; a
+        row that is not what gpuaudit wrote (text in a number's column, a reading no GPU
+        has: the records' checks, or the driver's conversion, refuse it) as bad input."""
         try:
             yield
         except SQLAlchemyError as exc:
             raise GpuauditError(
                 f"database error {action} in {self.url}: {self._reason(exc)}"
             ) from None
+        except ValidationError as exc:
+            raise BadInputError(f"{action} in {self.url}: a damaged row: "
+                                f"{describe_validation_error(exc)}") from None
+        except (ValueError, TypeError) as exc:
+            raise BadInputError(f"{action} in {self.url}: a damaged row: "
+                                f"{' '.join(str(exc).split())[:200]}") from None
 
     def _writing(self) -> Engine:
         if self.read_only:

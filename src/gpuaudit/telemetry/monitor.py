@@ -160,7 +160,8 @@ def live_times(interval_s: float, stop: threading.Event, count: int | None = Non
 
 
 # A replay paced "as recorded" waits at most this long between frames: a trace with a gap of
-# days (or a frame dated years ahead) is still replayed, and the log says where it was cut.
+# days is still replayed, and the log says where it was cut. (A frame dated ahead of this
+# machine's clock, or before the frame it follows, is refused by the trace's reader.)
 MAX_REPLAY_PAUSE_S = 60.0
 
 

@@ -68,14 +68,17 @@ class MonitorSession:
         writable_file(o.record, "--record")
         writable_file(o.idle_log, "--idle-log")
         source, self.hostname, self._times = _source(self._stack, o)
+        # Everything that can be refused is judged before the recording's file is made: a
+        # command that fails before its work leaves nothing behind.
+        _check_gpus(source, o)
+        evaluator, notifier = _alerting(o)
+        self._stack.callback(notifier.close, 10.0)
         self._recorder = None
         if o.record is not None:
             source = self._recorder = self._recording(source)
         self.sampler = _sampler(source, self.hostname, o)
         if self._recorder is not None:
             self._recorder.end_setup()
-        evaluator, notifier = _alerting(o)
-        self._stack.callback(notifier.close, 10.0)
         decisions = self._stack.enter_context(o.idle_log.open("a")) if o.idle_log else None
 
         def on_decision(d: IdleDecision) -> None:  # the notifiers log it (GpuIdlePolicy)
@@ -139,7 +142,7 @@ def _source(stack: ExitStack, o: MonitorOptions) -> tuple[Any, str, Times]:
         from gpuaudit.hw.telemetry import TraceReplay
 
         trace = TraceReplay.from_file(o.replay)
-        hostname = str(trace.meta.get("hostname") or "replay")
+        hostname = trace.hostname
 
         def replayed(stop: threading.Event, count: int | None) -> Iterator[datetime]:
             return replay_times(trace, stop, count, o.speed or None)
@@ -163,10 +166,17 @@ def _source(stack: ExitStack, o: MonitorOptions) -> tuple[Any, str, Times]:
 
 def _sampler(source: Any, hostname: str, o: MonitorOptions) -> Any:
     """The Sampler over the GPUs asked for; refused when the source has none of them."""
-    from gpuaudit.hw.gpus import Reader
     from gpuaudit.hw.telemetry import Sampler
 
-    have = Reader(source).get("gpu_count", "nvmlDeviceGetCount") or 0
+    _check_gpus(source, o)
+    return Sampler(source, hostname=hostname, interval_s=o.interval_s, gpus=o.gpus)
+
+
+def _check_gpus(source: Any, o: MonitorOptions) -> None:
+    """The source has GPUs, a count a machine can have, and each one --gpus names."""
+    from gpuaudit.hw.telemetry import gpu_count
+
+    have = gpu_count(source)
     where = f"the trace {o.replay}" if o.replay is not None else "this machine"
     if not have:
         raise BadInputError(f"no GPU to watch on {where}")
@@ -175,7 +185,6 @@ def _sampler(source: Any, hostname: str, o: MonitorOptions) -> Any:
         if missing:
             raise BadInputError(f"--gpus: {where} has no GPU {', '.join(map(str, missing))} "
                                 f"(it has {_span(have)})")
-    return Sampler(source, hostname=hostname, interval_s=o.interval_s, gpus=o.gpus)
 
 
 def _span(n: int) -> str:

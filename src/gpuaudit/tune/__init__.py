@@ -6,15 +6,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaudit.errors import BadInputError
 from gpuaudit.model import AccumulationPlan, TrialResult, TuneResult
 
 from .search import SearchConfig, Trial, accumulation, choose_workers, search
 
-__all__ = ["TuneOptions", "settings_text", "tune"]
+__all__ = ["TuneOptions", "check_device", "settings_text", "tune"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,18 @@ def _record(t: Trial) -> TrialResult:
                        spread=t.spread, reason=t.reason)
 
 
+_DEVICE = re.compile(r"(cpu|cuda(:\d{1,3})?)")
+
+
+def check_device(text: str) -> str:
+    """--device as torch names the devices tune runs on: cpu, cuda or cuda:N. Checked before
+    torch sees it (torch.device("banana") is a RuntimeError)."""
+    device = text.strip().lower()
+    if not _DEVICE.fullmatch(device):
+        raise BadInputError(f"--device {text!r}: expected cpu, cuda or cuda:N (e.g. cuda:1)")
+    return device
+
+
 def default_precision(device: Any) -> str:
     import torch
 
@@ -57,11 +71,12 @@ def tune(model: str, opts: TuneOptions = TuneOptions(),
     from .target import load
 
     apply_safe_env()
-    device = torch.device(opts.device)
+    device = torch.device(check_device(opts.device))
     if device.type == "cuda" and not torch.cuda.is_available():
-        from gpuaudit.errors import BadInputError
-
         raise BadInputError("--device cuda: no CUDA device visible to torch (use --device cpu)")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise BadInputError(f"--device {opts.device}: torch sees {torch.cuda.device_count()} "
+                            "CUDA device(s), numbered from 0")
     target = load(model, device)
     runner = Runner(target, device, steps=opts.steps, warmup=opts.warmup)
     precision = opts.precision or default_precision(device)
@@ -75,6 +90,12 @@ def tune(model: str, opts: TuneOptions = TuneOptions(),
         return runner.measure(batch, precision)
 
     choice = search(measure, capacity, opts.search, precision)
+    first = choice.trials[0] if choice.trials else None
+    if first is not None and not first.ok and first.reason and not first.oom:
+        # The smallest batch failing for another reason than memory is the model's own
+        # failure (a TypeError in forward, a wrong make_batch), not a batch size's.
+        raise BadInputError(f"--model {model}: the model failed at batch {first.batch}: "
+                            f"{first.reason}")
     compared: list[Trial] = []
     if choice.chosen is not None:
         for p in opts.compare:
@@ -120,12 +141,15 @@ def _sweep_loader(opts: TuneOptions, batch: int, progress: Callable[[str], None]
 
     import torch
 
-    from gpuaudit.workloads.entry import resolve
+    from gpuaudit.workloads.entry import resolve, user_code
 
     from .runner import loader_rates
 
-    make_dataset = resolve(opts.dataset or "", "--dataset")
-    dataset = make_dataset()
+    spec = opts.dataset or ""
+    make_dataset = resolve(spec, "--dataset")
+    with user_code(f"--dataset {spec}"):
+        dataset = make_dataset()
+    _check_dataset(dataset, spec)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
     counts = list(opts.workers) or sorted({0, 1, 2, 4, 8, 16, cores} & set(range(cores + 1)))
@@ -136,7 +160,28 @@ def _sweep_loader(opts: TuneOptions, batch: int, progress: Callable[[str], None]
                                            shuffle=True, pin_memory=opts.device == "cuda",
                                            persistent_workers=False)
 
-    return loader_rates(make, counts, opts.loader_seconds)
+    with user_code(f"--dataset {spec}: reading its samples"):
+        return loader_rates(make, counts, opts.loader_seconds)
+
+
+def _check_dataset(dataset: Any, spec: str) -> None:
+    """What --dataset's function returned is a dataset a DataLoader can read, with samples:
+    not an int, None or an empty one."""
+    import torch
+
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        raise BadInputError(f"--dataset {spec}: returned {type(dataset).__name__}, not a "
+                            "dataset (a torch Dataset: __getitem__ and __len__, or an "
+                            "IterableDataset)")
+    try:
+        size = len(dataset)
+    except Exception as exc:
+        raise BadInputError(f"--dataset {spec}: len() of what it returned failed: "
+                            f"{type(exc).__name__}") from None
+    if size < 1:
+        raise BadInputError(f"--dataset {spec}: the dataset is empty")
 
 
 _AMP = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}

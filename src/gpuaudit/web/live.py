@@ -27,23 +27,32 @@ class LoopingReplay:
     """A telemetry trace as a source, replayed once or again and again; each lap's times are
     shifted past the previous lap's so that the timeline keeps going forward."""
 
-    def __init__(self, trace: dict[str, Any], loop: bool) -> None:
-        self.trace, self.loop = trace, loop
-        self._current = TraceReplay(trace)
+    def __init__(self, trace: dict[str, Any], loop: bool,
+                 origin: str = "telemetry trace") -> None:
+        self.trace, self.loop, self.origin = trace, loop, origin
+        self._current = TraceReplay(trace, origin)
         self.meta = self._current.meta
-        try:
-            times = [datetime.fromisoformat(f["time"]) for f in trace["frames"]]
-            step = timedelta(seconds=float(trace.get("interval_s") or 1.0))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise BadInputError(f"telemetry trace: bad frame time ({exc})") from None
-        self._span = (max(times) - min(times) + step) if times else step
+        self.hostname, self.interval_s = self._current.hostname, self._current.interval_s
+        # Every frame read once now: a damaged one is refused before serving starts.
+        times = []
+        while (at := self._current.advance()) is not None:
+            times.append(at)
+        if not times:
+            raise BadInputError(f"{origin} has no frames (nothing was recorded)")
+        self._current = TraceReplay(trace, origin)
+        self._span = times[-1] - times[0] + timedelta(seconds=self.interval_s)
         self._lap = 0
 
     @classmethod
     def from_file(cls, path: Path, loop: bool) -> LoopingReplay:
         from gpuaudit.hw.telemetry import read_trace
 
-        return cls(read_trace(path), loop)  # either form: one document, or JSON lines
+        # either form: one document, or JSON lines
+        return cls(read_trace(path), loop, f"telemetry trace {path}")
+
+    @property
+    def frame(self) -> int:
+        return self._current.frame
 
     def __len__(self) -> int:
         return len(self._current)
@@ -55,7 +64,7 @@ class LoopingReplay:
         at = self._current.advance()
         if at is None and self.loop and len(self._current):
             self._lap += 1
-            self._current = TraceReplay(self.trace)
+            self._current = TraceReplay(self.trace, self.origin)
             at = self._current.advance()
         return None if at is None else at + self._lap * self._span
 
@@ -141,13 +150,13 @@ def replay_feed(path: Path, *, speed: float | None, loop: bool) -> LiveFeed:
     from gpuaudit.telemetry.monitor import replay_times
 
     src = LoopingReplay.from_file(path, loop)
-    interval = float(src.meta.get("interval_s") or 1.0)
+    interval = src.interval_s
     how = "as fast as it goes" if not speed else f"at {speed:g}× the recorded speed"
 
     def times(stop: threading.Event) -> Iterator[datetime]:
         return replay_times(src, stop, None, speed)  # type: ignore[arg-type]
 
-    return LiveFeed(src, hostname=str(src.meta.get("hostname") or "replay"),
+    return LiveFeed(src, hostname=src.hostname,
                     interval_s=interval, times=times,
                     description=f"replaying {path.name} {how}" + (", looped" if loop else ""))
 

@@ -22,11 +22,12 @@ is missing, build() fails or returns something else) is bad input: one line, exi
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,16 +86,27 @@ def resolve(spec: str, option: str = "--model") -> Callable[[], Any]:
     return target  # type: ignore[no-any-return]
 
 
+@contextlib.contextmanager
+def user_code(what: str) -> Iterator[None]:
+    """Around a call into the user's code (their build function, model, dataset): whatever it
+    raises (an OSError from a missing data folder, a TypeError in forward, SystemExit) is
+    bad input naming `what` and the exception, in one line, exit 2; never a traceback, and
+    never taken for one of gpuaudit's own failures. Ctrl-C stays Ctrl-C."""
+    try:
+        yield
+    except (KeyboardInterrupt, BadInputError):
+        raise
+    except BaseException as exc:  # a user's code may raise anything, SystemExit included
+        name = type(exc).__name__
+        said = _first_line(exc).removeprefix(f"{name}: ")
+        raise BadInputError(f"{what} failed: {name}: {said}") from None
+
+
 def load(spec: str) -> Workload:
     """Import `pkg.module:build`, call it, and return the Workload it describes."""
     build = resolve(spec)
-    try:
+    with user_code(f"--model {spec}: build()"):
         made = build()
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise BadInputError(f"--model {spec}: build() failed: {type(exc).__name__}: "
-                            f"{_first_line(exc)}") from None
     return as_workload(made, spec)
 
 
@@ -127,6 +139,22 @@ def as_workload(made: Any, name: str) -> Workload:
     return w
 
 
+_RAISED = re.compile(r"^[A-Z]\w*(Error|Exception|Exit|Interrupt)\b")
+
+
+def failed_entry_points(specs: list[str], measured: Any) -> str | None:
+    """The user's entry points (`pkg.module:build`) none of whose modes ran because their code
+    raised (not for memory, not for a precision the GPU lacks): one line naming the first
+    and what it raised. A bench keeps its other figures; this says whose code failed."""
+    for spec in (s for s in specs if is_entry_point(s)):
+        mine = [m for m in measured if m.name.startswith(f"{spec}/")]
+        raised = [m.skipped_reason for m in mine
+                  if m.skipped and _RAISED.match(m.skipped_reason or "")]
+        if mine and raised and all(m.skipped for m in mine):
+            return f"--model {spec}: the model failed in every mode: {raised[0]}"
+    return None
+
+
 def split_batch(batch: Any) -> tuple[tuple[Any, ...], Any]:
     """(inputs, target) from what make_batch returned (see the module doc)."""
     if isinstance(batch, tuple | list) and len(batch) == 2 and isinstance(batch[0], tuple | list):
@@ -152,5 +180,9 @@ def default_loss(output: Any, target: Any) -> Any:
 
 
 def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
+    """The message's first line that says something (a DataLoader worker's error starts
+    "Caught ValueError in DataLoader worker process 0."; the original follows)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if lines and lines[0].startswith("Caught ") and "DataLoader worker" in lines[0]:
+        lines = lines[-1:]  # the original exception's own line ends the text
     return lines[0][:200] if lines else "no message"

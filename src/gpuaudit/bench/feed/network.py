@@ -38,7 +38,7 @@ def peer_of(ctx: BenchContext) -> tuple[str, int] | None:
 def parse_peer(text: str, port: int | None = None) -> tuple[str, int]:
     """'host', 'host:5301', '[::1]:5301' → (host, port). Bad text is bad input."""
     host, sep, tail = text.rpartition(":") if not text.endswith("]") else ("", "", "")
-    if sep and tail.isdigit() and (host.startswith("[") or ":" not in host):
+    if sep and tail.isascii() and tail.isdigit() and (host.startswith("[") or ":" not in host):
         host = host.strip("[]")
         found = int(tail)
     else:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Finding, Measurement, Severity
+from gpuaudit.parse import number
 from gpuaudit.units import human_bytes, parse_bytes
 
 IMAGE_DEVICE_BYTES = 3 * 224 * 224  # a 224×224 RGB crop in uint8, normalised on the GPU
@@ -70,13 +71,12 @@ def parse_job(text: str) -> FeedJob:
     bad = BadInputError(f"--job {text!r}: expected {JOB_HELP.split(' — ')[0]}")
     if len(parts) < 2:
         raise bad
+    # The grammar's number: finite, ASCII digits, at most a billion samples a second.
+    rate = number(parts[0], "--job RATE", lo=0, lo_open=True, hi=1e9, example="2500")
     try:
-        rate = float(parts[0])
         stored = _bytes(parts[1])
     except ValueError:
         raise bad from None
-    if not rate > 0:
-        raise bad
     job = FeedJob(samples_per_s=rate, stored_bytes_per_sample=stored, source="--job")
     for token in parts[2:]:
         word = token.lower()

@@ -18,6 +18,7 @@ import platformdirs
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.cost import Offer
+from gpuaudit.reading import read_text
 
 from .records import Catalog, Location, Superseded
 
@@ -152,18 +153,7 @@ def read_catalog_file(path: str | os.PathLike[str], *, provider: str | None = No
     """One catalog file, its format told from the header."""
     p = Path(path)
     name = str(p)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise BadInputError(f"catalog {name}: no such file") from None
-    except IsADirectoryError:
-        raise BadInputError(f"catalog {name}: is a directory, not a CSV file") from None
-    except UnicodeDecodeError:
-        raise BadInputError(f"catalog {name}: not a text (UTF-8) CSV file") from None
-    except OSError as exc:
-        raise BadInputError(f"catalog {name}: cannot read: {exc.strerror or exc}") from None
-    if "\0" in text:
-        raise BadInputError(f"catalog {name}: a binary file, not a CSV file")
+    text = read_text(p, "catalog")  # a regular UTF-8 file, bounded: else one line
     from .table import ReadOptions
 
     options = ReadOptions(provider=provider, include_local_zones=include_local_zones)
