@@ -10,12 +10,12 @@ import statistics
 
 import pytest
 
+from gpuaudit.bench.workload_findings import workload_findings
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Measurement, Severity
 from gpuaudit.specs import lookup
 from gpuaudit.workloads import data, serving
 from gpuaudit.workloads.entry import resolve, split_batch
-from gpuaudit.workloads.findings import workload_findings
 from gpuaudit.workloads.flops import (
     FlopCount,
     mfu,

@@ -32,7 +32,7 @@ import warnings
 from typing import Any
 
 # The hold before a batch: shared with the layers timed alone (workloads/timing.py).
-from gpuaudit.workloads.timing import (
+from gpuaudit.bench.timing import (
     HOLD_MAX_US,
     HOLD_TRIES,
     hold_us,

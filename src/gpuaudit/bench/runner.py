@@ -254,7 +254,7 @@ def _live_watch(ctx: BenchContext, exclusive: bool) -> contention.Watch | None:
 
 
 def bench_findings(measured: Sequence[Measurement]) -> list[Finding]:
-    from gpuaudit.workloads.findings import workload_findings
+    from gpuaudit.bench.workload_findings import workload_findings
 
     # a contended figure says nothing about the GPU's own speed: no straggler judgement
     findings = find_stragglers([m for m in measured if not m.contended])

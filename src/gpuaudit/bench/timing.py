@@ -1,6 +1,7 @@
-"""Timing on a GPU the way METHOD.md and the peers do it: warm-up first, CUDA events around
-each iteration, an optional L2 flush between iterations; and running one function on every
-GPU at once."""
+"""Timing on a GPU as the reference tools do it (Triton's `do_bench`, nccl-tests): warm-up
+first, CUDA events around each iteration, an optional L2 flush between iterations so that no
+iteration reads what the one before left in the cache; and running one function on every GPU
+at once."""
 
 from __future__ import annotations
 
@@ -91,3 +92,34 @@ def on_each(devices: Sequence[CudaDevice], fn: Callable[[CudaDevice], T]
 def rate(amount: float, times_ms: Sequence[float], scale: float = 1e9) -> list[float]:
     """Per-iteration rates: `amount` (bytes, FLOPs) per second, divided by `scale`."""
     return [amount / (t / 1e3) / scale for t in times_ms if t > 0]
+
+
+_SPIN_CYCLES_PER_US: dict[int, float] = {}
+
+
+def spin_cycles_per_us(torch: Any) -> float:
+    """The clock of `torch.cuda._sleep` on the current device (its hold is given in cycles),
+    measured once per device."""
+    dev = torch.cuda.current_device()
+    if dev not in _SPIN_CYCLES_PER_US:
+        a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        a.record()
+        torch.cuda._sleep(1_000_000)
+        b.record()
+        b.synchronize()
+        _SPIN_CYCLES_PER_US[dev] = 1_000_000 / max(a.elapsed_time(b) * 1e3, 1.0)
+    return _SPIN_CYCLES_PER_US[dev]
+
+
+# The hold before timed work queued behind a spin kernel: the host's measured time to queue
+# it, times this, plus a margin (the collectives worker's batches and the layers timed alone,
+# workloads/timing.py).
+HOLD_FACTOR = 2.0
+HOLD_MARGIN_US = 200.0
+HOLD_TRIES = 3  # work that started before it was all queued is run again, holding 4x longer
+HOLD_MAX_US = 50_000.0
+
+
+def hold_us(host_us_per_call: float, calls: int) -> float:
+    """How long to hold the GPU while the host queues `calls` calls (µs)."""
+    return HOLD_FACTOR * max(host_us_per_call, 1.0) * calls + HOLD_MARGIN_US

@@ -54,7 +54,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "catalog": ("gpuaudit.cli.catalog", "catalog_app", "The price catalog: GPU instances with "
                 "on-demand, spot and reserved prices, each with its source and date. List, "
                 "show, validate, import your own (ours or SkyPilot's CSV).", ""),
-    "recommend": ("gpuaudit.cli.recommend", "recommend_app", "Which instance to rent for a "
+    "recommend": ("gpuaudit.cli.recommend_batch", "recommend_app", "Which instance to rent for a "
                   "task: train, fine-tune, serve, or a benchmarked workload (--run). "
                   "Estimates, with their basis and reasons.", ""),
     "fleet": ("gpuaudit.cli.fleet", "fleet_app", "Audit every GPU node of a Ray cluster into "

@@ -442,8 +442,3 @@ def serve(
     _run(task, _constraints(None, budget, currency, sort), catalog=catalog, top=top,
          mfu=mfu, json_=json_)
 
-
-# render and simulate: jobs of independent frames or simulations (their own module)
-from gpuaudit.cli.recommend_batch import register as _register_batch  # noqa: E402
-
-_register_batch(recommend_app)

@@ -23,8 +23,8 @@ from gpuaudit.compare import Comparison, FigureChange
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Run, Severity
 from gpuaudit.model.diagnosis import Diagnosis
+from gpuaudit.model.economics import PricePerformance
 from gpuaudit.model.history import HistoryPoint
-from gpuaudit.model.pricing import PricePerformance
 from gpuaudit.report.charts import figure_json, plotly_js
 from gpuaudit.report.sections import Chart, Matrix, Series, build_report
 

@@ -14,8 +14,8 @@ from datetime import datetime
 from gpuaudit.compare import caveats, figure_label
 from gpuaudit.model import Finding, Machine, Measurement, Run, Severity
 from gpuaudit.model.diagnosis import Diagnosis
+from gpuaudit.model.economics import PricePerformance
 from gpuaudit.model.history import HistoryPoint
-from gpuaudit.model.pricing import PricePerformance
 from gpuaudit.parse import human_bytes
 from gpuaudit.report.format import NA, gib, ranges
 

@@ -25,7 +25,7 @@ from gpuaudit.workloads.timing import (
     sync,
     throughput_reps,
 )
-from gpuaudit.workloads.train import to_device
+from gpuaudit.workloads.trainer import to_device
 
 MODES = ("eager", "cudagraph", "compile", "compile+cudagraph", "max-autotune")
 COMPILE_MODE = {"compile": None, "compile+cudagraph": "reduce-overhead",
