@@ -58,7 +58,7 @@ from gpuaudit.bench.feed.storage import (
 )
 from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.model import Measurement, Params
-from gpuaudit.units import human_bytes
+from gpuaudit.parse import human_bytes
 
 ENV_VAR = "GPUAUDIT_FIO"
 NOT_FOUND = "fio not found (apt-get install fio, or set GPUAUDIT_FIO)"

@@ -36,7 +36,7 @@ from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.storage import disk_stat, max_request_bytes, storage_target
 from gpuaudit.model import Measurement, Params, StorageTarget
-from gpuaudit.units import human_bytes
+from gpuaudit.parse import human_bytes
 
 SUITE = "storage"
 SEQ_BLOCK = 1 << 20
