@@ -33,6 +33,7 @@ from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.feed import fio, native_net, network, storage
 from gpuaudit.bench.feed.rates import gb_per_s, per_second
 from gpuaudit.bench.feed.serve import serve
+from gpuaudit.binaries import find_binary
 from gpuaudit.hw import take_snapshot
 from gpuaudit.parse import size_bytes
 
@@ -173,7 +174,7 @@ def main() -> None:
     p = storage.Plan(file_bytes=size, seq_jobs=4, passes=PASSES,
                      depths=() if seq_only else (1, 16), rand_seconds=2.0)
     rows: dict[str, list[tuple[float, float]]] = {}
-    exe = fio.find_binary()
+    exe = find_binary("fio", path_env=fio.ENV_VAR)
     if exe:
         rows.update(storage_rows(exe, path, p, rounds))
     else:

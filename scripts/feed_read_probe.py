@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from gpuaudit.bench.feed import fio, storage
 from gpuaudit.bench.feed.procs import Workers
+from gpuaudit.binaries import find_binary
 from gpuaudit.hw.storage import DiskStat, disk_stat
 from gpuaudit.parse import size_bytes
 
@@ -212,7 +213,7 @@ def fio_memfd(exe: str, path: str, f: storage.TestFile, size: int, variant: str)
 def main() -> None:
     d, rounds = sys.argv[1], int(sys.argv[2])
     size = size_bytes(sys.argv[3], "size") if len(sys.argv) > 3 else 512 << 20
-    exe = fio.find_binary()
+    exe = find_binary("fio", path_env=fio.ENV_VAR)
     if not exe:
         sys.exit(fio.NOT_FOUND)
     dev = storage.storage_target(d).device

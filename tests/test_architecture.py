@@ -28,8 +28,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specs",),
     ("model",),
     # what every layer uses: errors, reading the files users name, parsing values and units
-    ("errors", "reading", "parse", "percentile", "filecache", "interrupt", "kernelnames",
-     "_version"),
+    ("errors", "reading", "parse", "percentile", "binaries", "filecache", "interrupt",
+     "kernelnames", "_version"),
 )
 # Third-party modules that reach the GPU driver: only `gpuaudit.hw` imports them.
 DRIVER_MODULES = ("pynvml",)

@@ -15,9 +15,9 @@ import pytest
 
 from gpuaudit.bench import runner
 from gpuaudit.bench.context import BenchContext
+from gpuaudit.bench.feed import fio, storage
 from gpuaudit.bench.feed import fio as fio_tool
-from gpuaudit.bench.feed import storage
-from gpuaudit.bench.feed.fio import find_binary
+from gpuaudit.binaries import find_binary
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.storage import DiskStat
 from gpuaudit.model import Machine
@@ -183,7 +183,7 @@ def test_read_only_mount_is_refused(tmp_path: Path):
 
 def fio_or_skip() -> str:
     """fio's path, or a skip (a failure in CI, whose .ci/run installs it)."""
-    exe = find_binary()
+    exe = find_binary("fio", path_env=fio.ENV_VAR)
     if exe is None:
         why = "fio not installed (nor GPUAUDIT_FIO set)"
         if os.environ.get("CI") == "true":
