@@ -201,6 +201,28 @@ def test_list_newest_first_with_counts(store_url: str) -> None:
         no_machine.kind = "other"  # type: ignore[misc]  # frozen record
 
 
+def test_filters_are_in_the_query_so_an_old_match_is_found(store_url: str) -> None:
+    """The newest run is not the one asked for: the filter narrows before the limit, so the
+    oldest run that matches comes back even with limit=1 (a list filtered after reading
+    the newest N would have dropped it)."""
+    old = make_run(0, run_id="bbbb00000000", gpus=2, fails=0)  # node-0, 2 GPUs, WARN
+    newer = [make_run(n, run_id=f"bbbb0000000{n}", fails=1) for n in range(1, 6)]  # FAIL
+    with Store(store_url) as store:
+        for run in (old, *newer):
+            store.save(run)
+        assert [s.id for s in store.list_runs(limit=1)] == ["bbbb00000005"]
+        assert [s.id for s in store.list_runs(limit=1, host="NODE-0")] == ["bbbb00000000"]
+        assert [s.id for s in store.list_runs(limit=1, gpu="2× nvidia")] == ["bbbb00000000"]
+        assert [s.id for s in store.list_runs(limit=1, verdict=Severity.WARN)] == [
+            "bbbb00000000"]
+        assert [s.id for s in store.list_runs(since=T0 + timedelta(minutes=4))] == [
+            "bbbb00000005", "bbbb00000004"]
+        assert store.list_runs(host="node-%") == []  # LIKE's wildcards are literal here
+        assert store.list_runs(host="node-1", verdict=Severity.WARN) == []  # filters combine
+        assert store.run_kinds() == {"run": 6}
+
+
+
 def test_saving_the_same_id_twice_is_refused(store_url: str) -> None:
     run = make_run(run_id="dddd00000001")
     with Store(store_url) as store:

@@ -464,8 +464,14 @@ class Store:
             raise BadInputError(f"run id prefix {key!r} is ambiguous: {shown}")
         return ids[0]
 
-    def list_runs(self, limit: int | None = 50, kind: str | None = None) -> list[RunSummary]:
-        """Stored runs, newest first (`limit` None: all of them)."""
+    def list_runs(self, limit: int | None = 50, kind: str | None = None, *,
+                  host: str | None = None, gpu: str | None = None,
+                  verdict: Severity | None = None, since: datetime | None = None
+                  ) -> list[RunSummary]:
+        """Stored runs, newest first (`limit` None: all of them). Each filter given narrows
+        them in the query, before the limit, so an old run that matches is found: `host` and
+        `gpu` a part of the hostname or GPU summary (any case), `verdict` exactly, `since`
+        started at or after."""
 
         def count(severity: Severity) -> Any:
             return (select(func.count()).select_from(findings)
@@ -477,6 +483,13 @@ class Store:
                  .order_by(runs.c.started_at.desc(), runs.c.id.desc()))
         if kind is not None:
             query = query.where(runs.c.kind == kind)
+        for column, part in ((runs.c.hostname, host), (runs.c.gpu_summary, gpu)):
+            if part:
+                query = query.where(func.lower(column).contains(part.lower(), autoescape=True))
+        if verdict is not None:
+            query = query.where(runs.c.verdict == verdict.value)
+        if since is not None:
+            query = query.where(runs.c.started_at >= since)
         if limit is not None:
             query = query.limit(max(limit, 0))
         if self._engine is None:
@@ -484,6 +497,14 @@ class Store:
         with self._errors("listing runs"), self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return [RunSummary.model_validate(dict(r)) for r in rows]
+
+    def run_kinds(self) -> dict[str, int]:
+        """How many runs of each kind are stored ("run", "bench", "inspect", ...)."""
+        if self._engine is None:
+            return {}
+        query = select(runs.c.kind, func.count()).group_by(runs.c.kind).order_by(runs.c.kind)
+        with self._errors("listing runs"), self._engine.connect() as conn:
+            return {kind: n for kind, n in conn.execute(query).all()}
 
     # -- telemetry history ---------------------------------------------------------------
 
