@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 import sqlalchemy as sa
 
-import gpuaudit.store.store as store_module
+import gpuaudit.store.database as store_module
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import json_schema, load_run
 from gpuaudit.store import Store, UnsavedRunError, check_store, keep_run, save_or_keep

@@ -18,7 +18,7 @@ import platformdirs
 import pytest
 import sqlalchemy as sa
 
-import gpuaudit.store.store as store_module
+import gpuaudit.store.database as store_module
 from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.model import GpuSample, Sample
 from gpuaudit.store import RunNotFoundError, Store, StoreNotFoundError, mask_secrets

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-import gpuaudit.store.store as store_module
+import gpuaudit.store.database as store_module
 from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.model import GpuSample, Sample
 from gpuaudit.model.history import HistoryPoint, Resolution
