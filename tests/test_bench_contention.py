@@ -13,7 +13,7 @@ from gpuaudit.bench import contention, runner
 from gpuaudit.bench.contention import Watch, others
 from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.errors import BadInputError
-from gpuaudit.hw.telemetry import TraceReplay
+from gpuaudit.hw.telemetry_trace import TraceReplay
 from gpuaudit.model import GpuSample, ProcessSample, Severity
 
 from .conftest import FIXTURES

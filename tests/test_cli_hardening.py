@@ -171,7 +171,7 @@ def test_conflicting_idle_options_and_replay_options_before_work(tmp_path):
 
 
 def test_replay_pauses_are_capped_and_logged(caplog):
-    from gpuaudit.hw.telemetry import TraceReplay
+    from gpuaudit.hw.telemetry_trace import TraceReplay
     from gpuaudit.telemetry.monitor import MAX_REPLAY_PAUSE_S, replay_times
 
     trace = json.loads(TRACE.read_text())

@@ -208,7 +208,8 @@ def _bootstrap_notes(ev: Evidence) -> list[str]:
 def from_recordings(telemetry: Path | None = None, profile: Path | None = None,
                     sm_clock_max_mhz: int | None = None) -> Diagnosis:
     """Diagnose a telemetry trace (`gpuaudit monitor --record`) and/or a profiler trace."""
-    from gpuaudit.hw.telemetry import Sampler, TraceReplay
+    from gpuaudit.hw.telemetry import Sampler
+    from gpuaudit.hw.telemetry_trace import TraceReplay
 
     samples = []
     sources: dict[str, str] = {}
