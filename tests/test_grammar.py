@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuaudit.cli.app import COMMANDS, app, load_command
-from gpuaudit.cli.common import DEPRECATED_NAMES
+from gpuaudit.cli.group import DEPRECATED_NAMES
 from tests.conftest import cli_env
 
 ROOT = Path(__file__).parent.parent

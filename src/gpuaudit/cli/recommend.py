@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuaudit.cli import common
+from gpuaudit.cli import common, group
 from gpuaudit.cli.common import DbOpt, JsonOpt
 from gpuaudit.errors import BadInputError
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gpuaudit.model.cost import Offer
     from gpuaudit.model.recommendation import FeedNeed
 
-recommend_app = common.new_app(
+recommend_app = group.new_app(
     "Which instance to rent for a task: train, fine-tune, serve, or a benchmarked workload "
     "(--run). Estimates, with their basis and reasons.", no_args_is_help=False)
 
