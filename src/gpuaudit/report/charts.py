@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from gpuaudit.report.sections import Chart, Roofline
+from gpuaudit.report.records import Chart, Roofline
 
 # One colour per precision and per GPU, the same in every chart; colour-blind safe (Okabe-Ito)
 # first, then plotly's defaults.

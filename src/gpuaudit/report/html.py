@@ -26,7 +26,8 @@ from gpuaudit.model.diagnosis import Diagnosis
 from gpuaudit.model.economics import PricePerformance
 from gpuaudit.model.history import HistoryPoint
 from gpuaudit.report.charts import figure_json, plotly_js
-from gpuaudit.report.sections import Chart, Matrix, Series, build_report
+from gpuaudit.report.records import Chart, Matrix, Series
+from gpuaudit.report.sections import build_report
 
 TEMPLATES = Path(__file__).parent / "templates"
 # Telemetry a little before and after the run still shows what the GPUs did around it.
