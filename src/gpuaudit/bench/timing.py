@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from gpuaudit.hw.torch_env import CudaDevice, import_torch
+from gpuaudit.hw.torch_env import CudaDevice, cuda_torch
 
 T = TypeVar("T")
 
@@ -21,7 +21,7 @@ class L2Flush:
     from device memory."""
 
     def __init__(self, device: CudaDevice, min_bytes: int = 64 << 20) -> None:
-        torch = import_torch()
+        torch = cuda_torch()
         size = max(2 * device.l2_cache_bytes, min_bytes)
         self.buf = torch.empty(size, dtype=torch.uint8, device=f"cuda:{device.cuda_index}")
 
@@ -37,7 +37,7 @@ def cuda_times_ms(fn: Callable[[], Any], *, iters: int, warmup: int,
     `min_warmup_ms` and `min_timed_ms` stretch the warm-up and the timed run to at least that
     much GPU time: a GPU at its power limit settles its clocks over a few hundred ms, and a
     short burst before that reads faster than any sustained job will run."""
-    torch = import_torch()
+    torch = cuda_torch()
     if min_warmup_ms or min_timed_ms:
         probe = cuda_times_ms(fn, iters=1, warmup=1, flush=flush)[0] or 1e-3
         warmup = max(warmup, math.ceil(min_warmup_ms / probe))
@@ -74,7 +74,9 @@ def on_each(devices: Sequence[CudaDevice], fn: Callable[[CudaDevice], T]
             ) -> list[T | BaseException]:
     """fn(device) on every device at once, one host thread each (CUDA work releases the GIL);
     results in device order, an exception in place of a result where fn raised."""
-    torch = import_torch()
+    if not devices:
+        return []
+    torch = cuda_torch()
 
     def call(d: CudaDevice) -> T | BaseException:
         try:

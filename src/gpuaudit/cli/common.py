@@ -19,7 +19,7 @@ from gpuaudit import parse
 from gpuaudit.errors import BadInputError, GpuauditError
 
 try:  # typer ≥ 0.2x carries its own copy of click
-    from typer import _click as _click  # type: ignore[attr-defined]
+    from typer import _click as _click
 except ImportError:  # pragma: no cover - older typer on click
     import click as _click  # type: ignore[no-redef]
 

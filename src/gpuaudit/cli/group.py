@@ -16,8 +16,8 @@ import typer
 from gpuaudit.cli.common import GRAMMAR, _say, exit_code_for
 
 try:  # typer ≥ 0.2x carries its own copy of click
-    from typer import _click as _click  # type: ignore[attr-defined]
-    from typer._click import _textwrap  # type: ignore[attr-defined]
+    from typer import _click as _click
+    from typer._click import _textwrap
 except ImportError:  # pragma: no cover - older typer on click
     import click as _click  # type: ignore[no-redef]
     from click import _textwrap  # type: ignore[no-redef]
@@ -41,10 +41,10 @@ def _metavar(param: Any) -> str | None:
         annotation = inner[0]
     if getattr(desc, "is_path", False) or annotation is Path:
         return {"dir": "DIR", "file": "FILE"}.get(getattr(desc, "path_type", ""), "PATH")
-    return {int: "N", float: "NUMBER"}.get(annotation, "TEXT")  # type: ignore[call-overload]
+    return {int: "N", float: "NUMBER"}.get(annotation, "TEXT")
 
 
-class _WholeWords(_textwrap.TextWrapper):  # type: ignore[misc,name-defined]
+class _WholeWords(_textwrap.TextWrapper):
     """click's wrapper without breaking a word: an option name (`--op-profile`) or a value
     (`RATE:BYTES[:jpeg|raw]`) longer than the line goes on a line of its own, whole."""
 
@@ -209,7 +209,7 @@ def _light_coercion(param: Any) -> None:
     else:
         return
 
-    class _Plain(RuntimeParam):  # type: ignore[misc]
+    class _Plain(RuntimeParam):
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             return coerce(value, param, ctx)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuaudit import parse
+from gpuaudit import reading
 from gpuaudit.errors import BadInputError
 
 TRACE_FORMAT = "gpuaudit-nvml-trace"
@@ -127,7 +127,7 @@ class RecordingNvml:
 
 def read_json(path: Path, what: str) -> Any:
     """A JSON file the user named; unreadable, binary or garbled is bad input, in one line."""
-    return parse.read_json(path, what)
+    return reading.read_json(path, what)
 
 
 class ReplayNvml:

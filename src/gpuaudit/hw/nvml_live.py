@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,8 @@ _VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5
 
 
 def _field_value(value_type: int, value: Any) -> float | int:
-    return getattr(value, _VALUE_MEMBERS.get(value_type, "ullVal"))
+    member: float | int = getattr(value, _VALUE_MEMBERS.get(value_type, "ullVal"))
+    return member
 
 
 def _process_info(pid: int) -> dict[str, str]:
@@ -118,8 +120,8 @@ class Guarded:
     whatever the heap holds next (on an H200 with driver 580 that crashed the process: see
     docs/monitor-safety.md)."""
 
-    def __init__(self, struct_type: type, count: int = 1, guard_bytes: int = GUARD_BYTES
-                 ) -> None:
+    def __init__(self, struct_type: type[ctypes.Structure], count: int = 1,
+                 guard_bytes: int = GUARD_BYTES) -> None:
         self.size = ctypes.sizeof(struct_type) * count
         self.guard_bytes = guard_bytes
         self._buf = (ctypes.c_uint8 * (self.size + guard_bytes))()
@@ -218,7 +220,7 @@ class _XidEvents:
                 nvml.nvmlEventSetFree(events)
                 raise Unsupported("no GPU here reports XID events to NVML")
             self._set = events
-        found = []
+        found: list[dict[str, int]] = []
         while True:
             try:
                 data = nvml.nvmlEventSetWait_v2(self._set, 0)
@@ -233,7 +235,8 @@ class _XidEvents:
         """The index of an event's device; a GPU that has just fallen off the bus no longer
         tells its index, so it is found among the handles registered for events."""
         try:
-            return self._nvml.nvmlDeviceGetIndex(device)
+            index: int = self._nvml.nvmlDeviceGetIndex(device)
+            return index
         except self._nvml.NVMLError:
             def address(h: Any) -> Any:  # two pointer objects to one device compare unequal
                 return ctypes.cast(h, ctypes.c_void_p).value if isinstance(h, ctypes._Pointer) \
@@ -315,7 +318,8 @@ class LiveNvml:
     def _gpm_metrics(self, dev: Dev, ids: str) -> dict[str, float | str]:
         """GPM metrics over the interval since the previous call for `dev`: NVML computes them
         from two samples, so the first call only takes a sample and has nothing to say."""
-        if self._gpm_request is None:
+        request_type = self._gpm_request
+        if request_type is None:
             raise Unsupported("this nvidia-ml-py has no GPM")
         wanted = [int(i) for i in ids.split(",")]
         if len(wanted) > GPM_METRIC_SLOTS:
@@ -324,14 +328,14 @@ class LiveNvml:
         if previous is None:
             raise Unsupported("first GPM sample: the metrics need a second one")
         try:
-            return self._gpm_between(previous, sample, wanted)
+            return self._gpm_between(request_type, previous, sample, wanted)
         finally:
             self._gpm.release(previous)
 
-    def _gpm_between(self, sample1: Any, sample2: Any, wanted: list[int]
-                     ) -> dict[str, float | str]:
+    def _gpm_between(self, request_type: type[ctypes.Structure], sample1: Any, sample2: Any,
+                     wanted: list[int]) -> dict[str, float | str]:
         nvml = self._nvml
-        guarded = Guarded(self._gpm_request)
+        guarded = Guarded(request_type)
         request = guarded.items[0]
         request.version = nvml.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(wanted)
@@ -431,7 +435,10 @@ class LiveNvml:
         if fn == READ_FILE:
             return _read_file(str(args[0]))
         if fn == PROCESS_INFO:
-            return _process_info(int(args[0]))
+            pid = args[0]
+            if not isinstance(pid, int):
+                raise Unsupported(f"{PROCESS_INFO} takes a process id, not {pid!r}")
+            return _process_info(pid)
         with self._lock:
             if self._closed:
                 raise Unsupported("NVML is shut down")
@@ -440,9 +447,11 @@ class LiveNvml:
             return self._query(fn, args)
 
     def _query(self, fn: str, args: tuple[Arg, ...]) -> Any:
-        special = {GPM_METRICS: self._gpm_metrics, XID_EVENTS: self._events.poll,
-                   KERNEL_XIDS: self._kernel_xids, FIELD_VALUES: self._field_values,
-                   PROCESS_UTILIZATION: self._process_utilization}.get(fn)
+        handlers: dict[str, Callable[..., Any]] = {
+            GPM_METRICS: self._gpm_metrics, XID_EVENTS: self._events.poll,
+            KERNEL_XIDS: self._kernel_xids, FIELD_VALUES: self._field_values,
+            PROCESS_UTILIZATION: self._process_utilization}
+        special = handlers.get(fn)
         if special is not None:
             try:
                 return special(*args)

@@ -151,7 +151,7 @@ def _fields(r: Reader, h: Dev, static: GpuStatic) -> dict[str, Any]:
         if entries and all("value" in e for e in entries):
             out[fld] = sum(int(e["value"]) for e in entries) * 1024  # KiB → bytes
         else:
-            errors = [e.get("error") for e in entries if "error" in e]
+            errors = [str(e["error"]) for e in entries if "error" in e]
             r.unavailable[fld] = errors[0] if errors else (reason or NOT_RECORDED)
     return out
 

@@ -121,12 +121,14 @@ def read_trace(path: Path) -> dict[str, Any]:
     return _frames({**header, "frames": frames}, path)
 
 
-def _frames(doc: Any, path: Path) -> Any:
-    """A trace with no frame is refused: replaying it would watch nothing, silently."""
+def _frames(doc: Any, path: Path) -> dict[str, Any]:
+    """A trace with no frame is refused: replaying it would watch nothing, silently. (What is
+    not a trace at all is TraceReplay's to refuse, with its reason.)"""
     if isinstance(doc, dict) and isinstance(doc.get("frames"), list) and not doc["frames"] \
             and doc.get("format") == TELEMETRY_FORMAT:
         raise BadInputError(f"telemetry trace {path} has no frames (nothing was recorded)")
-    return doc
+    trace: dict[str, Any] = doc
+    return trace
 
 
 class TraceHeader(BaseModel):

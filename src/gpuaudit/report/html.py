@@ -119,7 +119,7 @@ def load_diagnosis(path: Path) -> Diagnosis:
 
     from gpuaudit.model.base import SCHEMA_VERSION
     from gpuaudit.model.schema import describe_validation_error
-    from gpuaudit.parse import read_json
+    from gpuaudit.reading import read_json
 
     data = read_json(path, "diagnosis")  # missing, binary, not JSON: one line
     if not isinstance(data, dict) or data.get("kind") != "doctor":

@@ -129,7 +129,7 @@ def bench_row(m: Measurement) -> BenchRow:
     if {"m", "n", "k"} <= m.params.keys():
         at = f"{m.params['m']}×{m.params['n']}×{m.params['k']}"
     elif not at and isinstance(m.params.get("buffer_bytes"), int):
-        at = human_bytes(m.params["buffer_bytes"])  # type: ignore[arg-type]
+        at = human_bytes(m.params["buffer_bytes"])
     if m.value is None:
         return BenchRow(m.suite, m.name, gpu, "skipped", "", None, "", None, "", at,
                         m.skipped_reason or "", True, False, False)
@@ -200,8 +200,8 @@ def roofline(run: Run) -> Roofline | None:
         if not all(isinstance(p.get(x), int) for x in "mnk"):
             continue
         prec = m.name
-        points.append(RoofPoint(prec, m.gpu_index, m.value,  # type: ignore[arg-type]
-                                intensity(prec, p["m"], p["n"], p["k"]),  # type: ignore[arg-type]
+        points.append(RoofPoint(prec, m.gpu_index, m.value,
+                                intensity(prec, p["m"], p["n"], p["k"]),
                                 f"{p['m']}×{p['n']}×{p['k']}", m.pct_of_spec))
     if not roofs and not points:
         return None

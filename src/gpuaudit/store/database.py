@@ -196,9 +196,9 @@ class Database:
             why = f"{blocker} is not a directory" if blocker else exc.strerror or str(exc)
             raise self._fail(f"cannot create the directory {path.parent} for database"
                              f" {self.url}: {why}") from None
-        why = read_only_why(path)
-        if why:
-            raise self._fail(f"cannot write database {self.url}: {why}")
+        unwritable = read_only_why(path)
+        if unwritable:
+            raise self._fail(f"cannot write database {self.url}: {unwritable}")
         if path.exists() and path.stat().st_size:
             # Before the first connection, which switches the file to WAL: that is a write.
             try:

@@ -89,7 +89,7 @@ def _capture(torch: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return graph.replay  # type: ignore[no-any-return]
+    return graph.replay
 
 
 @dataclass

@@ -43,7 +43,8 @@ _ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r"}
 
 
 def _lex_string(src: str, pos: int) -> tuple[str, int]:
-    quote, out, i = src[pos], [], pos + 1
+    quote, i = src[pos], pos + 1
+    out: list[str] = []
     while i < len(src):
         c = src[i]
         if c == quote:
@@ -172,7 +173,8 @@ class _Parser:
         return self.primary()
 
     def modifiers(self, op: str) -> tuple[bool, tuple[str, ...] | None, tuple[str, ...]]:
-        bool_mod, on, ignoring = False, None, ()
+        bool_mod, on = False, None
+        ignoring: tuple[str, ...] = ()
         if self.is_word("bool"):
             tok = self.take()
             if op not in COMPARISONS:
