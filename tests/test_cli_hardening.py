@@ -19,8 +19,7 @@ from typer.testing import CliRunner
 
 from gpuaudit.cli.app import app
 from tests.conftest import SRC, cli_env, src_pythonpath
-
-from .test_cli import FIX, assert_one_line_error, gpuaudit
+from tests.support.cli import FIX, assert_one_line_error, gpuaudit
 
 TRACE = FIX / "telemetry" / "h200-2gpu-xid-lost.json"
 COMMANDS = [(), ("inspect",), ("run",), ("bench",), ("runs",), ("show",), ("schema",),

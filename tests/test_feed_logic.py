@@ -36,8 +36,7 @@ from gpuaudit.hw.storage import (
 )
 from gpuaudit.percentile import percentile
 
-from .conftest import FIXTURES
-from .test_feed_storage import machine as _machine
+from .conftest import FIXTURES, fixture_machine
 
 FEED = FIXTURES / "feed"
 
@@ -470,7 +469,7 @@ def test_the_suite_runs_fio_once_per_pass_then_once_for_random_reads(fake_fio: P
                                                                      tmp_path: Path):
     data = tmp_path / "data"
     data.mkdir()
-    ctx = BenchContext(machine=_machine(), devices=(),
+    ctx = BenchContext(machine=fixture_machine(), devices=(),
                        options={"paths": (str(data),), "file_bytes": 16 << 20,
                                 "seq_jobs": 2, "depths": (1, 4)})
     steps: list[str] = []
@@ -505,7 +504,7 @@ def test_fio_failing_is_one_skipped_line_after_what_it_measured(fake_fio: Path,
     monkeypatch.setenv("FAKE_FIO_FAIL", "seq_read")
     data = tmp_path / "data"
     data.mkdir()
-    ctx = BenchContext(machine=_machine(), devices=(),
+    ctx = BenchContext(machine=fixture_machine(), devices=(),
                        options={"paths": (str(data),), "file_bytes": 16 << 20,
                                 "seq_jobs": 2, "depths": (1,)})
     found = list(fio.run_native(ctx))

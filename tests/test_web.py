@@ -12,7 +12,7 @@ import pytest
 from gpuaudit.errors import BadInputError
 from gpuaudit.store import Store
 from tests.reportkit import FIXTURES, NATIVE, ONE_GPU, TWO_GPU, load
-from tests.test_cli import assert_one_line_error, gpuaudit
+from tests.support.cli import assert_one_line_error, gpuaudit
 
 TestClient = pytest.importorskip("starlette.testclient").TestClient
 TOKEN = "t0ken-for-the-tests-0123456789"
