@@ -72,13 +72,19 @@ def runs_page(request: Request) -> Response:
                  limit=LIST_LIMIT, plotly_src=None)
 
 
+def _run_with_telemetry(request: Request) -> tuple[Any, list[Any]]:
+    """The run the path names and the telemetry recorded while it ran (BadInputError when
+    there is no such run)."""
+    store = request.app.state.store
+    run = store.get(request.path_params["run_id"])
+    return run, _telemetry(store, run)
+
+
 def run_page(request: Request) -> Response:
     from gpuaudit.report.html import render_run_html
 
-    store = request.app.state.store
     try:
-        run = store.get(request.path_params["run_id"])
-        points = _telemetry(store, run)
+        run, points = _run_with_telemetry(request)
     except BadInputError as exc:
         return _bad(exc)
     html = render_run_html(run, telemetry=points, plotly_src=PLOTLY_URL,
@@ -99,10 +105,8 @@ def run_json(request: Request) -> Response:
 def run_download(request: Request) -> Response:
     from gpuaudit.report.html import render_run_html
 
-    store = request.app.state.store
     try:
-        run = store.get(request.path_params["run_id"])
-        points = _telemetry(store, run)
+        run, points = _run_with_telemetry(request)
     except BadInputError as exc:
         return _bad(exc)
     return HTMLResponse(render_run_html(run, telemetry=points), headers={
