@@ -1,6 +1,6 @@
 """On a GPU machine: our benchmark figures beside reference figures from other tools.
 
-python scripts/bench_fidelity.py OUT_DIR [suite ...]
+python validation/bench/do_bench.py OUT_DIR [suite ...]
 Writes OUT_DIR/fidelity.json and prints a side-by-side table. References:
   matmul   torch.mm at our best shape, timed by triton.testing.do_bench (median, its own
            L2 flush), and at 8192³

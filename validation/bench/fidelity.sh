@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 14 in one call on the two-GPU H200 machine (about 7 minutes, at most 9): every figure
-# the issue asks for, from one run, with the reference tools beside ours.
+# `python -m validation run bench-fidelity [--mode MODE]` (about 7 minutes on two H200s, at most
+# 9): our benchmark figures with the reference tools beside them, from one run.
 #   1. the quick profile as a user runs it (wall time from process start; ≤ 60 s on 2 GPUs),
 #      which is also the not-contended control;
 #   2. mamf-finder for bf16 and fp16 (one per GPU, at once), then tf32 and fp8, over
@@ -12,28 +12,24 @@
 #   4. a bf16 matmul loop planted on GPU 0 during `bench` (contended expected), `--exclusive`
 #      refusing it (exit 2), then the same without the load (not contended, exit 0);
 #   5. pageable copies at 4 MiB..1 GiB: ours (x.to('cuda'), y.cpu()) beside plain copy_.
-# Writes 6 files under $OUT/NAME: summary.txt (every table, markdown), bench_quick.json,
+# Writes into $VALIDATION_OUT: summary.md (every table, markdown), bench_quick.json,
 # collectives.json, contended.json, transfer.json, peers.txt (the tools' raw output).
 #
-#   bash scripts/device_bench_fidelity.sh NAME             the call above
-#   bash scripts/device_bench_fidelity.sh NAME standard    time the standard profile (own call)
-#   bash scripts/device_bench_fidelity.sh NAME full        time the full profile (own call)
-#   bash scripts/device_bench_fidelity.sh NAME matmul      steps 1 and 2 alone (~4 minutes)
-#   bash scripts/device_bench_fidelity.sh NAME collectives steps 1 and 3 alone (~6 minutes)
+# MODE ($1): fidelity (the call above, default), standard or full (time that profile alone),
+# matmul (steps 1 and 2, ~4 minutes), collectives (steps 1 and 3, ~6 minutes).
 #
-# Carry `.whl` and `.peers` (never committed; .git/info/exclude). `.peers/` must hold:
-#   nccl-tests/      NVIDIA/nccl-tests source (2.19.x, e.g. a0b82b2); built here, in the
-#                    background, with `make MPI=0` against torch's NCCL (nvidia-nccl wheel)
+# The reference tools' sources are read from $VALIDATION_PEERS (--peers; never committed):
+#   nccl-tests/      NVIDIA/nccl-tests source (2.19.x); built here, in the background, with
+#                    `make MPI=0` against torch's NCCL (nvidia-nccl wheel)
 #   mamf-finder.py   stas00/ml-engineering compute/accelerator/benchmarks/mamf-finder.py,
-#                    benchmark_version = 2 (e.g. commit 15de338; its --m/--n/--k lists)
-# Without a GPU (dry run, e.g. on the CPU box) it runs what a CPU can and the report on the
-# recorded mamf-finder output, so the script itself is checked.
+#                    benchmark_version = 2 (its --m/--n/--k lists)
+# Without a GPU (--dry) it runs what a CPU can and the report on the recorded mamf-finder
+# output, so the script itself is checked.
 set -u
-source "$(dirname "$0")/device_env.sh"
-name=$1; mode=${2:-fidelity}
-o="$OUT/$name"; mkdir -p "$o"
-S="$o/summary.txt"; P="$o/peers.txt"; : > "$S"; : > "$P"
-T=/tmp/fidelity.$$; mkdir -p "$T"
+mode=${1:-fidelity}
+o=${VALIDATION_OUT:?}; W=${VALIDATION_WORK:?}; peers=${VALIDATION_PEERS:-$W/no-peers}
+S="$o/summary.md"; P="$o/peers.txt"; : > "$S"; : > "$P"
+T=$W/fidelity; mkdir -p "$T"
 now() { python3 -c 'import time; print(time.time())'; }
 since() { python3 -c "import time; print(round(time.time() - $1, 1))"; }
 t_call=$(now)
@@ -43,7 +39,7 @@ say() { echo "$*" | tee -a "$S"; }
 # (FIDELITY_BUDGET_S, default 530 s: a 10-minute device call).
 budget=${FIDELITY_BUDGET_S:-530}
 cap() { python3 -c "import time; print(max(5, min($1, int($budget - (time.time() - $t_call)))))"; }
-report() { python3 scripts/bench_fidelity_report.py "$@" >> "$S" 2>&1; }
+report() { python3 validation/bench/fidelity_report.py "$@" >> "$S" 2>&1; }
 
 if [ "$mode" = standard ] || [ "$mode" = full ]; then
   t0=$(now)
@@ -53,19 +49,19 @@ if [ "$mode" = standard ] || [ "$mode" = full ]; then
   tail -3 "$T/err" >> "$S"; cat "$S"; exit 0
 fi
 
-say "== device_bench_fidelity $name: $ngpu GPU(s), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-if [ "$ngpu" -ge 2 ] && [ -d .peers/nccl-tests ]; then  # build while the GPUs work
+say "== bench-fidelity $mode: $ngpu GPU(s), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+if [ "$ngpu" -ge 2 ] && [ -d "$peers/nccl-tests" ]; then  # build while the GPUs work
   NCCL_DIR=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
-  mkdir -p /tmp/nccl/lib && ln -sfn "$NCCL_DIR/include" /tmp/nccl/include &&
-    ln -sf "$NCCL_DIR/lib/libnccl.so.2" /tmp/nccl/lib/libnccl.so
-  # nccl-tests into /tmp/$1 with `make MPI=$2 ...`, its rc in the log
+  mkdir -p $W/nccl/lib && ln -sfn "$NCCL_DIR/include" $W/nccl/include &&
+    ln -sf "$NCCL_DIR/lib/libnccl.so.2" $W/nccl/lib/libnccl.so
+  # nccl-tests into $W/$1 with `make MPI=$2 ...`, its rc in the log
   nt_build() { local dir=$1 mpi=$2; shift 2
-    rm -rf "/tmp/$dir" && cp -r .peers/nccl-tests "/tmp/$dir" &&
-    make -C "/tmp/$dir/src" -j8 MPI="$mpi" "$@" BUILDDIR="/tmp/$dir/build" \
-      CUDA_HOME="$(dirname "$(dirname "$(which nvcc)")")" NCCL_HOME=/tmp/nccl \
-      NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > "/tmp/$dir-build.log" 2>&1
-    echo "nccl-tests MPI=$mpi build rc=$?" >> /tmp/nccl-build.log; }
-  : > /tmp/nccl-build.log
+    rm -rf "$W/$dir" && cp -r "$peers/nccl-tests" "$W/$dir" &&
+    make -C "$W/$dir/src" -j8 MPI="$mpi" "$@" BUILDDIR="$W/$dir/build" \
+      CUDA_HOME="$(dirname "$(dirname "$(which nvcc)")")" NCCL_HOME=$W/nccl \
+      NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > "$W/$dir-build.log" 2>&1
+    echo "nccl-tests MPI=$mpi build rc=$?" >> $W/nccl-build.log; }
+  : > $W/nccl-build.log
   nt_build nccl-tests 0 & build=$!
   # with an MPI, the launch form "mpi" (one process per GPU under mpirun, as our ranks run);
   # Open MPI on Debian/Ubuntu keeps include/ and lib/ under /usr/lib/<arch>/openmpi
@@ -74,7 +70,7 @@ if [ "$ngpu" -ge 2 ] && [ -d .peers/nccl-tests ]; then  # build while the GPUs w
     mpi_home=${inc%/include}; [ -n "$inc" ] || mpi_home=$(dirname "$(dirname "$(command -v mpicc)")")
     nt_build nccl-tests-mpi 1 MPI_HOME="$mpi_home" & build_mpi=$!
   else
-    echo "no mpicc/mpirun here: nccl-tests launch form mpi not built" >> /tmp/nccl-build.log
+    echo "no mpicc/mpirun here: nccl-tests launch form mpi not built" >> $W/nccl-build.log
   fi
 fi
 
@@ -91,14 +87,14 @@ say ""; say "## 2. matmul: ours (quick profile above) beside mamf-finder"
 mamf() {  # gpu dtype out [env...]
   local gpu=$1 dt=$2 out=$3; shift 3
   env CUDA_VISIBLE_DEVICES="$gpu" "$@" timeout -s INT -k 10 "$(cap 80)" \
-    python3 .peers/mamf-finder.py --dtype "$dt" \
+    python3 "$peers/mamf-finder.py" --dtype "$dt" \
     --m 1024 2048 4096 8192 --n 1024 2048 4096 8192 --k 8192 13312 16384 \
     --output_file "$out" > /dev/null 2>&1
   echo "mamf-finder $dt on GPU $gpu: rc=$?" >> "$P"
 }
 if [ "$mode" = collectives ]; then
   say "(skipped in this mode)"
-elif [ "$ngpu" -ge 1 ] && [ -f .peers/mamf-finder.py ]; then
+elif [ "$ngpu" -ge 1 ] && [ -f "$peers/mamf-finder.py" ]; then
   g2=$(( ngpu >= 2 ? 1 : 0 ))
   t0=$(now)
   mamf 0 bfloat16 "$T/mamf_bf16.txt" & a=$!
@@ -117,7 +113,7 @@ elif [ "$ngpu" -ge 1 ] && [ -f .peers/mamf-finder.py ]; then
   report matmul "$o/bench_quick.json" bf16:0:"$T/mamf_bf16.txt" fp16:"$g2":"$T/mamf_fp16.txt" \
     tf32:0:"$T/mamf_tf32.txt" fp8:"$g2":"$T/mamf_fp8.txt"
 else
-  say "(no GPU or no .peers/mamf-finder.py: the report on the recorded H200 bf16 run instead)"
+  say "(no GPU or no $peers/mamf-finder.py: the report on the recorded H200 bf16 run instead)"
   report matmul "$o/bench_quick.json" bf16:0:tests/fixtures/bench/h200-1gpu-mamf-bf16-grep.txt
 fi
 
@@ -129,16 +125,16 @@ fi
 #    (~4 % of a 1 MiB all-reduce at its default -n 20); ours has no host in it
 say ""; say "## 3. collectives: ours beside nccl-tests"
 if [ -n "${build:-}" ]; then
-  wait $build ${build_mpi:-}; tee -a "$P" < /tmp/nccl-build.log >> "$S"
+  wait $build ${build_mpi:-}; tee -a "$P" < $W/nccl-build.log >> "$S"
   export LD_LIBRARY_PATH="$NCCL_DIR/lib:${LD_LIBRARY_PATH:-}"
   forms=threads,group
-  if [ -x /tmp/nccl-tests-mpi/build/all_reduce_perf ]; then
-    forms=threads,group,mpi; export GPUAUDIT_NCCL_TESTS_MPI=/tmp/nccl-tests-mpi/build
+  if [ -x $W/nccl-tests-mpi/build/all_reduce_perf ]; then
+    forms=threads,group,mpi; export GPUAUDIT_NCCL_TESTS_MPI=$W/nccl-tests-mpi/build
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   fi
   { echo "== MPI here"; command -v mpirun mpicc; mpirun --version 2>&1 | head -2; } >> "$P"
   t0=$(now)
-  GPUAUDIT_NCCL_TESTS=/tmp/nccl-tests/build GPUAUDIT_NCCL_TESTS_RUNS=3 \
+  GPUAUDIT_NCCL_TESTS=$W/nccl-tests/build GPUAUDIT_NCCL_TESTS_RUNS=3 \
     GPUAUDIT_NCCL_TESTS_ITERS=100 GPUAUDIT_NCCL_TESTS_LAUNCH=$forms timeout "$(cap 330)" \
     python3 -m gpuaudit bench collectives --with-native --sizes 1M:4G --no-save --json \
     > "$o/collectives.json" 2> "$T/coll.err"
@@ -148,11 +144,11 @@ if [ -n "${build:-}" ]; then
   probe() { echo "== NCCL_DEBUG=INFO all_reduce_perf 1 MiB, launch $1" >> "$P"
     NCCL_DEBUG=INFO timeout "$(cap 30)" "${@:2}" -b 1M -e 1M -n 5 -w 1 2>&1 |
       grep -E "via|Channel|NCCL_|Algo|proto|  1048576" | sort | uniq -c | sort -rn | head -25 >> "$P"; }
-  probe group /tmp/nccl-tests/build/all_reduce_perf -g "$ngpu"
-  probe threads /tmp/nccl-tests/build/all_reduce_perf -t "$ngpu" -g 1
+  probe group $W/nccl-tests/build/all_reduce_perf -g "$ngpu"
+  probe threads $W/nccl-tests/build/all_reduce_perf -t "$ngpu" -g 1
   [ -n "${GPUAUDIT_NCCL_TESTS_MPI:-}" ] && probe mpi mpirun -np "$ngpu" "$GPUAUDIT_NCCL_TESTS_MPI/all_reduce_perf" -g 1
 else
-  say "(fewer than 2 GPUs or no .peers/nccl-tests: ours alone)"
+  say "(fewer than 2 GPUs or no $peers/nccl-tests: ours alone)"
   timeout "$(cap 120)" python3 -m gpuaudit bench collectives --no-save --json > "$o/collectives.json" 2> "$T/coll.err"
   report collectives "$o/collectives.json"
 fi
@@ -190,7 +186,7 @@ fi
 
 # 5. pageable copies at the sizes users copy
 say ""; say "## 5. pageable transfers (GPU 0): ours beside plain torch copy_"
-timeout "$(cap 90)" python3 scripts/bench_fidelity_report.py pageable "$o/transfer.json" >> "$S" 2>&1
+timeout "$(cap 90)" python3 validation/bench/fidelity_report.py pageable "$o/transfer.json" >> "$S" 2>&1
 
 say ""; say "whole call: wall_s=$(since "$t_call")"
 tail -2 "$T/quick.err" "$T/coll.err" "$T/cont.err" >> "$S" 2>/dev/null

@@ -1,4 +1,4 @@
-"""Tables for `scripts/device_bench_fidelity.sh` (markdown, for docs/benchmarks.md).
+"""Tables for `validation/bench/fidelity.sh` (markdown, for docs/benchmarks.md).
 
   matmul BENCH_JSON PREC:GPU:MAMF_OUTPUT...   our burst (mean, median, max) and sustained beside
                                               mamf-finder's best, per precision
@@ -75,7 +75,7 @@ def _collectives_table(rows: list[fid.CollectiveRow]) -> None:
           "nccl-tests' median, or inside the range of its runs")
 
 
-# The suites issue 14's 60 s budget was set for; train/infer have their own (issue 11: ≤ 20 s)
+# The suites the quick profile's 60 s budget was set for; train/infer have their own (≤ 20 s)
 MICRO = ("latency", "matmul", "memory", "transfer", "p2p", "collectives")
 
 

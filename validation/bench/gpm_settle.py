@@ -1,11 +1,11 @@
-"""How long after our own kernels end does NVML's GPM still count them? (issue 14: a clean
+"""How long after our own kernels end does NVML's GPM still count them? (A clean
 bench run read 19-28 % SM activity in the quarter second after its matmul suite.)
 
 Runs ~1 s of bf16 matmuls, synchronizes, then reads GPM SM activity through gpuaudit.hw every
 GAP ms for a second (each reading covers the time since the previous one); the same with no
 work before (the idle baseline); then `Watch.look` right after a synchronized burst with
 settle 0 and with the default settle. Prints one JSON document.
-Usage: python3 scripts/gpm_settle.py
+Usage: python3 validation/bench/gpm_settle.py
 """
 
 import json

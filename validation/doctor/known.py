@@ -1,4 +1,4 @@
-"""The doctor's and tune's measurements on the GPU machine (run by scripts/device_doctor.sh):
+"""The doctor's and tune's measurements on the GPU machine (`python -m validation run doctor`):
 
 - known: every known-answer workload (examples/doctor) under `gpuaudit doctor --profile-steps
   5`; a table of expected vs top finding with its evidence;
@@ -9,7 +9,7 @@
 
 `--dry` runs what a CPU can (the CPU-observable workloads, a short overhead run, tune on the
 MLP example) so the script itself is tested without a GPU.
-Usage: python3 scripts/device_doctor.py OUT [known] [overhead] [tune] [--dry]
+Usage: python3 validation/doctor/known.py OUT [known] [overhead] [tune] [--dry]
 Env: GPUAUDIT_DOCTOR_ONLY=a,b (these workloads, in this order), GPUAUDIT_DOCTOR_SECONDS (15).
 """
 
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "doctor"
 EXPECTED = {  # workload → the finding that must come first (None: the control, no finding)
     "healthy": None, "slow_loader": "input-bound", "item_every_step": "host-syncs",

@@ -3,7 +3,7 @@
 (tenant_matmuls.py), their own throughput compared. This is the ground truth the doctor's
 `shared-gpu` share is checked against.
 
-Usage: python3 scripts/doctor_tenant_probe.py OUT [--seconds S]
+Usage: python3 validation/doctor/tenant_probe.py OUT [--seconds S]
 Writes OUT/tenant_probe.json: per job, work done per second alone and shared, and the loss.
 """
 
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-ZOO = Path(__file__).resolve().parents[1] / "examples" / "doctor" / "zoo"
+ZOO = Path(__file__).resolve().parents[2] / "examples" / "doctor" / "zoo"
 JOBS = {"shared_gpu_inference": "requests", "healthy_bf16_lm": "steps"}
 
 

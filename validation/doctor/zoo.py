@@ -2,7 +2,8 @@
 user runs it: the first finding against the expected one, the evidence behind it, and the
 whole evidence saved (`--save-evidence`) for the CPU tests to replay.
 
-Usage: python3 scripts/doctor_zoo.py OUT [--set dev|held-out] [--only a,b] [--deadline-s S]
+Usage: python3 validation/doctor/zoo.py OUT [--set dev|held-out] [--only a,b] [--deadline-s S]
+(or `python -m validation run doctor-zoo --out DIR -- [options]`).
 Writes under OUT: zoo_results.json, zoo_dev.md, zoo_held-out.md, zoo_log.txt and
 zoo_evidence.tar.gz (one NAME.json.gz a job). Cases whose package is missing are skipped with
 the reason; a tenant (another program on the GPU) runs only while its case does.
@@ -20,7 +21,7 @@ import tarfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ZOO = ROOT / "examples" / "doctor" / "zoo"
 SEVERE = ("WARN", "FAIL")
 

@@ -11,7 +11,7 @@ Each sequential pass reads and writes through buffers made for it (storage.io_bu
 fio's alike, as the suite does; GPUAUDIT_COMPARE_SHARED_BUFFERS=1 gives a round's passes of both
 tools the very same buffers (the same pages: the tools compared with the buffers' luck removed).
 
-Usage: python scripts/feed_compare.py PATH [ROUNDS] [FILE_SIZE]
+Usage: python validation/feed/compare.py PATH [ROUNDS] [FILE_SIZE]
        (GPUAUDIT_COMPARE_SEQ_ONLY=1: the sequential passes alone)
 Prints each pair as measured, then per figure: the medians of ours and of the reference, and the
 median of the pair ratios (ours / reference) with their range.

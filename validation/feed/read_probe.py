@@ -34,7 +34,7 @@ GPUAUDIT_PROBE_WRITE=1: sequential writes instead (ours_memfd, fio and fio_memfd
 suite's pass with each worker's own buffer, written before the pass), with the requests per MiB
 written.
 
-Usage: python scripts/feed_read_probe.py DIR ROUNDS [FILE_SIZE]   (GPUAUDIT_FIO or fio on PATH)
+Usage: python validation/feed/read_probe.py DIR ROUNDS [FILE_SIZE]   (GPUAUDIT_FIO or fio on PATH)
 """
 
 from __future__ import annotations

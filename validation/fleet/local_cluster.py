@@ -3,7 +3,7 @@ CUDA_VISIBLE_DEVICES, as separate hosts would), then `gpuaudit fleet run` and `f
 against it. Only this script's own Ray processes are started and stopped (never `ray stop`,
 which ends every Ray of the user on the machine).
 
-    python scripts/fleet_local_cluster.py OUTDIR [--gpus N] [--profile quick]
+    python validation/fleet/local_cluster.py OUTDIR [--gpus N] [--profile quick]
 
 Writes OUTDIR/fleet_run.json, fleet_run.err, fleet_report.txt and fleet.db; prints a summary.
 With --gpus N on a machine without GPUs, the nodes offer N "GPUs" to Ray that are not there

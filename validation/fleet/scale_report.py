@@ -3,7 +3,7 @@
 node (so every node also has its "changed since" comparison), in a fresh PostgreSQL database.
 
     . /tmp/pg_env   # GPUAUDIT_TEST_PG_URL: a server where this user may create databases
-    python scripts/bench_fleet_report.py [--nodes 1000] [--gpus 8] [--repeat 5]
+    python validation/fleet/scale_report.py [--nodes 1000] [--gpus 8] [--repeat 5]
 
 Prints one JSON document: the write side (runs saved, seconds, rows, bytes of the database)
 and the report's wall time per repeat (median and worst), with the machine it ran on.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from gpuaudit.fleet.synthetic import Plant, SyntheticFleet
 from gpuaudit.report.fleet_view import fleet_report

@@ -3,7 +3,7 @@
 audit) with every run saved to a real store, as the CLI does. A few nodes are planted to
 fail, hang and die, so the bookkeeping runs at that scale too.
 
-    python scripts/bench_fleet_run.py [--nodes 1000] [--gpus 8] [--spread 60] [--samples 0]
+    python validation/fleet/scale_run.py [--nodes 1000] [--gpus 8] [--spread 60] [--samples 0]
                                       [--db URL]
 
 Prints one JSON document: the driver's wall and CPU time (less the time the simulation spent
@@ -24,7 +24,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from gpuaudit.fleet.records import NodeState
 from gpuaudit.fleet.runner import run_fleet

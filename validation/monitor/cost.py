@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The monitor's own cost: CPU time per tick for 8 GPUs, from a replayed trace (issue #4:
+"""The monitor's own cost: CPU time per tick for 8 GPUs, from a replayed trace (the budget:
 at most 1 % of one core at a 1 s interval).
 
-    python3 scripts/bench_monitor.py [--ticks 600] [--gpus 8]
+    python3 validation/monitor/cost.py [--ticks 600] [--gpus 8]
 
 The trace is the real 2-GPU H200 recording, busy (GPM readings, a process per GPU), widened to
 8 GPUs. Replay answers from memory, so this measures our side of each tick (decoding, records,
@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.telemetry_traces
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for tests.telemetry_traces
 
 from tests import telemetry_traces as tt
 

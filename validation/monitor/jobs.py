@@ -1,8 +1,8 @@
-"""GPU jobs for the sampler's soak and crash reproductions (issue 19): run one until killed.
+"""GPU jobs for the sampler's soak and crash reproductions: run one until killed.
 
-    python3 scripts/soak_jobs.py lm          # GPT ~124M, bf16 autocast, fused AdamW, forever
-    python3 scripts/soak_jobs.py oom         # the same model, then allocate until out of memory
-    torchrun --nproc_per_node=2 scripts/soak_jobs.py ddp   # the LM under DDP on every GPU
+    python3 validation/monitor/jobs.py lm    # GPT ~124M, bf16 autocast, fused AdamW, forever
+    python3 validation/monitor/jobs.py oom   # the same model, then allocate until out of memory
+    torchrun --nproc_per_node=2 validation/monitor/jobs.py ddp   # the LM under DDP, every GPU
 
 The GPU is chosen with CUDA_VISIBLE_DEVICES; `ddp` takes its rank from torchrun's environment.
 """

@@ -1,15 +1,16 @@
-"""How far NVML writes into the memory a caller hands it: the evidence for issue 19.
+"""How far NVML writes into the memory a caller hands it (docs/monitor-safety.md).
 
 Run on a GPU machine (nvidia-ml-py installed):
 
-    python3 scripts/nvml_probe.py info      # binding and driver versions, struct sizes
-    python3 scripts/nvml_probe.py canary    # every caller-memory call with a guard area behind
-                                            # the binding's buffer: bytes NVML wrote past it
-    python3 scripts/nvml_probe.py minimal --iterations 2000
+    python3 validation/monitor/nvml_probe.py info      # binding and driver versions, struct sizes
+    python3 validation/monitor/nvml_probe.py canary    # every caller-memory call with a guard
+                                            # area behind the binding's buffer: bytes NVML
+                                            # wrote past it
+    python3 validation/monitor/nvml_probe.py minimal --iterations 2000
                                             # the smallest reproduction: GPM metrics through
                                             # the binding's own request struct, in a loop,
                                             # with ctypes allocations around it
-    python3 scripts/nvml_probe.py sample --seconds 20 --interval 0.1
+    python3 validation/monitor/nvml_probe.py sample --seconds 20 --interval 0.1
                                             # the library's sampler, as the recorders drive it
 
 Each prints one JSON document on stdout. Run `minimal` and `sample` under

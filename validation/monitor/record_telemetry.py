@@ -2,7 +2,7 @@
 host→device transfers, each `--seconds` long at `--interval` (default 1 s), one trace each.
 
 Run on the GPU machine (torch needed for the loads):
-    python scripts/record_telemetry.py OUT_DIR [--seconds 15] [--interval 1]
+    python validation/monitor/record_telemetry.py OUT_DIR [--seconds 15] [--interval 1]
 The traces replay through `gpuaudit monitor --replay OUT_DIR/<scenario>.json`; copies go to
 tests/fixtures/telemetry/ beside the ones built from the inspect recordings.
 """

@@ -1,10 +1,10 @@
-"""The monitor's soak on a GPU machine (issue 19): `gpuaudit monitor` with the exporter, the
+"""The monitor's soak on a GPU machine: `gpuaudit monitor` with the exporter, the
 shipped rules, history and `--record`, at 100 ms, while GPU jobs start, run DDP, die of out of
 memory, are SIGKILLed and restart. Every few seconds: the monitor's resident memory, open files
 and threads, and one scrape of /metrics. At the end: the monitor's exit code, the trace's and
 the store's sample counts.
 
-    python3 scripts/soak_monitor.py OUT_DIR [--seconds 500] [--interval 100ms]
+    python3 validation/monitor/soak.py OUT_DIR [--seconds 500] [--interval 100ms]
 
 Writes OUT_DIR/soak.json (every reading) and prints a summary.
 """
@@ -26,7 +26,7 @@ import psutil
 
 SAFE = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
         "NVSHMEM_DISABLE_NVLS": "1"}
-JOBS = [Path(__file__).with_name("soak_jobs.py")]
+JOBS = [Path(__file__).with_name("jobs.py")]
 
 
 def start(kind: str, gpus: str, log) -> subprocess.Popen:

@@ -1,9 +1,9 @@
-"""Issue 17's check across GPU models, on paper: NVIDIA's published MLPerf Inference v4.0
+"""`gpuaudit predict` across GPU models, on paper: NVIDIA's published MLPerf Inference v4.0
 results on H200 taken as the recorded run, `gpuaudit predict`'s GPU change (the same engine,
 `--gpu h100-sxm`) applied to them, and the prediction set beside NVIDIA's published H100
 result for the same benchmark, scenario and software round.
 
-    PYTHONPATH=src python3 scripts/predict_mlperf.py        # prints the markdown table
+    PYTHONPATH=src python3 validation/predict/mlperf.py        # prints the markdown table
 
 What is known (every figure below names its file in mlcommons/inference_results_v4.0,
 closed/NVIDIA): the results (`results/<system>/<benchmark>/Offline/performance/run_1/
@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 RATES = ROOT / "tests" / "fixtures" / "predict" / "h200-2gpu-bench-quick.json"
 V40 = "mlcommons/inference_results_v4.0, closed/NVIDIA/results"

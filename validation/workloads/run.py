@@ -1,8 +1,8 @@
-"""Every figure of `gpuaudit bench train|infer` (issue 11) on the GPU machine, in ~8 minutes
+"""Every figure of `gpuaudit bench train|infer` on the GPU machine, in ~8 minutes
 on 2 H200s, written where docs/benchmarks.md can cite it.
 
-    python3 scripts/device_workloads.py OUTDIR          # orchestrates the phases below
-    python3 scripts/device_workloads.py --phase NAME OPTIONS_JSON OUTFILE   # one phase
+    python3 validation/workloads/run.py OUTDIR          # orchestrates the phases below
+    python3 validation/workloads/run.py --phase NAME OPTIONS_JSON OUTFILE   # one phase
 
 Phases, each a process of its own (`run_bench` with library options), GPUs pinned with
 CUDA_VISIBLE_DEVICES; A0 and A1 run at once on GPU 0 and GPU 1 (in turn with one GPU):
@@ -19,7 +19,7 @@ CUDA_VISIBLE_DEVICES; A0 and A1 run at once on GPU 0 and GPU 1 (in turn with one
 Each phase appends every figure to a JSON-lines file as it is measured, so a phase killed at
 its time limit (SIGINT first: the run is kept as partial) loses only the figure in flight.
 Without a GPU the same phases run with the CPU's tiny models (a dry run of this script).
-Outputs: summary.txt (the figures the issue targets, then every table), workloads.json
+Outputs: summary.txt (the target figures, then every table), workloads.json
 (every phase's Run), log.txt (each phase's stderr tail), profile.txt (top kernels).
 """
 
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-SRC = HERE.parent / "src"
+SRC = HERE.parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
 # Phase time limits (s): A is the long pole (three compilations on each GPU, max-autotune).
@@ -92,7 +92,7 @@ def phase_options(ngpu: int, out: Path) -> dict[str, tuple[list[str], str, dict[
                                       "infer_modes": ["eager", "cudagraph",
                                                       "compile+cudagraph", "max-autotune"]}),
     }
-    if ngpu == 1:  # in turn, shorter: the issue's bf16 figures before the other precisions
+    if ngpu == 1:  # in turn, shorter: the bf16 figures before the other precisions
         specs["A1"][2]["infer_options"] = {"precisions": ["bf16", "fp32", "fp16", "fp8", "int8"]}
     return specs
 
@@ -297,7 +297,7 @@ def summary(info: dict[str, Any], docs: dict[str, Any]) -> str:
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              "phases: " + ", ".join(f"{k} rc={x.get('rc')} {x.get('wall_s')} s"
                                     for k, x in info.items() if k != "total")
-             + f"; total {info['total']['wall_s']} s", "", "TARGETS (issue 11)"]
+             + f"; total {info['total']['wall_s']} s", "", "TARGETS"]
     g = "gpt-124m/bf16+compile"
     lines.append(_line(f"{g} tokens/s (32×1024, fused AdamW)", v(f"{g}/tokens"), "tokens/s",
                        "≥", 500_000))
