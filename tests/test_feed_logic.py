@@ -553,7 +553,7 @@ def test_fixtures_are_real_recordings():
     assert os.path.getsize(FEED / "h200_2gpu_transfer.json") > 0
 
 
-# -- scripts/feed_compare.py: ours and fio pass by pass -----------------------------------------
+# -- validation/feed/compare.py: ours and fio pass by pass --------------------------------------
 
 
 def _feed_compare():

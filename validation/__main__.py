@@ -17,14 +17,14 @@ def parser() -> argparse.ArgumentParser:
                                  description="gpuaudit's validation harness")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="the capabilities, what each validates and against what")
-    run = sub.add_parser("run", help="run one capability; writes DIR/NAME.json and DIR/NAME.md")
+    run = sub.add_parser("run", help="run one capability; writes DIR/NAME.json and DIR/NAME.md",
+                         epilog="The entry's own options follow `--`.")
     run.add_argument("name", choices=sorted(CAPABILITIES))
     run.add_argument("--out", type=Path, required=True, help="folder for the result and raw files")
     run.add_argument("--mode", help="a part of the capability (see `list`)")
     run.add_argument("--dry", action="store_true", help="without a GPU: the CPU part")
     run.add_argument("--peers", type=Path,
                      help="the reference tools' sources (nccl-tests/, mamf-finder.py, fio/)")
-    run.add_argument("args", nargs="*", help="the entry's own options, after --")
     pub = sub.add_parser("publish", help="copy DIR's results into validation/results/")
     pub.add_argument("out", type=Path)
     pub.add_argument("names", nargs="*")
@@ -36,6 +36,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:  # the entry's own options, passed on as typed
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1:]
     a = parser().parse_args(argv)
     if a.cmd == "list":
         for c in CAPABILITIES.values():
@@ -81,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
-    result = run_capability(cap, a.out, dry=a.dry, peers=a.peers, mode=a.mode, args=a.args,
+    result = run_capability(cap, a.out, dry=a.dry, peers=a.peers, mode=a.mode, args=extra,
                             log=log)
     print(result.table_md, end="")
     return 0 if result.ok else 1

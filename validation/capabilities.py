@@ -109,7 +109,7 @@ def fleet_steps(ctx: Context) -> list[Step]:
 
 
 def fleet_scale_steps(ctx: Context) -> list[Step]:
-    nodes = ("--nodes", "40", "--gpus", "2") if ctx.dry else ()
+    nodes = ("--nodes", "40", "--gpus", "2", "--spread", "2") if ctx.dry else ()
     db = f"sqlite:///{ctx.work / 'fleet.db'}"
     run = _py(ctx, "validation/fleet/scale_run.py", *nodes, "--db", db, *ctx.args)
     steps = [Step("driver", run,

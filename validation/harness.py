@@ -171,10 +171,12 @@ def run_step(ctx: Context, step: Step, log: Callable[[str], None]) -> StepResult
     log(f"validation: {step.name}: {command}")
     out_name = step.stdout or f"{step.name}.log"
     t0 = time.monotonic()
-    with open(ctx.raw / out_name, "ab") as out:
+    # a step whose stdout is a result file keeps its stderr apart, in NAME.err
+    err_name = out_name if step.stdout is None else f"{step.name}.err"
+    with open(ctx.raw / out_name, "ab") as out, open(ctx.raw / err_name, "ab") as err:
         try:
             proc = subprocess.run(step.argv, cwd=ROOT, env=_env(ctx, step), stdout=out,
-                                  stderr=subprocess.STDOUT if step.stdout is None else None,
+                                  stderr=subprocess.STDOUT if step.stdout is None else err,
                                   timeout=step.timeout_s, check=False)
             rc: int | None = proc.returncode
         except subprocess.TimeoutExpired:

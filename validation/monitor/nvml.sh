@@ -10,7 +10,7 @@
 #           default 490)
 # docs/monitor-safety.md says what the guard does and what these show.
 set -u
-OUT=${VALIDATION_OUT:?}
+o=${VALIDATION_OUT:?}
 step=${1:?usage: nvml.sh info|fields|bisect|fence|soak}
 S="python3 validation/monitor/nvml_probe.py sample --interval 0.1"
 
@@ -24,24 +24,24 @@ start_load() {  # a GPT ~124M training job on every GPU, then 20 s to reach its 
 stop_load() { kill -9 "${jobs[@]}" 2>/dev/null; wait 2>/dev/null; jobs=(); }
 trap stop_load EXIT
 
-log() { echo "== $*" | tee -a "$OUT/runs.txt"; }
+log() { echo "== $*" | tee -a "$o/runs.txt"; }
 trial() {  # FILE NAME N ENV... CMD...: how many of N fresh processes crashed
   local file=$1 name=$2 n=$3; shift 3; local crashed=0 first=""
   for _ in $(seq "$n"); do
-    env PYTHONFAULTHANDLER=1 "$@" > "$OUT/last.txt" 2>&1 || {
+    env PYTHONFAULTHANDLER=1 "$@" > "$o/last.txt" 2>&1 || {
       crashed=$((crashed+1))
-      [ -z "$first" ] && { first=1; echo "=== $name" >> "$OUT/crashes.txt"; cat "$OUT/last.txt" >> "$OUT/crashes.txt"; }; }
+      [ -z "$first" ] && { first=1; echo "=== $name" >> "$o/crashes.txt"; cat "$o/last.txt" >> "$o/crashes.txt"; }; }
   done
-  echo "$name crashed=$crashed/$n" | tee -a "$OUT/$file"
+  echo "$name crashed=$crashed/$n" | tee -a "$o/$file"
 }
 
 case $step in
 info)
-  nvidia-smi --query-gpu=index,name,driver_version --format=csv | tee -a "$OUT/runs.txt"
-  python3 validation/monitor/nvml_probe.py info | tee "$OUT/info.json"
+  nvidia-smi --query-gpu=index,name,driver_version --format=csv | tee -a "$o/runs.txt"
+  python3 validation/monitor/nvml_probe.py info | tee "$o/info.json"
   if [ -n "${CANARY:-}" ]; then
     start_load
-    python3 validation/monitor/nvml_probe.py canary > "$OUT/canary.json" 2>>"$OUT/runs.txt"; log "canary rc=$?"
+    python3 validation/monitor/nvml_probe.py canary > "$o/canary.json" 2>>"$o/runs.txt"; log "canary rc=$?"
   fi ;;
 fields)
   start_load
@@ -70,13 +70,13 @@ fence)
 soak)
   start_load
   for i in 1 2 3; do
-    env PYTHONFAULTHANDLER=1 timeout 30 $S --seconds 6 >> "$OUT/guard.txt" 2>&1
-    echo "rc=$?" >> "$OUT/guard.txt"
+    env PYTHONFAULTHANDLER=1 timeout 30 $S --seconds 6 >> "$o/guard.txt" 2>&1
+    echo "rc=$?" >> "$o/guard.txt"
   done
   stop_load
-  cat "$OUT/guard.txt"
-  python3 validation/monitor/soak.py "$OUT" --seconds "${SOAK_SECONDS:-490}" --interval 100ms > "$OUT/soak.txt" 2>&1
-  tail -c 4000 "$OUT/soak.txt" ;;
+  cat "$o/guard.txt"
+  python3 validation/monitor/soak.py "$o" --seconds "${SOAK_SECONDS:-490}" --interval 100ms > "$o/soak.txt" 2>&1
+  tail -c 4000 "$o/soak.txt" ;;
 *) echo "nvml.sh: unknown step $step" >&2; exit 2 ;;
 esac
-rm -f "$OUT/last.txt"
+rm -f "$o/last.txt"
