@@ -79,3 +79,5 @@ echo "feed tests: rc=$?" >> "$o/summary.txt"
 tail -3 $W/feed.err $W/net.err $W/serve.err >> "$o/summary.txt" 2>/dev/null
 cat "$o/summary.txt"; grep -E "^(INFO|WARN|FAIL|PASS) feed" "$o/feed.txt"
 grep -A12 "^figure " "$o/feed.txt"; tail -3 "$o/pytest.txt"
+# the run fails when any part did (each wrote its rc= into the summary)
+! grep -qE "rc=[1-9]" "$o/summary.txt"
