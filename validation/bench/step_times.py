@@ -3,7 +3,7 @@
 the wall time at which each progress step began (one line each, flushed: the fast exit after
 `run` keeps them); then, with --report, the time from each step to the next, summed by phase.
 
-    python3 validation/bench/step_times.py STEPS.txt run --db sqlite:///tmp/runs.db
+    python3 validation/bench/step_times.py STEPS.txt run --db sqlite:///runs.db
     python3 validation/bench/step_times.py --report STEPS.txt START_EPOCH END_EPOCH
 
 START and END are the shell's clock around the command (process start to exit): the first

@@ -21,11 +21,13 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "doctor"
+SCRATCH = Path(os.environ.get("VALIDATION_WORK") or tempfile.gettempdir())
 EXPECTED = {  # workload → the finding that must come first (None: the control, no finding)
     "healthy": None, "slow_loader": "input-bound", "item_every_step": "host-syncs",
     "tiny_batch": "batch-too-small", "tiny_kernels": "launch-bound",
@@ -67,7 +69,7 @@ def known(out: Path, dry: bool, log: list[str]) -> None:
         want = EXPECTED[name]
         if dry and name not in CPU_OK:
             continue
-        save = Path(f"/tmp/doctor-{name}.json")
+        save = SCRATCH / f"doctor-{name}.json"
         t0 = time.monotonic()
         kept = out / "profiles" / f"{name}.json.gz"  # real traces: the rules' next fixtures
         kept.parent.mkdir(exist_ok=True)

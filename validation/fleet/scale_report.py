@@ -2,7 +2,7 @@
 (gpuaudit.fleet.synthetic: real H200 medians, 1 % noise, a few planted faults), two audits per
 node (so every node also has its "changed since" comparison), in a fresh PostgreSQL database.
 
-    . /tmp/pg_env   # GPUAUDIT_TEST_PG_URL: a server where this user may create databases
+    # with GPUAUDIT_TEST_PG_URL naming a server where this user may create databases
     python validation/fleet/scale_report.py [--nodes 1000] [--gpus 8] [--repeat 5]
 
 Prints one JSON document: the write side (runs saved, seconds, rows, bytes of the database)

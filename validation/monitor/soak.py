@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -52,9 +53,10 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    db = Path("/tmp/soak-store.sqlite")
+    scratch = Path(os.environ.get("VALIDATION_WORK") or tempfile.gettempdir())
+    db = scratch / "soak-store.sqlite"
     db.unlink(missing_ok=True)
-    trace = Path("/tmp/soak-trace.jsonl")
+    trace = scratch / "soak-trace.jsonl"
     jobs_log = open(out / "soak-jobs.log", "w")  # noqa: SIM115 - kept for the whole run
     mon_log = open(out / "soak-monitor.log", "w")  # noqa: SIM115
     monitor = subprocess.Popen(

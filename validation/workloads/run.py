@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -184,9 +185,8 @@ class Phase:
 def main(outdir: str) -> int:
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    # Not under OUT: at most 8 files come back from a device call, and the phases' 15 would
-    # crowd out the summary (the call's own deadline keeps it from being cut off).
-    tmp = Path("/tmp/gpuaudit-workloads")
+    # The phases' own files are scratch, not results: the summary and workloads.json are.
+    tmp = Path(os.environ.get("VALIDATION_WORK") or tempfile.gettempdir()) / "gpuaudit-workloads"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     ngpu = gpu_count()
@@ -203,7 +203,7 @@ def main(outdir: str) -> int:
     if not only or "quick" in only:
         t0 = time.time()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p)}  # /tmp/site: wheels
+            p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p)}  # with the wheels beside
         proc = subprocess.run([sys.executable, "-m", "gpuaudit", "bench", "train", "infer",
                                "--no-save", "--json"], capture_output=True, text=True,
                               env=env, timeout=limits["quick"] * 3)
