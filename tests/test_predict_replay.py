@@ -5,9 +5,9 @@ with the run that measured it, the error asserted as achieved. Within 10 % where
 not, the reason is in the prediction itself (its notes, its classes' basis) and the
 measurement is inside the band, as docs/predict.md's tables show it. The third run is the
 first with batch norm's own record (its kernels' time, its layers timed alone in both
-precision families, as the recorder of that day did); its checks are asserted here too. The fourth
-(validation/results/predict-resnet50-raw.txt, resnet50 only) is the first with the convolutions timed alone
-as their steps run them (the recorder of that day)."""
+precision families, as the recorder of that day did); its checks are asserted here too. The
+fourth (validation/results/predict-resnet50-raw.txt, resnet50 only) is the first with the
+convolutions timed alone as their steps run them (the recorder of that day)."""
 
 from __future__ import annotations
 
