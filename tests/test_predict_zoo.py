@@ -18,8 +18,7 @@ import pytest
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import load_run
 from gpuaudit.model.opprofile import OpClassRecord, TimedUnit, Timeline, UnitGroup, UnitTime
-from gpuaudit.predict import Change, load_profile, machine_rates, predict
-from gpuaudit.predict import grouped
+from gpuaudit.predict import Change, grouped, load_profile, machine_rates, predict
 from gpuaudit.predict import groups as grp
 from gpuaudit.predict import timeline as tlm
 from gpuaudit.specs.catalog import load_catalog
