@@ -438,3 +438,20 @@ def test_a_convolutions_backward_is_charged_to_a_convolution_unit():
     assert _conv_unit("aten.convolution_backward", args(torch.zeros(8, 4, 3), False),
                       torch) == "conv1d"
     assert _conv_unit("aten.mm", args(torch.zeros(8, 4, 3, 3), False), torch) is None
+
+
+def test_flops_counted_under_a_memory_bound_unit_join_the_busiest_matmul_bound_group():
+    # the fp32 ResNet-18 recording: its convolutions' gradients tallied under the ReLUs
+    prof = next(p for p in zoo_run("cnn").op_profiles if p.precision == "fp32")
+    stray = sum(g.flops for g in prof.groups if g.op_class == "elementwise")
+    conv = next(g for g in prof.groups if (g.op_class, g.unit) == ("conv", "conv2d"))
+    assert stray > conv.flops  # the backward's two thirds
+    fixed, note = grouped.repair_flops(prof)
+    assert sum(g.flops for g in fixed.groups if g.op_class == "elementwise") == 0
+    moved = next(g for g in fixed.groups if (g.op_class, g.unit) == ("conv", "conv2d"))
+    assert moved.flops == pytest.approx(conv.flops + stray)
+    assert sum(g.flops for g in fixed.groups) == pytest.approx(sum(g.flops for g in prof.groups))
+    assert note is not None and "conv/conv2d" in note and "elementwise/relu" in note
+    # the bf16 recording counted them where they belong: nothing to move
+    bf16 = next(p for p in zoo_run("cnn").op_profiles if p.precision == "bf16")
+    assert grouped.repair_flops(bf16) == (bf16, None)

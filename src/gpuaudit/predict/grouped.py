@@ -10,7 +10,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from gpuaudit.model.opprofile import BATCH_SCALES, TENSOR_CLASSES, OpProfile
+from gpuaudit.model.opprofile import BATCH_SCALES, MEMORY_CLASSES, TENSOR_CLASSES, OpProfile
 
 from . import groups as grp
 from . import timeline as tlm
@@ -38,6 +38,7 @@ class Grouped:
     kernels: dict[int, list[float]] = field(default_factory=dict)  # group → its µs per step
     host_scale: float = 1.0  # the host's work per step, × (another size launches more)
     host_unc: float = 0.0  # the relative uncertainty on it
+    notes: list[str] = field(default_factory=list)  # said with the prediction
 
     def group_us(self, i: int) -> float:
         """A group's new time per step (µs), its kernels each changed."""
@@ -52,10 +53,41 @@ class Grouped:
         return g.kernels * c.apply(mean)
 
 
+def repair_flops(record: OpProfile) -> tuple[OpProfile, str | None]:
+    """FLOPs counted under a memory-bound unit are a matmul-bound unit's backward charged to
+    its neighbour (torch's formulas give FLOPs to matmuls, convolutions and attention only;
+    the fp32 recordings of ResNet-18 and a U-Net on CUDA tallied their convolutions'
+    gradients under the ReLU after them): they join the matmul-bound group that took the
+    most time, and a note says so."""
+    stray = [(i, g) for i, g in enumerate(record.groups)
+             if g.op_class in MEMORY_CLASSES and g.flops > 0]
+    tensor = [(g.kernel_us, i) for i, g in enumerate(record.groups)
+              if g.op_class in TENSOR_CLASSES and g.flops > 0]
+    if not stray or not tensor:
+        return record, None
+    moved = sum(g.flops for _, g in stray)
+    to = max(tensor)[1]
+    groups = list(record.groups)
+    for i, g in stray:
+        groups[i] = g.model_copy(update={"flops": 0.0, "alt_batch_flops": None})
+    dest = groups[to]
+    alts = [g.alt_batch_flops for _, g in stray]
+    alt = None if dest.alt_batch_flops is None or None in alts else \
+        dest.alt_batch_flops + sum(a for a in alts if a is not None)
+    groups[to] = dest.model_copy(update={"flops": dest.flops + moved, "alt_batch_flops": alt})
+    note = (f"{moved / 1e12:.3g} TFLOP a step counted under "
+            f"{', '.join(sorted({f'{g.op_class}/{g.unit}' for _, g in stray}))} (units "
+            f"without FLOPs of their own) taken as {dest.op_class}/{dest.unit}'s")
+    return record.model_copy(update={"groups": tuple(groups)}), note
+
+
 def start(record: OpProfile | None) -> Grouped | None:
     if record is None or record.legacy or not record.groups:
         return None
+    record, note = repair_flops(record)
     out = Grouped(record, {i: grp.GroupChange(g) for i, g in enumerate(record.groups)})
+    if note:
+        out.notes.append(note)
     tl = record.timeline
     if tl is not None and tl.dur_us:
         steps = max(1, tl.steps)
@@ -108,6 +140,7 @@ def precision(g: Grouped, state: StepState, target: str) -> None:
     src = state.precision
     rates = (state.roofs.matmul(src) or 1.0, state.roofs.matmul(target) or 1.0)
     grp.precision_change(g.record, g.changes, src, target, rates, state.roofs.memory_gbps)
+    state.notes.extend(n for n in g.notes if n not in state.notes)
     if (_autocast(src), _autocast(target)) in ((True, False), (False, True)):
         g.host_scale *= AUTOCAST_OFF_HOST if _autocast(src) else 1 / AUTOCAST_OFF_HOST
         g.host_unc = math.hypot(g.host_unc, U_AUTOCAST_HOST)
