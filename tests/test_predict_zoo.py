@@ -455,3 +455,28 @@ def test_flops_counted_under_a_memory_bound_unit_join_the_busiest_matmul_bound_g
     # the bf16 recording counted them where they belong: nothing to move
     bf16 = next(p for p in zoo_run("cnn").op_profiles if p.precision == "bf16")
     assert grouped.repair_flops(bf16) == (bf16, None)
+
+
+def test_a_wider_layer_reaches_more_of_its_roofline_by_the_precision_rules_delta():
+    from gpuaudit.predict import retarget as rt
+
+    r = rates()
+    bf16 = r.roofs.matmul("bf16")
+    # 1 TFLOP in 4 calls, taking twice its roofline: share 0.5
+    g = UnitGroup(op_class="gemm", unit="linear", kernel_us=2e6 / bf16, flops=1e12,
+                  bytes=1.0)
+    key = ("gemm", "linear")
+
+    def counted(calls):
+        return rt.Counted("m", {}, {}, {}, 1, 1, [], {key: calls})
+
+    # the target: the same 4 calls, each with 4 × the ideal time
+    share = rt._share_ratio(g, 4.0, counted(4), counted(4), key, r.roofs, "bf16")
+    there = 0.5 ** (4.0 ** -grp.DELTA["gemm"])
+    assert share == pytest.approx(0.5 / there) and share < 1.0
+    # 16 calls for 4 × the ideal: each call as long as before, the share kept
+    assert rt._share_ratio(g, 4.0, counted(4), counted(16), key, r.roofs,
+                           "bf16") == pytest.approx(1.0)
+    # calls not counted: kept
+    assert rt._share_ratio(g, 4.0, rt.Counted("m", {}, {}, {}, 1, 1, []), counted(4), key,
+                           r.roofs, "bf16") == 1.0
