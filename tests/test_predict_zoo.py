@@ -480,3 +480,10 @@ def test_a_wider_layer_reaches_more_of_its_roofline_by_the_precision_rules_delta
     # calls not counted: kept
     assert rt._share_ratio(g, 4.0, rt.Counted("m", {}, {}, {}, 1, 1, []), counted(4), key,
                            r.roofs, "bf16") == 1.0
+
+
+def test_a_group_far_below_its_roofline_is_never_slower_at_a_higher_rate():
+    # 7 % of fp32's roofline: its share raised to the power for bf16 is nearly nothing
+    g = UnitGroup(op_class="gemm", unit="linear", kernel_us=40.0, flops=1.5e8, bytes=1e5)
+    assert grp.efficiency_ratio(g, (53.0, 743.0), 4224.0, 0.5e5) == 1.0
+    assert grp.efficiency_ratio(g, (743.0, 53.0), 4224.0, 2e5) >= 1.0

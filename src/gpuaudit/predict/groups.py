@@ -210,7 +210,11 @@ def efficiency_ratio(g: UnitGroup, rates: tuple[float, float], memory_gbps: floa
     share = min(0.999, here / took)
     share_there = math.exp(math.log(share) * (rates[1] / rates[0]) ** DELTA.get(g.op_class,
                                                                                  0.5))
-    return there / share_there / took
+    ratio = there / share_there / took
+    # The same shapes at a higher matmul rate never take longer, at a lower one never less
+    # time (a group far below its roofline, ResNet's classifier at 7 % of fp32's, would
+    # otherwise take the power of its share to nothing: 0.04 ms → 15 ms in bf16).
+    return min(ratio, 1.0) if rates[1] > rates[0] else max(ratio, 1.0)
 
 
 def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, target: str,
