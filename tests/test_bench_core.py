@@ -134,7 +134,7 @@ def _fake_suites(monkeypatch, fns, short_suite_s: float = 0.0):
     long (as the real ones they stand for), so each gets its look after it."""
     monkeypatch.setattr(runner, "suite", lambda name: fns[name])
     monkeypatch.setattr(runner, "select_devices", lambda machine, gpus: ())
-    monkeypatch.setattr(runner, "SHORT_SUITE_S", short_suite_s)
+    monkeypatch.setattr(runner, "LOOK_EVERY_S", short_suite_s)
 
 
 def test_a_crashing_suite_is_recorded_and_the_run_goes_on(monkeypatch):

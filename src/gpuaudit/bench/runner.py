@@ -38,9 +38,12 @@ NATIVE = {  # suite → modules with run_native(ctx), for --with-native
 }
 # suite → module with preflight(ctx): bad input (a missing path, a silent peer) is refused
 # before anything runs, so no measured figure is thrown away.
-# A suite shorter than this (latency, memory: a fraction of a second) gets no look of its own
-# after it: its figures share the look after the next suite.
-SHORT_SUITE_S = 1.0
+# A look costs half a second of nothing measured. One is taken before the next suite once the
+# suites since the last look have measured for this long: short suites (latency, memory: a
+# fraction of a second; transfer, infer: a few) share the look after the ones that follow
+# them, each figure still bracketed by the look before it and the next one taken. On one H200
+# the quick profile takes 4 looks instead of 6.
+LOOK_EVERY_S = 5.0
 PREFLIGHT = {"storage": "gpuaudit.bench.feed.storage", "network": "gpuaudit.bench.feed.network",
              "collectives": "gpuaudit.bench.nccl_tests"}
 
@@ -137,10 +140,10 @@ def run_bench(
             stepping("loading torch")
             loading.join()  # no import may run beside a timing
         # A look costs half a second. None is taken where nothing was measured since the last
-        # one (a suite that only skipped: p2p on one GPU, storage without a path), nor after a
-        # suite that took under SHORT_SUITE_S: its figures share the look after the next suite
-        # (they are then bracketed by the look before them and the next one taken).
-        look_due, unlooked = True, False
+        # one (a suite that only skipped: p2p on one GPU, storage without a path), nor before
+        # the suites since the last look have measured for LOOK_EVERY_S: their figures share
+        # the next look taken (they are bracketed by the look before them and that one).
+        look_due, unlooked, measured_s = True, False, 0.0
         if exclusive and watch is not None and names:
             busy = watch.look(f"before {names[0]}")
             look_due = False
@@ -155,6 +158,7 @@ def run_bench(
                 ctx.step(f"looking for other work on the GPUs before {name}")
                 watch.look(f"before {name}")
                 look_due = unlooked = False
+                measured_s = 0.0
             before = len(watch.looks) - 1 if watch is not None else 0
             ctx.step(name)
             runs = [suite(name)]
@@ -178,8 +182,10 @@ def run_bench(
                 seconds[name] = round(time.perf_counter() - t0, 2)
                 others = hostload.others_cores(load, hostload.read())
                 measured[first:] = [(b, hostload.mark(m, others)) for b, m in measured[first:]]
-            unlooked = unlooked or found
-            look_due = look_due or (found and seconds[name] >= SHORT_SUITE_S)
+            if found:
+                unlooked = True
+                measured_s += seconds[name]
+            look_due = look_due or (unlooked and measured_s >= LOOK_EVERY_S)
         if watch is not None and names and unlooked:
             watch.look(f"after {names[-1]}")
     except KeyboardInterrupt:
