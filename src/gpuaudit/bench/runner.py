@@ -138,6 +138,7 @@ def run_bench(
         watch = watch if watch is not None else _live_watch(ctx, exclusive)
         if loading is not None:
             stepping("loading torch")
+            _prepare(names, ctx)  # what needs no torch and is not timed, while it loads
             loading.join()  # no import may run beside a timing
         # A look costs half a second. None is taken where nothing was measured since the last
         # one (a suite that only skipped: p2p on one GPU, storage without a path), nor before
@@ -209,6 +210,16 @@ def run_bench(
                source="live", machine=machine, measurements=tuple(final), suite_seconds=seconds,
                op_profiles=tuple(profiles),
                findings=tuple(bench_findings(final) + feed_findings(final, ctx)))
+
+
+def _prepare(names: Sequence[str], ctx: BenchContext) -> None:
+    """Each chosen suite's `prepare(ctx)`, where it has one: work that is never timed and
+    needs no torch (the host suite's test JPEGs), done while torch loads instead of inside the
+    suite. Mostly numpy and Pillow, which leave the GIL to the import."""
+    for name in names:
+        prepare = getattr(importlib.import_module(SUITES[name]), "prepare", None)
+        if prepare is not None:
+            prepare(ctx)
 
 
 def preflight(names: Sequence[str], *, profile: Profile, timeout_s: float,
