@@ -53,7 +53,7 @@ def script(tmp_path: Path, text: str, name: str = "job.py") -> Path:
 def doctor(tmp_path: Path, *args: str, timeout: float = 240
            ) -> tuple[subprocess.CompletedProcess[str], dict, recording.Evidence]:
     save, ev = tmp_path / "d.json", tmp_path / "ev.json.gz"
-    proc = subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", "--save", str(save),
+    proc = subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", "--json-file", str(save),
                            "--save-evidence", str(ev), *args], capture_output=True, text=True,
                           timeout=timeout, env=ENV, cwd=tmp_path)
     assert save.exists(), proc.stderr
@@ -127,7 +127,7 @@ def test_a_failure_inside_the_bootstrap_leaves_the_job_running(tmp_path):
     job = script(tmp_path, "import torch\nprint('ran with', torch.__version__)\n")
     env = {**ENV, "PYTHONPATH": str(tmp_path / "fake")}
     save = tmp_path / "d.json"
-    proc = subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", "--save", str(save),
+    proc = subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", "--json-file", str(save),
                            "--", sys.executable, str(job)], capture_output=True, text=True,
                           timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
