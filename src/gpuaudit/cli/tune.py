@@ -48,9 +48,9 @@ def tune(
     workers: Annotated[str | None, typer.Option(
         help="Worker counts to try: '0,2,4,8' [default: 0, 1, 2, 4, … up to the cores]")
     ] = None,
-    save: Annotated[Path | None, typer.Option("--json-file", "--save", dir_okay=False, metavar="FILE",
-                                              help="Also write the result as JSON (what "
-                                                   "--json prints) to this file.")
+    save: Annotated[Path | None, typer.Option(
+        "--json-file", "--save", dir_okay=False, metavar="FILE",
+        help="Also write the result as JSON (what --json prints) to this file.")
                     ] = None,
     json_: Annotated[bool, typer.Option("--json", help="JSON on stdout (human text on "
                                                        "stderr).")] = False,
