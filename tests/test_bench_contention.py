@@ -309,3 +309,18 @@ def test_the_quick_profile_on_one_h200_takes_four_looks(monkeypatch):
     runner.run_bench([], machine=machine("h200-1gpu"), watch=w)
     assert [lk.where for lk in w.looks] == ["before latency", "before memory", "before infer",
                                             "before storage"]
+
+
+def test_the_first_look_is_taken_while_torch_loads(monkeypatch):
+    import threading
+
+    loading = threading.Thread(target=lambda: None)
+    loading.start()
+    monkeypatch.setattr(runner, "preload_torch", lambda names: loading)
+    _fake_suites(monkeypatch, figures_of("matmul"))
+    steps: list[str] = []
+    w = watch("h200-1gpu-idle")
+    runner.run_bench(["matmul"], machine=machine("h200-1gpu"), watch=w, step=steps.append)
+    assert steps[:3] == ["looking for other work on the GPUs before matmul", "loading torch",
+                         "matmul"]
+    assert [lk.where for lk in w.looks] == ["before matmul", "after matmul"]

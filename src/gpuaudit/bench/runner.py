@@ -136,21 +136,24 @@ def run_bench(
                            profile=profile, step=stepping, size_range=size_range,
                            timeout_s=timeout_s, options=dict(options or {}))
         watch = watch if watch is not None else _live_watch(ctx, exclusive)
-        if loading is not None:
-            stepping("loading torch")
-            _prepare(names, ctx)  # what needs no torch and is not timed, while it loads
-            loading.join()  # no import may run beside a timing
         # A look costs half a second. None is taken where nothing was measured since the last
         # one (a suite that only skipped: p2p on one GPU, storage without a path), nor before
         # the suites since the last look have measured for LOOK_EVERY_S: their figures share
         # the next look taken (they are bracketed by the look before them and that one).
         look_due, unlooked, measured_s = True, False, 0.0
-        if exclusive and watch is not None and names:
+        if watch is not None and names and (exclusive or loading is not None):
+            # the first look while torch loads (nothing of ours is on the GPUs yet, and a look
+            # only reads NVML and waits): half a second less before the first figure
+            ctx.step(f"looking for other work on the GPUs before {names[0]}")
             busy = watch.look(f"before {names[0]}")
             look_due = False
-            if busy.busy_gpus():
+            if exclusive and busy.busy_gpus():
                 raise BadInputError(f"--exclusive: the GPUs are busy: "
                                     f"{contention.busy_line(busy)}")
+        if loading is not None:
+            stepping("loading torch")
+            _prepare(names, ctx)  # what needs no torch and is not timed, while it loads
+            loading.join()  # no import may run beside a timing
         for done, name in enumerate(names):
             interrupt.check()
             if on_suite:
