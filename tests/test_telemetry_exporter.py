@@ -458,3 +458,17 @@ def test_other_methods_answered_as_the_client_library_does(method: str, status: 
         except urllib.error.HTTPError as exc:
             got, allow = exc.code, exc.headers["Allow"]
     assert (got, allow) == (status, "OPTIONS,GET")
+
+
+def test_an_answer_that_cannot_be_made_is_a_500_and_one_log_line(monkeypatch, caplog):
+    def broken(self, accept, accept_encoding):
+        raise ValueError("state out of range")
+
+    monkeypatch.setattr(exporter.CachedExposition, "answer", broken)
+    with exporter.serve(standard_latest(), port=0) as srv:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            get(srv.url)
+        _, body = get(srv.url + "?name[]=gpuaudit_up")  # the server still answers
+    assert err.value.code == 500 and "gpuaudit_up" in body
+    assert [r.getMessage() for r in caplog.records if r.name == exporter.log.name] == [
+        "a scrape failed: ValueError: state out of range"]

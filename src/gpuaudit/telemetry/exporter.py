@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import logging
 import queue
 import socket
 import threading
@@ -33,6 +34,8 @@ from gpuaudit.errors import BadInputError
 
 from . import metrics
 from .state import Latest, MonitorState
+
+log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9835
@@ -213,11 +216,19 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/favicon.ico":
             self._answer(200, [], b"")
             return
+        try:
+            headers, body = self._exposition(query)
+        except Exception as exc:  # the scraper gets a 500, the monitor's log one line
+            log.warning("a scrape failed: %s: %s", type(exc).__name__, exc)
+            self._answer(500, [("Content-Type", "text/plain; charset=utf-8")],
+                         b"# the exporter could not make this answer; see the monitor's log\n")
+            return
+        self._answer(200, headers, body)
+
+    def _exposition(self, query: str) -> tuple[list[tuple[str, str]], bytes]:
         accept, accept_encoding = self.headers.get("Accept"), self.headers.get("Accept-Encoding")
         if not query:
-            headers, body = self.cache.answer(accept, accept_encoding)
-            self._answer(200, headers, body)
-            return
+            return self.cache.answer(accept, accept_encoding)
         encoder, content_type = choose_encoder(accept)
         names = parse_qs(query).get("name[]")
         reg = self.plain.restricted_registry(names) if names else self.plain
@@ -226,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
         if gzip_accepted(accept_encoding):
             body = gzip.compress(body)
             headers.append(("Content-Encoding", "gzip"))
-        self._answer(200, headers, body)
+        return headers, body
 
     def do_OPTIONS(self) -> None:
         self._answer(200, [("Allow", "OPTIONS,GET")], b"")
@@ -289,7 +300,8 @@ class _Server(HTTPServer):
                 self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A scraper that hung up mid-answer is its own business: no traceback on stderr."""
+        """A scraper that hung up mid-answer is its own business: no traceback on stderr
+        (what fails in making an answer is answered 500 and logged by the handler)."""
 
     def server_close(self) -> None:
         super().server_close()
