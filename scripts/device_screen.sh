@@ -14,7 +14,18 @@
 # stas00/ml-engineering compute/accelerator/benchmarks/mamf-finder.py (benchmark_version 2,
 # e.g. commit 744d01e). Without it the matmul step says so and the rest runs.
 set -u
-source "$(dirname "$0")/device_env.sh"
+# the lent machine's conventions, as validation/launch.sh sets them: NVLink multicast off, the
+# carried wheels in a scratch site folder, our sources first on the path
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 COLUMNS=200
+site=${TMPDIR:-/tmp}/site
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$site" .whl/*.whl || exit 1
+  export PYTHONPATH=$site:$PWD/src PATH=$site/bin:$PATH
+else
+  export PYTHONPATH=$PWD/src
+fi
 export PYTHONPATH="$PYTHONPATH:$PWD"  # scripts/bench_exporter.py reads tests/telemetry_traces
 name=$1
 o="$OUT/$name"; mkdir -p "$o"
@@ -32,12 +43,12 @@ runs=${RUNS:-3}
 for k in $(seq 1 "$runs"); do
   db="sqlite:///$T/runs$k.db"
   t0=$(now)
-  COLUMNS=80 LINES=40 timeout 120 python3 scripts/step_times.py "$T/steps$k.txt" run --db "$db" \
+  COLUMNS=80 LINES=40 timeout 120 python3 validation/bench/step_times.py "$T/steps$k.txt" run --db "$db" \
     > "$T/run_screen$k.txt" 2> "$T/run$k.err"
   rc=$?
   t1=$(now)
   say ""; say "## 1.$k gpuaudit run (quick profile, fresh store): rc=$rc wall_s=$(since "$t0") (target ≤ 45 s)"
-  python3 scripts/step_times.py --report "$T/steps$k.txt" "$t0" "$t1" >> "$S" 2>&1
+  python3 validation/bench/step_times.py --report "$T/steps$k.txt" "$t0" "$t1" >> "$S" 2>&1
   id=$(grep -o 'saved as run [0-9a-f]*' "$T/run_screen$k.txt" | awk '{print $4}' | head -1)
   python3 -m gpuaudit show "$id" --json --db "$db" > "$T/run$k.json" 2>> "$T/run$k.err"
   python3 - "$T/run$k.json" "$T/run_screen$k.txt" >> "$S" 2>&1 <<'PY'
@@ -61,7 +72,7 @@ if [ -f .peers/mamf-finder.py ]; then
   say "mamf-finder bf16 (48 shapes): rc=$? wall_s=$(since "$t0")"
   for k in $(seq 1 "$runs"); do
     say "run $k:"
-    python3 scripts/bench_fidelity_report.py matmul "$T/run$k.json" bf16:0:"$T/mamf_bf16.txt" >> "$S" 2>&1
+    python3 validation/bench/fidelity_report.py matmul "$T/run$k.json" bf16:0:"$T/mamf_bf16.txt" >> "$S" 2>&1
   done
 else
   say "(no .peers/mamf-finder.py: not run)"
