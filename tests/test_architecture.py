@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specs",),
     ("model",),
     # what every layer uses: errors, reading the files users name, parsing values and units
-    ("errors", "reading", "parse", "percentile", "binaries", "filecache", "interrupt",
+    ("errors", "reading", "parse", "percentile", "binaries", "filecache", "interrupt", "torchload",
      "kernelnames", "_version"),
 )
 # Third-party modules that reach the GPU driver: only `gpuaudit.hw` imports them.

@@ -80,7 +80,7 @@ def _expect(work: Path) -> Path:
 def _diagnosis(work: Path) -> Path:
     p = work / "diagnosis.json"
     if not p.exists():
-        result = runner.invoke(app, ["doctor", "--trace", str(TRACE), "--save", str(p)])
+        result = runner.invoke(app, ["doctor", "--trace", str(TRACE), "--json-file", str(p)])
         assert result.exit_code == 0, result.output
     return p
 

@@ -273,7 +273,7 @@ def test_a_short_suite_shares_the_look_after_the_next_one(monkeypatch):
 
     fns = figures_of("latency", "memory")  # instant: short
     fns.update(matmul=slow("matmul"), transfer=slow("transfer"))
-    fake_suites(monkeypatch, fns, short_suite_s=0.3)
+    fake_suites(monkeypatch, fns, look_every_s=0.3)
     # activity planted where only the look after transfer (the third) reads it
     w = watch(idle_but_active_at(6))
     run = runner.run_bench(["latency", "matmul", "memory", "transfer"],
@@ -284,3 +284,43 @@ def test_a_short_suite_shares_the_look_after_the_next_one(monkeypatch):
     # memory ran between the second and the third look: it shares the third's evidence
     assert by["memory"].contended and by["transfer"].contended
     assert not by["latency"].contended and not by["matmul"].contended
+
+
+def test_the_quick_profile_on_one_h200_takes_four_looks(monkeypatch):
+    """The suites' times of a quick run on one H200 (2026-12-02): a look once the suites since
+    the last one have measured LOOK_EVERY_S, so 4 looks of half a second, not 6."""
+    took = {"latency": 0.3, "matmul": 12.71, "memory": 0.1, "transfer": 3.09, "train": 7.8,
+            "infer": 4.73, "host": 6.02}
+    now = [0.0]
+
+    def timed(name):
+        def run(ctx):
+            now[0] += took[name]
+            yield measure(name, "x", "u/s", [100.0, 101.0, 102.0, 103.0, 104.0], warmup=1,
+                          gpu_index=0)
+        return run
+
+    fns = figures_of()
+    fns.update({n: timed(n) for n in took})
+    fake_suites(monkeypatch, fns)
+    monkeypatch.setattr(runner, "LOOK_EVERY_S", 5.0)
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: now[0])
+    w = watch("h200-1gpu-idle")
+    runner.run_bench([], machine=fixture_machine("h200-1gpu"), watch=w)
+    assert [lk.where for lk in w.looks] == ["before latency", "before memory", "before infer",
+                                            "before storage"]
+
+
+def test_the_first_look_is_taken_while_torch_loads(monkeypatch):
+    import threading
+
+    loading = threading.Thread(target=lambda: None)
+    loading.start()
+    monkeypatch.setattr(runner, "preload_torch", lambda names: loading)
+    fake_suites(monkeypatch, figures_of("matmul"))
+    steps: list[str] = []
+    w = watch("h200-1gpu-idle")
+    runner.run_bench(["matmul"], machine=fixture_machine("h200-1gpu"), watch=w, step=steps.append)
+    assert steps[:3] == ["looking for other work on the GPUs before matmul", "loading torch",
+                         "matmul"]
+    assert [lk.where for lk in w.looks] == ["before matmul", "after matmul"]

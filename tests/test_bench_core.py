@@ -247,3 +247,27 @@ def test_the_runner_reports_suites_done_of_all(monkeypatch):
     runner.run_bench(["p2p", "matmul", "memory"], machine=machine(),
                      on_suite=lambda done, total: seen.append((done, total)))
     assert seen == [(0, 3), (1, 3), (2, 3)]
+
+
+def test_the_test_jpegs_are_made_while_torch_loads_and_once(monkeypatch):
+    """Work a suite does not time and that needs no torch (the host suite's test JPEGs) is
+    done while the runner waits for torch's import, not inside the suite."""
+    import threading
+
+    from gpuaudit.bench.feed import jpeg
+
+    events: list[str] = []
+    loading = threading.Thread(target=lambda: None)
+    loading.start()
+    monkeypatch.setattr(runner, "preload_torch", lambda names: loading)
+    jpeg._made.cache_clear()
+    monkeypatch.setattr(jpeg, "make_jpegs", lambda n: events.append(f"made {n}") or [b"j"] * n)
+
+    def host(ctx):
+        events.append(f"host used {len(jpeg.test_jpegs(32))}")
+        yield measure("host", "x", "u/s", [1.0] * 5, warmup=0)
+
+    fake_suites(monkeypatch, {"host": host})
+    runner.run_bench(["host"], machine=machine(), step=lambda t: events.append(t))
+    jpeg._made.cache_clear()
+    assert events[:4] == ["loading torch", "made 32", "host", "host used 32"]

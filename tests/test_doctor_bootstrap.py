@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -53,7 +54,7 @@ def script(tmp_path: Path, text: str, name: str = "job.py") -> Path:
 def doctor(tmp_path: Path, *args: str, timeout: float = 240
            ) -> tuple[subprocess.CompletedProcess[str], dict, recording.Evidence]:
     save, ev = tmp_path / "d.json", tmp_path / "ev.json.gz"
-    proc = subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", "--save", str(save),
+    proc = subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", "--json-file", str(save),
                            "--save-evidence", str(ev), *args], capture_output=True, text=True,
                           timeout=timeout, env=ENV, cwd=tmp_path)
     assert save.exists(), proc.stderr
@@ -125,9 +126,10 @@ def test_a_failure_inside_the_bootstrap_leaves_the_job_running(tmp_path):
     (fake / "optim" / "__init__.py").write_text("")
     (fake / "optim" / "optimizer.py").write_text("")
     job = script(tmp_path, "import torch\nprint('ran with', torch.__version__)\n")
-    env = {**ENV, "PYTHONPATH": str(tmp_path / "fake")}
+    # the stand-in first; the sources under test after it (not an installed gpuaudit)
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), ENV["PYTHONPATH"]])}
     save = tmp_path / "d.json"
-    proc = subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", "--save", str(save),
+    proc = subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", "--json-file", str(save),
                            "--", sys.executable, str(job)], capture_output=True, text=True,
                           timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -142,7 +144,7 @@ def test_the_jobs_own_sitecustomize_still_runs_and_no_inject_turns_it_off(tmp_pa
     (site / "sitecustomize.py").write_text(
         f"open({str(tmp_path / 'theirs.txt')!r}, 'w').write('ran')\nMARK = 1\n")
     job = script(tmp_path, "import sitecustomize\nprint(getattr(sitecustomize, 'MARK', None))\n")
-    env = {**ENV, "PYTHONPATH": str(site)}
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(site), ENV["PYTHONPATH"]])}
     for extra, boots in (([], True), (["--no-inject"], False)):
         ev_path = tmp_path / "ev.json"
         proc = subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", *extra,

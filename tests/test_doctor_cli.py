@@ -102,7 +102,7 @@ def test_a_job_killed_by_a_signal_exits_128_plus_n():
 
 def test_json_after_the_jobs_output_and_saved_copy(tmp_path):
     save = tmp_path / "d.json"
-    proc = doctor("--json", "--save", str(save), "--", sys.executable, "-c", "print('job')")
+    proc = doctor("--json", "--json-file", str(save), "--", sys.executable, "-c", "print('job')")
     assert proc.returncode == 0
     first, rest = proc.stdout.split("\n", 1)
     assert first == "job"

@@ -33,7 +33,7 @@ def test_known_answer_on_cpu(name, tmp_path):
     save, kept = tmp_path / "d.json", tmp_path / "trace.json.gz"
     proc = subprocess.run(
         [sys.executable, "-m", "gpuaudit", "doctor", "--profile-steps", "5", "--interval",
-         "250ms", "--save", str(save), "--keep-profile", str(kept), "--",
+         "250ms", "--json-file", str(save), "--keep-profile", str(kept), "--",
          sys.executable, str(EXAMPLES / f"{name}.py"),
          "--device", "cpu", "--seconds", str(seconds)],
         capture_output=True, text=True, timeout=240, env=ENV, cwd=EXAMPLES)

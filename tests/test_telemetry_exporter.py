@@ -6,8 +6,10 @@ from __future__ import annotations
 import inspect
 import re
 import socket
+import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
@@ -385,3 +387,52 @@ def test_doc_table_lists_exactly_our_metrics():
         else:
             assert help_ == metrics.EXTRA_METRICS[name.removeprefix(metrics.PREFIX)][1], name
     assert metrics.DCGM_XID_LAST_CODE in DOC.read_text(encoding="utf-8")
+
+
+def test_a_hundred_scrapers_at_once_each_get_the_whole_answer():
+    # the burst the exporter is sized for: every scrape answered, each the tick's exposition
+    latest = standard_latest()
+    expected = exporter.render(latest).decode()
+    with exporter.serve(latest, port=0) as srv, ThreadPoolExecutor(100) as pool:
+        bodies = list(pool.map(lambda _: get(srv.url)[1], range(100)))
+    assert len(bodies) == 100 and all(b == expected for b in bodies)
+
+
+def test_connections_that_send_nothing_do_not_hold_the_scrapes_up():
+    # more idle connections than the exporter has workers: a scrape is still answered at once
+    with exporter.serve(standard_latest(), port=0) as srv:
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(40)]
+        try:
+            t0 = time.monotonic()
+            ctype, _ = get(srv.url)
+            assert ctype.startswith("text/plain") and time.monotonic() - t0 < 2.0
+        finally:
+            for s in idle:
+                s.close()
+
+
+@pytest.mark.parametrize(("method", "status"), [("OPTIONS", 200), ("HEAD", 405),
+                                                ("POST", 405)])
+def test_other_methods_answered_as_the_client_library_does(method: str, status: int):
+    with exporter.serve(standard_latest(), port=0) as srv:
+        req = urllib.request.Request(srv.url, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                got, allow = resp.status, resp.headers["Allow"]
+        except urllib.error.HTTPError as exc:
+            got, allow = exc.code, exc.headers["Allow"]
+    assert (got, allow) == (status, "OPTIONS,GET")
+
+
+def test_an_answer_that_cannot_be_made_is_a_500_and_one_log_line(monkeypatch, caplog):
+    def broken(self, accept, accept_encoding):
+        raise ValueError("state out of range")
+
+    monkeypatch.setattr(exporter.CachedExposition, "answer", broken)
+    with exporter.serve(standard_latest(), port=0) as srv:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            get(srv.url)
+        _, body = get(srv.url + "?name[]=gpuaudit_up")  # the server still answers
+    assert err.value.code == 500 and "gpuaudit_up" in body
+    assert [r.getMessage() for r in caplog.records if r.name == exporter.log.name] == [
+        "a scrape failed: ValueError: state out of range"]

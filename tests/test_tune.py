@@ -172,7 +172,7 @@ def test_tune_cli_on_cpu_end_to_end(tmp_path):
     proc = tune_cli("--model", "mlp:build", "--device", "cpu", "--start-batch", "16",
                     "--max-batch", "64", "--steps", "3", "--target-global-batch", "256",
                     "--compare", "fp32,bf16", "--dataset", "mlp:dataset", "--workers", "0,1",
-                    "--json", "--save", str(save))
+                    "--json", "--json-file", str(save))
     assert proc.returncode == 0, proc.stderr
     import json
 

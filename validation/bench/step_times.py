@@ -8,7 +8,8 @@ the wall time at which each progress step began (one line each, flushed: the fas
 
 START and END are the shell's clock around the command (process start to exit): the first
 line of the report is Python's start and the imports before the first step, the last is
-saving, printing and exiting after the last step.
+saving, printing and exiting after the last step. Then the longest single steps, and when
+torch's import thread ended each of its phases (import, the driver's start, torch._dynamo).
 """
 
 from __future__ import annotations
@@ -20,12 +21,19 @@ import time
 
 def record(path: str, argv: list[str]) -> None:
     out = open(path, "a", buffering=1)  # noqa: SIM115 - open until the process ends
+    torch_out = open(path + ".torch", "a", buffering=1)  # noqa: SIM115
     import gpuaudit.cli.machine as machine
+    from gpuaudit import torchload
 
     step = machine._Bar.step
+    said: set[str] = set()
 
     def logged(self: object, text: str) -> None:
         out.write(f"{time.time():.3f} {text}\n")
+        for phase, stamp in list(torchload.PHASES.items()):  # the import thread's phases
+            if phase not in said:
+                said.add(phase)
+                torch_out.write(f"{stamp:.3f} {phase}\n")
         step(self, text)  # type: ignore[arg-type]
 
     machine._Bar.step = logged  # type: ignore[method-assign]
@@ -61,6 +69,21 @@ def report(path: str, start: float, end: float) -> None:
     print(f"wall {end - start:.1f} s from process start; by phase (s):")
     for key, seconds in sorted(totals.items(), key=lambda kv: -kv[1]):
         print(f"  {seconds:6.2f}  {key}")
+    single = sorted(((t_next - t, text) for (t, text), (t_next, _) in
+                     itertools.pairwise(steps)), reverse=True)[:12]
+    print("longest single steps (s):")
+    for seconds, text in single:
+        print(f"  {seconds:6.2f}  {text}")
+    try:
+        with open(path + ".torch") as f:
+            stamps = [line.split(" ", 1) for line in f.read().splitlines()]
+    except OSError:
+        stamps = []
+    if stamps:
+        names = {"started": "thread started", "torch": "torch imported",
+                 "cuda": "CUDA driver started", "dynamo": "torch._dynamo imported"}
+        print("torch's import thread, s from process start: " + ", ".join(
+            f"{names.get(p, p)} {float(t) - start:.2f}" for t, p in stamps))
 
 
 if __name__ == "__main__":

@@ -254,7 +254,7 @@ def writable(path: Path | None, option: str) -> None:
     parse.writable_file(path, option)
 
 
-def save_json(path: Path | None, doc: Any, option: str = "--save") -> None:
+def save_json(path: Path | None, doc: Any, option: str = "--json-file") -> None:
     """Write `doc` as indented JSON to the file the user named (nothing when None); a write
     that fails is bad input naming the option."""
     if path is None:

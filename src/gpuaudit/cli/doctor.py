@@ -65,7 +65,9 @@ def doctor(
         "--sm-clock-max", help="With --trace: the GPU's maximum SM clock in MHz (for the "
                                "throttling rule).", hi=100_000)] = None,
     save: Annotated[Path | None, typer.Option(
-        "--save", help="Also write the diagnosis as JSON to this file.", dir_okay=False)
+        "--json-file", "--save", metavar="FILE",
+        help="Also write the diagnosis as JSON (what --json prints) to this file.",
+        dir_okay=False)
                     ] = None,
     save_evidence: Annotated[Path | None, typer.Option(
         "--save-evidence", help="Also save everything watched (GPU samples, processes, steps, "
@@ -102,7 +104,7 @@ def doctor(
     if sum(chosen) != 1:
         raise BadInputError("give exactly one of: -- COMMAND, --attach PID, --trace FILE and/or "
                             "--profiler-trace FILE, --evidence FILE")
-    common.writable(save, "--save")  # before the job runs, not after
+    common.writable(save, "--json-file")  # before the job runs, not after
     common.writable(keep_profile, "--keep-profile")
     common.writable(save_evidence, "--save-evidence")
     if save_evidence is not None and not (argv or attach is not None):
@@ -146,7 +148,7 @@ def doctor(
                 raise BadInputError(f"{path}: no such file")
         diagnosis = doc.from_recordings(trace, profile, sm_clock_max)
     doc_json = diagnosis.model_dump(mode="json")
-    common.save_json(save, doc_json)
+    common.save_json(save, doc_json, "--json-file")
     err.print(doctor_view(diagnosis))
     if json_:
         sys.stdout.write(json.dumps(doc_json, indent=2) + "\n")

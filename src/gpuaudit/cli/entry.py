@@ -4,9 +4,9 @@
   program at once with one line and exit code 130: nothing has started, nothing is lost. Once
   a command runs, `gpuaudit.interrupt` takes over (KeyboardInterrupt, remembered).
 - `run` and `bench` start importing torch (and torch._dynamo, which the training suite's
-  optimizer needs) in a thread at once, while the command line itself loads and the machine is
-  read: on a fresh machine most of that import is waiting for the disk. The runner waits for
-  it to end before it times anything.
+  optimizer needs) in a thread first thing, before the command line's own modules load, and
+  it goes on while they load and the machine is read. The runner waits for it to end before
+  it times anything: that import is the longest thing before the first figure.
 - After `run` or `bench` (which load torch), the process ends without tearing torch and CUDA
   down (about 1.5 s on a GPU machine), once everything is saved, written and flushed: the
   operating system and the driver free what is left. Their worker processes and temporary
@@ -49,7 +49,7 @@ def _end(code: object, command: str | None) -> None:
 def _preload(command: str | None, args: list[str]) -> None:
     if command not in FAST_EXIT or {"-h", "--help", "--no-bench", "--serve"} & set(args):
         return
-    from gpuaudit.hw.torch_env import preload_torch
+    from gpuaudit.torchload import preload_torch  # standard library only: starts at once
 
     words = [a for a in args if not a.startswith("-")][1:]
     # `run` runs every suite; `bench` with no suite named too (a value taken for a suite name
@@ -61,10 +61,10 @@ def main() -> None:
     # not the main thread of an interpreter with signals: Python's own handling stays
     with contextlib.suppress(ValueError, OSError):
         signal.signal(signal.SIGINT, _interrupted_while_loading)
+    command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    _preload(command, sys.argv[1:])  # before the command line's modules load, not after
     from gpuaudit.cli.app import main as run_app
 
-    command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
-    _preload(command, sys.argv[1:])
     try:
         run_app()
     except SystemExit as exc:

@@ -92,6 +92,7 @@ DEPRECATED_NAMES = frozenset({
     "--budget-usd",  # recommend: --budget (in --currency)
     "--from-run",  # recommend: --run
     "--profile",  # doctor: --profiler-trace (elsewhere --profile is quick|standard|full)
+    "--save",  # doctor, tune: --json-file FILE (elsewhere --save/--no-save: keep in the store)
 })
 
 

@@ -58,7 +58,7 @@ ParamsOpt = Annotated[float, common.count("--params", help="Parameters: 7B, 1.3B
 FeedOpt = Annotated[str | None, typer.Option(
     "--feed", metavar="RUN|FILE",
     help="The job's input need: a run with bench train data loading or bench host JPEG "
-         "figures (id or JSON file), or a doctor diagnosis (--save FILE) that found it "
+         "figures (id or JSON file), or a doctor diagnosis (--json-file FILE) that found it "
          "input-bound. Offers whose vCPUs or memory per GPU cannot feed their GPUs are "
          "marked. [default: --run's own data loading figures, where it has them]")]
 AllReduceOpt = Annotated[str | None, typer.Option(

@@ -121,7 +121,7 @@ def report_cmd(
     currency: Annotated[str, common.currency(help="The currency of --price-per-gpu-hour.")
                         ] = "USD",
     doctor: Annotated[Path | None, typer.Option(
-        "--doctor", metavar="FILE", help="Add a diagnosis (`gpuaudit doctor --save FILE`).",
+        "--doctor", metavar="FILE", help="Add a diagnosis (`gpuaudit doctor --json-file FILE`).",
         dir_okay=False)] = None,
     telemetry: Annotated[bool, typer.Option(
         "--telemetry/--no-telemetry", help="Show the telemetry the monitor stored during "

@@ -48,8 +48,9 @@ def tune(
     workers: Annotated[str | None, typer.Option(
         help="Worker counts to try: '0,2,4,8' [default: 0, 1, 2, 4, … up to the cores]")
     ] = None,
-    save: Annotated[Path | None, typer.Option("--save", dir_okay=False,
-                                              help="Also write the result as JSON here.")
+    save: Annotated[Path | None, typer.Option(
+        "--json-file", "--save", dir_okay=False, metavar="FILE",
+        help="Also write the result as JSON (what --json prints) to this file.")
                     ] = None,
     json_: Annotated[bool, typer.Option("--json", help="JSON on stdout (human text on "
                                                        "stderr).")] = False,
@@ -80,7 +81,7 @@ def tune(
     if workers is not None:
         counts = tuple(parse.integer(w, "--workers", lo=0, hi=1024, example="0,2,4")
                        for w in workers.split(","))
-    common.writable(save, "--save")  # before the trials, not after
+    common.writable(save, "--json-file")  # before the trials, not after
     opts = TuneOptions(device=device, precision=precision, compare=names, steps=steps,
                        search=SearchConfig(start=start_batch, max_batch=max_batch,
                                            margin=margin, tolerance=tolerance),
@@ -90,7 +91,7 @@ def tune(
     with console.status("tuning") as status:
         result = run_tune(model, opts, progress=lambda text: status.update(f"tuning: {text}"))
     doc = result.model_dump(mode="json")
-    common.save_json(save, doc)
+    common.save_json(save, doc, "--json-file")
     console.print(tune_view(result))
     if json_:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

@@ -1,34 +1,16 @@
 """The torch side of the hardware: which CUDA devices there are and how they map to NVML.
 
 torch is imported inside these functions only: `inspect`, `monitor` and `cost` never need it.
+The safe environment and the early import in a thread live in `gpuaudit.torchload` (no
+package imports of ours: it starts before the command line loads).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-# Multicast (NVLS) off unless the user asked for it: on shared hosts a program using it can put
-# the GPUs out of service, and it only matters above 4 GPUs.
-SAFE_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
-
-
-def apply_safe_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """`env` (default: this process's) with the safe defaults filled in where unset.
-
-    Also orders CUDA devices by PCI bus id, as NVML does, so indices agree."""
-    target = os.environ if env is None else env
-    for key, value in {**SAFE_ENV, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}.items():
-        target.setdefault(key, value)
-    return dict(target)
+from gpuaudit.torchload import SAFE_ENV, apply_safe_env, preload_torch
 
 
 def import_torch() -> Any | None:
@@ -47,40 +29,6 @@ def cuda_torch() -> Any:
     if torch is None:
         raise RuntimeError("torch is not installed: there is no CUDA device to run on")
     return torch
-
-
-# Suites whose first step imports torch._dynamo (with sympy and inductor, 2-3 s): every
-# torch.optim optimizer does, and so do FlopCounterMode and torch.compile.
-_DYNAMO_SUITES = frozenset({"train", "infer"})
-_preloading: threading.Thread | None = None
-
-
-def preload_torch(suites: Iterable[str] = ()) -> threading.Thread | None:
-    """Start importing torch (and torch._dynamo when one of `suites` needs it) in a thread,
-    so the import overlaps the work that reads the machine through NVML; None when torch is
-    not installed. Callers join the thread before timing anything: an import beside a timed
-    kernel would hold the GIL between its launches. Started once per process."""
-    global _preloading
-    if _preloading is not None:
-        return _preloading
-    if importlib.util.find_spec("torch") is None:
-        return None
-    dynamo = bool(_DYNAMO_SUITES & set(suites))
-
-    def load() -> None:
-        apply_safe_env()
-        try:
-            import torch
-
-            torch.cuda.device_count()  # the driver's start, off the main thread too
-            if dynamo:
-                import torch._dynamo
-        except Exception:
-            pass
-
-    _preloading = threading.Thread(target=load, name="gpuaudit-torch-import", daemon=True)
-    _preloading.start()
-    return _preloading
 
 
 @dataclass(frozen=True)
@@ -126,3 +74,7 @@ def why_no_cuda() -> str:
             return f"torch {torch.__version__} is a CPU-only build"
         return "no CUDA device is visible to torch"
     return "CUDA is available"
+
+
+__all__ = ["SAFE_ENV", "CudaDevice", "apply_safe_env", "cuda_devices", "import_torch",
+           "preload_torch", "why_no_cuda"]

@@ -114,7 +114,7 @@ def render_run_html(run: Run, *, telemetry: Sequence[HistoryPoint] = (),
 
 
 def load_diagnosis(path: Path) -> Diagnosis:
-    """A `gpuaudit doctor --save FILE` document, or a one-line error."""
+    """A `gpuaudit doctor --json-file FILE` document, or a one-line error."""
     from pydantic import ValidationError
 
     from gpuaudit.model.base import SCHEMA_VERSION
@@ -123,7 +123,7 @@ def load_diagnosis(path: Path) -> Diagnosis:
 
     data = read_json(path, "diagnosis")  # missing, binary, not JSON: one line
     if not isinstance(data, dict) or data.get("kind") != "doctor":
-        raise BadInputError(f"{path} is not a `gpuaudit doctor --save` document")
+        raise BadInputError(f"{path} is not a `gpuaudit doctor --json-file` document")
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version \
             <= SCHEMA_VERSION:

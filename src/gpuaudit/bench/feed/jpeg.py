@@ -13,6 +13,7 @@ over the span from the first start to the last end.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
@@ -29,6 +30,17 @@ CROP = 224
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 LIBRARIES = ("pil", "torchvision")
+
+
+@functools.lru_cache(maxsize=2)
+def _made(count: int) -> tuple[bytes, ...]:
+    return tuple(make_jpegs(count))
+
+
+def test_jpegs(count: int) -> list[bytes]:
+    """The suite's `count` test JPEGs, made once per process (`host.prepare` makes them ahead,
+    while torch loads)."""
+    return list(_made(count))
 
 
 def make_jpegs(count: int, seed: int = 0, width: int = WIDTH, height: int = HEIGHT,
