@@ -20,7 +20,7 @@ from .conftest import FIXTURES, fixture_machine
 from .support.bench import fake_suites
 
 REAL = FIXTURES / "telemetry" / "real"
-NEIGHBOUR = "/opt/torch/.venv/bin/python3 -c import torch a = torch.randn(8192, 8192"
+NEIGHBOUR = "/srv/torch/.venv/bin/python3 -c import torch a = torch.randn(8192, 8192"
 
 
 def watch(trace: str | dict, *, skip: int = 0, own: set[int] | None = None,

@@ -117,10 +117,10 @@ def test_py_spy_raw_lines_with_command_lines_that_hold_newlines():
     assert frames[stacks[0].frames[1]].line == 9
 
 
-@pytest.mark.parametrize("venv", ["/opt/torch/.venv", "/home/ana/torch/env", "/usr/local/venv"])
+@pytest.mark.parametrize("venv", ["/srv/torch/.venv", "/home/ana/torch/env", "/usr/local/venv"])
 def test_libraries_in_a_virtualenv_under_a_folder_named_torch_are_not_pytorch(venv):
     """Stacks are classified by the installed package, not by "/torch/" anywhere in the
-    path (an H200's virtualenv at /opt/torch/.venv made pandas read as PyTorch and hid a
+    path (an H200's virtualenv at /srv/torch/.venv made pandas read as PyTorch and hid a
     host-bound job)."""
     site = f"{venv}/lib/python3.12/site-packages"
     job = Frame("<module>", "/srv/job/train.py", 30)

@@ -81,7 +81,7 @@ def _package(file: str) -> str | None:
 
 def _is_torch(file: str) -> bool:
     """PyTorch's own Python. By the installed package where the file is in site-packages (a
-    virtualenv may itself live under a folder named torch: /opt/torch/.venv/...), else by
+    virtualenv may itself live under a folder named torch: /srv/torch/.venv/...), else by
     the path (a source checkout, Inductor's generated code)."""
     if file.startswith("/tmp/torchinductor"):
         return True
