@@ -68,18 +68,8 @@ def load_command(name: str) -> Any:
     """The click command of one entry of `COMMANDS`, imported now."""
     module_name, attr, _, context = COMMANDS[name]
     module = importlib.import_module(module_name)
-    target = getattr(module, attr)
-    if isinstance(target, typer.Typer):
-        command = typer.main.get_command(target)
-    else:
-        single = typer.Typer(add_completion=False, rich_markup_mode=None,
-                             pretty_exceptions_enable=False)
-        single.command(name, context_settings=getattr(module, context) if context else None
-                       )(target)
-        command = typer.main.get_command(single)
-    command.name = name
-    common.tidy_help(command)
-    return command
+    return common.click_command(name, getattr(module, attr),
+                                getattr(module, context) if context else None)
 
 
 class _Root(common.Group):

@@ -10,7 +10,7 @@
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import typer
 
@@ -25,9 +25,22 @@ if TYPE_CHECKING:
     from gpuaudit.model.cost import Offer
     from gpuaudit.model.recommendation import FeedNeed
 
+
+_HERE = "gpuaudit.cli.recommend"
+
+
+class _Subcommands(common.LazyGroup):
+    # made when invoked (the help lists them all); render and simulate have their own module
+    SUBCOMMANDS: ClassVar[dict[str, tuple[str, str]]] = {
+        "train": (_HERE, "train"), "finetune": (_HERE, "finetune"),
+        "serve": (_HERE, "serve"), "render": ("gpuaudit.cli.recommend_batch", "render"),
+        "simulate": ("gpuaudit.cli.recommend_batch", "simulate")}
+
+
 recommend_app = common.new_app(
     "Which instance to rent for a task: train, fine-tune, serve, or a benchmarked workload "
-    "(--run). Estimates, with their basis and reasons.", no_args_is_help=False)
+    "(--run). Estimates, with their basis and reasons.", cls=_Subcommands,
+    no_args_is_help=False)
 
 TopOpt = Annotated[int, common.integer("--top", help="How many offers to show.", hi=1000)]
 DeadlineOpt = Annotated[float | None, common.duration(
@@ -321,7 +334,6 @@ def _predicted_task(from_run: str, workload: str | None, rates: str | None,
                          if backward > 0 and profile.step_ms > 0 else 2 / 3), stored
 
 
-@recommend_app.command()
 def train(
     params: ParamsOpt,
     tokens: Annotated[float, common.count("--tokens", help="Training tokens: 1T, 300B.",
@@ -355,7 +367,6 @@ def train(
          feed=feed)
 
 
-@recommend_app.command()
 def finetune(
     params: ParamsOpt,
     method: Annotated[str, common.choice("--method", choices=("lora", "qlora", "full"),
@@ -395,7 +406,6 @@ def finetune(
          feed=feed)
 
 
-@recommend_app.command()
 def serve(
     params: ParamsOpt,
     qps: Annotated[float, common.number("--qps", help="Requests per second to sustain.",
@@ -441,9 +451,3 @@ def serve(
                      prompt_tokens=prompt_tokens, ttft_ms=ttft_ms)
     _run(task, _constraints(None, budget, currency, sort), catalog=catalog, top=top,
          mfu=mfu, json_=json_)
-
-
-# render and simulate: jobs of independent frames or simulations (their own module)
-from gpuaudit.cli.recommend_batch import register as _register_batch  # noqa: E402
-
-_register_batch(recommend_app)

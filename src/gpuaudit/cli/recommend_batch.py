@@ -48,11 +48,6 @@ SortOpt = Annotated[str, common.choice("--sort", choices=("cost", "time"),
 TopOpt = Annotated[int, common.integer("--top", help="How many offers to show.", hi=1000)]
 
 
-def register(app: typer.Typer) -> None:
-    app.command("render")(render)
-    app.command("simulate")(simulate)
-
-
 def _load_run(run: str, db: str | None) -> Run:
     from gpuaudit.store import Store
 
