@@ -19,6 +19,8 @@ from gpuaudit.cli.common import DbOpt, JsonOpt
 from gpuaudit.errors import BadInputError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gpuaudit.cost.recommend import Constraints, Task
     from gpuaudit.cost.recommend.measured import MeasuredAllReduce
     from gpuaudit.model import Run
@@ -80,9 +82,10 @@ AllReduceOpt = Annotated[str | None, typer.Option(
          "the cross-node communication on offers of its GPU model and GPUs per node.")]
 
 
-def load_offers(path: Path | None) -> "list[Offer]":
-    """The catalog's offers (a seam: tests replace it)."""
-    return list(common.load_catalog(path).offers)
+def load_offers(path: Path | None) -> "Sequence[Offer]":
+    """The catalog's offers (a seam: tests replace it), as loaded: read back from the cache,
+    an offer is made only when the ranking shows it."""
+    return common.load_catalog(path).offers  # type: ignore[no-any-return]
 
 
 def _constraints(deadline_s: float | None, budget: float | None, currency: str, sort: str
