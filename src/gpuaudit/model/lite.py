@@ -1,4 +1,4 @@
-"""Light records: immutable, slotted, keyword-only dataclasses with the part of pydantic's
+"""Light records: immutable, keyword-only dataclasses with the part of pydantic's
 interface the project uses (`model_dump`, `model_copy`, `model_json_schema`,
 `model_validate`), for the records a fast command makes by the thousand (prices, pricing
 models, recommendations).
@@ -25,8 +25,6 @@ import typing
 from typing import Any
 
 _DUMPERS: dict[type, tuple[str, ...]] = {}
-_UNSET = object()
-_set = object.__setattr__
 
 
 class Bound:
@@ -122,7 +120,7 @@ def _adapter(cls: type) -> Any:
 
 
 class Lite:
-    """The base of a light record (a frozen, slotted dataclass)."""
+    """The base of a light record (a frozen dataclass)."""
 
     __slots__ = ()
     # Read by pydantic (schema, model_validate): unknown fields are an error, as in Record.
@@ -131,10 +129,13 @@ class Lite:
     # Frozen, __eq__, __hash__ and __repr__ once for every record, instead of code generated
     # per class: dataclasses compiles each generated method (five more for a frozen class with
     # equality), and a command that imports 30 record classes paid ~30 ms for them.
+    # The fields live in the instance's __dict__ (no slots): asking it whether a field is set
+    # costs nothing, where asking an unset slot raises (half of making a record).
     def __setattr__(self, name: str, value: Any) -> None:
-        if getattr(self, name, _UNSET) is not _UNSET:  # set already: not by __init__
+        fields = self.__dict__
+        if name in fields:  # set already: not by __init__
             raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-        _set(self, name, value)
+        fields[name] = value
 
     def __delattr__(self, name: str) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
@@ -170,7 +171,7 @@ class Lite:
         return _adapter(cls).validate_python(data)
 
 
-record = dataclasses.dataclass(slots=True, kw_only=True, repr=False, eq=False)
+record = dataclasses.dataclass(kw_only=True, repr=False, eq=False)
 """The decorator of a light record: ``@record class X(Lite): ...``. Immutability, equality,
 hash and repr come from `Lite` (a field can be set once, by __init__)."""
 
@@ -179,10 +180,9 @@ def frozen(cls: Any = None, /, **options: Any) -> Any:
     """A frozen dataclass for code, not documents: ``@frozen class X(Lite): ...`` (positional
     fields allowed; ``@frozen(kw_only=True)``). Only __init__ is generated (about a fifth of
     what ``dataclass(frozen=True)`` costs at import); immutability, equality, hash and repr
-    come from `Lite`. Slotted, so a zero-argument super() does not work in its methods
-    (Python < 3.14): name the base class."""
+    come from `Lite`."""
     def wrap(c: type) -> type:
-        return dataclasses.dataclass(c, slots=True, repr=False, eq=False,  # type: ignore[no-any-return]
+        return dataclasses.dataclass(c, repr=False, eq=False,  # type: ignore[no-any-return]
                                      **options)
     return wrap if cls is None else wrap(cls)
 
