@@ -38,7 +38,7 @@ from .hardware import (
 )
 from .measured import MeasuredAllReduce
 from .prices import compare, pick_price, price_options, pricing_reasons, unit_costs
-from .sweep import order, sweep
+from .sweep import in_order, sweep
 from .tasks import (
     BenchmarkedTask,
     Constraints,
@@ -277,11 +277,11 @@ def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints |
     # indexed: the sweep keeps each offer's index, and an offer is made when it is shown
     seq = offers if isinstance(offers, Sequence) else tuple(offers)
     swept = sweep(seq, ctx, serve_hw if serving else compute_hw, serving)
-    order(swept.ok, cons.sort == "time", seq)
     counts = dict(Counter(map(itemgetter(2), swept.out)))
     shown_out = _first_excluded(swept.out, max_excluded, seq)
 
-    shown, twins = _distinct(swept.ok, top, cons.sort == "time", seq)
+    by_time = cons.sort == "time"
+    shown, twins = _distinct(in_order(swept.ok, by_time, seq), top, by_time, seq)
     records = []
     for i, row in enumerate(shown, start=1):
         # The per-offer evaluation builds what is shown: its reasons and memory plan.
@@ -315,7 +315,7 @@ def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints |
                            feed=feed)
 
 
-def _distinct(ok: list[Any], top: int, by_time: bool, offers: Sequence[Offer]
+def _distinct(ok: Iterable[Any], top: int, by_time: bool, offers: Sequence[Offer]
               ) -> tuple[list[Any], dict[int, tuple[str, ...]]]:
     """The first `top` distinct offers: one instance type at the same plan and cost in
     several regions (or from two sources) is one choice, shown once with the others named,
