@@ -105,3 +105,36 @@ def test_taking_apart_turns_a_documents_damage_into_one_line():
     # not a document's damage but ours: left alone, with its traceback
     with pytest.raises(ZeroDivisionError), reading.taking_apart("run ab"):
         1 / 0  # noqa: B018
+
+
+def _laughs(levels: int) -> str:
+    """Nested aliases: each level names the one before nine times (9**levels items)."""
+    parts = ['&l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    parts += [f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "gpu_model: [" + ", ".join(parts) + "]\n"
+
+
+def test_yaml_aliases_are_read_until_they_expand_past_the_bound():
+    small = reading.load_yaml(_laughs(3), "f.yml")
+    assert len(small["gpu_model"][2]) == 9 and small["gpu_model"][2][0][0][0] == "lol"
+    with pytest.raises(BadInputError, match=r"^f\.yml: invalid YAML: its aliases expand"):
+        reading.load_yaml(_laughs(9), "f.yml")  # 387 million items: refused at once
+    with pytest.raises(BadInputError, match="an alias inside the node it names"):
+        reading.load_yaml("a: &a [1, *a]\n", "f.yml")
+    with pytest.raises(BadInputError, match=r"^f\.yml: invalid YAML at line 2: while parsing a "
+                                           r"flow sequence, expected ',' or ']'"):
+        reading.load_yaml("a: [1\n", "f.yml")
+
+
+@pytest.mark.timeout(20)
+def test_an_alias_bomb_in_the_files_that_take_yaml_is_one_line(tmp_path):
+    from gpuaudit.fleet.expect import load_expectation
+    from gpuaudit.specs.catalog import SpecCatalogError, load_catalog
+
+    bomb = tmp_path / "bomb.yml"
+    bomb.write_text(_laughs(9))
+    with pytest.raises(BadInputError, match="expand to more than"):
+        load_expectation(bomb)
+    bomb.write_text("sources: {}\n" + _laughs(9).replace("gpu_model", "gpus"))
+    with pytest.raises(SpecCatalogError, match="expand to more than"):
+        load_catalog(bomb)

@@ -12,7 +12,9 @@ names the file:
   stream is decompressed piece by piece, never past the limit), is refused;
 - damaged gzip, a truncated gzip stream, text that is not UTF-8 or holds NUL bytes is refused;
 - JSON is RFC 8259 JSON: `NaN`, `Infinity` and numbers too large for a float (1e999) are
-  refused with their line, as is nesting deeper than the interpreter's stack.
+  refused with their line, as is nesting deeper than the interpreter's stack;
+- YAML's aliases (`*name`) are counted as expanded before the document is built: nine lines
+  of nested aliases would make hundreds of millions of items (a "billion laughs" document).
 
 docs/input.md ("Files") is the user's side of this.
 """
@@ -231,3 +233,60 @@ def read_json(path: str | os.PathLike[str], what: str, *,
     return load_json(read_text(path, what, max_bytes=max_bytes), f"{what} {path}",
                      nan_ok=nan_ok)
 
+
+
+MAX_YAML_ITEMS = 1_000_000  # items once aliases are expanded; our largest file has ~5,000
+
+
+def _expanded_items(root: Any, origin: str) -> int:
+    """How many nodes the document has once every alias is expanded (an alias is the node it
+    names, shared): counted once per node, so a document that expands to 10^9 costs as
+    much to count as it has lines. A node that holds itself (`&a [*a]`) is refused: it
+    would be a list or mapping without end."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: Any) -> int:
+        if id(node) in open_nodes:
+            raise BadInputError(f"{origin}: invalid YAML at line {node.start_mark.line + 1}: "
+                                "an alias inside the node it names")
+        if id(node) not in sizes:
+            open_nodes.add(id(node))
+            if isinstance(node, yaml.SequenceNode):
+                n = 1 + sum(size(v) for v in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                n = 1 + sum(size(k) + size(v) for k, v in node.value)
+            else:
+                n = 1
+            open_nodes.discard(id(node))
+            sizes[id(node)] = min(n, MAX_YAML_ITEMS + 1)
+        return sizes[id(node)]
+
+    return size(root)
+
+
+def load_yaml(text: str, origin: str) -> Any:
+    """YAML through PyYAML's safe loader, or a one-line BadInputError naming `origin`: also
+    for nesting deeper than Python's stack, and for aliases that expand past
+    MAX_YAML_ITEMS (nine lines of nested aliases make hundreds of millions of items: a
+    "billion laughs" document)."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is None:
+            return None
+        if _expanded_items(root, origin) > MAX_YAML_ITEMS:
+            raise BadInputError(f"{origin}: invalid YAML: its aliases expand to more than "
+                                f"{MAX_YAML_ITEMS:,} items")
+        return yaml.SafeLoader("").construct_document(root)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        said = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+        why = ", ".join(str(x) for x in said if x) or type(exc).__name__
+        raise BadInputError(f"{origin}: invalid YAML{at}: {' '.join(why.split())}") from None
+    except RecursionError:
+        raise BadInputError(f"{origin}: invalid YAML: nested too deeply") from None

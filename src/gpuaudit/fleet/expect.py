@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import yaml
 from pydantic import Field, ValidationError
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Machine, Record, Run, Severity
 from gpuaudit.model.units import MAX_GPUS
-from gpuaudit.reading import read_text
+from gpuaudit.reading import load_yaml, read_text
 
 FIELDS = ("gpu_count", "gpu_model", "driver_version", "cuda_version")
 
@@ -69,12 +68,7 @@ def load_expectation(path: Path) -> Expectation:
     """An expectation file (YAML or JSON): any of gpu_count, gpu_model, driver_version,
     cuda_version, nvml. A bad file is a one-line BadInputError."""
     text = read_text(path, "--expect")  # a regular UTF-8 file, bounded: else one line
-    try:
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:
-        why = (str(exc).splitlines() or ["not YAML"])[0] if isinstance(exc, yaml.YAMLError) \
-            else "nested too deeply"
-        raise BadInputError(f"--expect {path}: {why}") from None
+    data = load_yaml(text, f"--expect {path}")
     if not isinstance(data, dict) or not data:
         raise BadInputError(f"--expect {path}: expected a mapping of {', '.join(FIELDS)}, nvml")
     unknown = sorted(set(data) - {*FIELDS, "nvml"})

@@ -15,8 +15,10 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpuaudit.errors import BadInputError
+from gpuaudit.reading import load_yaml, read_text
 
 from .figures import PRECISIONS
 
@@ -305,12 +307,9 @@ def _parse_gpu(raw: Any, index: int, sources: dict[str, Source], where: str) -> 
 
 def _parse_catalog(text: str, where: str) -> SpecCatalog:
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise SpecCatalogError(f"{where}: invalid YAML{at}: {_one_line(str(problem))}") from None
+        doc = load_yaml(text, where)
+    except BadInputError as err:
+        raise SpecCatalogError(str(err)) from None
     if not isinstance(doc, dict) or set(doc) != {"sources", "gpus"}:
         raise SpecCatalogError(f"{where}: expected exactly the top-level keys 'sources' and 'gpus'")
     sources = _parse_sources(doc["sources"], where)
@@ -333,9 +332,6 @@ def load_catalog(path: str | Path | None = None) -> SpecCatalog:
     """Load a spec catalog; the packaged one (cached) when ``path`` is None."""
     if path is None:
         return _default_catalog()
-    from gpuaudit.errors import BadInputError
-    from gpuaudit.reading import read_text
-
     try:
         text = read_text(path, "spec catalog")
     except BadInputError as err:
