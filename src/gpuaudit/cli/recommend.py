@@ -100,17 +100,19 @@ def _run(task: "Task", cons: "Constraints", *, catalog: Path | None, top: int, m
          json_: bool, allow_pooling: bool = False, allreduce: str | None = None,
          db: str | None = None, feed: str | None = None, feed_need: "FeedNeed | None" = None
          ) -> None:
-    from gpuaudit.cost.recommend import recommend
-    from gpuaudit.model.recommendation import Assumptions
+    with common.collector_paused():
+        from gpuaudit.cost.recommend import recommend
+        from gpuaudit.model.recommendation import Assumptions
+
+        measured = None if allreduce is None else load_allreduce(allreduce, db)
+        if feed is not None:
+            feed_need = load_feed(feed, db, task)
+        result = recommend(task, load_offers(catalog), constraints=cons,
+                           assumptions=Assumptions(mfu=mfu, allow_pooling=allow_pooling),
+                           top=top, allreduce=measured, feed=feed_need)
     from gpuaudit.report.plain import terminal_width
     from gpuaudit.report.recommend_view import recommend_text
 
-    measured = None if allreduce is None else load_allreduce(allreduce, db)
-    if feed is not None:
-        feed_need = load_feed(feed, db, task)
-    result = recommend(task, load_offers(catalog), constraints=cons,
-                       assumptions=Assumptions(mfu=mfu, allow_pooling=allow_pooling), top=top,
-                       allreduce=measured, feed=feed_need)
     if json_:
         sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
     else:
