@@ -126,9 +126,39 @@ class Lite:
     # Read by pydantic (schema, model_validate): unknown fields are an error, as in Record.
     __pydantic_config__ = {"extra": "forbid"}  # noqa: RUF012 - a class-wide setting
 
-    # Frozen, __eq__, __hash__ and __repr__ once for every record, instead of code generated
-    # per class: dataclasses compiles each generated method (five more for a frozen class with
-    # equality), and a command that imports 30 record classes paid ~30 ms for them.
+    # __init__, frozen, __eq__, __hash__ and __repr__ once for every record, instead of code
+    # generated per class: dataclasses compiles each generated method (the __init__ alone is
+    # three quarters of declaring a record), and a command that imports 40 record classes
+    # paid ~30 ms for them. dataclasses still reads the fields (`dataclasses.fields`,
+    # `replace`, pydantic's schema); this __init__ takes them as its generated one would.
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        cls = type(self)
+        fields, positional = _PLANS.get(cls) or _plan(cls)
+        values = self.__dict__
+        if len(args) > len(positional):
+            raise TypeError(f"{cls.__name__}() takes {len(positional)} positional "
+                            f"argument(s) but {len(args)} were given")
+        values.update(zip(positional, args, strict=False))
+        for name, value in kwargs.items():
+            if name in values:
+                raise TypeError(f"{cls.__name__}() got multiple values for argument {name!r}")
+            values[name] = value
+        for name, default, factory in fields:
+            if name not in values:
+                if default is not dataclasses.MISSING:
+                    values[name] = default
+                elif factory is not dataclasses.MISSING:
+                    values[name] = factory()
+                else:
+                    raise TypeError(f"{cls.__name__}() missing required argument: {name!r}")
+        if len(values) != len(fields):
+            unknown = sorted(set(values) - {name for name, _, _ in fields})
+            raise TypeError(f"{cls.__name__}() got an unexpected keyword argument "
+                            f"{unknown[0]!r}")
+        post_init = getattr(self, "__post_init__", None)
+        if post_init is not None:
+            post_init()
+
     # The fields live in the instance's __dict__ (no slots): asking it whether a field is set
     # costs nothing, where asking an unset slot raises (half of making a record).
     def __setattr__(self, name: str, value: Any) -> None:
@@ -171,18 +201,29 @@ class Lite:
         return _adapter(cls).validate_python(data)
 
 
-record = dataclasses.dataclass(kw_only=True, repr=False, eq=False)
-"""The decorator of a light record: ``@record class X(Lite): ...``. Immutability, equality,
-hash and repr come from `Lite` (a field can be set once, by __init__)."""
+# class → its fields as __init__ takes them ((name, default, default factory), in order) and
+# the names it takes by position
+_PLANS: dict[type, tuple[tuple[tuple[str, Any, Any], ...], tuple[str, ...]]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[tuple[str, Any, Any], ...], tuple[str, ...]]:
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    plan = _PLANS[cls] = (tuple((f.name, f.default, f.default_factory) for f in fields),
+                          tuple(f.name for f in fields if not f.kw_only))
+    return plan
+
+
+record = dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
+"""The decorator of a light record: ``@record class X(Lite): ...``. __init__, immutability,
+equality, hash and repr come from `Lite` (a field can be set once, by __init__)."""
 
 
 def frozen(cls: Any = None, /, **options: Any) -> Any:
     """A frozen dataclass for code, not documents: ``@frozen class X(Lite): ...`` (positional
-    fields allowed; ``@frozen(kw_only=True)``). Only __init__ is generated (about a fifth of
-    what ``dataclass(frozen=True)`` costs at import); immutability, equality, hash and repr
-    come from `Lite`."""
+    fields allowed; ``@frozen(kw_only=True)``). Nothing is generated: __init__, immutability,
+    equality, hash and repr come from `Lite`."""
     def wrap(c: type) -> type:
-        return dataclasses.dataclass(c, repr=False, eq=False,  # type: ignore[no-any-return]
-                                     **options)
+        return dataclasses.dataclass(c, init=False, repr=False,  # type: ignore[no-any-return]
+                                     eq=False, **options)
     return wrap if cls is None else wrap(cls)
 
