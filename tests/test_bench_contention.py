@@ -99,8 +99,8 @@ def test_a_clean_idle_run_has_no_contention_at_all(monkeypatch):
 
 def test_our_own_kernels_counted_late_by_gpm_do_not_mark_a_clean_run(monkeypatch):
     # On an H200, GPM still counted a synchronized matmul burst in readings up to ~180 ms
-    # after it (scripts/gpm_settle.py): a look right after a clean suite read 22-36 %. Planted
-    # in a copy of the idle trace: the reading right after the suite shows 30 % SM activity.
+    # after it (validation/bench/gpm_settle.py): a look right after a clean suite read 22-36 %.
+    # Planted in a copy of the idle trace: the reading right after the suite shows 30 % SM activity.
     doc = json.loads((REAL / "h200-1gpu-idle.json").read_text())
     gpm = next(k for k in doc["frames"][3]["calls"] if k.startswith("gpm_metrics("))
     doc["frames"][3]["calls"][gpm]["value"]["2"] = 30.0

@@ -2,7 +2,7 @@
 
 The ranges are loose on purpose (a third of the datasheet and up): they catch a broken
 method (timing the wrong stream, counting bytes once, a cached working set), not a slow GPU.
-Figures themselves go to docs/benchmarks.md from scripts/device_bench.sh."""
+Figures themselves go to docs/benchmarks.md from `python -m validation run bench-fidelity`."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 before: the quick search must find at least what mamf-finder's sweep finds, in every order of
 the precisions, and stay as quick as before.
 
-What the H200 showed on 2026-12-01 (docs/device-runs/2026-12-01-h200-1gpu-bench-fidelity.txt,
+What the H200 showed on 2026-12-01 (validation/results/bench-fidelity-raw.txt,
 quick profile, then mamf-finder v2 per precision in its own process over
 {1024, 2048, 4096, 8192}² × {8192, 13312, 16384}):
 

@@ -25,8 +25,8 @@ from gpuaudit.bench.matmul_search import (
 SMS = 132  # H200
 
 # mamf-finder's best shape per precision on one H200, 2026-12-01 (benchmark v2, its grid
-# {1024, 2048, 4096, 8192}² × {8192, 13312, 16384}; docs/device-runs/
-# 2026-12-01-h200-1gpu-bench-fidelity.txt): bf16 801.1, fp16 754.2, tf32 391.1, fp8 1427.9
+# {1024, 2048, 4096, 8192}² × {8192, 13312, 16384};
+# validation/results/bench-fidelity-raw.txt): bf16 801.1, fp16 754.2, tf32 391.1, fp8 1427.9
 # TFLOP/s (mean), and H100's published bf16 best.
 MAMF_BEST = {"bf16": (1024, 4096, 16384), "fp16": (2048, 2048, 13312),
              "tf32": (1024, 4096, 13312), "fp8": (1024, 4096, 16384),

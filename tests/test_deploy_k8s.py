@@ -250,8 +250,8 @@ def test_the_servicemonitor_finds_the_monitor_pods():
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("k8s_prometheusrule",
-                                                  ROOT / "scripts" / "k8s_prometheusrule.py")
+    spec = importlib.util.spec_from_file_location(
+        "k8s_prometheusrule", ROOT / "validation" / "monitor" / "k8s_prometheusrule.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -261,7 +261,7 @@ def test_the_prometheusrule_is_the_shipped_alert_rules():
     generator = _generator()
     shipped = generator.RULES.read_text()
     assert generator.TARGET.read_text() == generator.render(shipped), (
-        "stale: python scripts/k8s_prometheusrule.py")
+        "stale: python validation/monitor/k8s_prometheusrule.py")
     assert _one("PrometheusRule")["spec"]["groups"] == yaml.safe_load(shipped)["groups"]
 
 

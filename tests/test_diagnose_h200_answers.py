@@ -1,9 +1,10 @@
-"""The doctor's known-answer workloads as the H200 saw them (docs/device-runs/
-2026-12-01-h200-1gpu-doctor*.txt). The first run got four of eight wrong; a re-check of those
-four after the first fixes kept their profiler traces (tests/fixtures/doctor/h200-2026-12-01/,
+"""The doctor's known-answer workloads as the H200 saw them (`python -m validation run doctor`;
+the last run's log: validation/results/doctor-raw.txt, the earlier ones in git). The first
+run got four of eight wrong; a re-check of those four after the first fixes kept their
+profiler traces (tests/fixtures/doctor/h200-2026-12-01/,
 `doctor --keep-profile`): they replay here with the GPU telemetry the live run recorded (its
-medians), and the planted bottleneck must come first. The final run (8 of 8 right, docs/
-device-runs/2026-12-01-h200-1gpu-doctor-final.txt) kept the traces of the rewritten workloads,
+medians), and the planted bottleneck must come first. The final run (8 of 8 right,
+validation/results/doctor-raw.txt) kept the traces of the rewritten workloads,
 the control and tiny_kernels (tests/fixtures/doctor/h200-2026-12-01-final/). Cases without a
 real trace are built launch by launch from the recorded numbers."""
 

@@ -1,6 +1,6 @@
 """The known-answer workloads (examples/doctor) that show their bottleneck on a CPU, run under
 `gpuaudit doctor` as a user would: each gets its planted finding first, the control none.
-(The GPU ones run on the GPU machine: scripts/device_doctor.sh.)"""
+(The GPU ones run on the GPU machine: `python -m validation run doctor`.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The doctor's zoo (examples/doctor/zoo): jobs written the way users write them, recorded under
-`gpuaudit doctor --save-evidence` on one H200 (scripts/doctor_zoo.py), diagnosed again here
+`gpuaudit doctor --save-evidence` on one H200 (validation/doctor/zoo.py), diagnosed again here
 from their evidence. Each must get its expected first finding; a control nothing above INFO.
 The held-out cases were never tuned on; the one the doctor gets wrong is marked so."""
 
@@ -105,7 +105,7 @@ def test_host_bound_names_the_function_and_its_line():
     assert "make_batch" in d.changes[0].settings  # the change names the function too
 
 
-# What the tenant really took from each job on the H200 (scripts/doctor_tenant_probe.py: the
+# What the tenant really took from each job on the H200 (validation/doctor/tenant_probe.py: the
 # job's own throughput alone and beside the tenant, in the same call as the recordings).
 TENANT_LOSS = {"shared_gpu_training": 0.21, "shared_gpu_inference": 0.31}
 

@@ -553,16 +553,11 @@ def test_fixtures_are_real_recordings():
     assert os.path.getsize(FEED / "h200_2gpu_transfer.json") > 0
 
 
-# -- scripts/feed_compare.py: ours and fio pass by pass -----------------------------------------
+# -- validation/feed/compare.py: ours and fio pass by pass --------------------------------------
 
 
 def _feed_compare():
-    spec = importlib.util.spec_from_file_location(
-        "feed_compare", Path(__file__).resolve().parents[1] / "scripts" / "feed_compare.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["feed_compare"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("validation.feed.compare")
 
 
 def test_compare_pairs_pass_by_pass_and_alternates_who_goes_first():

@@ -1,7 +1,7 @@
 """The `fleet run` driver's bookkeeping at a fleet's size: 400 simulated 8-GPU nodes
 (gpuaudit.fleet.simulated, Ray's API in this process), a few failing, hanging and dying,
 every run saved in a real SQLite store and judged as a fleet. (The driver's time and memory
-at 1,000 nodes are measured by scripts/bench_fleet_run.py, not here.)"""
+at 1,000 nodes are measured by validation/fleet/scale_run.py, not here.)"""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ recording played in a loop with its load switched on and off. Memory must stay f
 longest rule window is full, and the store within its retention.
 
 The GPU-machine soak (100 ms for 8 minutes while jobs start, OOM and are killed) is
-scripts/soak_monitor.py; its figures are in docs/monitor-safety.md."""
+validation/monitor/soak.py; its figures are in docs/monitor-safety.md."""
 
 from __future__ import annotations
 

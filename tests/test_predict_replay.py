@@ -1,13 +1,13 @@
 """`gpuaudit predict` replayed on the real runs of one H200 (three runs of 2026-12-01,
-`bash scripts/device_predict.sh predict`, docs/device-runs/2026-12-01-h200-1gpu-predict.txt,
-…-predict-2.txt and …-predict-3.txt): each case predicted from one recorded run and compared
+`python -m validation run predict`; the third's log is validation/results/predict-raw.txt,
+the first two are in git): each case predicted from one recorded run and compared
 with the run that measured it, the error asserted as achieved. Within 10 % where met; where
 not, the reason is in the prediction itself (its notes, its classes' basis) and the
 measurement is inside the band, as docs/predict.md's tables show it. The third run is the
 first with batch norm's own record (its kernels' time, its layers timed alone in both
-precision families, as the recorder of that day did); its checks are asserted here too. The fourth
-(…-predict-5.txt, resnet50 only) is the first with the convolutions timed alone
-as their steps run them (the recorder of that day)."""
+precision families, as the recorder of that day did); its checks are asserted here too. The
+fourth (validation/results/predict-resnet50-raw.txt, resnet50 only) is the first with the
+convolutions timed alone as their steps run them (the recorder of that day)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ SPREAD_SUITES = frozenset({"matmul", "memory"})
 HOST_SUITES = frozenset({"host", "storage", "network"})
 WINDOW_S = 0.25  # GPM needs samples ~100 ms+ apart; a quarter second per look
 # A GPM sample taken right after our own kernels end still counts some of them: on an H200
-# (scripts/gpm_settle.py, 2026-12-01) a look right after a synchronized matmul burst read 22-36 %
+# (validation/bench/gpm_settle.py) a look right after a synchronized matmul burst read 22-36 %
 # SM activity with nothing else on the GPU, and readings up to ~180 ms after it still counted
 # the burst; with 0.1-0.3 s of settling every look read 0 %.
 SETTLE_S = 0.25

@@ -1,6 +1,6 @@
 """Our figures beside the reference tools', judged: nccl-tests for the collectives,
 mamf-finder for the best matmul. Pure functions over Measurements and the tools' text (no GPU):
-`scripts/device_bench_fidelity.sh` prints their tables, CI tests them on real recordings.
+`python -m validation run bench-fidelity` prints their tables, CI tests them on real recordings.
 
 Collectives: at each (op, size) our busbw against nccl-tests' in the same call, in the column
 that does what we do (in place for all-reduce and broadcast, which torch.distributed only does

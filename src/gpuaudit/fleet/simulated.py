@@ -1,6 +1,6 @@
 """A simulated Ray cluster: the part of Ray's API `fleet.runner` uses, over any number of GPU
 nodes that live in this process. For driving `run_fleet` itself at a scale no test machine
-has (scripts/bench_fleet_run.py: the driver's time and memory at 1,000 nodes) and for tests
+has (validation/fleet/scale_run.py: the driver's time and memory at 1,000 nodes) and for tests
 of its bookkeeping (every node accounted for when some fail, hang or die).
 
 Each simulated node takes a drawn time to "audit", posts progress steps to the driver's

@@ -1,5 +1,5 @@
 """Synthetic fleets: runs as a fleet audit would store them, for rehearsing `fleet report` at
-a scale no test machine has (scripts/bench_fleet_report.py) and for tests.
+a scale no test machine has (validation/fleet/scale_report.py) and for tests.
 
 Figures are drawn around the H200 quick-profile medians measured on the lent machines
 (tests/fixtures/bench/h200-2gpu-quick.json), with a 1 % normal spread; faults are planted on

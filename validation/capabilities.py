@@ -1,0 +1,189 @@
+"""The harness's entries: one per capability, what each runs and where its table comes from.
+
+Each entry's steps are commands run from the repository root (validation.harness runs them);
+`ctx.raw` is where their files go, `ctx.args` the options typed after `--`.
+"""
+
+from __future__ import annotations
+
+from validation.harness import Capability, Context, Step
+
+
+def _py(ctx: Context, script: str, *args: str) -> tuple[str, ...]:
+    return (ctx.python, script, *args)
+
+
+def inspect_steps(ctx: Context) -> list[Step]:
+    name = ctx.args[0] if ctx.args else "h200-1gpu"
+    return [Step("inspect", ("bash", "validation/fixtures/run.sh", name), timeout_s=300)]
+
+
+def bench_fidelity_steps(ctx: Context) -> list[Step]:
+    mode = ctx.mode or "fidelity"
+    if mode == "do-bench":  # ours beside CuPy's copies and torch.mm under do_bench
+        suites = ctx.args or ("latency", "matmul", "memory", "transfer", "p2p")
+        return [Step("do-bench", _py(ctx, "validation/bench/do_bench.py", str(ctx.work), *suites),
+                     stdout="summary.txt", timeout_s=590)]
+    return [Step("fidelity", ("bash", "validation/bench/fidelity.sh", mode), timeout_s=595,
+                 stdout="fidelity.log")]
+
+
+def gpm_settle_steps(ctx: Context) -> list[Step]:
+    raw = ctx.raw
+    return [
+        Step("gpm-settle", _py(ctx, "validation/bench/gpm_settle.py"), timeout_s=90,
+             stdout="gpm_settle.json"),
+        Step("bench-idle", (ctx.python, "-m", "gpuaudit", "bench", "matmul", "memory", "transfer",
+                            "--no-save", "--json"), timeout_s=100, stdout="bench_idle.json"),
+        Step("contended-check", _py(ctx, "validation/bench/fidelity_report.py", "contended",
+                                    str(raw / "bench_idle.json"), "no"),
+             stdout="summary.md", timeout_s=60),
+    ]
+
+
+def workloads_steps(ctx: Context) -> list[Step]:
+    return [Step("workloads", _py(ctx, "validation/workloads/run.py", str(ctx.raw)),
+                 timeout_s=595)]
+
+
+def doctor_steps(ctx: Context) -> list[Step]:
+    parts = list(ctx.args) or ["known", "overhead", "tune"]
+    if ctx.dry:
+        parts.append("--dry")
+    return [Step("doctor", _py(ctx, "validation/doctor/known.py", str(ctx.raw), *parts),
+                 timeout_s=595, env=(("CUDA_VISIBLE_DEVICES", "0"),))]
+
+
+def doctor_zoo_steps(ctx: Context) -> list[Step]:
+    gpu0 = (("CUDA_VISIBLE_DEVICES", "0"),)
+    if ctx.mode == "tenant":  # the ground truth of the shared-GPU share
+        return [Step("tenant-probe", _py(ctx, "validation/doctor/tenant_probe.py", str(ctx.raw),
+                                         *ctx.args), timeout_s=300, env=gpu0)]
+    steps = [Step("zoo", _py(ctx, "validation/doctor/zoo.py", str(ctx.raw), *ctx.args),
+                  timeout_s=595, env=gpu0)]
+    if ctx.mode != "zoo":
+        steps.append(Step("overhead", _py(ctx, "validation/doctor/known.py", str(ctx.raw),
+                                          "overhead"),
+                          timeout_s=260, env=(*gpu0, ("GPUAUDIT_DOCTOR_DEADLINE_S", "200"))))
+    return steps
+
+
+def feed_steps(ctx: Context) -> list[Step]:
+    if ctx.mode == "compare":  # PATH ROUNDS SIZE: ours and fio pass by pass
+        args = ctx.args or (str(ctx.work), "3", "1G")
+        return [Step("compare", _py(ctx, "validation/feed/compare.py", *args),
+                     stdout="summary.txt", timeout_s=590)]
+    if ctx.mode == "read-probe":  # DIR ROUNDS [SIZE]: why sequential reads differ
+        args = ctx.args or (str(ctx.work), "5")
+        return [Step("read-probe", _py(ctx, "validation/feed/read_probe.py", *args),
+                     stdout="summary.txt", timeout_s=590)]
+    return [Step("feed", ("bash", "validation/feed/run.sh"), timeout_s=595, stdout="feed.log")]
+
+
+def monitor_soak_steps(ctx: Context) -> list[Step]:
+    args = ctx.args or ("--seconds", "490", "--interval", "100ms")
+    return [Step("soak", _py(ctx, "validation/monitor/soak.py", str(ctx.raw), *args),
+                 stdout="summary.txt", timeout_s=595)]
+
+
+def nvml_probe_steps(ctx: Context) -> list[Step]:
+    return [Step("nvml", ("bash", "validation/monitor/nvml.sh", ctx.mode or "info"),
+                 timeout_s=595, stdout="summary.txt")]
+
+
+def monitor_cost_steps(ctx: Context) -> list[Step]:
+    args = ctx.args or (("--ticks", "60") if ctx.dry else ())
+    return [Step("cost", _py(ctx, "validation/monitor/cost.py", *args), stdout="summary.txt",
+                 timeout_s=300)]
+
+
+def telemetry_record_steps(ctx: Context) -> list[Step]:
+    return [Step("record", _py(ctx, "validation/monitor/record_telemetry.py", str(ctx.raw),
+                               *ctx.args), timeout_s=595)]
+
+
+def fleet_steps(ctx: Context) -> list[Step]:
+    args = list(ctx.args) or (["--gpus", "2"] if ctx.dry else [])
+    return [Step("fleet", _py(ctx, "validation/fleet/local_cluster.py", str(ctx.raw), *args),
+                 stdout="summary.txt", timeout_s=595)]
+
+
+def fleet_scale_steps(ctx: Context) -> list[Step]:
+    nodes = ("--nodes", "40", "--gpus", "2", "--spread", "2") if ctx.dry else ()
+    db = f"sqlite:///{ctx.work / 'fleet.db'}"
+    run = _py(ctx, "validation/fleet/scale_run.py", *nodes, "--db", db, *ctx.args)
+    steps = [Step("driver", run,
+                  stdout="summary.txt", timeout_s=595)]
+    if not ctx.dry:  # the report over a big fleet in PostgreSQL (GPUAUDIT_TEST_PG_URL)
+        steps.append(Step("report", _py(ctx, "validation/fleet/scale_report.py"),
+                          stdout="report.txt", timeout_s=595, optional=True))
+    return steps
+
+
+def predict_mlperf_steps(ctx: Context) -> list[Step]:
+    return [Step("mlperf", _py(ctx, "validation/predict/mlperf.py"), stdout="mlperf.md",
+                 timeout_s=120)]
+
+
+def predict_steps(ctx: Context) -> list[Step]:
+    return [Step("predict", _py(ctx, "scripts/device_predict.py", str(ctx.raw)), timeout_s=595)]
+
+
+def predict_zoo_steps(ctx: Context) -> list[Step]:
+    budget = ctx.args[0] if ctx.args else "540"
+    env = (("PYTHONPATH", "examples/predict"),)
+    return [
+        Step("record", _py(ctx, "scripts/predict_zoo.py", "record", str(ctx.raw / "zoo"),
+                           "--budget-s", budget, *ctx.args[1:]), timeout_s=float(budget) + 40,
+             env=env),
+        Step("pack", _py(ctx, "scripts/predict_zoo.py", "pack", str(ctx.raw / "zoo"),
+                         str(ctx.raw)), timeout_s=120, optional=True),
+    ]
+
+
+CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
+    Capability("inspect", "NVML readings recorded as fixtures; the gpu tests beside nvidia-smi",
+               "nvidia-smi --query-gpu", "inspect.md", inspect_steps, ("summary.txt",)),
+    Capability("bench-fidelity", "the micro benchmarks beside the reference tools",
+               "mamf-finder, nccl-tests, CuPy, triton.testing.do_bench", "benchmarks.md",
+               bench_fidelity_steps, ("summary.md",),
+               modes=("fidelity", "matmul", "collectives", "standard", "full", "do-bench")),
+    Capability("gpm-settle", "how long GPM counts our own kernels; no false contention",
+               "an idle GPU's GPM reading", "benchmarks.md", gpm_settle_steps, ("summary.md",),
+               dry=False),
+    Capability("workloads", "bench train|infer: steps, MFU, DDP scaling, serving",
+               "published MLPerf / torch.compile figures", "workloads.md", workloads_steps,
+               ("summary.txt",), dry=False),
+    Capability("doctor", "the doctor's known answers, its watching overhead, tune",
+               "the planted bottleneck of each workload", "doctor.md", doctor_steps,
+               ("doctor_known_answers.md", "doctor_overhead.md")),
+    Capability("doctor-zoo", "the doctor on the zoo (development and held-out cases)",
+               "the zoo's expected findings", "doctor.md", doctor_zoo_steps,
+               ("zoo_dev.md", "zoo_held-out.md", "doctor_overhead.md"),
+               dry=False, modes=("zoo", "all", "tenant")),
+    Capability("feed", "storage, network, host and the feed verdict", "fio, iperf3, STREAM",
+               "feed.md", feed_steps, ("summary.txt",), modes=("all", "compare", "read-probe")),
+    Capability("monitor-soak", "the monitor under 100 ms sampling while jobs come and go",
+               "the jobs' own step counts", "monitor-safety.md", monitor_soak_steps,
+               ("summary.txt",), dry=False),
+    Capability("nvml-probe", "how NVML writes into caller memory; the sampler's guard",
+               "guard-area canaries", "monitor-safety.md", nvml_probe_steps, ("summary.txt",),
+               dry=False, modes=("info", "fields", "bisect", "fence", "soak")),
+    Capability("monitor-cost", "the monitor's CPU per tick for 8 GPUs (replayed trace)",
+               "the budget: 1 % of one core at 1 s", "monitor.md", monitor_cost_steps,
+               ("summary.txt",), gpu=False),
+    Capability("telemetry-record", "real telemetry traces for the tests", "nvidia-smi",
+               "development.md", telemetry_record_steps, (), dry=False),
+    Capability("fleet", "fleet run and report on a local Ray cluster, one node per GPU",
+               "nccl all-reduce across nodes", "fleet.md", fleet_steps, ("summary.txt",)),
+    Capability("fleet-scale", "the fleet driver and report at 1,000 simulated nodes",
+               "the time and memory budget", "fleet.md", fleet_scale_steps, ("summary.txt",),
+               gpu=False),
+    Capability("predict-mlperf", "predict's GPU change against NVIDIA's published MLPerf",
+               "MLPerf Inference v4.0 H100 results", "predict.md", predict_mlperf_steps,
+               ("mlperf.md",), gpu=False),
+    Capability("predict", "predict against measurements (precision, batch, GPUs, size)",
+               "the measured step", "predict.md", predict_steps, ("summary.md",), dry=False),
+    Capability("predict-zoo", "predict on the model zoo", "the measured step",
+               "predict.md", predict_zoo_steps, (), dry=False),
+)}
