@@ -18,7 +18,7 @@ import pytest
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import load_run
 from gpuaudit.model.opprofile import OpClassRecord, TimedUnit, Timeline, UnitGroup, UnitTime
-from gpuaudit.predict import Change, load_profile, machine_rates, predict
+from gpuaudit.predict import Change, grouped, load_profile, machine_rates, predict
 from gpuaudit.predict import groups as grp
 from gpuaudit.predict import timeline as tlm
 from gpuaudit.specs.catalog import load_catalog
@@ -188,6 +188,41 @@ def test_the_precision_ratio_is_time_weighted_and_distrusts_slow_timings():
     assert grp.timed_ratio([a, b], "bf16", "fp32", in_step_us=2000.0) is None
 
 
+def test_an_untimed_group_carries_its_share_of_the_roofline_to_the_other_rate():
+    # 1 TFLOP and 1 GB in 4 ms at 500 TFLOP/s (2 ms of compute: half its roofline) → 50
+    # TFLOP/s: the roofline there 20 ms; the share there 0.5^((50/500)^δ)
+    g = UnitGroup(op_class="gemm", unit="linear", kernel_us=4000.0, flops=1e12, bytes=1e9)
+    share = 0.5 ** ((50 / 500) ** grp.DELTA["gemm"])
+    assert grp.efficiency_ratio(g, (500.0, 50.0), 4000.0, 2e9) == pytest.approx(
+        0.020 / share / 0.004)
+    # the lower rate reaches a larger share of itself, never more than all of it
+    assert 0.5 < share < 1.0
+    # towards the higher rate the share falls: 0.5^((500/50)^δ)
+    g32 = g.model_copy(update={"kernel_us": 40000.0})  # 20 ms of roofline in 40: half
+    up = 0.5 ** ((500 / 50) ** grp.DELTA["gemm"])
+    assert grp.efficiency_ratio(g32, (50.0, 500.0), 4000.0, 0.5e9) == pytest.approx(
+        0.002 / up / 0.040)
+    # cuDNN's RNNs keep nearly their share: latency-bound at every precision
+    rnn = g.model_copy(update={"op_class": "rnn"})
+    assert grp.efficiency_ratio(rnn, (500.0, 50.0), 4000.0, 2e9) > \
+        grp.efficiency_ratio(g, (500.0, 50.0), 4000.0, 2e9)
+
+
+def test_switching_autocast_off_or_on_moves_the_hosts_work():
+    run = zoo_run("mlp")
+    prof = load_profile(run, "tabular-mlp/bf16")
+    p = predict(prof, rates(), Change(precision="fp32"), SPECS)
+    assert any(f"× {grouped.AUTOCAST_OFF_HOST:.2f}" in b and "autocast switched off" in b
+               for b in p.basis)
+    back = predict(load_profile(run, "tabular-mlp/fp32"), rates(), Change(precision="bf16"),
+                   SPECS)
+    assert any(f"× {1 / grouped.AUTOCAST_OFF_HOST:.2f}" in b and "switched on" in b
+               for b in back.basis)
+    same = predict(load_profile(run, "tabular-mlp/fp32"), rates(), Change(precision="tf32"),
+                   SPECS)
+    assert not any("autocast switched" in b for b in same.basis)
+
+
 # --- the timeline replay ---------------------------------------------------------------------
 
 
@@ -223,6 +258,12 @@ def test_alpha_is_found_so_that_the_replay_lasts_the_timed_step():
     assert tlm.calibrate(long, 180.0).alpha == tlm.DEFAULT_ALPHA
     measured = tlm.calibrate(long, 180.0, host_step_us=50.0)
     assert measured.identified and measured.alpha == pytest.approx(0.5)
+    assert measured.unsteady == 0.0 and measured.alpha_unc == tlm.U_ALPHA
+    # a host alone (batch 1) slower than the whole step: its pace moved by at least that much
+    # between the two measurements, and α's band says so
+    unsteady = tlm.calibrate(long, 180.0, host_step_us=216.0)
+    assert unsteady.unsteady == pytest.approx(0.2)
+    assert unsteady.alpha_unc == pytest.approx(math.hypot(tlm.U_ALPHA, 0.2))
 
 
 def test_host_time_blocked_in_a_full_queue_is_not_the_hosts():
@@ -377,3 +418,72 @@ def test_the_docs_tables_counts_are_the_recorded_results():
     held = [r for r in rows if r["set"] == "held_out"]
     assert len({r["family"] for r in held}) == 8 and len(held) == 8 * 7
     assert all("error_pct" in r or r.get("refused") for r in held)
+
+
+def test_a_convolutions_backward_is_charged_to_a_convolution_unit():
+    # Seen on CUDA in fp32: the gradients of ResNet's convolutions tallied under the ReLU
+    # after their batch norm (2.1 of 3.4 TFLOP a step in elementwise): the tally names the
+    # convolution unit from the backward's own arguments instead.
+    import torch
+
+    from gpuaudit.workloads.tally import _conv_unit
+
+    def args(weight, transposed):
+        return (None, None, weight, None, (1, 1), (0, 0), (1, 1), transposed)
+
+    assert _conv_unit("aten.convolution_backward", args(torch.zeros(8, 4, 3, 3), False),
+                      torch) == "conv2d"
+    assert _conv_unit("aten.convolution_backward", args(torch.zeros(8, 4, 3, 3), True),
+                      torch) == "conv_transpose2d"
+    assert _conv_unit("aten.convolution_backward", args(torch.zeros(8, 4, 3), False),
+                      torch) == "conv1d"
+    assert _conv_unit("aten.mm", args(torch.zeros(8, 4, 3, 3), False), torch) is None
+
+
+def test_flops_counted_under_a_memory_bound_unit_join_the_busiest_matmul_bound_group():
+    # the fp32 ResNet-18 recording: its convolutions' gradients tallied under the ReLUs
+    prof = next(p for p in zoo_run("cnn").op_profiles if p.precision == "fp32")
+    stray = sum(g.flops for g in prof.groups if g.op_class == "elementwise")
+    conv = next(g for g in prof.groups if (g.op_class, g.unit) == ("conv", "conv2d"))
+    assert stray > conv.flops  # the backward's two thirds
+    fixed, note = grouped.repair_flops(prof)
+    assert sum(g.flops for g in fixed.groups if g.op_class == "elementwise") == 0
+    moved = next(g for g in fixed.groups if (g.op_class, g.unit) == ("conv", "conv2d"))
+    assert moved.flops == pytest.approx(conv.flops + stray)
+    assert sum(g.flops for g in fixed.groups) == pytest.approx(sum(g.flops for g in prof.groups))
+    assert note is not None and "conv/conv2d" in note and "elementwise/relu" in note
+    # the bf16 recording counted them where they belong: nothing to move
+    bf16 = next(p for p in zoo_run("cnn").op_profiles if p.precision == "bf16")
+    assert grouped.repair_flops(bf16) == (bf16, None)
+
+
+def test_a_wider_layer_reaches_more_of_its_roofline_by_the_precision_rules_delta():
+    from gpuaudit.predict import retarget as rt
+
+    r = rates()
+    bf16 = r.roofs.matmul("bf16")
+    # 1 TFLOP in 4 calls, taking twice its roofline: share 0.5
+    g = UnitGroup(op_class="gemm", unit="linear", kernel_us=2e6 / bf16, flops=1e12,
+                  bytes=1.0)
+    key = ("gemm", "linear")
+
+    def counted(calls):
+        return rt.Counted("m", {}, {}, {}, 1, 1, [], {key: calls})
+
+    # the target: the same 4 calls, each with 4 × the ideal time
+    share = rt._share_ratio(g, 4.0, counted(4), counted(4), key, r.roofs, "bf16")
+    there = 0.5 ** (4.0 ** -grp.DELTA["gemm"])
+    assert share == pytest.approx(0.5 / there) and share < 1.0
+    # 16 calls for 4 × the ideal: each call as long as before, the share kept
+    assert rt._share_ratio(g, 4.0, counted(4), counted(16), key, r.roofs,
+                           "bf16") == pytest.approx(1.0)
+    # calls not counted: kept
+    assert rt._share_ratio(g, 4.0, rt.Counted("m", {}, {}, {}, 1, 1, []), counted(4), key,
+                           r.roofs, "bf16") == 1.0
+
+
+def test_a_group_far_below_its_roofline_is_never_slower_at_a_higher_rate():
+    # 7 % of fp32's roofline: its share raised to the power for bf16 is nearly nothing
+    g = UnitGroup(op_class="gemm", unit="linear", kernel_us=40.0, flops=1.5e8, bytes=1e5)
+    assert grp.efficiency_ratio(g, (53.0, 743.0), 4224.0, 0.5e5) == 1.0
+    assert grp.efficiency_ratio(g, (743.0, 53.0), 4224.0, 2e5) >= 1.0

@@ -35,12 +35,30 @@ from gpuaudit.model.opprofile import (
 FLOOR_US = 2.5  # of every kernel's time, what does not follow its traffic
 U_TIMED = 0.06  # a ratio of units timed alone, carried into the step
 U_CLASS_TIMED = 0.12  # a group moved by the timed ratio of its class's other units
-U_UNTIMED = 0.5  # a matmul-bound group moved by its roofline or FLOPs alone (the zoo's
-# development families: efficiency differs between precisions by up to 2×)
+U_UNTIMED = 0.5  # a matmul-bound group moved by its counted FLOPs alone (batch changes)
+# A matmul-bound group without a trusted timing, moved to another precision by its share of
+# the roofline there (`efficiency_ratio`): the lower a precision's matmul rate, the larger the
+# share of it the same shapes reach. ln share there = ln share here × (rate there ÷ rate
+# here)^δ, δ per class fitted to the development families' bf16 and fp32 recordings (the
+# time-weighted least squares over their groups; on the H200 of 2026-12-02: linear 0.51,
+# convolutions 0.55, cuDNN's RNNs 0.08 (their recurrent steps are latency-bound at every
+# precision), attention 0.08 (fp32 runs another algorithm than flash)); the held-out
+# families' own fits came out 0.60, 0.46, 0.16 and 0.13.
+DELTA = {"gemm": 0.51, "conv": 0.55, "rnn": 0.08, "attention": 0.08}
+# Its band: towards a higher rate (fp32 → tf32 or bf16) the share there is a power > 1 of the
+# share here and amplifies its error; towards a lower one it shrinks it.
+U_EFFICIENCY = {True: 0.35, False: 0.15}  # (to a higher rate?)
 U_BYTES = 0.05  # traffic counted under the target
 U_BYTES_BATCH = 0.08  # traffic from the line through two batch sizes
 U_OPAQUE = 0.5
 U_EXTRAPOLATED = 0.05  # per doubling of the batch past the sizes timed
+# A normalization without a timing alone, across the fp32 ↔ 16-bit families: its kernels
+# compute in fp32 whatever they read and are bound by their rows' or channels' latency more
+# than by their bytes (batch norm: one block per channel), and the implementation changes
+# (cuDNN's batch norm in fp32, PyTorch's own in bf16). The development families' norm groups,
+# fp32 ÷ bf16 in their steps: 0.69–0.99, geometric mean 0.83; the band covers their spread.
+NORM_FP32_OVER_16 = 0.83
+U_NORM = 0.2
 # Units timed alone that took more than this × what their group took in the step are not
 # trusted: their timing held something the step did not (the host's launches).
 TRUST = 1.5
@@ -176,6 +194,29 @@ def roofline_ratio(g: UnitGroup, rates: tuple[float, float], memory_gbps: float,
     return there / here if here > 0 else 1.0
 
 
+def efficiency_ratio(g: UnitGroup, rates: tuple[float, float], memory_gbps: float,
+                     alt_bytes: float | None) -> float:
+    """A group's time there ÷ here from its share of the roofline here (module docstring,
+    `DELTA`): its roofline there ÷ its share there, over its time here. Without a time here
+    (or at its roofline), the roofline ratio."""
+    def ideal(rate: float, moved: float) -> float:
+        return max(g.flops / (rate * 1e12), moved / (memory_gbps * 1e9))
+
+    here = ideal(rates[0], g.bytes)
+    there = ideal(rates[1], alt_bytes if alt_bytes is not None else g.bytes)
+    took = g.kernel_us * 1e-6
+    if here <= 0 or took <= 0:
+        return there / here if here > 0 else 1.0
+    share = min(0.999, here / took)
+    share_there = math.exp(math.log(share) * (rates[1] / rates[0]) ** DELTA.get(g.op_class,
+                                                                                 0.5))
+    ratio = there / share_there / took
+    # The same shapes at a higher matmul rate never take longer, at a lower one never less
+    # time (a group far below its roofline, ResNet's classifier at 7 % of fp32's, would
+    # otherwise take the power of its share to nothing: 0.04 ms → 15 ms in bf16).
+    return min(ratio, 1.0) if rates[1] > rates[0] else max(ratio, 1.0)
+
+
 def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, target: str,
                      rates: tuple[float, float], memory_gbps: float) -> None:
     """Every group moved from `src` to `target` (module docstring); `rates`: the measured
@@ -206,12 +247,18 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
                    f"{src} → {target}: its class's units timed alone ×{pooled[0]:.3g}")
         elif compute:
             moved = g.alt_bytes if alt_matches else (g.bytes if same_width else None)
-            ratio = roofline_ratio(g, rates, memory_gbps, moved)
+            ratio = efficiency_ratio(g, rates, memory_gbps, moved)
             c.fallback = True
-            c.then(ratio, 0.0, U_UNTIMED, f"{src} → {target}: not timed (or its timing alone "
-                   f"slower than its step); its roofline at the measured rates ×{ratio:.3g}")
+            c.then(ratio, 0.0, U_EFFICIENCY[rates[1] > rates[0]],
+                   f"{src} → {target}: not timed (or its timing alone slower than its "
+                   f"step); its share of the roofline carried to the other rate ×{ratio:.3g}")
         elif same_width:
             c.then(1.0, 0.0, 0.02, f"{src} → {target}: the same traffic")
+        elif g.op_class == "norm":
+            ratio = NORM_FP32_OVER_16 if _width(target) == "float32" else 1 / NORM_FP32_OVER_16
+            c.then(ratio, 0.0, U_NORM, f"{src} → {target}: not timed; a normalization's "
+                   f"time follows its elements, not its bytes: ×{ratio:.3g} (the development "
+                   "families' norms)")
         elif alt_matches and g.alt_bytes is not None and g.bytes > 0:
             ratio = g.alt_bytes / g.bytes
             c.then(ratio, FLOOR_US, U_BYTES, f"{src} → {target}: traffic counted under "

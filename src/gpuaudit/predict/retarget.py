@@ -5,8 +5,10 @@ counted unit by unit (`workloads.tally`); each unit group of the recording then 
 target's work ÷ the source's:
 
 - matmul-bound groups by their ideal time there ÷ here (`predict.ideal`: the shapes' waves
-  and split-K at this machine's rate; a new width is not a linear change), so the share of
-  the ideal the group achieved is kept;
+  and split-K at this machine's rate; a new width is not a linear change) and by the share of
+  it their kernels reach there: a share follows the ideal time of one call, as it does across
+  precisions (`groups.DELTA`: ln share there = ln share here × (ideal per call here ÷ there)^δ,
+  the same δ) — a wider layer amortizes its kernels' fixed costs over more work;
 - memory-bound groups by their traffic, past the kernels' fixed latency;
 - the host's launches by the number of operators (a deeper model launches more).
 
@@ -17,13 +19,14 @@ kind of layer has no recorded time to scale).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.model.opprofile import OPAQUE_CLASSES, TENSOR_CLASSES
+from gpuaudit.model.opprofile import OPAQUE_CLASSES, TENSOR_CLASSES, UnitGroup
 
-from .groups import FLOOR_US, GroupChange
+from .groups import DELTA, FLOOR_US, GroupChange
 from .hardware import Roofs
 from .ideal import matmul_rate, model_rate
 from .profile import Gemm, StepProfile
@@ -41,6 +44,7 @@ class Counted:
     ops: int
     params: int
     buckets: list[tuple[int, float]]
+    calls: dict[tuple[str, str], int] | None = None  # forward calls per unit group
 
 
 def count(spec: str, batch: int) -> Counted:
@@ -80,7 +84,7 @@ def count(spec: str, batch: int) -> Counted:
     return Counted(spec, {k: float(v) for k, v in tally.group_flops.items()},
                    {k: float(v) for k, v in tally.group_bytes.items()}, dict(shapes),
                    tally.total_ops, sum(p.numel() for p in {id(p): p for p in params}.values()),
-                   ddp_buckets(params))
+                   ddp_buckets(params), dict(tally.group_calls))
 
 
 def _ideal_s(shapes: list[tuple[int, int, int, int, int, float]], roofs: Roofs,
@@ -126,14 +130,33 @@ def retarget(profile: StepProfile, target: str, roofs: Roofs,
             flops_ratio = tgt.flops.get(key, 0.0) / src.flops[key]
             ideal = ratio_cls.get(g.op_class, flops_ratio)
             ratio = ideal * (flops_ratio / _class_flops_ratio(src, tgt, g.op_class))
-            c.then(ratio, 0.0, U_SIZE, f"{how}: its FLOPs ×{flops_ratio:.3g}, at the ideal "
-                   f"rate of the target's shapes (×{ratio:.3g})")
+            share = _share_ratio(g, ratio, src, tgt, key, roofs, profile.precision)
+            c.then(ratio * share, 0.0, U_SIZE, f"{how}: its FLOPs ×{flops_ratio:.3g}, at the "
+                   f"ideal rate of the target's shapes (×{ratio:.3g}) and its share of it "
+                   f"there (÷{1 / share:.3g})")
         elif src.bytes.get(key):
             ratio = tgt.bytes.get(key, 0.0) / src.bytes[key]
             c.then(ratio, FLOOR_US, U_SIZE, f"{how}: its traffic ×{ratio:.3g}")
         else:
             c.then(1.0, 0.0, U_SIZE, f"{how}: nothing counted: kept")
     return src, tgt, (tgt.ops / src.ops if src.ops else 1.0)
+
+
+def _share_ratio(g: UnitGroup, ideal_ratio: float, src: Counted, tgt: Counted,
+                 key: tuple[str, str], roofs: Roofs, precision: str) -> float:
+    """The group's share of its roofline here ÷ there (module docstring); 1 where its calls or
+    its time are not known."""
+    calls_s = (src.calls or {}).get(key, 0)
+    calls_t = (tgt.calls or {}).get(key, 0)
+    took = g.kernel_us * 1e-6
+    if calls_s <= 0 or calls_t <= 0 or took <= 0 or ideal_ratio <= 0 or g.flops <= 0:
+        return 1.0
+    here = max(g.flops / (matmul_rate(roofs, precision) * 1e12),
+               g.bytes / (roofs.memory_gbps * 1e9))
+    share = min(0.999, here / took)
+    per_call = ideal_ratio * calls_s / calls_t  # one call's ideal time there ÷ here
+    there = math.exp(math.log(share) * per_call ** -DELTA.get(g.op_class, 0.5))
+    return share / there
 
 
 def _class_flops_ratio(src: Counted, tgt: Counted, cls: str) -> float:

@@ -15,6 +15,8 @@ changed times then gives the changed step, × the timed step ÷ the replayed one
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,10 +40,14 @@ class Replay:
     alpha: float  # the host's scale
     host_bound_share: float  # of the period, the device waiting for launches
     identified: bool = True  # α found from the recording (else assumed)
+    # how far the host's pace moved between the recording's own measurements: its step at
+    # batch 1 (the host alone) over its timed step at the batch, past 1 — a host alone slower
+    # than the whole step was slower at one of the two
+    unsteady: float = 0.0
 
     @property
     def alpha_unc(self) -> float:
-        return U_ALPHA if self.identified else U_ALPHA_DEFAULT
+        return math.hypot(U_ALPHA if self.identified else U_ALPHA_DEFAULT, self.unsteady)
 
 
 @dataclass(frozen=True)
@@ -181,6 +187,14 @@ def host_us(tl: Timeline, latency: float | None = None) -> float:
 
 
 def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None) -> Replay:
+    """`_calibrate` with the host's unsteadiness (`Replay.unsteady`)."""
+    rep = _calibrate(tl, step_us, host_step_us)
+    if host_step_us and step_us > 0 and host_step_us > step_us:
+        rep = dataclasses.replace(rep, unsteady=host_step_us / step_us - 1)
+    return rep
+
+
+def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None) -> Replay:
     """α such that the recorded kernels replay in the timed step (module docstring). Where
     they do at the profiled pace already (the device never waited on the host), α is the
     host's time per step measured without the profiler ÷ the recorded one (`host_step_us`,

@@ -188,6 +188,18 @@ class _Op:
     dtype: str | None
     attention: tuple[int, int, int, int, int, bool] | None
     forced: str | None
+    conv_unit: str | None = None  # a convolution's backward: the forward unit it belongs to
+
+
+def _conv_unit(name: str, args: tuple[Any, ...], torch: Any) -> str | None:
+    """The forward unit's name of a convolution's backward (`convolution_backward(grad,
+    input, weight, bias_sizes, stride, padding, dilation, transposed, …)`)."""
+    if not name.endswith("convolution_backward") or len(args) < 8:
+        return None
+    weight = args[2]
+    if not isinstance(weight, torch.Tensor) or weight.dim() < 3:
+        return None
+    return f"conv{'_transpose' if args[7] else ''}{weight.dim() - 2}d"
 
 
 def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | None = None,
@@ -230,7 +242,7 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
             seen.append(_Op(name, flops, moved, gemm_shape(name, args, out, torch),
                             first.element_size() if first is not None else 4,
                             str(first.dtype).removeprefix("torch.") if first is not None
-                            else None, att, forced))
+                            else None, att, forced, _conv_unit(name, args, torch)))
             return out
 
     calls: list[Call] = []
@@ -263,6 +275,11 @@ def _tally(tree: optrace.OpTree, seen: list[_Op], calls: list[Call] | None) -> O
         at = optrace.attribute(tree, marks.get(i), own=op.name)
         cls = op.forced or at.op_class
         unit = at.unit if not op.forced else cls
+        if op.conv_unit and at.backward and not op.forced and cls != "conv":
+            # A convolution's backward charged to a memory-bound unit (seen on CUDA in fp32:
+            # ResNet's convolutions' gradients under the ReLU after their batch norm): its
+            # work is the convolution's, whatever node the trace put it under.
+            cls, unit = "conv", op.conv_unit
         key = (cls, unit)
         if at.event is not None and not at.backward and id(at.event) not in units_seen:
             units_seen.add(id(at.event))

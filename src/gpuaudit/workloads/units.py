@@ -10,7 +10,8 @@ A precision or batch change moves a group's time by the ratio of these times (Σ
 there ÷ Σ count × time here), as the convolutions' and batch norm's layers timed alone did on
 the H200 (within 2 % of their steps' own ratios). Calls are timed back to back with the host
 held out (`timing.held_call_ms`), a long call one at a time; within a wall-clock budget, the
-units that hold the most of the step's work first.
+units that hold the most of the step's work first, every unit in every precision before any
+at another batch.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from gpuaudit.model.opprofile import (
 )
 from gpuaudit.workloads.calls import Call, TensorSpec
 
-MAX_UNITS = 20
-BUDGET_S = {True: 2.5, False: 0.6}  # all units, all settings; GPU, CPU
+MAX_UNITS = 32
+BUDGET_S = {True: 5.0, False: 0.6}  # all units, all settings; GPU, CPU
 COVER = 0.98  # time units until this share of the estimated work is held
 LONG_CALL_MS = 1.0  # a call this long is timed one at a time (its launches are negligible)
 
@@ -254,13 +255,14 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
         settings += [(precision, s) for s in BATCH_SCALES]
     each = budget / max(1, len(chosen) * len(settings))
     deadline = time.perf_counter() + budget
-    out = []
-    for c, n in chosen:
-        key = rank[id(c)]
-        times = []
-        for p, scale in settings:
+    times: dict[int, list[UnitTime]] = {i: [] for i in range(len(chosen))}
+    # Breadth first: every unit in every precision before any at another batch, so that a
+    # budget spent on cuDNN's autotuning leaves no unit without its precision ratios.
+    for p, scale in sorted(settings, key=lambda s: s[1] != 1.0):
+        for i, (c, _n) in enumerate(chosen):
             if time.perf_counter() > deadline:
                 break
+            key = rank[id(c)]
             family = c if _family(p) == _family(precision) else \
                 families.get(_family(p), {}).get(key)
             alt = at_batch.get(key) if scale != 1.0 else None
@@ -275,7 +277,7 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
                 if cuda and "out of memory" in str(exc).lower():
                     torch.cuda.empty_cache()
                 continue
-            times.append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6)))
-        out.append(TimedUnit(op_class=c.op_class, unit=c.name, signature=c.signature()[:200],
-                             count=n, flops=c.flops, times=tuple(times)))
+            times[i].append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6)))
+    out = [TimedUnit(op_class=c.op_class, unit=c.name, signature=c.signature()[:200], count=n,
+                     flops=c.flops, times=tuple(times[i])) for i, (c, n) in enumerate(chosen)]
     return out
