@@ -97,6 +97,12 @@ def monitor_cost_steps(ctx: Context) -> list[Step]:
                  timeout_s=300)]
 
 
+def cost_speed_steps(ctx: Context) -> list[Step]:
+    args = ctx.args or (("--repeat", "1") if ctx.dry else ("--repeat", "15"))
+    return [Step("speed", _py(ctx, "validation/cost/speed.py", *args), stdout="summary.md",
+                 timeout_s=590)]
+
+
 def telemetry_record_steps(ctx: Context) -> list[Step]:
     return [Step("record", _py(ctx, "validation/monitor/record_telemetry.py", str(ctx.raw),
                                *ctx.args), timeout_s=595)]
@@ -172,6 +178,9 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("monitor-cost", "the monitor's CPU per tick for 8 GPUs (replayed trace)",
                "the budget: 1 % of one core at 1 s", "monitor.md", monitor_cost_steps,
                ("summary.txt",), gpu=False),
+    Capability("cost-speed", "gpuaudit --help, catalog list and recommend as whole processes",
+               "`python3 -c pass`; the targets ≤ 150, 300 and 200 ms", "cost-recommend.md",
+               cost_speed_steps, ("summary.md",), gpu=False),
     Capability("telemetry-record", "real telemetry traces for the tests", "nvidia-smi",
                "development.md", telemetry_record_steps, (), dry=False),
     Capability("fleet", "fleet run and report on a local Ray cluster, one node per GPU",

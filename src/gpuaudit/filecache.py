@@ -10,6 +10,13 @@ and gpuaudit's and Python's versions. Anything else — a changed, moved or dele
 new gpuaudit, an unreadable or truncated entry — means parse again. The cache is never a
 source of errors: when the directory cannot be written the command just parses every time.
 
+Hashing a 1 MB catalog costs a fast command ~3 ms, so an entry also keeps the sources' `stat`
+(device, inode, size, modification and change times, as git's index does): while it is
+unchanged the bytes are not read. The change time cannot be set back (a tool that restores
+the modification time, `cp -p` or `touch -d`, still changes it), and a source changed less
+than `RACY_S` seconds before the entry was written is never trusted on its `stat` alone (two
+writes within one tick of a coarse clock leave the same times): its bytes are hashed.
+
 Entries are pickles of plain data (the caller encodes and decodes its records), written
 atomically. They are read only from the user's own cache directory, which is as trusted as
 the user's own files.
@@ -21,6 +28,7 @@ import gc
 import os
 import pickle
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,8 +43,9 @@ except ImportError:  # pragma: no cover - a Python built without it
     from hashlib import blake2b
 
 CACHE_DIR_ENV = "GPUAUDIT_CACHE_DIR"
-FORMAT = 1  # of the entry file itself
+FORMAT = 2  # of the entry file itself
 _MAGIC = b"gpuaudit-cache\n"
+RACY_S = 3.0  # a source changed this recently is hashed (FAT keeps times to 2 s)
 
 T = TypeVar("T")
 
@@ -70,6 +79,25 @@ def fingerprint(sources: Sequence[Path], salt: str = "") -> bytes:
     return h.hexdigest().encode()
 
 
+def stamp(sources: Sequence[Path], salt: str = "") -> bytes:
+    """The sources' `stat` (no byte read), or b"-" when one changed too recently to be
+    trusted on it (`RACY_S`)."""
+    h = blake2b(digest_size=20)
+    h.update(f"{__version__}\0{sys.version}\0{FORMAT}\0{salt}\0".encode())
+    now = time.time_ns()
+    for src in sources:
+        try:
+            st = os.stat(src)
+        except OSError as exc:
+            h.update(f"{src}\0{type(exc).__name__}\0".encode())
+            continue
+        if now - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_S * 1e9:
+            return b"-"
+        h.update(f"{src}\0{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} "
+                 f"{st.st_ctime_ns}\0".encode())
+    return h.hexdigest().encode()
+
+
 def _entry(name: str, sources: Sequence[Path], salt: str) -> Path:
     # One entry per (name, sources, salt): two catalogs or two option sets do not evict
     # each other.
@@ -78,40 +106,62 @@ def _entry(name: str, sources: Sequence[Path], salt: str) -> Path:
     return cache_dir() / f"{name}-{ident}.pickle"
 
 
-def load(name: str, sources: Sequence[Path], salt: str = "") -> tuple[bytes, Any | None]:
-    """(the sources' fingerprint, the cached payload or None when there is no valid entry)."""
-    key = fingerprint(sources, salt)
+def load(name: str, sources: Sequence[Path], salt: str = ""
+         ) -> tuple[bytes, bytes, Any | None]:
+    """(the sources' fingerprint, or b"" when their `stat` alone proved the entry valid; their
+    `stamp`, taken before anything is read; the cached payload or None when there is no
+    valid entry)."""
+    now = stamp(sources, salt)
+    path = _entry(name, sources, salt)
     try:
-        raw = _entry(name, sources, salt).read_bytes()
+        raw = path.read_bytes()
     except OSError:
-        return key, None
-    head = _MAGIC + key + b"\n"
-    if not raw.startswith(head):
-        return key, None
+        return fingerprint(sources, salt), now, None
+    # MAGIC, the stamp line, the fingerprint line, the pickle
+    parts = raw.split(b"\n", 3)
+    if len(parts) != 4 or parts[0] + b"\n" != _MAGIC:
+        return fingerprint(sources, salt), now, None
+    _, kept_stamp, kept_key, body = parts
+    key = b""
+    if now == b"-" or now != kept_stamp:
+        key = fingerprint(sources, salt)
+        if key != kept_key:
+            return key, now, None
+        if now != b"-":  # the same fingerprint under a new stat (a chmod): keep the stat
+            _write(path, b"\n".join((_MAGIC[:-1], now, key, body)))
     try:
-        return key, pickle.loads(raw[len(head):])
+        return key, now, pickle.loads(body)
     except Exception:
-        return key, None
+        return key or fingerprint(sources, salt), now, None
 
 
-def store(name: str, sources: Sequence[Path], salt: str, key: bytes, payload: Any) -> None:
-    """Write the entry; a cache that cannot be written is silently not kept."""
+def _write(path: Path, data: bytes) -> None:
+    """Write the entry atomically; a cache that cannot be written is silently not kept."""
     import tempfile
 
-    path = _entry(name, sources, salt)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
-                fh.write(_MAGIC + key + b"\n")
-                pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+                fh.write(data)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-    except (OSError, pickle.PicklingError):
+    except OSError:
         pass
+
+
+def store(name: str, sources: Sequence[Path], salt: str, key: bytes, payload: Any,
+          stamped: bytes = b"-") -> None:
+    """Write the entry (`key`: the sources' fingerprint, `stamped`: their `stamp`, both taken
+    before they were read); a cache that cannot be written is silently not kept."""
+    try:
+        body = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return
+    _write(_entry(name, sources, salt), b"\n".join((_MAGIC[:-1], stamped, key, body)))
 
 
 def cached(name: str, sources: Sequence[Path], build: Callable[[], T], *,
@@ -126,7 +176,7 @@ def cached(name: str, sources: Sequence[Path], build: Callable[[], T], *,
     collecting = gc.isenabled()
     gc.disable()
     try:
-        key, payload = load(name, sources, salt)
+        key, stamped, payload = load(name, sources, salt)
         value = None
         if payload is not None:
             try:
@@ -138,6 +188,7 @@ def cached(name: str, sources: Sequence[Path], build: Callable[[], T], *,
             gc.enable()
     if value is not None:
         return value
+    key = key or fingerprint(sources, salt)  # taken before `build` reads the sources
     value = build()
-    store(name, sources, salt, key, encode(value))
+    store(name, sources, salt, key, encode(value), stamped)
     return value

@@ -54,7 +54,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "catalog": ("gpuaudit.cli.catalog", "catalog_app", "The price catalog: GPU instances with "
                 "on-demand, spot and reserved prices, each with its source and date. List, "
                 "show, validate, import your own (ours or SkyPilot's CSV).", ""),
-    "recommend": ("gpuaudit.cli.recommend_batch", "recommend_app", "Which instance to rent for a "
+    "recommend": ("gpuaudit.cli.recommend", "recommend_app", "Which instance to rent for a "
                   "task: train, fine-tune, serve, or a benchmarked workload (--run). "
                   "Estimates, with their basis and reasons.", ""),
     "fleet": ("gpuaudit.cli.fleet", "fleet_app", "Audit every GPU node of a Ray cluster into "
@@ -68,18 +68,8 @@ def load_command(name: str) -> Any:
     """The click command of one entry of `COMMANDS`, imported now."""
     module_name, attr, _, context = COMMANDS[name]
     module = importlib.import_module(module_name)
-    target = getattr(module, attr)
-    if isinstance(target, typer.Typer):
-        command = typer.main.get_command(target)
-    else:
-        single = typer.Typer(add_completion=False, rich_markup_mode=None,
-                             pretty_exceptions_enable=False)
-        single.command(name, context_settings=getattr(module, context) if context else None
-                       )(target)
-        command = typer.main.get_command(single)
-    command.name = name
-    group.tidy_help(command)
-    return command
+    return group.click_command(name, getattr(module, attr),
+                                getattr(module, context) if context else None)
 
 
 class _Root(group.Group):

@@ -5,11 +5,12 @@ without typer's heavy machinery where a command must start fast."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import typer
 
@@ -251,6 +252,43 @@ class Group(typer.core.TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code)
+
+
+def click_command(name: str, target: Any, context_settings: dict[str, Any] | None = None
+                  ) -> Any:
+    """A typer app (a group) or a command function as the click command `name`, its help
+    tidied (`tidy_help`)."""
+    if isinstance(target, typer.Typer):
+        command = typer.main.get_command(target)
+    else:
+        single = typer.Typer(add_completion=False, rich_markup_mode=None,
+                             pretty_exceptions_enable=False)
+        single.command(name, context_settings=context_settings)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    tidy_help(command)
+    return command
+
+
+class LazyGroup(Group):
+    """A group whose subcommands are named in `SUBCOMMANDS` (name → module, function) and
+    made into click commands when first asked for. Typer reads every option of a command
+    function when it makes the command (~3 ms for twenty options), so `recommend train`
+    makes `train` alone; the help's list makes them all."""
+
+    SUBCOMMANDS: ClassVar[dict[str, tuple[str, str]]] = {}
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*super().list_commands(ctx),
+                *(n for n in self.SUBCOMMANDS if n not in self.commands)]
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        command = super().get_command(ctx, name)
+        if command is None and name in self.SUBCOMMANDS:
+            module, attr = self.SUBCOMMANDS[name]
+            command = click_command(name, getattr(importlib.import_module(module), attr))
+            self.add_command(command, name)
+        return command
 
 
 def new_app(help: str, cls: type[Group] = Group, **kwargs: Any) -> typer.Typer:

@@ -10,7 +10,7 @@
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import typer
 
@@ -19,15 +19,30 @@ from gpuaudit.cli.common import DbOpt, JsonOpt
 from gpuaudit.errors import BadInputError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gpuaudit.cost.recommend import Constraints, Task
     from gpuaudit.cost.recommend.measured import MeasuredAllReduce
     from gpuaudit.model import Run
     from gpuaudit.model.cost import Offer
     from gpuaudit.model.recommendation import FeedNeed
 
+
+_HERE = "gpuaudit.cli.recommend"
+
+
+class _Subcommands(group.LazyGroup):
+    # made when invoked (the help lists them all); render and simulate have their own module
+    SUBCOMMANDS: ClassVar[dict[str, tuple[str, str]]] = {
+        "train": (_HERE, "train"), "finetune": (_HERE, "finetune"),
+        "serve": (_HERE, "serve"), "render": ("gpuaudit.cli.recommend_batch", "render"),
+        "simulate": ("gpuaudit.cli.recommend_batch", "simulate")}
+
+
 recommend_app = group.new_app(
     "Which instance to rent for a task: train, fine-tune, serve, or a benchmarked workload "
-    "(--run). Estimates, with their basis and reasons.", no_args_is_help=False)
+    "(--run). Estimates, with their basis and reasons.", cls=_Subcommands,
+    no_args_is_help=False)
 
 TopOpt = Annotated[int, common.integer("--top", help="How many offers to show.", hi=1000)]
 DeadlineOpt = Annotated[float | None, common.duration(
@@ -67,9 +82,10 @@ AllReduceOpt = Annotated[str | None, typer.Option(
          "the cross-node communication on offers of its GPU model and GPUs per node.")]
 
 
-def load_offers(path: Path | None) -> "list[Offer]":
-    """The catalog's offers (a seam: tests replace it)."""
-    return list(common.load_catalog(path).offers)
+def load_offers(path: Path | None) -> "Sequence[Offer]":
+    """The catalog's offers (a seam: tests replace it), as loaded: read back from the cache,
+    an offer is made only when the ranking shows it."""
+    return common.load_catalog(path).offers  # type: ignore[no-any-return]
 
 
 def _constraints(deadline_s: float | None, budget: float | None, currency: str, sort: str
@@ -84,17 +100,19 @@ def _run(task: "Task", cons: "Constraints", *, catalog: Path | None, top: int, m
          json_: bool, allow_pooling: bool = False, allreduce: str | None = None,
          db: str | None = None, feed: str | None = None, feed_need: "FeedNeed | None" = None
          ) -> None:
-    from gpuaudit.cost.recommend import recommend
-    from gpuaudit.model.recommendation import Assumptions
+    with common.collector_paused():
+        from gpuaudit.cost.recommend import recommend
+        from gpuaudit.model.recommendation import Assumptions
+
+        measured = None if allreduce is None else load_allreduce(allreduce, db)
+        if feed is not None:
+            feed_need = load_feed(feed, db, task)
+        result = recommend(task, load_offers(catalog), constraints=cons,
+                           assumptions=Assumptions(mfu=mfu, allow_pooling=allow_pooling),
+                           top=top, allreduce=measured, feed=feed_need)
     from gpuaudit.report.plain import terminal_width
     from gpuaudit.report.recommend_view import recommend_text
 
-    measured = None if allreduce is None else load_allreduce(allreduce, db)
-    if feed is not None:
-        feed_need = load_feed(feed, db, task)
-    result = recommend(task, load_offers(catalog), constraints=cons,
-                       assumptions=Assumptions(mfu=mfu, allow_pooling=allow_pooling), top=top,
-                       allreduce=measured, feed=feed_need)
     if json_:
         sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
     else:
@@ -321,7 +339,6 @@ def _predicted_task(from_run: str, workload: str | None, rates: str | None,
                          if backward > 0 and profile.step_ms > 0 else 2 / 3), stored
 
 
-@recommend_app.command()
 def train(
     params: ParamsOpt,
     tokens: Annotated[float, common.count("--tokens", help="Training tokens: 1T, 300B.",
@@ -355,7 +372,6 @@ def train(
          feed=feed)
 
 
-@recommend_app.command()
 def finetune(
     params: ParamsOpt,
     method: Annotated[str, common.choice("--method", choices=("lora", "qlora", "full"),
@@ -395,7 +411,6 @@ def finetune(
          feed=feed)
 
 
-@recommend_app.command()
 def serve(
     params: ParamsOpt,
     qps: Annotated[float, common.number("--qps", help="Requests per second to sustain.",
@@ -441,4 +456,3 @@ def serve(
                      prompt_tokens=prompt_tokens, ttft_ms=ttft_ms)
     _run(task, _constraints(None, budget, currency, sort), catalog=catalog, top=top,
          mfu=mfu, json_=json_)
-

@@ -20,7 +20,6 @@ import typer
 
 from gpuaudit.cli import common
 from gpuaudit.cli.common import DbOpt, JsonOpt
-from gpuaudit.cli.recommend import recommend_app
 from gpuaudit.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -47,11 +46,6 @@ CurrencyOpt = Annotated[str, common.currency(
 SortOpt = Annotated[str, common.choice("--sort", choices=("cost", "time"),
                                        help="Rank by estimated cost or time.")]
 TopOpt = Annotated[int, common.integer("--top", help="How many offers to show.", hi=1000)]
-
-
-def register(app: typer.Typer) -> None:
-    app.command("render")(render)
-    app.command("simulate")(simulate)
 
 
 def _load_run(run: str, db: str | None) -> Run:
@@ -257,7 +251,3 @@ def simulate(
     _rank(task, deadline=deadline, budget=budget, currency=currency, sort=sort, top=top,
           catalog=catalog, json_=json_)
 
-
-# `gpuaudit recommend` is cli/recommend's group (train, finetune, serve, --run) with these two:
-# the group is assembled here, so that the two modules import one way only.
-register(recommend_app)

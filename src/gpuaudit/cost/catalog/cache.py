@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from datetime import date
-from functools import partial
-from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,15 @@ from gpuaudit import filecache
 from gpuaudit.model import cost as cost_model
 from gpuaudit.model.cost import Offer
 
-from .records import Catalog, LeftOut, Location, Locations, Problem, Superseded
+from .records import (
+    Catalog,
+    LeftOut,
+    Location,
+    Locations,
+    OfferColumns,
+    Problem,
+    Superseded,
+)
 
 LAYOUT = 2  # of the payload below
 
@@ -79,9 +85,9 @@ def _decode(d: dict[str, Any]) -> Catalog | None:
     if d["day"] is not None and d["day"] != date.today().toordinal():
         return None  # SkyPilot rows are dated the day they are read: read them again
     n = d["count"]
-    columns = [repeat(v, n) if kind == "one" else v for kind, v in d["columns"]]
-    # Rows made by zip and turned into offers by tuple.__new__: no Python code per offer.
-    offers = tuple(map(partial(tuple.__new__, Offer), zip(*columns, strict=True))) if n else ()
+    # The offers stay columns until asked for (`OfferColumns`): ranking makes only those shown.
+    offers = OfferColumns([[v] * n if kind == "one" else v for kind, v in d["columns"]]
+                          ) if n else ()
     make = Offer.from_values
     return Catalog(
         offers=offers, locations=Locations(d["locations"]),

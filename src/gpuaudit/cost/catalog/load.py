@@ -6,15 +6,11 @@ the rest loads, because one typo in a 10,000-row file must not hide the other 9,
 
 from __future__ import annotations
 
-import csv
 import functools
 import os
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import platformdirs
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.cost import Offer
@@ -44,7 +40,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+# csv, importlib.resources and platformdirs are imported where they are needed: a command
+# given a catalog file, read back from the cache, needs none of them.
+
+
 def shipped_catalog_path() -> Path:
+    from importlib import resources
+
     return Path(str(resources.files("gpuaudit") / "data" / "catalog.csv"))
 
 
@@ -54,6 +56,8 @@ def user_catalog_path() -> Path:
     env = os.environ.get(USER_CATALOG_ENV, "").strip()
     if env:
         return Path(env).expanduser()
+    import platformdirs
+
     return Path(platformdirs.user_data_dir("gpuaudit")) / "catalog.csv"
 
 
@@ -154,6 +158,8 @@ def read_catalog_file(path: str | os.PathLike[str], *, provider: str | None = No
     p = Path(path)
     name = str(p)
     text = read_text(p, "catalog")  # a regular UTF-8 file, bounded: else one line
+    import csv
+
     from .table import ReadOptions
 
     options = ReadOptions(provider=provider, include_local_zones=include_local_zones)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from functools import partial
+from typing import Any, NamedTuple
 
 from gpuaudit import parse
 from gpuaudit.errors import BadInputError
@@ -112,6 +113,49 @@ class Location(NamedTuple):
     line: int | None
 
 
+_make_offer = partial(tuple.__new__, Offer)  # a row of Offer's fields → an Offer (no checks)
+
+
+class OfferColumns(Sequence[Offer]):
+    """Offers kept field by field, as the parsed-catalog cache stores them, each made into an
+    `Offer` only when asked for: ranking 10,000 offers reads their fields (`rows`) and makes
+    the few it shows (making all of them costs a fast command several milliseconds). Iterating
+    makes them all, once."""
+
+    def __init__(self, columns: Sequence[list[Any]]) -> None:
+        # one list per Offer field, in Offer's order, all of the same length
+        self._columns = columns
+        self._made: tuple[Offer, ...] | None = None
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """Every offer's fields in Offer's order, as plain tuples: no record made."""
+        return zip(*self._columns, strict=True)
+
+    def _all(self) -> tuple[Offer, ...]:
+        if self._made is None:
+            self._made = tuple(map(_make_offer, self.rows()))
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self._columns[0]) if self._columns else 0
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if self._made is not None or isinstance(i, slice):
+            return self._all()[i]
+        return _make_offer([column[i] for column in self._columns])
+
+    def __iter__(self) -> Iterator[Offer]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"OfferColumns({len(self)} offers)"
+
+
 class Locations(Sequence[Location]):
     """Where each offer was read, kept as runs of (file, lines) and made into `Location`s
     when first asked: a command that only ranks the offers never asks."""
@@ -148,7 +192,7 @@ class Catalog:
     """Offers with where each came from, the problems met while reading them, and the rows
     left out on purpose."""
 
-    offers: tuple[Offer, ...] = ()
+    offers: Sequence[Offer] = ()  # a tuple, or `OfferColumns` read back from the cache
     problems: tuple[Problem, ...] = ()
     locations: Sequence[Location] = ()  # parallel to `offers` (a tuple or `Locations`)
     files: tuple[str, ...] = ()  # what was read, in order (later files override earlier)

@@ -26,9 +26,10 @@ _GCP = "https://cloud.google.com/compute/docs/gpus/gpu-network-bandwidth"
 _AZURE = "https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/"
 _NEBIUS = "https://docs.nebius.com/compute/clusters/gpu"
 
-# (provider, instance-type pattern) → the network between instances, per node.
-NETWORKS: tuple[tuple[str, re.Pattern[str], Network], ...] = tuple(
-    (p, re.compile(pattern, re.IGNORECASE), Network(gbps, fabric, source))
+# (provider, instance-type pattern, matched whole and ignoring case) → the network between
+# instances, per node.
+NETWORKS: tuple[tuple[str, str, Network], ...] = tuple(
+    (p, pattern, Network(gbps, fabric, source))
     for p, pattern, gbps, fabric, source in (
         ("aws", r"p5(e|en)?\.48xlarge", 3200, "EFA", _AWS + "p5/"),
         ("aws", r"p6-b200\.48xlarge", 3200, "EFA", _AWS + "p6/"),
@@ -49,12 +50,13 @@ NETWORKS: tuple[tuple[str, re.Pattern[str], Network], ...] = tuple(
 
 
 # Per provider, its patterns as one alternation of named groups: one match per lookup, the
-# group that matched naming the network (10,000 offers may have thousands of instance types).
+# group that matched naming the network (10,000 offers may have thousands of instance types);
+# compiled once each, not pattern by pattern too.
 _BY_PROVIDER: dict[str, tuple[re.Pattern[str], dict[str, Network]]] = {}
 for _prov in dict.fromkeys(p for p, _, _ in NETWORKS):
     _rules = [(pattern, net) for p, pattern, net in NETWORKS if p == _prov]
     _BY_PROVIDER[_prov] = (
-        re.compile("|".join(f"(?P<n{i}>{pattern.pattern})" for i, (pattern, _) in
+        re.compile("|".join(f"(?P<n{i}>{pattern})" for i, (pattern, _) in
                             enumerate(_rules)), re.IGNORECASE),
         {f"n{i}": net for i, (_, net) in enumerate(_rules)})
 # The providers with a published network between some instance types (lower case, as the

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from operator import itemgetter
 from typing import Any
 
 from gpuaudit.cost.memory_fit import dtype_bytes, gb
@@ -38,7 +40,7 @@ from .hardware import (
 )
 from .measured import MeasuredAllReduce
 from .prices import compare, pick_price, price_options, pricing_reasons, unit_costs
-from .sweep import order, sweep
+from .sweep import in_order, sweep
 from .tasks import (
     BenchmarkedTask,
     Constraints,
@@ -274,24 +276,26 @@ def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints |
     evaluate, rate_unit, basis = _prepare(task, ctx)
 
     serving = isinstance(task, ServeTask)
-    swept = sweep(offers, ctx, serve_hw if serving else compute_hw, serving)
-    order(swept.ok, cons.sort == "time")
-    counts: dict[str, int] = {}
-    for o in swept.out:
-        counts[o[3]] = counts.get(o[3], 0) + 1
-    shown_out = _first_excluded(swept.out, max_excluded)
+    # indexed: the sweep keeps each offer's index, and an offer is made when it is shown
+    seq = offers if isinstance(offers, Sequence) else tuple(offers)
+    swept = sweep(seq, ctx, serve_hw if serving else compute_hw, serving)
+    counts = dict(Counter(map(itemgetter(2), swept.out)))
+    shown_out = _first_excluded(swept.out, max_excluded, seq)
 
-    shown, twins = _distinct(swept.ok, top, cons.sort == "time")
+    by_time = cons.sort == "time"
+    shown, twins = _distinct(in_order(swept.ok, by_time, seq), top, by_time, seq)
     records = []
     for i, row in enumerate(shown, start=1):
         # The per-offer evaluation builds what is shown: its reasons and memory plan.
-        r = evaluate(row[3], ctx)
+        r = evaluate(seq[row[2]], ctx)
         assert isinstance(r, Feasible)
         records.append(_record(i, r, rate_unit, basis, cons, ctx, twins.get(row[2], ())))
     ranked = tuple(records)
-    excluded = tuple(Exclusion(offer_key=o[2].key, gpu_model=o[2].gpu_model,
-                               gpu_count=o[2].gpu_count, kind=o[3], reason=o[4](*o[5]))
-                     for o in shown_out)
+    excluded = []
+    for _price, index, kind, reason, args in shown_out:
+        o = seq[index]
+        excluded.append(Exclusion(offer_key=o.key, gpu_model=o.gpu_model,
+                                  gpu_count=o.gpu_count, kind=kind, reason=reason(*args)))
     ok, out = swept.ok, swept.out
     notes = [basis, "all times and costs are estimates from datasheet figures and the stated "
                     "assumptions" if not isinstance(task, BenchmarkedTask) else
@@ -308,12 +312,12 @@ def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints |
                      + f"; {short} of the {len(ranked)} shown cannot feed their GPUs"
                      + (" (marked)" if short else ""))
     return RecommendResult(task=_task_doc(task), currency=cons.currency, assumptions=ass,
-                           ranked=ranked, excluded=excluded, considered=len(ok) + len(out),
+                           ranked=ranked, excluded=tuple(excluded), considered=len(ok) + len(out),
                            feasible=len(ok), excluded_counts=counts, notes=tuple(notes),
                            feed=feed)
 
 
-def _distinct(ok: list[Any], top: int, by_time: bool
+def _distinct(ok: Iterable[Any], top: int, by_time: bool, offers: Sequence[Offer]
               ) -> tuple[list[Any], dict[int, tuple[str, ...]]]:
     """The first `top` distinct offers: one instance type at the same plan and cost in
     several regions (or from two sources) is one choice, shown once with the others named,
@@ -324,7 +328,8 @@ def _distinct(ok: list[Any], top: int, by_time: bool
     twins: dict[int, list[str]] = {}
     last = None
     for row in ok:
-        cost, hours, _i, o, hw, model, _price = row
+        cost, hours, index, hw, model, _price = row
+        o = offers[index]
         figure = round(hours if by_time else cost, 6)
         if last is not None and figure > last:
             break
@@ -339,14 +344,17 @@ def _distinct(ok: list[Any], top: int, by_time: bool
     return shown, {k: tuple(v) for k, v in twins.items()}
 
 
-def _first_excluded(out: list[Any], n: int) -> list[Any]:
+def _first_excluded(out: list[Any], n: int, offers: Sequence[Offer]) -> list[Any]:
     """The `n` excluded offers with the lowest price (ties: by key), without ordering all."""
+    def by_key(o: Any) -> tuple[float, str]:
+        return o[0], offers[o[1]].key
+
     if len(out) <= n:
-        return sorted(out, key=lambda o: (o[0], o[2].key))
-    cheapest = heapq.nsmallest(n, out, key=lambda o: o[0])
+        return sorted(out, key=by_key)
+    cheapest = heapq.nsmallest(n, out, key=itemgetter(0))
     bound = cheapest[-1][0]
     tied = [o for o in out if o[0] <= bound]
-    return sorted(tied, key=lambda o: (o[0], o[2].key))[:n]
+    return sorted(tied, key=by_key)[:n]
 
 
 def _task_doc(task: Task) -> dict[str, str | int | float | bool | None]:

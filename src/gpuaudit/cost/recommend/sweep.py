@@ -11,11 +11,15 @@ itself.
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress, islice, repeat
+from operator import eq, ge, itemgetter
 from typing import Any
 
+from gpuaudit.cost.catalog.records import OfferColumns
 from gpuaudit.model.cost import Offer
 from gpuaudit.model.pricing import PricingModel
 
@@ -31,16 +35,16 @@ INF = math.inf
 
 @dataclass(repr=False, eq=False)
 class Sweep:
-    """`ok`: (cost, hours, index, offer, hardware, pricing model, price per hour of all
-    nodes) of each feasible offer; `out`: (sort price, index, offer, kind, reason maker,
-    its arguments) of each excluded one."""
+    """`ok`: (cost, hours, index, hardware, pricing model, price per hour of all nodes) of
+    each feasible offer; `out`: (sort price, index, kind, reason maker, its arguments) of each
+    excluded one. The index is the offer's in the sequence swept."""
 
-    ok: list[tuple[float, float, int, Offer, Hardware, PricingModel, float]]
-    out: list[tuple[float, int, Offer, str, Callable[..., str], tuple[Any, ...]]]
+    ok: list[tuple[float, float, int, Hardware, PricingModel, float]]
+    out: list[tuple[float, int, str, Callable[..., str], tuple[Any, ...]]]
 
 
-def _currency(offer: Offer, cur: str) -> str:
-    return f"priced in {offer.currency}; ranking in {cur} (no exchange rates)"
+def _currency(currency: str, cur: str) -> str:
+    return f"priced in {currency}; ranking in {cur} (no exchange rates)"
 
 
 def _no_price() -> str:
@@ -55,12 +59,12 @@ def _deadline(deadline: float, hours: float, model: PricingModel) -> str:
     return f"misses the {deadline:g} h deadline: {hours:,.0f} h at best ({model.label})"
 
 
-def _budget(offer: Offer, cost: float, model: PricingModel, budget: float,
+def _budget(currency: str, cost: float, model: PricingModel, budget: float,
             serve_hours: float | None) -> str:
     if serve_hours is not None:
-        return (f"costs {cost:,.0f} {offer.currency} for {serve_hours:g} h, over the budget "
+        return (f"costs {cost:,.0f} {currency} for {serve_hours:g} h, over the budget "
                 f"of {budget:,.0f}")
-    return (f"costs {cost:,.0f} {offer.currency} ({model.label}), over the budget of "
+    return (f"costs {cost:,.0f} {currency} ({model.label}), over the budget of "
             f"{budget:,.0f}")
 
 
@@ -73,49 +77,46 @@ def _no_usable_price() -> str:
     return "no usable price"
 
 
-def sweep(offers: Iterable[Offer], ctx: Context,
+def sweep(offers: Sequence[Offer], ctx: Context,
           build: Callable[[Offer, Context], Hardware | tuple[str, Callable[[], str]]],
           serving: bool) -> Sweep:
     """Each offer's hardware plan (memoized per GPU model, count, memory and network), its
     pricing models at pricing.py's figures × its prices, the cheapest that meets the
-    deadline (serving: on-demand or reserved), then the budget."""
+    deadline (serving: on-demand or reserved), then the budget. An `Offer` is made only for
+    the plans and billing units met first (`OfferColumns` keeps the rest as fields)."""
     cons = ctx.cons
     # Serving has no deadline: its hours are the hours asked for.
     cur, budget = cons.currency, cons.budget
     deadline = None if serving else cons.deadline_hours
     serve_hours = getattr(ctx.task, "hours", None) if serving else None
     memo = ctx.memo
-    nets: dict[tuple[str, str], Any] = {}
     units: dict[tuple[Any, ...], tuple[float, ...]] = {}
-    ok: list[tuple[float, float, int, Offer, Hardware, PricingModel, float]] = []
-    out: list[tuple[float, int, Offer, str, Callable[..., str], tuple[Any, ...]]] = []
+    ok: list[tuple[float, float, int, Hardware, PricingModel, float]] = []
+    out: list[tuple[float, int, str, Callable[..., str], tuple[Any, ...]]] = []
     add_ok, add_out = ok.append, out.append
     pooled = PROVIDERS_WITH_NETWORKS
-    for i, offer in enumerate(offers):
+    rows = offers.rows() if isinstance(offers, OfferColumns) else offers
+    for i, row in enumerate(rows):
         (provider, itype, _region, gpu_model, count, mem, _vcpus, _ram, currency, od, spot,
-         r1, r3, billing, minimum, _host, _gpu, _source, _date, _notes) = offer
+         r1, r3, billing, minimum, _host, _gpu, _source, _date, _notes) = row
         if currency != cur:
-            add_out((od or spot or INF, i, offer, "currency", _currency, (offer, cur)))
+            add_out((od or spot or INF, i, "currency", _currency, (currency, cur)))
             continue
         if not (od or spot or r1 or r3):
-            add_out((INF, i, offer, "price", _no_price, ()))
+            add_out((INF, i, "price", _no_price, ()))
             continue
-        net = None
-        if provider in pooled:
-            net = nets.get((provider, itype), 0)
-            if net == 0:
-                net = nets[(provider, itype)] = network_of(provider, itype)
+        net = network_of(provider, itype) if provider in pooled else None  # memoized
         key = ("hw", gpu_model, count, mem, net)
         hw = memo.get(key)
         if hw is None:
-            hw = memo[key] = build(offer, ctx)
+            hw = memo[key] = build(offers[i], ctx)
         if hw.__class__ is tuple:
-            add_out((od or spot or INF, i, offer, hw[0], _call, (hw[1],)))
+            add_out((od or spot or INF, i, hw[0], _call, (hw[1],)))
             continue
         ukey = (id(hw), billing, minimum)
         u = units.get(ukey)
         if u is None:
-            c = unit_costs(offer, hw.hours, hw.nodes, ctx, not serving)
+            c = unit_costs(offers[i], hw.hours, hw.nodes, ctx, not serving)
             u = units[ukey] = (c.hours, c.on_demand, c.reserved_1y, c.reserved_3y,
                                c.spot if c.spot is not None else -1.0,
                                c.spot_hours if c.spot_hours is not None else INF)
@@ -146,32 +147,48 @@ def sweep(offers: Iterable[Offer], ctx: Context,
                     bc, bh, bm, bp = c, sh, _SPOT, spot
         if bm is None:
             if fm is not None and deadline is not None:
-                add_out((od or spot or INF, i, offer, "deadline", _deadline,
-                         (deadline, fh, fm)))
+                add_out((od or spot or INF, i, "deadline", _deadline, (deadline, fh, fm)))
             else:
-                add_out((od or spot or INF, i, offer, "price",
+                add_out((od or spot or INF, i, "price",
                          _no_serving_price if serving else _no_usable_price, ()))
             continue
         if budget is not None and bc > budget:
-            add_out((od or spot or INF, i, offer, "budget", _budget,
-                     (offer, bc, bm, budget, serve_hours)))
+            add_out((od or spot or INF, i, "budget", _budget,
+                     (currency, bc, bm, budget, serve_hours)))
             continue
-        add_ok((bc, bh, i, offer, hw, bm, bp * hw.nodes))
+        add_ok((bc, bh, i, hw, bm, bp * hw.nodes))
     return Sweep(ok, out)
 
 
-def order(ok: list[tuple[float, float, int, Offer, Hardware, PricingModel, float]],
-          by_time: bool) -> None:
-    """Cheapest first (ties: the shorter, then the offer key), or fastest first (ties: the
-    cheaper, then the key); in place."""
-    first, second = (1, 0) if by_time else (0, 1)
-    ok.sort(key=lambda r: (r[first], r[second]))
-    # Ties are rare: order each run of equal figures by offer key, as a reader expects.
-    i, n = 0, len(ok)
-    while i < n:
-        j = i + 1
-        while j < n and ok[j][0] == ok[i][0] and ok[j][1] == ok[i][1]:
-            j += 1
-        if j - i > 1:
-            ok[i:j] = sorted(ok[i:j], key=lambda r: r[3].key)
-        i = j
+def in_order(ok: list[tuple[float, float, int, Hardware, PricingModel, float]], by_time: bool,
+             offers: Sequence[Offer]
+             ) -> Iterator[tuple[float, float, int, Hardware, PricingModel, float]]:
+    """The feasible rows cheapest first (ties: the shorter, then the offer key), or fastest
+    first (ties: the cheaper, then the key), ordered a part at a time as the walk over them
+    asks: showing ten of 5,000 feasible offers orders a few dozen. Each part is every row up
+    to a bound (all rows tied with the last included), so it begins with the part before."""
+    figures = itemgetter(1, 0) if by_time else itemgetter(0, 1)
+    n, done = 64, 0
+    while done < len(ok):
+        if n >= len(ok):
+            part = sorted(ok, key=figures)
+        else:
+            bound = figures(heapq.nsmallest(n, ok, key=figures)[-1])
+            part = sorted(compress(ok, map(ge, repeat(bound), map(figures, ok))), key=figures)
+        _ties_by_key(part, figures, offers)
+        yield from part[done:]
+        done, n = len(part), n * 8
+
+
+def _ties_by_key(rows: list[Any], figures: Callable[[Any], Any], offers: Sequence[Offer]
+                 ) -> None:
+    """Each run of equal figures ordered by offer key, as a reader expects, in place. Ties
+    are rare: the runs are found without a Python step per row (j: row j ties row j + 1)."""
+    keys = list(map(figures, rows))
+    for j in compress(range(len(keys)), map(eq, keys, islice(keys, 1, None))):
+        if j > 0 and keys[j - 1] == keys[j]:
+            continue  # inside a run already ordered
+        end = j + 1
+        while end + 1 < len(rows) and keys[end + 1] == keys[j]:
+            end += 1
+        rows[j:end + 1] = sorted(rows[j:end + 1], key=lambda r: offers[r[2]].key)
