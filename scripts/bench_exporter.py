@@ -102,7 +102,7 @@ def eight_gpus() -> MonitorState:
 def looped_trace(path: Path, gpus: int, seconds: float) -> tuple[dict, float]:
     """The recorded trace widened to `gpus` GPUs and repeated (times shifted a lap on each
     time) to last at least `seconds`; and its tick interval."""
-    from tests.telemetry_traces import widen
+    from tests.support.telemetry_traces import widen
 
     from gpuaudit.hw.telemetry_trace import read_trace
 

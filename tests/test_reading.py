@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gpuaudit import reading
 from gpuaudit.errors import BadInputError
-from tests import damage
+from tests.support import damage
 
 
 def refused(fn, *args, **kwargs) -> str:

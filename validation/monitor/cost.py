@@ -21,9 +21,9 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for tests.telemetry_traces
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for tests.support.telemetry_traces
 
-from tests import telemetry_traces as tt
+from tests.support import telemetry_traces as tt
 
 from gpuaudit.hw.telemetry import Sampler
 from gpuaudit.hw.telemetry_trace import TraceReplay

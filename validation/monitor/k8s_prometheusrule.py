@@ -3,7 +3,7 @@
 The Prometheus Operator loads rules from PrometheusRule objects, whose spec.groups is a rule
 file's `groups`. This keeps the two the same:
 `python validation/monitor/k8s_prometheusrule.py` rewrites the manifest;
-tests/test_deploy_k8s.py fails when it is stale.
+tests/deploy/test_deploy_k8s.py fails when it is stale.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ TARGET = ROOT / "deploy" / "kubernetes" / "gpuaudit-prometheusrule.yaml"
 
 HEADER = """\
 # GENERATED from src/gpuaudit/data/alerts.yml by validation/monitor/k8s_prometheusrule.py: edit that
-# file and run the script, never this one (tests/test_deploy_k8s.py checks they agree).
+# file and run the script, never this one (tests/deploy/test_deploy_k8s.py checks they agree).
 # The Prometheus Operator loads it into the Prometheus whose ruleSelector matches its labels
 # (kube-prometheus-stack's default selector wants release: <the stack's release name>).
 """

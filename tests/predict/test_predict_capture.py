@@ -1,0 +1,216 @@
+"""The op profile's capture on the CPU with tiny models: operator classes and traffic, FLOPs
+against FlopCounterMode, matmul shapes, the kernel trace parser, DDP buckets, the record
+`bench train --op-profile` stores, and the family resize on the meta device."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuaudit.workloads import buckets, kernelview, opclass, tally  # noqa: E402
+from tests.support.predict import op_profile_run  # noqa: E402
+
+MB = 2**20
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("name", "cls"), [
+    ("aten.mm", "gemm"), ("aten.addmm", "gemm"), ("aten.bmm", "gemm"),
+    ("aten._scaled_dot_product_flash_attention", "attention"),
+    ("aten._scaled_dot_product_efficient_attention_backward", "attention"),
+    ("aten.convolution_backward", "conv"), ("aten._fused_adamw_", "optimizer"),
+    ("aten._foreach_mul_", "optimizer"), ("aten.native_layer_norm", "norm"),
+    ("aten.add", "elementwise"), ("c10d.allreduce_", "comm"), ("aten::lstm", "rnn"),
+    ("aten.embedding_bag", "embedding"), ("aten._fft_r2c", "unknown"),
+    ("torchvision::roi_align", "unknown"),
+])
+def test_aten_operators_fall_in_their_class(name, cls):
+    assert opclass.op_class(name) == cls
+
+
+@pytest.mark.parametrize(("name", "cls"), [
+    ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNT", "gemm"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "gemm"),
+    ("ampere_sgemm_128x64_tn", "gemm"), ("void splitKreduce_kernel<32, 16>", "gemm"),
+    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<64>>", "attention"),
+    ("fmha_cutlassB_f32_aligned_64x64_k64_sm80", "attention"),
+    ("sm90_xmma_fprop_implicit_gemm_bf16", "conv"),
+    ("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "comm"),
+    ("triton_poi_fused_add_gelu_0", "elementwise"),
+    ("void at::native::vectorized_elementwise_kernel<4>", "elementwise"),
+    # seen in the H200 recordings of 2026-12-01, once read as convolutions by "cudnn"
+    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1, true>",
+     "elementwise"),
+    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>", "elementwise"),
+    ("void cudnn::fusion::compute_dot_do_o<true, 64, 8, __nv_bfloat16>", "attention"),
+    ("void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16, float>", "conv"),
+])
+def test_kernels_fall_in_their_class(name, cls):
+    assert opclass.kernel_class(name) == cls
+
+
+def test_traffic_counts_reads_and_writes_and_views_nothing():
+    a = torch.randn(64, 32)
+    b = torch.randn(64, 32)
+    w = torch.randn(32, 16)
+    t = tally.count_ops(lambda: (a + b, a.t(), a.view(32, 64), a.mul_(2.0), a @ w))
+    nbytes = 64 * 32 * 4
+    # add: read a, b, write the sum; mul_: read a, write a; mm: read a and w, write 64×16.
+    assert t.op_bytes["aten.add"] == 3 * nbytes
+    assert t.op_bytes["aten.mul_"] == 2 * nbytes
+    assert t.op_bytes["aten.mm"] == nbytes + 32 * 16 * 4 + 64 * 16 * 4
+    assert "aten.t" not in t.op_bytes and "aten.view" not in t.op_bytes
+    assert t.flops["gemm"] == 2 * 64 * 32 * 16
+    assert dict(t.shapes) == {("gemm", 64, 16, 32, 1, 4): [1, 2 * 64 * 32 * 16]}
+    # each operator is its own unit here (called at the top level): its group is its name
+    assert t.group_bytes[("elementwise", "add")] == 3 * nbytes
+    assert t.group_flops[("gemm", "matmul")] == 2 * 64 * 32 * 16
+
+
+def test_counted_flops_equal_flop_counter_mode_on_a_tiny_gpt():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from gpuaudit.workloads import nets
+    from gpuaudit.workloads.flops import _cpu_attention_formulas
+
+    torch.manual_seed(0)
+    net = nets.WithLoss(nets.Gpt(128, 32, 2, 2, 32), nets.lm_loss)
+    idx = torch.randint(128, (2, 32))
+
+    def step():
+        net(idx, idx).backward()
+
+    t = tally.count_ops(step)
+    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas(torch)) as m:
+        step()
+    assert sum(t.flops.values()) == m.get_total_flops()
+    assert t.flops["attention"] > 0 and t.bytes["elementwise"] > 0
+    # Two causal attention calls of (B 2, H 2, T 32, S 32, Q 16), one per layer.
+    assert dict(t.attention) == {(2, 2, 32, 32, 16, True): [2, 2 * 4 * 2 * 2 * 32 * 32 * 16]}
+    # every linear layer's work is gemm's, whatever called it, its backward included
+    assert t.group_flops[("gemm", "linear")] == t.flops["gemm"]
+
+
+def test_the_trace_parser_charges_each_kernel_to_the_unit_that_launched_it():
+    # A chrome trace as torch.profiler exports it (made up: two profiled steps): each kernel
+    # reaches its launch by its correlation id, the launch the operators open on its thread.
+    def launch(corr, ts, tid=1):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts,
+                "dur": 5, "tid": tid, "args": {"correlation": corr}}
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 0, "dur": 40, "tid": 1,
+         "args": {"Sequence number": 7}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 5, "dur": 30, "tid": 1,
+         "args": {"Sequence number": 7}},
+        launch(1, 10),
+        {"ph": "X", "cat": "cpu_op", "name": "aten::scaled_dot_product_attention", "ts": 50,
+         "dur": 20, "tid": 1, "args": {}},
+        launch(2, 55),
+        {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: "
+         "AddmmBackward0", "ts": 200, "dur": 30, "tid": 2, "args": {"Sequence number": 7}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 205, "dur": 20, "tid": 2,
+         "args": {}},
+        launch(3, 210, tid=2),
+        launch(4, 290),  # launched by no operator
+        {"ph": "X", "cat": "kernel", "name": "nvjet_tst_128x128", "ts": 20, "dur": 100,
+         "args": {"correlation": 1, "grid": [8, 4, 1], "blocks per SM": 0.24}},
+        {"ph": "X", "cat": "kernel", "name": "flash_fwd_kernel", "ts": 120, "dur": 100,
+         "args": {"correlation": 2, "grid": [2, 2, 1]}},
+        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "ts": 230, "dur": 60,
+         "args": {"correlation": 3, "grid": [4, 1, 1]}},
+        {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "ts": 300,
+         "dur": 40, "args": {"correlation": 4}},
+        {"ph": "i", "cat": "kernel", "name": "nvjet", "ts": 0},
+    ]
+    t = kernelview.parse_trace(events, steps=2)
+    # the linear layer's forward and its backward (the node of sequence number 7) are gemm
+    assert dict(t.group_us) == {("gemm", "linear"): 160.0,
+                                ("attention", "scaled_dot_product_attention"): 100.0,
+                                ("unattributed", "unattributed"): 40.0}
+    assert t.per_step_ms("gemm") == pytest.approx(0.08)
+    assert dict(t.unknown) == {("vectorized_elementwise_kernel", "no operator launched it"): 40.0}
+    assert t.busy_us == pytest.approx(300) and t.span_us == pytest.approx(320)
+    assert dict(t.grids) == {("nvjet_tst_128x128", 32, 0.24): [1, 100.0],
+                             ("flash_fwd_kernel", 4, 0.0): [1, 100.0],
+                             ("ampere_sgemm_128x64_nn", 4, 0.0): [1, 60.0]}
+    # the timeline, in launch order, from the first launch
+    assert t.timeline.launch_us == [0.0, 45.0, 200.0, 280.0]
+    assert t.timeline.start_us == [10.0, 110.0, 220.0, 290.0]
+
+
+def test_ddp_buckets_follow_registration_order_reversed_and_the_caps():
+    params = [torch.nn.Parameter(torch.empty(n // 4)) for n in (30 * MB, 2 * MB, MB // 2, 8)]
+    shared = params[0]
+    got = buckets.ddp_buckets([*params, shared])  # a tied weight counts once
+    total = 30 * MB + 2 * MB + MB // 2 + 8
+    # Reverse order: 8 B + 0.5 MiB + 2 MiB closes the 1 MiB first bucket; 30 MiB alone.
+    assert got == [(8 + MB // 2 + 2 * MB, (8 + MB // 2 + 2 * MB) / total), (30 * MB, 1.0)]
+
+
+def test_bench_train_records_the_op_profile():
+    run = op_profile_run("gpt-tiny")
+    got = {m.name: m for m in run.measurements}
+    (p,) = run.op_profiles
+    assert p.workload == "gpt-tiny/fp32" and p.grad_bytes == p.param_count * 4
+    assert p.step_ms == pytest.approx(got["gpt-tiny/fp32/step_time"].value, rel=1e-3)
+    assert p.forward_ms > 0 and p.backward_ms > 0 and p.buckets[-1].ready_fraction == 1.0
+    gemm = next(c for c in p.classes if c.op_class == "gemm")
+    assert gemm.shapes and gemm.alt_bytes and p.alt_precision == "bf16"
+    counted = got["gpt-tiny/flop_count"].params["counted_total_per_sample"] * 4
+    assert sum(c.flops for c in p.classes) == counted
+    # the measurements stay for people: scalars only, the record is predict's
+    step = got["gpt-tiny/fp32/op/step"]
+    assert step.params["step_ms"] == p.step_ms
+    assert "detail" not in got["gpt-tiny/fp32/op/gemm"].params
+    # its units, the batch counted twice, the host's own time at batch 1
+    assert {(g.op_class, g.unit) for g in p.groups} >= {("gemm", "linear"),
+                                                         ("attention",
+                                                          "scaled_dot_product_attention")}
+    assert p.alt_batch == 2 and all(g.alt_batch_bytes is not None for g in p.groups)
+    assert p.host_step_ms is not None and p.host_step_ms > 0
+    # Without the option nothing of it is recorded.
+    plain = op_profile_run("gpt-tiny", op_profile=False)
+    assert not plain.op_profiles and not [m for m in plain.measurements if "/op/" in m.name]
+
+
+def test_family_resize_builds_the_target_on_the_meta_device():
+    from gpuaudit.model import load_run
+    from gpuaudit.predict import load_profile
+    from gpuaudit.predict.family import resize
+    from gpuaudit.workloads.models import PRESETS
+    from tests.support.predict import CPU_PROFILE
+
+    prof = load_profile(load_run(CPU_PROFILE.read_text()), "gpt-tiny/bf16")
+    r = resize(prof, 350e6)
+    preset = PRESETS["gpt-350m"]
+    assert r.target.name == "gpt-350m" and r.target.batch == preset.batch_size
+    tokens = preset.batch_size * preset.seq_len
+    # PaLM's 6N per token for the matmuls (the formula FlopCounterMode meets exactly).
+    assert r.classes["gemm"].flops == 6 * preset.matmul_params * tokens
+    assert r.ratios["attention"] == pytest.approx(
+        (16 * 24 * 1024 * 1024**2) / (4 * 2 * 64 * 64**2))
+    # The target's attention shape replaces the source's (its causal share and exponentials
+    # follow it): batch 16, 16 heads of 64, 1024 tokens, 24 layers.
+    causal = prof.classes["attention"].attention[0][0][5]
+    assert r.classes["attention"].attention == (
+        ((16, 16, 1024, 1024, 64, causal), 24.0, 4.0 * 16 * 16 * 1024**2 * 64 * 24),)
+    # The optimizer scales with the parameters: all of them, not only the matmul weights.
+    assert r.param_ratio > preset.matmul_params / PRESETS["gpt-tiny"].matmul_params * 0.9
+    # fp32 gradients of every target parameter, in DDP's buckets.
+    assert sum(b for b, _ in r.buckets) == pytest.approx(4 * prof.param_count * r.param_ratio)
+    assert r.buckets[-1][1] == 1.0
+    own = resize(prof, 1.3e9, batch=2, seq_len=512)
+    assert own.target.name == "gpt-1.3b" and own.target.batch == 2 and own.target.seq_len == 512
+    odd = resize(prof, 3e9)
+    assert odd.target.name == "gpt-3b" and odd.target.kind == "gpt"
+    assert abs(odd.target.matmul_params - 3e9) / 3e9 < 0.2

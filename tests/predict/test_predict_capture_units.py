@@ -1,0 +1,154 @@
+"""The units of a step timed alone (`workloads.units`), through the calls the dispatch view
+records (`workloads.calls`): each distinct call of a matmul-bound or normalization unit, with
+its shapes, strides and the dtypes each precision family's own step fed it, replayed forward +
+backward in each precision and at other batch sizes within a budget; batch norm and
+convolutions among them (the recordings before timed those two layer kinds alone: their tests
+are in test_predict_capture_convs.py and test_predict_batch_norm.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuaudit import kernelnames as kn  # noqa: E402
+from gpuaudit.workloads import timing  # noqa: E402
+from gpuaudit.workloads.opclass import kernel_class  # noqa: E402
+from gpuaudit.workloads.tally import count_ops  # noqa: E402
+from gpuaudit.workloads.units import distinct, ranks, time_units  # noqa: E402
+
+# Kernel names: cuDNN's as the H200 recordings of 2026-12-01 hold them; PyTorch's own as its
+# CUDA sources name them (aten/src/ATen/native/cuda/Normalization.cuh, Normalization.cu).
+CUDNN_FW = "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1, true>"
+CUDNN_BW = "void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>"
+NATIVE = [
+    "void at::native::batch_norm_collect_statistics_kernel<at::native::InvStd, c10::BFloat16,"
+    " float, float, int>(at::GenericPackedTensorAccessor<c10::BFloat16 const, 3>)",
+    "void at::native::batch_norm_transform_input_kernel<c10::BFloat16, float, float, int>",
+    "void at::native::batch_norm_backward_kernel<c10::BFloat16, float, float, int>",
+    "void at::native::batch_norm_backward_reduce_channels_last_kernel<4, float, float>",
+    "void at::native::batch_norm_backward_elemt_kernel<c10::BFloat16, float, float, int>",
+]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name", [CUDNN_FW, CUDNN_BW, "void cudnn::bn_bw_1C11_singleread",
+                                  *NATIVE])
+def test_batch_norm_kernels_say_so_and_are_no_convolution(name):
+    # the second witness: a batch-norm kernel under its unit (class norm) contradicts nothing,
+    # and where no unit holds it its name classes it memory-bound, not a convolution
+    assert kn.is_batch_norm(name) and kernel_class(name) == "elementwise"
+
+
+def _net(channels_last: bool = False):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, bias=False),
+                              torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.Conv2d(8, 16, 3, stride=2, padding=1),
+                              torch.nn.BatchNorm2d(16))
+    x = torch.randn(4, 3, 8, 8)
+    if channels_last:
+        net, x = net.to(memory_format=torch.channels_last), \
+            x.contiguous(memory_format=torch.channels_last)
+    return net, x
+
+
+def _tally(net, x, amp=None):
+    def step():
+        with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
+            loss = net(x).float().sum()
+        loss.backward()
+    return count_ops(step, record_calls=True)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_the_calls_keep_each_layer_with_its_shapes_layout_and_family_dtypes(channels_last):
+    net, x = _net(channels_last)
+    fp32, bf16 = _tally(net, x), _tally(net, x, torch.bfloat16)
+    names = [(c.name, c.op_class) for c in fp32.calls]
+    assert names == [("conv2d", "conv"), ("batch_norm", "norm"), ("conv2d", "conv"),
+                     ("batch_norm", "norm")]
+    first, norm = fp32.calls[0].tensors(), fp32.calls[1].tensors()
+    # the image needs no gradient, the weights do; strides say the memory format
+    assert (first[0].shape, first[0].requires_grad, first[1].requires_grad) == \
+        ((4, 3, 8, 8), False, True)
+    assert (norm[0].stride == (512, 1, 64, 8)) == channels_last
+    # under bf16 autocast the convolution's bf16 output reaches batch norm as it is; its
+    # weights stay fp32
+    assert [t.dtype for t in bf16.calls[1].tensors()][:3] == ["bfloat16", "float32", "float32"]
+    # forward + backward FLOPs of each convolution (torch's formula: 2 × output elements ×
+    # input channels × kernel area forward; the weight gradient again, and the input's where
+    # it needs one)
+    fwd = 2 * (4 * 8 * 8 * 8) * 3 * 9
+    assert fp32.calls[0].flops == 2 * fwd
+    assert fp32.group_calls[("conv", "conv2d")] == 2 and fp32.group_flops[("norm",
+                                                                            "batch_norm")] == 0
+
+
+def test_the_units_are_timed_alone_in_both_families_and_at_other_batches():
+    net, x = _net()
+    own, alt = _tally(net, x), _tally(net, x, torch.bfloat16)
+    half = _tally(net, x[:2])
+    timed = time_units(torch, torch.device("cpu"), "fp32", own.calls,
+                       {"bfloat16": alt.calls}, half.calls, 4, 2, budget_s=5.0)
+    assert [(u.op_class, u.unit) for u in timed][:1] == [("conv", "conv2d")]
+    for u in timed:
+        settings = {(t.precision, t.batch_scale) for t in u.times}
+        # on a CPU: fp32, bf16 (no tf32), and the batch × 0.5 and × 2 in fp32
+        assert settings == {("fp32", 1.0), ("bf16", 1.0), ("fp32", 0.5), ("fp32", 2.0)}
+        assert all(t.ms > 0 for t in u.times) and u.count == 1
+        assert "fp32[4," in u.signature
+
+
+def test_calls_of_two_tallies_line_up_by_name_and_rank():
+    net, x = _net()
+    own, half = _tally(net, x), _tally(net, x[:2])
+    by = ranks(half.calls)
+    for key, c in ranks(own.calls).items():
+        assert by[key].name == c.name and by[key].tensors()[0].shape[0] == 2
+    assert [n for _, n, _ in distinct(own.calls)] == [1, 1, 1, 1]
+
+
+def test_a_unit_that_cannot_run_is_timed_in_nothing():
+    net, x = _net()
+    own = _tally(net, x)
+    broken = own.calls[0]
+    broken.func = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no kernel"))
+    timed = time_units(torch, torch.device("cpu"), "fp32", [broken], {}, None, 4, None,
+                       budget_s=1.0)
+    assert len(timed) == 1 and timed[0].times == ()
+
+
+@pytest.mark.parametrize(("budget_s", "calls"), [(0.0, 2 + 3), (1e9, 2 + 25)])
+def test_the_timing_takes_two_warm_ups_and_3_to_25_calls(budget_s, calls):
+    n = []
+    timing.median_call_ms(torch, torch.device("cpu"), lambda: n.append(1), budget_s)
+    assert len(n) == calls
+
+
+def test_bench_train_records_the_units_and_predict_moves_them_by_their_timing():
+    from gpuaudit.model import load_run
+    from gpuaudit.predict import Change, load_profile, machine_rates, predict
+    from gpuaudit.specs.catalog import load_catalog
+    from tests.conftest import FIXTURES
+    from tests.support.predict import op_profile_run
+
+    run = op_profile_run("resnet-tiny")
+    (record,) = run.op_profiles
+    groups = {(g.op_class, g.unit): g for g in record.groups}
+    assert groups[("conv", "conv2d")].kernel_us > 0 and groups[("norm", "batch_norm")].calls == 17
+    timed = {u.unit for u in record.timed if u.times}
+    assert "conv2d" in timed
+    specs = load_catalog()
+    rates = machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
+                                   .read_text()), specs)
+    p = predict(load_profile(run, "resnet-tiny/fp32"), rates, Change(precision="bf16"), specs)
+    conv = next(c for c in p.classes if c.op_class == "conv")
+    assert "conv2d its units timed alone" in conv.basis or "timing alone" in conv.basis

@@ -1,0 +1,488 @@
+"""`gpuaudit predict` on models it was not written for: the operator classes of every family of
+the zoo (examples/predict/zoo) read from one step each recorded on an H200 (the profiler's
+traces, tests/fixtures/predict/zoo/*-bf16-step.json.gz), the unfused attention found among
+its neighbours, the checks that refuse to guess, the batch-size and timeline arithmetic with
+exact values, and predictions from three recorded zoo runs."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuaudit.errors import BadInputError
+from gpuaudit.model import load_run
+from gpuaudit.model.opprofile import OpClassRecord, TimedUnit, Timeline, UnitGroup, UnitTime
+from gpuaudit.predict import Change, grouped, load_profile, machine_rates, predict
+from gpuaudit.predict import groups as grp
+from gpuaudit.predict import timeline as tlm
+from gpuaudit.specs.catalog import load_catalog
+from gpuaudit.workloads.kernelview import parse_trace
+from gpuaudit.workloads.opclass import UnitCall, classify_units, disagrees
+from tests.conftest import FIXTURES
+
+ZOO = FIXTURES / "predict" / "zoo"
+SPECS = load_catalog()
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "predict"
+
+
+def rates():
+    return machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
+                                  .read_text()), SPECS)
+
+
+def view(family: str):
+    with gzip.open(ZOO / f"{family}-bf16-step.json.gz", "rt") as f:
+        return parse_trace(json.load(f)["traceEvents"], 1)
+
+
+# --- classes by what a unit is -----------------------------------------------------------------
+
+# family → (class, unit) groups its step must hold
+HOLDS = {
+    "vit": {("gemm", "linear"), ("attention", "scaled_dot_product_attention"),
+            ("conv", "conv2d"), ("norm", "layer_norm")},
+    "gpt_manual": {("gemm", "linear"), ("attention", "matmul"), ("attention", "softmax"),
+                   ("attention", "masked_fill"), ("embedding", "embedding")},
+    "gru": {("rnn", "gru"), ("gemm", "linear"), ("embedding", "embedding")},
+    "cnn": {("conv", "conv2d"), ("norm", "batch_norm"), ("gemm", "linear")},
+    "mlp": {("gemm", "linear"), ("norm", "layer_norm")},
+    "bert": {("gemm", "linear"), ("attention", "scaled_dot_product_attention"),
+             ("embedding", "embedding"), ("norm", "layer_norm")},
+    "mixer": {("gemm", "linear"), ("conv", "conv2d"), ("norm", "layer_norm")},
+    "unet": {("conv", "conv2d"), ("conv", "conv_transpose2d"), ("norm", "batch_norm")},
+    "lstm": {("rnn", "lstm"), ("gemm", "linear")},
+    "recsys": {("embedding", "embedding_bag"), ("gemm", "linear"), ("gemm", "bmm")},
+    "moe": {("gemm", "linear"), ("attention", "scaled_dot_product_attention")},
+    "diffusion": {("conv", "conv2d"), ("norm", "group_norm"), ("attention", "bmm"),
+                  ("attention", "softmax"), ("gemm", "linear")},
+    "convnext": {("conv", "conv2d"), ("norm", "layer_norm"), ("gemm", "linear")},
+}
+
+
+@pytest.mark.parametrize("family", sorted(HOLDS))
+def test_each_family_is_classed_by_what_its_units_are(family):
+    v = view(family)
+    groups = {k for k, us in v.group_us.items() if us > 0}
+    assert HOLDS[family] <= groups
+    # every kernel charged to a unit, and none contradicting its unit's class
+    assert not v.unknown and not v.us.get("unknown") and not v.us.get("unattributed")
+    assert ("gemm", "matmul") not in groups or family != "gpt_manual"
+
+
+def test_a_vits_linear_layers_are_gemm_and_its_patch_convolution_is_small():
+    # The case that hid a ViT's matmuls in conv (936 % of conv's roofline): each kernel is now
+    # the linear layer's that launched it, cuBLAS's or not.
+    v = view("vit")
+    total = sum(v.us.values())
+    assert v.us["gemm"] / total > 0.4 and v.us["conv"] / total < 0.05
+    assert v.group_us[("conv", "conv2d")] == v.us["conv"]
+
+
+def test_nn_multihead_attentions_default_path_is_attention():
+    # The diffusion U-Net calls nn.MultiheadAttention(h, h, h): need_weights=True, so
+    # PyTorch runs bmm, softmax, bmm (no SDPA); its projections stay linear layers.
+    v = view("diffusion")
+    assert v.group_us[("attention", "bmm")] > 0 and v.group_us[("gemm", "linear")] > 0
+    assert ("gemm", "bmm") not in v.group_us
+
+
+def test_batch_norms_backward_is_batch_norms_not_the_counter_before_it():
+    # nn.BatchNorm2d adds 1 to num_batches_tracked just before batch norm: that add_ records
+    # the sequence number batch norm's node takes, so the node's forward op is the last one.
+    v = view("cnn")
+    assert v.group_us.get(("elementwise", "add_"), 0.0) < 0.01 * v.group_us[("norm",
+                                                                               "batch_norm")]
+
+
+def _calls(*names_dims):
+    return [UnitCall(n, d) for n, d in names_dims]
+
+
+B3 = ((8, 64, 32), (8, 32, 64))  # batched operands
+
+
+def test_a_batched_matmul_into_a_softmax_into_a_matmul_is_attention():
+    calls = _calls(("linear", None), ("transpose", None), ("matmul", B3), ("mul", None),
+                   ("masked_fill", None), ("softmax", ((8, 64, 64),)), ("dropout", None),
+                   ("matmul", ((8, 64, 64), (8, 64, 32))), ("linear", None))
+    assert classify_units(calls) == ["gemm", "elementwise", "attention", "attention",
+                                     "attention", "attention", "attention", "attention",
+                                     "gemm"]
+
+
+@pytest.mark.parametrize("calls", [
+    # a router: a linear layer into a softmax (MoE's top-k gate)
+    [("linear", None), ("softmax", ((4096, 8),)), ("topk", None)],
+    # 2-D matmuls into a softmax: a classifier, not scores over keys
+    [("matmul", ((64, 32), (32, 10))), ("softmax", ((64, 10),)), ("matmul", ((64, 10),
+                                                                             (10, 5)))],
+    # scores and a softmax but nothing takes its output by matmul
+    [("bmm", B3), ("softmax", ((8, 64, 64),)), ("sum", None)],
+])
+def test_other_softmaxes_are_not_attention(calls):
+    assert "attention" not in classify_units(_calls(*calls))
+
+
+def test_a_kernel_that_multiplies_under_a_memory_bound_unit_contradicts_it():
+    assert disagrees("elementwise", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n")
+    assert not disagrees("elementwise", "void at::native::vectorized_elementwise_kernel<4>")
+    assert not disagrees("gemm", "void at::native::vectorized_elementwise_kernel<4>")
+    assert not disagrees("norm", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float>")
+
+
+# --- batch-size arithmetic -------------------------------------------------------------------
+
+
+def test_a_units_time_at_another_batch_interpolates_log_log_and_extends_linearly():
+    pts = [(0.5, 1.0), (1.0, 1.6), (2.0, 3.0)]
+    # between 1 and 2: log-log, exactly
+    t, past = grp.scaled_time(pts, 1.5)
+    assert t == pytest.approx(math.exp(math.log(1.6) + math.log(1.5) * (math.log(3.0 / 1.6)
+                                                                          / math.log(2.0))))
+    assert past == 0.0
+    # past ×2: along (1, 1.6)–(2, 3.0), 1.4 per unit of scale; two doublings past it at ×8
+    t, past = grp.scaled_time(pts, 8.0)
+    assert t == pytest.approx(1.6 + 1.4 * 7.0) and past == pytest.approx(2.0)
+    assert grp.scaled_time(pts, 0.5) == (1.0, 0.0)
+
+
+def _unit(ms_by_setting, count=2.0, flops=10.0):
+    return TimedUnit(op_class="gemm", unit="linear", signature="", count=count, flops=flops,
+                     times=tuple(UnitTime(precision=p, batch_scale=s, ms=ms)
+                                 for (p, s), ms in ms_by_setting.items()))
+
+
+def test_the_batch_ratio_is_time_weighted_over_the_units_timed_at_both_sizes():
+    a = _unit({("bf16", 1.0): 1.0, ("bf16", 2.0): 1.8, ("bf16", 0.5): 0.6}, count=2.0)
+    b = _unit({("bf16", 1.0): 3.0, ("bf16", 2.0): 6.0, ("bf16", 0.5): 1.5}, count=1.0)
+    ratio, share, past = grp.batch_ratio([a, b], "bf16", 2.0)
+    assert ratio == pytest.approx((2 * 1.8 + 6.0) / (2 * 1.0 + 3.0))
+    assert (share, past) == (1.0, 0.0)
+    # timed alone slower than TRUST × what the group took in the step: not trusted
+    assert grp.batch_ratio([a, b], "bf16", 2.0, in_step_us=3000.0) is None
+    assert grp.batch_ratio([a, b], "bf16", 2.0, in_step_us=5000.0) is not None
+
+
+def test_memory_bound_work_follows_the_line_through_two_batch_sizes_past_a_floor():
+    # 1,000 bytes at batch 8 and 600 at batch 4: 200 fixed, 100 a sample; at 16, 1,800
+    assert grp._line(1000.0, 600.0, 8, 4, 16) == 1800.0
+    ch = grp.GroupChange(UnitGroup(op_class="elementwise", unit="add"))
+    ch.then(1.8, grp.FLOOR_US, 0.08, "")
+    assert ch.apply(2.0) == 2.0  # a kernel under the floor keeps its time
+    assert ch.apply(12.5) == pytest.approx(2.5 + 10.0 * 1.8)
+
+
+def test_the_precision_ratio_is_time_weighted_and_distrusts_slow_timings():
+    a = _unit({("bf16", 1.0): 1.0, ("fp32", 1.0): 9.0})
+    b = _unit({("bf16", 1.0): 0.5, ("fp32", 1.0): 7.0}, count=4.0)
+    ratio, held = grp.timed_ratio([a, b], "bf16", "fp32")
+    assert ratio == pytest.approx((2 * 9.0 + 4 * 7.0) / (2 * 1.0 + 4 * 0.5)) and held == 1.0
+    assert grp.timed_ratio([a, b], "bf16", "tf32") is None  # not timed in tf32
+    assert grp.timed_ratio([a, b], "bf16", "fp32", in_step_us=2000.0) is None
+
+
+def test_an_untimed_group_carries_its_share_of_the_roofline_to_the_other_rate():
+    # 1 TFLOP and 1 GB in 4 ms at 500 TFLOP/s (2 ms of compute: half its roofline) → 50
+    # TFLOP/s: the roofline there 20 ms; the share there 0.5^((50/500)^δ)
+    g = UnitGroup(op_class="gemm", unit="linear", kernel_us=4000.0, flops=1e12, bytes=1e9)
+    share = 0.5 ** ((50 / 500) ** grp.DELTA["gemm"])
+    assert grp.efficiency_ratio(g, (500.0, 50.0), 4000.0, 2e9) == pytest.approx(
+        0.020 / share / 0.004)
+    # the lower rate reaches a larger share of itself, never more than all of it
+    assert 0.5 < share < 1.0
+    # towards the higher rate the share falls: 0.5^((500/50)^δ)
+    g32 = g.model_copy(update={"kernel_us": 40000.0})  # 20 ms of roofline in 40: half
+    up = 0.5 ** ((500 / 50) ** grp.DELTA["gemm"])
+    assert grp.efficiency_ratio(g32, (50.0, 500.0), 4000.0, 0.5e9) == pytest.approx(
+        0.002 / up / 0.040)
+    # cuDNN's RNNs keep nearly their share: latency-bound at every precision
+    rnn = g.model_copy(update={"op_class": "rnn"})
+    assert grp.efficiency_ratio(rnn, (500.0, 50.0), 4000.0, 2e9) > \
+        grp.efficiency_ratio(g, (500.0, 50.0), 4000.0, 2e9)
+
+
+def test_switching_autocast_off_or_on_moves_the_hosts_work():
+    run = zoo_run("mlp")
+    prof = load_profile(run, "tabular-mlp/bf16")
+    p = predict(prof, rates(), Change(precision="fp32"), SPECS)
+    assert any(f"× {grouped.AUTOCAST_OFF_HOST:.2f}" in b and "autocast switched off" in b
+               for b in p.basis)
+    back = predict(load_profile(run, "tabular-mlp/fp32"), rates(), Change(precision="bf16"),
+                   SPECS)
+    assert any(f"× {1 / grouped.AUTOCAST_OFF_HOST:.2f}" in b and "switched on" in b
+               for b in back.basis)
+    same = predict(load_profile(run, "tabular-mlp/fp32"), rates(), Change(precision="tf32"),
+                   SPECS)
+    assert not any("autocast switched" in b for b in same.basis)
+
+
+# --- the timeline replay ---------------------------------------------------------------------
+
+
+def _timeline(**kw):
+    # three steps of two kernels: launched at 0 and 10 µs of each 100 µs step, 30 µs each
+    # (each second kernel waits for the first: one stream)
+    launches = (0.0, 10.0, 100.0, 110.0, 200.0, 210.0)
+    base = dict(steps=3, launch_us=launches, start_us=(5.0, 35.0, 105.0, 135.0, 205.0, 235.0),
+                dur_us=(30.0,) * 6, group=(0, 1) * 3, step_start_us=(0.0, 100.0, 200.0))
+    return Timeline(**{**base, **kw})
+
+
+def test_a_host_bound_step_keeps_its_launches_pace():
+    tl = _timeline()
+    # launch latency 5 µs: each step's second kernel waits for the first (35 → 65), then the
+    # next step launches at 100: the period is the host's 100 µs (one step's last kernel end
+    # to the next's)
+    assert tlm.latency_us(tl) == 5.0
+    assert tlm.period(tl, tl.dur_us, 1.0)[0] == pytest.approx(100.0)
+    # kernels three times longer: 90 µs each, 180 a step: the device's pace
+    assert tlm.period(tl, [90.0] * 6, 1.0)[0] == pytest.approx(180.0)
+    # the host twice as fast (α 0.5): 50 µs a step while the kernels take 60
+    assert tlm.period(tl, tl.dur_us, 0.5)[0] == pytest.approx(60.0)
+
+
+def test_alpha_is_found_so_that_the_replay_lasts_the_timed_step():
+    rep = tlm.calibrate(_timeline(), 80.0)
+    assert rep.identified and rep.alpha == pytest.approx(0.8, abs=1e-6)
+    assert rep.period_us == pytest.approx(80.0, abs=1e-3)
+    # a step the device never waited in cannot say: assumed, or the host's own time measured
+    long = _timeline(dur_us=(90.0,) * 6, start_us=(5, 95, 185, 275, 365, 455))
+    assert not tlm.calibrate(long, 180.0).identified
+    assert tlm.calibrate(long, 180.0).alpha == tlm.DEFAULT_ALPHA
+    measured = tlm.calibrate(long, 180.0, host_step_us=50.0)
+    assert measured.identified and measured.alpha == pytest.approx(0.5)
+    assert measured.unsteady == 0.0 and measured.alpha_unc == tlm.U_ALPHA
+    # a host alone (batch 1) slower than the whole step: its pace moved by at least that much
+    # between the two measurements, and α's band says so
+    unsteady = tlm.calibrate(long, 180.0, host_step_us=216.0)
+    assert unsteady.unsteady == pytest.approx(0.2)
+    assert unsteady.alpha_unc == pytest.approx(math.hypot(tlm.U_ALPHA, 0.2))
+
+
+def test_host_time_blocked_in_a_full_queue_is_not_the_hosts():
+    tl = _timeline(blocked_us=(0.0, 0.0, 60.0, 0.0, 60.0, 0.0))
+    # 60 of each 100 µs between steps were spent waiting on the device: the host's own
+    # pace is 40 µs a step, so two 30 µs kernels (60 µs) set the period
+    assert tlm.period(tl, tl.dur_us, 1.0)[0] == pytest.approx(60.0)
+
+
+def test_kernels_that_ran_at_once_replay_as_one():
+    tl = _timeline(start_us=(5.0, 10.0, 105.0, 110.0, 205.0, 210.0))
+    segs = tlm.segments(tl)
+    assert len(segs) == 3 and segs[0].members == (0, 1) and segs[0].span == 35.0
+    # both kernels twice as long: the union too
+    ends, _ = tlm.simulate(tl, [60.0] * 6, 1.0)
+    assert ends[0] - 5.0 == pytest.approx(70.0)
+
+
+# --- predictions from recorded zoo runs --------------------------------------------------------
+
+
+def zoo_run(name: str):
+    return load_run((ZOO / f"{name}-run.json").read_text())
+
+
+def test_a_batch_change_alone_is_predicted_from_the_units_timed_at_other_batches():
+    run = zoo_run("recsys")  # a second-session recording: the host's own time measured
+    prof = load_profile(run, "dlrm/bf16")
+    p = predict(prof, rates(), Change(batch=8192), SPECS)
+    assert p.target.batch_per_gpu == 8192 and p.changes == ("batch",)
+    assert p.step_ms_low <= p.step_ms <= p.step_ms_high
+    assert any("replayed from its recorded timeline" in b for b in p.basis)
+    assert any("host time × " in b and "to match" in b for b in p.basis)
+
+
+def test_batch_and_precision_combine():
+    run = zoo_run("mlp")
+    prof = load_profile(run, "tabular-mlp/bf16")
+    both = predict(prof, rates(), Change(batch=4096, precision="fp32"), SPECS)
+    assert both.changes == ("precision", "batch") and both.target.mode == "fp32"
+    assert both.target.batch_per_gpu == 4096
+
+
+def _with_unknown(run, share: float):
+    doc = json.loads(run.model_dump_json())
+    for p in doc["op_profiles"]:
+        total = sum(c["ms_per_step"] for c in p["classes"])
+        ms = total * share / (1 - share)
+        p["classes"].append(OpClassRecord(op_class="unknown", ms_per_step=ms).model_dump())
+        p["unknown"] = [{"op": "mylib::fused_thing", "ms_per_step": ms,
+                         "why": "an operator outside aten"}]
+    return load_run(json.dumps(doc))
+
+
+def test_time_the_model_does_not_understand_refuses_or_widens_the_band():
+    run = zoo_run("mlp")
+    with pytest.raises(BadInputError, match=r"30 % .*mylib::fused_thing.*no prediction"):
+        predict(load_profile(_with_unknown(run, 0.3), "tabular-mlp/bf16"), rates(),
+                Change(precision="fp32"), SPECS)
+    p = predict(load_profile(_with_unknown(run, 0.1), "tabular-mlp/bf16"), rates(),
+                Change(precision="fp32"), SPECS)
+    assert any("does not understand" in n and "mylib::fused_thing" in n for n in p.notes)
+    unknown = next(c for c in p.classes if c.op_class == "unknown")
+    assert unknown.uncertainty_pct == 50.0
+
+
+def test_a_class_above_its_roofline_is_said():
+    run = zoo_run("cnn")
+    doc = json.loads(run.model_dump_json())
+    for p in doc["op_profiles"]:
+        for c in p["classes"]:
+            if c["op_class"] == "gemm":
+                c["flops"] *= 1e4  # far more work counted than its time allows
+    planted = load_run(json.dumps(doc))
+    p = predict(load_profile(planted, "resnet18-64px/bf16"), rates(),
+                Change(gpu="a100-sxm4-80gb"), SPECS)
+    note = next(n for n in p.notes if n.startswith("gemm ran at"))
+    assert "undercounted" in note and "gpu change" in note
+
+
+def test_another_size_of_the_users_model_is_counted_on_the_meta_device(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    run = zoo_run("mlp")
+    prof = load_profile(run, "tabular-mlp/bf16")
+    p = predict(prof, rates(), Change(model="zoo.mlp:build_large"), SPECS)
+    assert p.target.model == "zoo.mlp:build_large" and p.changes == ("model",)
+    assert p.step_ms > p.measured_step_ms  # four times the hidden width
+    assert any("counted on the meta device" in b for b in p.basis)
+    # a model whose shapes follow its data (routing by value) cannot be counted there
+    with pytest.raises(BadInputError, match="cannot be counted on the meta device"):
+        predict(prof, rates(), Change(model="zoo.moe:build_large"), SPECS)
+
+
+def test_another_size_needs_a_recording_that_names_its_entry_point():
+    run = zoo_run("mlp")
+    doc = json.loads(run.model_dump_json())
+    for p in doc["op_profiles"]:
+        p["model_params"].pop("entry", None)
+    with pytest.raises(BadInputError, match="does not say which entry point"):
+        predict(load_profile(load_run(json.dumps(doc)), "tabular-mlp/bf16"), rates(),
+                Change(model="zoo.mlp:build_large"), SPECS)
+
+
+def test_a_run_recorded_before_the_unit_groups_refuses_a_batch_change_it_cannot_make():
+    doc = json.loads((FIXTURES / "predict" / "h200-1gpu-2026-12-01d-runs.json").read_text())
+    legacy = load_run(json.dumps(doc["runs"]["P1"]))
+    prof = load_profile(legacy, "resnet50/bf16")
+    with pytest.raises(BadInputError, match="recorded before the unit groups"):
+        predict(prof, rates(), Change(batch=128), SPECS)
+
+
+def test_cli_predicts_another_batch_alone(tmp_path):
+    import subprocess
+
+    path = tmp_path / "run.json"
+    path.write_text(zoo_run("mlp").model_dump_json())
+    out = subprocess.run([sys.executable, "-m", "gpuaudit", "predict", str(path), "--workload",
+                          "tabular-mlp/bf16", "--batch-size", "4096", "--rates",
+                          str(FIXTURES / "predict" / "h200-2gpu-bench-quick.json"), "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["target"]["batch_per_gpu"] == 4096 and doc["changes"] == ["batch"]
+
+
+def test_the_recorded_zoo_runs_read_back_typed():
+    for name in ("mlp", "cnn", "recsys"):
+        run = zoo_run(name)
+        assert run.schema_version == 3 and len(run.op_profiles) == 2
+        for p in run.op_profiles:
+            assert p.timeline is not None and len(p.timeline.group) == len(p.timeline.dur_us)
+            assert all(-1 <= g < len(p.groups) for g in p.timeline.group)
+            assert copy.deepcopy(p) == p
+
+
+def test_the_docs_tables_counts_are_the_recorded_results():
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "predict.md").read_text()
+    rows = json.loads((FIXTURES / "predict" / "zoo-results.json").read_text())["rows"]
+    for title, which in (("Held-out families", "held_out"),
+                         ("Development families", "development")):
+        mine = [r for r in rows if r["set"] == which and "error_pct" in r]
+        within = sum(abs(r["error_pct"]) <= 10 for r in mine)
+        inside = sum(r["in_band"] for r in mine)
+        said = re.search(rf"\*\*{title}\*\* \((\d+) of (\d+) (?:cases )?within 10 %, (\d+) "
+                         r"(?:measurements )?inside their band", doc)
+        assert said is not None and tuple(map(int, said.groups())) == (within, len(mine),
+                                                                       inside)
+    # every held-out family is in the table, every case predicted or refused with the reason
+    held = [r for r in rows if r["set"] == "held_out"]
+    assert len({r["family"] for r in held}) == 8 and len(held) == 8 * 7
+    assert all("error_pct" in r or r.get("refused") for r in held)
+
+
+def test_a_convolutions_backward_is_charged_to_a_convolution_unit():
+    # Seen on CUDA in fp32: the gradients of ResNet's convolutions tallied under the ReLU
+    # after their batch norm (2.1 of 3.4 TFLOP a step in elementwise): the tally names the
+    # convolution unit from the backward's own arguments instead.
+    import torch
+
+    from gpuaudit.workloads.tally import _conv_unit
+
+    def args(weight, transposed):
+        return (None, None, weight, None, (1, 1), (0, 0), (1, 1), transposed)
+
+    assert _conv_unit("aten.convolution_backward", args(torch.zeros(8, 4, 3, 3), False),
+                      torch) == "conv2d"
+    assert _conv_unit("aten.convolution_backward", args(torch.zeros(8, 4, 3, 3), True),
+                      torch) == "conv_transpose2d"
+    assert _conv_unit("aten.convolution_backward", args(torch.zeros(8, 4, 3), False),
+                      torch) == "conv1d"
+    assert _conv_unit("aten.mm", args(torch.zeros(8, 4, 3, 3), False), torch) is None
+
+
+def test_flops_counted_under_a_memory_bound_unit_join_the_busiest_matmul_bound_group():
+    # the fp32 ResNet-18 recording: its convolutions' gradients tallied under the ReLUs
+    prof = next(p for p in zoo_run("cnn").op_profiles if p.precision == "fp32")
+    stray = sum(g.flops for g in prof.groups if g.op_class == "elementwise")
+    conv = next(g for g in prof.groups if (g.op_class, g.unit) == ("conv", "conv2d"))
+    assert stray > conv.flops  # the backward's two thirds
+    fixed, note = grouped.repair_flops(prof)
+    assert sum(g.flops for g in fixed.groups if g.op_class == "elementwise") == 0
+    moved = next(g for g in fixed.groups if (g.op_class, g.unit) == ("conv", "conv2d"))
+    assert moved.flops == pytest.approx(conv.flops + stray)
+    assert sum(g.flops for g in fixed.groups) == pytest.approx(sum(g.flops for g in prof.groups))
+    assert note is not None and "conv/conv2d" in note and "elementwise/relu" in note
+    # the bf16 recording counted them where they belong: nothing to move
+    bf16 = next(p for p in zoo_run("cnn").op_profiles if p.precision == "bf16")
+    assert grouped.repair_flops(bf16) == (bf16, None)
+
+
+def test_a_wider_layer_reaches_more_of_its_roofline_by_the_precision_rules_delta():
+    from gpuaudit.predict import retarget as rt
+
+    r = rates()
+    bf16 = r.roofs.matmul("bf16")
+    # 1 TFLOP in 4 calls, taking twice its roofline: share 0.5
+    g = UnitGroup(op_class="gemm", unit="linear", kernel_us=2e6 / bf16, flops=1e12,
+                  bytes=1.0)
+    key = ("gemm", "linear")
+
+    def counted(calls):
+        return rt.Counted("m", {}, {}, {}, 1, 1, [], {key: calls})
+
+    # the target: the same 4 calls, each with 4 × the ideal time
+    share = rt._share_ratio(g, 4.0, counted(4), counted(4), key, r.roofs, "bf16")
+    there = 0.5 ** (4.0 ** -grp.DELTA["gemm"])
+    assert share == pytest.approx(0.5 / there) and share < 1.0
+    # 16 calls for 4 × the ideal: each call as long as before, the share kept
+    assert rt._share_ratio(g, 4.0, counted(4), counted(16), key, r.roofs,
+                           "bf16") == pytest.approx(1.0)
+    # calls not counted: kept
+    assert rt._share_ratio(g, 4.0, rt.Counted("m", {}, {}, {}, 1, 1, []), counted(4), key,
+                           r.roofs, "bf16") == 1.0
+
+
+def test_a_group_far_below_its_roofline_is_never_slower_at_a_higher_rate():
+    # 7 % of fp32's roofline: its share raised to the power for bf16 is nearly nothing
+    g = UnitGroup(op_class="gemm", unit="linear", kernel_us=40.0, flops=1.5e8, bytes=1e5)
+    assert grp.efficiency_ratio(g, (53.0, 743.0), 4224.0, 0.5e5) == 1.0
+    assert grp.efficiency_ratio(g, (743.0, 53.0), 4224.0, 2e5) >= 1.0

@@ -1,0 +1,336 @@
+"""The train and infer suites on the CPU with tiny models: what CI can run. FLOP counts
+against FlopCounterMode, OOM and unsupported precisions skipped with the reason and the run
+going on, the user's entry point, int8 layers, the live serving loop, data loading, DDP over
+gloo, the CLI. Tests marked `gpu` run the quick profile on a real GPU."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuaudit.bench.context import Profile  # noqa: E402
+from gpuaudit.bench.runner import run_bench  # noqa: E402
+from gpuaudit.model import Machine, RunStatus  # noqa: E402
+from gpuaudit.workloads import flops, models  # noqa: E402
+from gpuaudit.workloads.entry import load  # noqa: E402
+from tests.conftest import fixture_machine  # noqa: E402
+from tests.support import cli  # noqa: E402
+
+GPU = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # A shared CI host: one intra-op thread keeps tiny models from thrashing.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def machine() -> Machine:
+    return fixture_machine("h200-1gpu")
+
+
+def bench(suite: str, profile: Profile = Profile.STANDARD, **options):
+    return run_bench([suite], machine=machine(), profile=profile, options=options)
+
+
+def by_name(run):
+    return {m.name: m for m in run.measurements}
+
+
+USER_MODEL = """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(32, 64)
+        self.b = nn.Linear(64, 16)
+    def forward(self, x):
+        if x.shape[0] > {limit}:
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity")
+        return self.b(torch.relu(self.a(x)))
+
+def build():
+    def make_batch(n):
+        return (torch.randn(n, 32),), torch.randint(0, 16, (n,))
+    return Net(), make_batch
+"""
+
+
+@pytest.fixture
+def user_model(tmp_path, monkeypatch):
+    """A user's module `mymodels` on the path, whose model runs out of memory above a batch."""
+    def write(limit: int = 1000) -> str:
+        (tmp_path / "mymodels.py").write_text(USER_MODEL.replace("{limit}", str(limit)))
+        sys.modules.pop("mymodels", None)
+        return "mymodels:build"
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return write
+
+
+# -- FLOPs: the formulas against FlopCounterMode ----------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["gpt-124m", "bert-base", "resnet50", "gpt-tiny"])
+def test_formulas_equal_what_flop_counter_mode_counts(name):
+    # On the meta device: shapes only, so the full-size models cost nothing to count.
+    w = models.build(name, "meta", batch_size=2)
+    (x,), target = w.make_batch(2)
+    train = flops.count_flops(lambda: w.loss(w.model(x), target).backward())
+    assert train.model == 2 * w.expected_count_per_sample
+    with torch.no_grad():
+        forward = flops.count_flops(lambda: w.model(x))
+    assert forward.model == 2 * w.forward_flops_per_sample
+
+
+def test_cpu_flash_attention_is_counted_like_the_gpu_kernels():
+    q, k, v = (torch.randn(2, 4, 16, 8, requires_grad=True) for _ in range(3))
+    c = flops.count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True).sum().backward())
+    fwd = 2 * (2 * 2 * 4 * 16 * 16 * 8)  # QKᵀ and AV, 2 FLOPs a multiply-add, all of T×T
+    assert c.attention_forward == fwd and c.attention_backward == fwd * 5 // 2
+    assert c.model == 3 * fwd
+
+
+def test_our_resnet50_is_torchvisions_architecture():
+    from gpuaudit.workloads.nets import ResNet
+
+    # torchvision's resnet50 has 25,557,032 parameters (its model card).
+    assert sum(p.numel() for p in ResNet().parameters()) == 25_557_032
+    assert flops.resnet_flops().forward == 8_178_368_512  # = 2 × torchvision's 4.09 GMACs
+    gpt = models.build("gpt-124m", "meta")
+    assert sum(p.numel() for p in gpt.model.parameters()) == 124_475_904  # GPT-2 small
+
+
+# -- training ---------------------------------------------------------------------------------
+
+
+def test_train_measures_each_mode_and_skips_unsupported_ones_with_the_reason():
+    run = bench("train", models=["gpt-tiny"], modes=["fp32", "bf16", "tf32", "fp16"], steps=3,
+                parts=["modes"])
+    got = by_name(run)
+    for mode in ("fp32", "bf16"):
+        thr = got[f"gpt-tiny/{mode}/throughput"]
+        assert thr.value > 0 and len(thr.samples) == 3 and thr.unit == "samples/s"
+        tok = got[f"gpt-tiny/{mode}/tokens"]
+        assert tok.value == pytest.approx(thr.value * 64)  # 64-token sequences
+        st = got[f"gpt-tiny/{mode}/step_time"]
+        assert st.params["p50_ms"] <= st.params["p90_ms"] <= st.params["p99_ms"]
+        assert got[f"gpt-tiny/{mode}/warmup"].value > 0
+        assert got[f"gpt-tiny/{mode}/model_flops"].params["model_flops_per_step"] == \
+            4 * PER_SAMPLE_GPT_TINY
+    assert got["gpt-tiny/bf16/throughput"].params["speedup_vs_fp32"] == pytest.approx(
+        got["gpt-tiny/bf16/throughput"].value / got["gpt-tiny/fp32/throughput"].value,
+        abs=5e-4)  # recorded to 3 decimals
+    assert "CPU" in got["gpt-tiny/tf32/throughput"].skipped_reason
+    assert "GPU mode" in got["gpt-tiny/fp16/throughput"].skipped_reason
+    check = got["gpt-tiny/flop_count"]
+    assert check.pct_of_spec == 100.0 and check.value == pytest.approx(
+        PER_SAMPLE_GPT_TINY / 1e9)
+    assert run.status is RunStatus.COMPLETE
+
+
+PER_SAMPLE_GPT_TINY = models.PRESETS["gpt-tiny"].train_flops_per_token(64) * 64
+
+
+def test_compiled_mode_runs_and_reports_its_warm_up_apart():
+    run = bench("train", models=["bert-tiny"], modes=["fp32+compile"], steps=2,
+                compile_backend="eager", parts=["modes"])
+    got = by_name(run)
+    assert got["bert-tiny/fp32+compile/throughput"].value > 0
+    assert got["bert-tiny/fp32+compile/warmup"].statistic == "once"
+    assert "bert-tiny/flop_count" not in got  # never counted through a compiled graph
+
+
+def test_out_of_memory_is_skipped_with_what_it_needed_and_the_run_goes_on(user_model):
+    spec = user_model(limit=4)
+    run = bench("train", models=[spec, "gpt-tiny"], modes=["fp32"], batch_size=8, steps=2,
+                parts=["modes"])
+    got = by_name(run)
+    reason = got[f"{spec}/fp32/throughput"].skipped_reason
+    assert reason.startswith("out of memory: needs more than 21.5 GB")
+    assert got["gpt-tiny/fp32/throughput"].value > 0
+
+
+def test_a_users_model_trains_with_counted_flops_and_serves(user_model):
+    spec = user_model()
+    run = bench("train", models=[spec], modes=["fp32", "bf16"], batch_size=4, steps=2,
+                parts=["modes"])
+    got = by_name(run)
+    # two Linear layers, forward + backward; the first computes no gradient for its input
+    per_sample = 3 * 2 * (32 * 64 + 64 * 16) - 2 * 32 * 64
+    assert got[f"{spec}/flop_count"].value == pytest.approx(per_sample / 1e9)
+    for mode in ("fp32", "bf16"):  # counted once, used for every mode
+        mf = got[f"{spec}/{mode}/model_flops"]
+        assert mf.params["model_flops_per_step"] == 4 * per_sample
+        assert mf.params["flops_source"] == "FlopCounterMode"
+    inf = by_name(bench("infer", models=[spec], precisions=["fp32", "int8"], batches=[2],
+                        parts=["latency"]))
+    assert inf[f"{spec}/fp32/eager/b2/latency"].value > 0
+    # the batch-1 fallback: int8 keeps working with a tiny number of rows
+    assert inf[f"{spec}/int8/eager/b2/throughput"].value > 0
+
+
+def test_entry_point_loads_tuples_and_dicts(user_model, tmp_path):
+    w = load(user_model())
+    assert w.name == "mymodels:build" and w.loss is None and w.batch_size == 32
+    (tmp_path / "dictmod.py").write_text(textwrap.dedent("""
+        import torch
+        def build():
+            return {"model": torch.nn.Linear(4, 4), "make_batch": lambda n: torch.ones(n, 4),
+                    "batch_size": 3, "tokens_per_sample": 7}
+        def bad():
+            return {"model": torch.nn.Linear(4, 4)}
+        def boom():
+            raise ValueError("missing weights file")
+    """))
+    w = load("dictmod:build")
+    assert (w.batch_size, w.tokens_per_sample) == (3, 7)
+    from gpuaudit.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="without model and make_batch"):
+        load("dictmod:bad")
+    with pytest.raises(BadInputError, match="build\\(\\) failed: ValueError: missing weights"):
+        load("dictmod:boom")
+
+
+# -- inference --------------------------------------------------------------------------------
+
+
+def test_infer_sweeps_batches_and_skips_what_cannot_run_here():
+    run = bench("infer", models=["bert-tiny"], precisions=["fp32", "int8", "fp8"],
+                batches=[1, 4], parts=["latency"], infer_seconds=0.05)
+    got = by_name(run)
+    for b in (1, 4):
+        lat = got[f"bert-tiny/fp32/eager/b{b}/latency"]
+        assert lat.params["p50_ms"] <= lat.params["p90_ms"] <= lat.params["p99_ms"]
+        thr = got[f"bert-tiny/int8/eager/b{b}/throughput"]
+        assert thr.value > 0 and thr.params["model_tflops"] > 0
+    assert "not on the CPU" in got["bert-tiny/fp8/latency"].skipped_reason
+    assert "GPUs only" in got["bert-tiny/fp32/cudagraph/latency"].skipped_reason
+
+
+def test_int8_linear_layers_stay_close_to_the_float_result():
+    from gpuaudit.workloads.quant import quantize
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
+                              torch.nn.Linear(128, 48), torch.nn.Linear(48, 5)).bfloat16()
+    x = torch.randn(3, 7, 64).bfloat16()
+    ref = net(x).float()
+    assert quantize(net, "int8") == (2, 3)  # 48 → 5 does not tile: it stays bf16
+    out = net(x).float()
+    assert out.shape == ref.shape
+    assert ((out - ref).norm() / ref.norm()).item() < 0.05
+
+
+def test_live_serving_finds_a_max_qps_and_the_gpus_for_a_target():
+    run = bench("infer", parts=["serving"], slo_ms=400.0, target_qps=1e6, serving_seconds=0.2,
+                serving_min_requests=30, max_batch=4)
+    got = by_name(run)
+    q = got["resnet-tiny/fp32/serving/max_qps"]
+    assert q.value > 0 and q.params["p99_ms"] <= 400.0
+    need = got["resnet-tiny/fp32/serving/gpus_needed"]
+    assert need.value == -(-1e6 // q.value) and need.params["target_qps"] == 1e6
+
+
+# -- data loading and DDP -----------------------------------------------------------------------
+
+
+def test_data_loading_against_a_training_rate_it_cannot_meet():
+    run = bench("train", parts=["data"], workers=["0", "1"], data_seconds=0.1,
+                train_rate=1e9)
+    got = by_name(run)
+    assert got["data/jpeg/w0"].value > 0 and got["data/jpeg/w1"].value > 0
+    best = got["data/jpeg/best"]
+    assert best.params["keeps_up"] is False and best.params["train_rate"] == 1e9
+    assert [f.code for f in run.findings] == ["workloads.input-bound"]
+    assert "CUDA" in got["data/jpeg/pinned"].skipped_reason
+
+
+def test_the_jpeg_pipeline_makes_normalized_crops():
+    from gpuaudit.workloads.data import JpegDataset, synthetic_jpegs
+
+    blobs = synthetic_jpegs(2, 64, 48)
+    assert all(b[:2] == b"\xff\xd8" for b in blobs)  # JPEG start of image
+    x, label = JpegDataset(blobs, 10, crop=32)[3]
+    assert x.shape == (3, 32, 32) and str(x.dtype) == "float32" and label == 3
+    assert -3 < float(x.mean()) < 3 and float(x.std()) > 0.1
+
+
+def test_ddp_over_gloo_scales_from_one_rank_to_two():
+    run = bench("train", Profile.FULL, parts=["scaling"], steps=2, accum=2)
+    got = by_name(run)
+    one, two = got["gpt-tiny/ddp/n1/throughput"], got["gpt-tiny/ddp/n2/throughput"]
+    assert one.value > 0 and two.value > 0 and two.params["backend"] == "gloo"
+    eff = got["gpt-tiny/ddp/n2/scaling"]
+    assert eff.params["one_gpu_rate"] == pytest.approx(one.value, rel=1e-3)
+    assert eff.value == pytest.approx(100 * two.value / (2 * one.value), rel=0.05)
+    assert got["gpt-tiny/ddp/n2/accum2/throughput"].params["accum"] == 2
+    assert run.findings == ()  # CPU ranks share cores: no scaling verdict
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def gpuaudit(*args, cwd=None):
+    """Training on this CPU: one thread (the machine is shared), up to ten minutes."""
+    return cli.gpuaudit(*args, env={"OMP_NUM_THREADS": "1"}, cwd=cwd, timeout=600, columns=None)
+
+
+def test_cli_bad_models_and_precisions_are_one_line_and_exit_2(tmp_path):
+    for args, text in ((["--model", "nosuch_pkg.mod:build"], "cannot import nosuch_pkg.mod"),
+                       (["--model", "gpt-9000"], "unknown model 'gpt-9000'"),
+                       (["--precision", "fp4"], "unknown precision fp4")):
+        proc = gpuaudit("bench", "train", *args, "--no-save", cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and text in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_cli_bench_train_json_and_the_80_column_view(tmp_path):
+    proc = gpuaudit("bench", "train", "--model", "gpt-tiny", "--precision", "fp32", "--json",
+                    "--db", str(tmp_path / "s.db"))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    names = {m["name"] for m in doc["measurements"]}
+    assert {"gpt-tiny/fp32/throughput", "gpt-tiny/flop_count"} <= names
+    assert "saved as run" in proc.stderr
+    from rich.console import Console
+
+    from gpuaudit.model import load_run
+    from gpuaudit.report.terminal import bench_view
+
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(bench_view(load_run(proc.stdout)))
+    text = console.export_text()
+    assert "gpt-tiny  fp32" in text.replace("gpt-tiny fp32", "gpt-tiny  fp32")
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+# -- on a GPU -----------------------------------------------------------------------------------
+
+
+@GPU
+def test_quick_profile_on_a_gpu_measures_a_training_and_an_inference_figure():
+    from gpuaudit.hw import take_snapshot
+
+    run = run_bench(["train", "infer"], machine=take_snapshot(), gpus=[0])
+    got = by_name(run)
+    tok = got["gpt-124m/bf16/tokens"]
+    assert tok.value > 10_000 and tok.gpu_index == 0
+    assert got["gpt-124m/bf16/model_flops"].pct_of_spec > 1  # an MFU against the datasheet
+    assert got["gpt-124m/flop_count"].pct_of_spec == 100.0
+    assert got["resnet50/bf16/cudagraph/b32/throughput"].value > 1000
