@@ -103,6 +103,28 @@ def cost_speed_steps(ctx: Context) -> list[Step]:
                  timeout_s=590)]
 
 
+def quick_profile_steps(ctx: Context) -> list[Step]:
+    return [Step("quick-profile", ("bash", "validation/bench/quick_profile.sh", *ctx.args),
+                 timeout_s=590)]
+
+
+def exporter_steps(ctx: Context) -> list[Step]:
+    # a hundred scrapers while the monitor replays the recorded DDP trace widened to 8 GPUs
+    # (no GPU needed), then one scraper; on a GPU machine --mode live samples it through NVML
+    rounds = "2" if ctx.dry else "10"
+    trace = () if ctx.mode == "live" else (
+        "--trace", "tests/fixtures/telemetry/real/ddp-2gpu-lm-bf16.json")
+    return [
+        Step("hundred", _py(ctx, "validation/monitor/exporter.py", "--scrapers", "100",
+                            "--rounds", rounds, "--monitor", *trace),
+             stdout="summary.txt", timeout_s=120),
+        # (a hundred scrapes' p99 is their slowest: a dry run only shows that it works)
+        Step("one", _py(ctx, "validation/monitor/exporter.py", "--n",
+                        "100" if ctx.dry else "1000"), stdout="one.txt", timeout_s=90,
+             optional=ctx.dry),
+    ]
+
+
 def telemetry_record_steps(ctx: Context) -> list[Step]:
     return [Step("record", _py(ctx, "validation/monitor/record_telemetry.py", str(ctx.raw),
                                *ctx.args), timeout_s=595)]
@@ -181,6 +203,12 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("cost-speed", "gpuaudit --help, catalog list and recommend as whole processes",
                "`python3 -c pass`; the targets ≤ 150, 300 and 200 ms", "cost-recommend.md",
                cost_speed_steps, ("summary.md",), gpu=False),
+    Capability("quick-profile", "`gpuaudit run` from process start to exit, three times",
+               "mamf-finder's bf16 beside the run's matmul; the 45 s target", "benchmarks.md",
+               quick_profile_steps, ("summary.txt",), dry=False),
+    Capability("exporter", "/metrics under 100 concurrent scrapers while the monitor samples",
+               "a thread per connection; the p99 ≤ 100 ms target", "monitor-exporter.md",
+               exporter_steps, ("summary.txt",), gpu=False, modes=("replay", "live")),
     Capability("telemetry-record", "real telemetry traces for the tests", "nvidia-smi",
                "development.md", telemetry_record_steps, (), dry=False),
     Capability("fleet", "fleet run and report on a local Ray cluster, one node per GPU",

@@ -5,37 +5,26 @@
 # count), mamf-finder bf16 over {1024..8192}² × {8192,13312,16384} beside each run's burst, and
 # the exporter under 100 scrapers at once: `gpuaudit monitor --listen` replaying a recorded
 # trace widened to 8 GPUs, then sampling this machine's GPU.
-# Writes $OUT/NAME/summary.txt and $OUT/NAME/screen.tgz (the screen, the run's JSON, the step
-# times, mamf-finder's output, stderr of each step).
+# Writes into $VALIDATION_OUT: summary.txt and screen.tgz (the screen, the run's JSON, the step
+# times, mamf-finder's output, stderr of each step); scratch files in $VALIDATION_WORK.
 #
-#   bash scripts/device_screen.sh NAME
+#   python -m validation run quick-profile --out DIR [--peers DIR]
 #
-# Carry `.whl` and `.peers` (never committed; .git/info/exclude). `.peers/mamf-finder.py` is
-# stas00/ml-engineering compute/accelerator/benchmarks/mamf-finder.py (benchmark_version 2,
-# e.g. commit 744d01e). Without it the matmul step says so and the rest runs.
+# mamf-finder is read from $VALIDATION_PEERS/mamf-finder.py (--peers; never committed):
+# stas00/ml-engineering compute/accelerator/benchmarks/mamf-finder.py (benchmark_version 2).
+# Without it the matmul step says so and the rest runs.
 set -u
-# the lent machine's conventions, as validation/launch.sh sets them: NVLink multicast off, the
-# carried wheels in a scratch site folder, our sources first on the path
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 COLUMNS=200
-site=${TMPDIR:-/tmp}/site
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$site" .whl/*.whl || exit 1
-  export PYTHONPATH=$site:$PWD/src PATH=$site/bin:$PATH
-else
-  export PYTHONPATH=$PWD/src
-fi
-export PYTHONPATH="$PYTHONPATH:$PWD"  # scripts/bench_exporter.py reads tests/telemetry_traces
-name=$1
-o="$OUT/$name"; mkdir -p "$o"
+name=${1:-quick-profile}
+o=${VALIDATION_OUT:?}; mkdir -p "$o"
+peers=${VALIDATION_PEERS:-${VALIDATION_WORK:?}/no-peers}
 S="$o/summary.txt"; : > "$S"
-T=/tmp/screen.$$; mkdir -p "$T"
+T=${VALIDATION_WORK:?}/screen; mkdir -p "$T"
 say() { echo "$*" | tee -a "$S"; }
 now() { python3 -c 'import time; print(f"{time.time():.3f}")'; }
 since() { python3 -c "import time; print(round(time.time() - $1, 1))"; }
 t_call=$(now)
-say "== device_screen $name: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $(nproc) CPUs; $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+say "== quick-profile $name: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $(nproc) CPUs; $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 
 # 1. gpuaudit run as a user runs it, three times: a fresh store each, an 80×40 terminal's
 # width; the first run of a fresh machine reads torch from a cold disk, the others do not
@@ -64,9 +53,9 @@ done
 
 # 2. mamf-finder bf16 beside our burst (the same call, after our run)
 say ""; say "## 2. matmul bf16: ours (each run of step 1) beside mamf-finder"
-if [ -f .peers/mamf-finder.py ]; then
+if [ -f "$peers/mamf-finder.py" ]; then
   t0=$(now)
-  timeout -s INT -k 5 75 python3 .peers/mamf-finder.py --dtype bfloat16 \
+  timeout -s INT -k 5 75 python3 "$peers/mamf-finder.py" --dtype bfloat16 \
     --m 1024 2048 4096 8192 --n 1024 2048 4096 8192 --k 8192 13312 16384 \
     --output_file "$T/mamf_bf16.txt" > /dev/null 2>&1
   say "mamf-finder bf16 (48 shapes): rc=$? wall_s=$(since "$t0")"
@@ -75,18 +64,18 @@ if [ -f .peers/mamf-finder.py ]; then
     python3 validation/bench/fidelity_report.py matmul "$T/run$k.json" bf16:0:"$T/mamf_bf16.txt" >> "$S" 2>&1
   done
 else
-  say "(no .peers/mamf-finder.py: not run)"
+  say "(no mamf-finder.py in --peers: not run)"
 fi
 
 # 3. the exporter under 100 scrapers at once, while the monitor samples
 say ""; say "## 3. exporter: 100 scrapers together every second"
-timeout 90 python3 scripts/bench_exporter.py --scrapers 100 --rounds 10 --monitor \
+timeout 90 python3 validation/monitor/exporter.py --scrapers 100 --rounds 10 --monitor \
   --trace tests/fixtures/telemetry/real/ddp-2gpu-lm-bf16.json >> "$S" 2> "$T/exporter8.err"
 say "(rc=$?)"
-timeout 90 python3 scripts/bench_exporter.py --scrapers 100 --rounds 10 --monitor \
+timeout 90 python3 validation/monitor/exporter.py --scrapers 100 --rounds 10 --monitor \
   >> "$S" 2> "$T/exporter_live.err"
 say "(rc=$?)"
-timeout 60 python3 scripts/bench_exporter.py --n 1000 >> "$S" 2> "$T/exporter1.err"
+timeout 60 python3 validation/monitor/exporter.py --n 1000 >> "$S" 2> "$T/exporter1.err"
 say "(rc=$?)"
 
 say ""; say "whole call: wall_s=$(since "$t_call")"

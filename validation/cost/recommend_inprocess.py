@@ -5,7 +5,7 @@ provider × region, prices per GPU-hour near published ones, spot on most, billi
 minute or hour), so that every code path runs: memory plans, multi-node deadlines, spot,
 reserved, billing rounding, exclusions. Usage:
 
-    python3 scripts/bench_recommend.py [--rows 10000] [--repeat 7]
+    python3 validation/cost/recommend_inprocess.py [--rows 10000] [--repeat 7]
 """
 
 from __future__ import annotations

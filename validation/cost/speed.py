@@ -12,7 +12,7 @@ per call): the figures are those of every run after the first, and the first run
 cache: the catalog parsed from CSV) is printed beside them. Bytecode is compiled first, as an
 installed package has it; the command is `python -m gpuaudit`, as a source checkout runs it
 (the `gpuaudit` script saves the `-m` lookup, about a millisecond). Catalogs are synthetic,
-of real catalogs' shapes (scripts/bench_recommend.py), written to a temporary directory.
+of real catalogs' shapes (validation/cost/recommend_inprocess.py), written to a temporary directory.
 Prints the evidence table (markdown) of docs/cost-recommend.md. Usage (the harness's
 `cost-speed` entry runs it):
 
@@ -32,12 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-from bench_recommend import synthetic_offers
-
 import gpuaudit
 from gpuaudit.cost.catalog import write_catalog
+from validation.cost.recommend_inprocess import synthetic_offers
 
 TARGETS_MS = {"gpuaudit --help": 150, "catalog list": 300, "recommend": 200}
 

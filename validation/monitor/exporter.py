@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Scrape latency of the Prometheus exporter for an 8-GPU host.
 
-    python3 scripts/bench_exporter.py [--n 2000] [--dcgm-names]        one scraper (p99 < 20 ms)
-    python3 scripts/bench_exporter.py --scrapers 100 --rounds 30 \\
+    python3 validation/monitor/exporter.py [--n 2000] [--dcgm-names]    one scraper (p99 < 20 ms)
+    python3 validation/monitor/exporter.py --scrapers 100 --rounds 30 \\
         --trace tests/fixtures/telemetry/real/ddp-2gpu-lm-bf16.json     100 at once (p99 ≤ 100 ms)
 
-    python3 scripts/bench_exporter.py --scrapers 100 --monitor [--trace FILE]
+    python3 validation/monitor/exporter.py --scrapers 100 --monitor [--trace FILE]
         `gpuaudit monitor --listen` itself: this machine's GPUs through NVML (or FILE replayed)
 
 The exporter runs in a child process (the scrapers must not share its GIL, as Prometheus does
