@@ -36,6 +36,10 @@ def test_annuity_at_8_percent():
     # CRF(8 %, 5) = 0.08·1.08^5 / (1.08^5 − 1) = 0.2504564545...
     assert capital_recovery_factor(0.08, 5) == pytest.approx(0.2504564546, rel=1e-9)
     assert capital_recovery_factor(0, 4) == 0.25
+    # a rate too small for (1+r)^n to differ from 1 in floating point: the r → 0 limit, 1/n
+    assert capital_recovery_factor(1.2e-125, 5) == pytest.approx(0.2, rel=1e-12)
+    # near 0: 1/n + r(n+1)/(2n)
+    assert capital_recovery_factor(1e-9, 5) == pytest.approx(0.2 + 6e-10, rel=1e-12)
     t = tco(**{**_args(), "cost_of_capital_pct": 8})
     assert t.annual_capital_cost == pytest.approx(250_000 * 0.2504564546, rel=1e-9)  # 62,614.11
 

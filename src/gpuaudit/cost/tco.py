@@ -10,6 +10,8 @@ only the hours used. docs/cost.md has the formulas and a worked example.
 
 from __future__ import annotations
 
+import math
+
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.economics import Tco
 
@@ -21,10 +23,12 @@ def capital_recovery_factor(rate: float, years: float) -> float:
     included. At r = 0 it is 1/n (straight-line)."""
     years = _positive("amortization period", years)
     rate = _non_negative("cost of capital", rate)
-    if rate == 0:
+    # (1+r)^n − 1 through expm1/log1p: a tiny rate (1e-123 %) would make (1+r)^n exactly 1
+    # in floating point and divide by zero; it is then 1/n, as at r = 0
+    gained = math.expm1(years * math.log1p(rate))
+    if gained == 0:
         return 1 / years
-    growth = (1 + rate) ** years
-    return rate * growth / (growth - 1)
+    return rate * (gained + 1) / gained
 
 
 def server_power_w(gpu_tdp_w: float, gpu_count: int, host_power_w: float = 0.0) -> float:
