@@ -1,40 +1,19 @@
 #!/usr/bin/env bash
-# One device call for `bench render` and `bench science` (docs/bench-render-science.md): the
-# facts (GPU, EGL and Vulkan loaders, DRM devices), which renderer EGL gives, both suites at
-# the quick profile with --with-native (glmark2's DRM build where the machine has a DRM
-# device), a reference-scene frame saved as PNG, and `recommend render|simulate --run` on the
-# stored run. Everything under timeouts (a suite stopped by one keeps its figures, marked
-# partial; under 3 minutes when all goes well, 8 at the very most); results packed into
-# $OUT/render_science.tar.gz, a summary printed last.
-#
-# Usage, from the root of the checkout that carries .whl and .gl (the code may live
-# elsewhere, e.g. a copy under .dev/):
-#   bash PATH/TO/scripts/device_render_science.sh NAME
-# Carried: .whl (moderngl, glcontext and gpuaudit's dependencies), .gl (the EGL/GL/Vulkan
-# loader packages, unpacked to / here when libEGL is missing; .gl/native: glmark2's DRM build
-# and the libraries it needs, unpacked to /tmp/native, never to /).
+# The `render-science` entry (`python -m validation run render-science`, docs/bench-render-science.md):
+# the facts (GPU, EGL and Vulkan loaders, DRM devices), which renderer EGL gives, both suites
+# at the quick profile with --with-native (glmark2 where the machine has a DRM device and
+# GPUAUDIT_GLMARK2 names its build), a reference-scene frame saved as PNG, and
+# `recommend render|simulate --run` on the stored run. Everything under timeouts (a suite
+# stopped by one keeps its figures, marked partial; under 3 minutes when all goes well, 8 at
+# the very most); the files go to $VALIDATION_OUT, the summary (summary.txt) last.
+# Loaders the machine lacks are the launcher's business (validation/launch.sh), not this one's.
 set -u
-name=${1:-render-science}
-root=$PWD
-code=$(cd "$(dirname "$0")/.." && pwd)
-o="${OUT:?set OUT}/$name"; mkdir -p "$o"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 COLUMNS=200
-if [ -d "$root/.whl" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site "$root"/.whl/*.whl > "$o/pip.log" 2>&1 || echo "pip install failed"
-  export PYTHONPATH=/tmp/site:$code/src
-else
-  export PYTHONPATH=$code/src
-fi
-if ! ldconfig -p | grep -q 'libEGL.so.1' && [ -d "$root/.gl" ]; then
-  for f in "$root"/.gl/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
-db=sqlite:////tmp/render_science.db
-cd /tmp || exit 1
+o=${VALIDATION_OUT:?run through python -m validation run render-science}
+work=${VALIDATION_WORK:-$(mktemp -d)}
+db="sqlite:///$work/render_science.db"
+cd "$work" || exit 1
 
-{ echo "== $(date -u +%FT%TZ) $(hostname)"; nproc
+{ echo "== $(date -u +%FT%TZ)"; nproc
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv 2>&1
   echo "== DRM devices"; ls -la /dev/dri 2>&1
   echo "== loaders"; ldconfig -p | grep -E 'libEGL|libGLX|libvulkan|libgbm|libOpenGL' 2>&1
@@ -52,6 +31,7 @@ print(r.vendor, "|", r.renderer, "|", r.version, "| software" if r.software else
 }
 egl=$(probe)
 echo "EGL (default vendors): $egl" >> "$o/facts.txt"
+# where the NVIDIA container toolkit puts the driver's EGL vendor file and Vulkan ICD
 nvjson=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 if ! echo "$egl" | grep -q '| GPU' && [ -f "$nvjson" ]; then
   export __EGL_VENDOR_LIBRARY_FILENAMES=$nvjson
@@ -60,21 +40,9 @@ if ! echo "$egl" | grep -q '| GPU' && [ -f "$nvjson" ]; then
   echo "EGL (__EGL_VENDOR_LIBRARY_FILENAMES=$nvjson): $egl" >> "$o/facts.txt"
 fi
 
-# glmark2: Debian's DRM build, unpacked here, where the machine has a DRM device; without one
-# the suite records why it did not run.
-if [ -d "$root/.gl/native" ]; then
-  rm -rf /tmp/native && mkdir -p /tmp/native
-  for f in "$root"/.gl/native/*.deb; do dpkg -x "$f" /tmp/native; done
-  export GPUAUDIT_GLMARK2=/tmp/native/usr/bin/glmark2-drm
-  export GPUAUDIT_GLMARK2_DATA=/tmp/native/usr/share/glmark2
-  # only the libraries the system lacks: ours must not shadow newer system ones
-  mkdir -p /tmp/native/lib
-  for lib in /tmp/native/usr/lib/x86_64-linux-gnu/*.so.*; do
-    soname=$(basename "$lib")
-    ldconfig -p | grep -q " $soname " || cp -a "$lib" /tmp/native/lib/
-  done
-  export LD_LIBRARY_PATH=/tmp/native/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  { echo "== glmark2-drm's missing libraries"; ldd "$GPUAUDIT_GLMARK2" 2>&1 | grep -E 'not found|native'; } >> "$o/facts.txt"
+if [ -n "${GPUAUDIT_GLMARK2:-}" ]; then
+  { echo "== glmark2 ($GPUAUDIT_GLMARK2): missing libraries"
+    ldd "$GPUAUDIT_GLMARK2" 2>&1 | grep -E 'not found'; } >> "$o/facts.txt"
 fi
 
 t0=$(date +%s)
@@ -132,6 +100,4 @@ for f in ("render", "science"):
         print("  finding:", x["severity"], x["code"], x["message"][:120])
 PY
 tail -2 "$o/render.err" "$o/science.err" >> "$o/summary.txt" 2>/dev/null
-tar czf "$OUT/render_science.tar.gz" -C "$OUT" "$name" && rm -rf "${OUT:?}/$name"
-tar xzf "$OUT/render_science.tar.gz" -O "$name/summary.txt" "$name/frame.txt"
-grep -E '^EGL' <(tar xzf "$OUT/render_science.tar.gz" -O "$name/facts.txt")
+grep -E '^EGL' "$o/facts.txt" >> "$o/summary.txt"
