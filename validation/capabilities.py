@@ -219,5 +219,5 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("render-science", "bench render and bench science with --with-native, a "
                "reference frame, recommend render|simulate on the run",
                "glmark2, the reference scene's image, CuPy's FFT and SpMV",
-               "bench-render-science.md", render_science_steps, ("summary.txt",), dry=False),
+               "bench-render-science.md", render_science_steps, ("summary.md",), dry=False),
 )}

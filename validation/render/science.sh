@@ -5,7 +5,7 @@
 # GPUAUDIT_GLMARK2 names its build), a reference-scene frame saved as PNG, and
 # `recommend render|simulate --run` on the stored run. Everything under timeouts (a suite
 # stopped by one keeps its figures, marked partial; under 3 minutes when all goes well, 8 at
-# the very most); the files go to $VALIDATION_OUT, the summary (summary.txt) last.
+# the very most); the files go to $VALIDATION_OUT, the evidence table (summary.md) last.
 # Loaders the machine lacks are the launcher's business (validation/launch.sh), not this one's.
 set -u
 o=${VALIDATION_OUT:?run through python -m validation run render-science}
@@ -48,11 +48,13 @@ fi
 t0=$(date +%s)
 timeout -s INT -k 20 150 python3 -m gpuaudit bench render --with-native --timeout 60 --json --db "$db" \
   > "$o/render.json" 2> "$o/render.err"
-echo "bench render --with-native: rc=$? wall_s=$(( $(date +%s) - t0 ))" > "$o/summary.txt"
+rc_render=$?
+echo "bench render --with-native: rc=$rc_render wall_s=$(( $(date +%s) - t0 ))" > "$o/summary.txt"
 t0=$(date +%s)
 timeout -s INT -k 20 180 python3 -m gpuaudit bench science --json --db "$db" \
   > "$o/science.json" 2> "$o/science.err"
-echo "bench science: rc=$? wall_s=$(( $(date +%s) - t0 ))" >> "$o/summary.txt"
+rc_science=$?
+echo "bench science: rc=$rc_science wall_s=$(( $(date +%s) - t0 ))" >> "$o/summary.txt"
 
 # one reference-scene frame at 1080p, as the GPU drew it (for the eye, beside the reference)
 timeout 45 python3 - "$o/scene_1080p.png" > "$o/frame.txt" 2>&1 <<'PY'
@@ -69,7 +71,7 @@ PY
 # recommend from the stored runs (measured here), render and simulate
 for f in render science; do
   id=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['id'])" "$o/$f.json" 2>/dev/null)
-  echo "$f run: ${id:-none}" >> "$o/summary.txt"
+  echo "$f run: ${id:-none}" >> "$o/runs.txt"
   [ -n "$id" ] || continue
   if [ "$f" = render ]; then
     timeout 30 python3 -m gpuaudit recommend render --frames 1e5 --scene raster --resolution 4k \
@@ -80,24 +82,34 @@ for f in render science; do
   fi
 done
 
-python3 - "$o" >> "$o/summary.txt" 2>&1 <<'PY'
+# the evidence table: every figure with its spec and its check, then what was skipped and why
+python3 - "$o" > "$o/summary.md" 2>> "$o/summary.txt" <<'PY'
 import json, sys
 from pathlib import Path
+o = Path(sys.argv[1])
+egl = [l for l in (o / "facts.txt").read_text(errors="replace").splitlines() if l.startswith("EGL")]
+frame = (o / "frame.txt").read_text(errors="replace").strip().splitlines() if (o / "frame.txt").exists() else []
+print("; ".join(egl[-1:] + [f"1080p frame: {frame[-1]}" if frame else "no frame saved"]) + ".\n")
+rows, skipped = [], []
 for f in ("render", "science"):
-    p = Path(sys.argv[1], f + ".json")
     try:
-        run = json.loads(p.read_text())
+        run = json.loads((o / f"{f}.json").read_text())
     except Exception as exc:
-        print(f"{f}: no run ({exc})"); continue
-    print(f"== {f}: {run.get('suite_seconds')}")
+        skipped.append(f"- {f}: no run ({str(exc)[:100]})"); continue
     for m in run["measurements"]:
         if m["value"] is None:
-            print(f"  {m['name']:<28} skipped: {(m['skipped_reason'] or '')[:110]}")
-            continue
-        spec = f" spec {m['spec_value']:.4g} ({m['pct_of_spec']:.1f}%)" if m.get("spec_value") else ""
-        print(f"  {m['name']:<28} {m['value']:.4g} {m['unit']}{spec} verified={m['verified']}")
+            skipped.append(f"- `{m['name']}`: {(m['skipped_reason'] or '')[:140]}"); continue
+        spec = f"{m['spec_value']:.4g} ({m['pct_of_spec']:.1f} %)" if m.get("spec_value") else ""
+        check = str((m.get("params") or {}).get("check", "")).replace("|", "/")[:140]
+        ok = {True: "passed", False: "FAILED", None: ""}[m["verified"]]
+        rows.append(f"| `{m['name']}` | {m['value']:.4g} {m['unit']} | {spec} | {ok} {check} |")
     for x in run.get("findings", []):
-        print("  finding:", x["severity"], x["code"], x["message"][:120])
+        skipped.append(f"- finding {x['severity']} {x['code']}: {x['message'][:140]}")
+print("| figure | value | spec (%) | check |\n| --- | --- | --- | --- |")
+print("\n".join(rows))
+if skipped:
+    print("\nNot measured:\n\n" + "\n".join(skipped))
 PY
-tail -2 "$o/render.err" "$o/science.err" >> "$o/summary.txt" 2>/dev/null
-grep -E '^EGL' "$o/facts.txt" >> "$o/summary.txt"
+tail -n 2 "$o/render.err" "$o/science.err" >> "$o/summary.txt" 2>/dev/null
+# the entry fails when a suite did (a finding's exit 1 included: the summary says which)
+[ "$rc_render" -eq 0 ] && [ "$rc_science" -eq 0 ]
