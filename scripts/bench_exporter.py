@@ -104,7 +104,7 @@ def looped_trace(path: Path, gpus: int, seconds: float) -> tuple[dict, float]:
     time) to last at least `seconds`; and its tick interval."""
     from tests.telemetry_traces import widen
 
-    from gpuaudit.hw.telemetry import read_trace
+    from gpuaudit.hw.telemetry_trace import read_trace
 
     trace = widen(read_trace(path), gpus)
     frames = trace["frames"]

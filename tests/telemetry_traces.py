@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit.hw.nvml import GPM_METRICS, PROCESS_INFO, XID_EVENTS, Dev, call_key
-from gpuaudit.hw.telemetry import GPM_IDS, TELEMETRY_FORMAT, TELEMETRY_VERSION
+from gpuaudit.hw.telemetry import GPM_IDS
+from gpuaudit.hw.telemetry_trace import TELEMETRY_FORMAT, TELEMETRY_VERSION
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OUT = FIXTURES / "telemetry"
@@ -168,7 +169,8 @@ def widen(trace: dict[str, Any], n: int) -> dict[str, Any]:
 
 def replay(trace: dict[str, Any] | str) -> list[Any]:
     """Every Sample of a trace (or of a committed one, by name) through the real sampler."""
-    from gpuaudit.hw.telemetry import Sampler, TraceReplay
+    from gpuaudit.hw.telemetry import Sampler
+    from gpuaudit.hw.telemetry_trace import TraceReplay
 
     if isinstance(trace, str):
         trace = json.loads((OUT / f"{trace}.json").read_text())

@@ -11,7 +11,6 @@ import gzip
 import json
 import math
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typer.testing import CliRunner
 
 from gpuaudit.cli.app import app
 from tests import damage
-from tests.conftest import cli_env
+from tests.support.cli import gpuaudit
 
 FIX = Path(__file__).parent / "fixtures"
 TRACE = FIX / "telemetry" / "h200-1gpu-idle.json"
@@ -57,7 +56,7 @@ def _fixture(path: Path) -> Callable[[Path], Path]:
 
 
 def _profile(work: Path) -> Path:
-    from tests.test_diagnose_kineto import hand_trace
+    from tests.support.kineto import hand_trace
 
     p = work / "profile.json"
     if not p.exists():
@@ -319,9 +318,7 @@ def test_a_trace_claiming_the_impossible_is_refused(case, command, work, store):
 # -- a few as real processes: the installed command line, not the test runner -------------------
 
 def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
-                          text=True, env=cli_env(COLUMNS="100"), timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return gpuaudit(*args, timeout=timeout, columns=100, stdin=subprocess.DEVNULL)
 
 
 @pytest.mark.parametrize("argv", [

@@ -290,7 +290,7 @@ def test_time_per_op_is_the_batch_over_its_ops():
 
 
 def test_the_hold_covers_the_hosts_queueing_of_the_whole_batch():
-    from gpuaudit.workloads.timing import HOLD_MARGIN_US, hold_us
+    from gpuaudit.bench.timing import HOLD_MARGIN_US, hold_us
 
     # 21 ops (the aligning op + 20 timed) at 30 µs of Python each: 630 µs to queue
     assert hold_us(30.0, 21) == pytest.approx(2 * 630 + HOLD_MARGIN_US)

@@ -13,11 +13,11 @@ from gpuaudit.bench import contention, runner
 from gpuaudit.bench.contention import Watch, others
 from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.errors import BadInputError
-from gpuaudit.hw.telemetry import TraceReplay
+from gpuaudit.hw.telemetry_trace import TraceReplay
 from gpuaudit.model import GpuSample, ProcessSample, Severity
 
-from .conftest import FIXTURES
-from .test_bench_core import _fake_suites, machine
+from .conftest import FIXTURES, fixture_machine
+from .support.bench import fake_suites
 
 REAL = FIXTURES / "telemetry" / "real"
 NEIGHBOUR = "/opt/torch/.venv/bin/python3 -c import torch a = torch.randn(8192, 8192"
@@ -47,8 +47,8 @@ def noisy_run(monkeypatch, trace: str, skip: int = 0, **kw):
         yield measure("memory", "copy", "GB/s", [3000.0, 3340.0, 4228.0, 4231.0, 4240.0],
                       warmup=3, spec_value=4800.0, gpu_index=0)
 
-    _fake_suites(monkeypatch, {"matmul": matmul, "memory": memory})
-    return runner.run_bench(["matmul", "memory"], machine=machine("h200-1gpu"),
+    fake_suites(monkeypatch, {"matmul": matmul, "memory": memory})
+    return runner.run_bench(["matmul", "memory"], machine=fixture_machine("h200-1gpu"),
                             watch=watch(trace, skip=skip), **kw)
 
 
@@ -89,9 +89,9 @@ def test_a_clean_idle_run_has_no_contention_at_all(monkeypatch):
         yield measure("matmul", "bf16", "TFLOP/s", [700.0, 702.0, 705.0, 706.0, 708.0],
                       warmup=10, spec_value=989.5, gpu_index=0)
 
-    _fake_suites(monkeypatch, {"matmul": steady})
+    fake_suites(monkeypatch, {"matmul": steady})
     w = watch("h200-1gpu-idle")
-    run = runner.run_bench(["matmul"], machine=machine("h200-1gpu"), watch=w)
+    run = runner.run_bench(["matmul"], machine=fixture_machine("h200-1gpu"), watch=w)
     (m,) = run.measurements
     assert not m.contended and m.pct_of_spec is not None and run.findings == ()
     assert [lk.where for lk in w.looks] == ["before matmul", "after matmul"]
@@ -109,11 +109,11 @@ def test_our_own_kernels_counted_late_by_gpm_do_not_mark_a_clean_run(monkeypatch
         yield measure("matmul", "bf16", "TFLOP/s", [700.0, 702.0, 705.0, 706.0, 708.0],
                       warmup=10, spec_value=989.5, gpu_index=0)
 
-    _fake_suites(monkeypatch, {"matmul": steady})
-    settled = runner.run_bench(["matmul"], machine=machine("h200-1gpu"), watch=watch(doc))
+    fake_suites(monkeypatch, {"matmul": steady})
+    settled = runner.run_bench(["matmul"], machine=fixture_machine("h200-1gpu"), watch=watch(doc))
     assert not settled.measurements[0].contended and settled.findings == ()
     # without the settling time the same readings mark it (the bug seen on the H200)
-    hasty = runner.run_bench(["matmul"], machine=machine("h200-1gpu"),
+    hasty = runner.run_bench(["matmul"], machine=fixture_machine("h200-1gpu"),
                              watch=watch(doc, settle_s=0, skip=1))  # its window: frame 3
     (m,) = hasty.measurements
     assert m.contended and m.contention.activity_pct == 30.0
@@ -144,10 +144,10 @@ def figures_of(*suites: str):
 
 
 def test_no_look_after_a_suite_that_measured_nothing(monkeypatch):
-    _fake_suites(monkeypatch, figures_of("matmul", "train"))
+    fake_suites(monkeypatch, figures_of("matmul", "train"))
     w = watch("h200-1gpu-idle")
     run = runner.run_bench(["matmul", "p2p", "collectives", "train", "storage"],
-                           machine=machine("h200-1gpu"), watch=w)
+                           machine=fixture_machine("h200-1gpu"), watch=w)
     # 3 looks, not 6: none before collectives or train (p2p and collectives measured
     # nothing since the look before p2p), none after storage
     assert [lk.where for lk in w.looks] == ["before matmul", "before p2p", "before storage"]
@@ -157,9 +157,9 @@ def test_no_look_after_a_suite_that_measured_nothing(monkeypatch):
 
 def test_a_figure_after_empty_suites_is_judged_on_the_look_before_them(monkeypatch):
     # the only busy look is the first one, before p2p; the next is after train
-    _fake_suites(monkeypatch, figures_of("train"))
+    fake_suites(monkeypatch, figures_of("train"))
     w = watch(idle_but_active_at(2))
-    run = runner.run_bench(["p2p", "collectives", "train"], machine=machine("h200-1gpu"),
+    run = runner.run_bench(["p2p", "collectives", "train"], machine=fixture_machine("h200-1gpu"),
                            watch=w)
     assert [lk.where for lk in w.looks] == ["before p2p", "after train"]
     assert [bool(lk.busy_gpus()) for lk in w.looks] == [True, False]
@@ -170,10 +170,10 @@ def test_a_figure_after_empty_suites_is_judged_on_the_look_before_them(monkeypat
 
 def test_a_figure_after_empty_suites_is_judged_on_the_look_right_after_it(monkeypatch):
     # busy only at the third look, the first after train (which ran after two empty suites)
-    _fake_suites(monkeypatch, figures_of("matmul", "train", "infer"))
+    fake_suites(monkeypatch, figures_of("matmul", "train", "infer"))
     w = watch(idle_but_active_at(6))
     run = runner.run_bench(["matmul", "p2p", "collectives", "train", "infer"],
-                           machine=machine("h200-1gpu"), watch=w)
+                           machine=fixture_machine("h200-1gpu"), watch=w)
     assert [lk.where for lk in w.looks] == ["before matmul", "before p2p", "before infer",
                                             "after infer"]
     assert [bool(lk.busy_gpus()) for lk in w.looks] == [False, False, True, False]
@@ -195,14 +195,14 @@ def test_exclusive_refuses_a_busy_gpu_naming_the_process(monkeypatch):
 def test_exclusive_on_the_command_line_exits_2_with_one_line(monkeypatch, capsys):
     from gpuaudit.cli import app
 
-    _fake_suites(monkeypatch, {"latency": lambda ctx: iter(())})
+    fake_suites(monkeypatch, {"latency": lambda ctx: iter(())})
     monkeypatch.setattr(runner, "_live_watch", lambda ctx, exclusive: watch(
         "ddp-2gpu-lm-bf16"))
     monkeypatch.setattr(sys, "argv", ["gpuaudit", "bench", "latency", "--exclusive",
                                       "--no-save"])
     import gpuaudit.hw as hw
 
-    monkeypatch.setattr(hw, "take_snapshot", lambda: machine("h200-1gpu"))
+    monkeypatch.setattr(hw, "take_snapshot", lambda: fixture_machine("h200-1gpu"))
     with pytest.raises(SystemExit) as code:
         app.main()
     assert code.value.code == 2
@@ -273,11 +273,11 @@ def test_a_short_suite_shares_the_look_after_the_next_one(monkeypatch):
 
     fns = figures_of("latency", "memory")  # instant: short
     fns.update(matmul=slow("matmul"), transfer=slow("transfer"))
-    _fake_suites(monkeypatch, fns, short_suite_s=0.3)
+    fake_suites(monkeypatch, fns, short_suite_s=0.3)
     # activity planted where only the look after transfer (the third) reads it
     w = watch(idle_but_active_at(6))
     run = runner.run_bench(["latency", "matmul", "memory", "transfer"],
-                           machine=machine("h200-1gpu"), watch=w)
+                           machine=fixture_machine("h200-1gpu"), watch=w)
     assert [lk.where for lk in w.looks] == ["before latency", "before memory",
                                             "after transfer"]
     by = {m.suite: m for m in run.measurements}

@@ -13,6 +13,7 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model import Machine, RunStatus, Severity
 
 from .conftest import fixture_machine
+from .support.bench import fake_suites
 
 
 def machine(name: str = "h200-2gpu") -> Machine:
@@ -129,14 +130,6 @@ def test_unknown_suites_are_bad_input_and_order_is_canonical():
     assert runner.check_suites(["science", "render"]) == ["render", "science"]
 
 
-def _fake_suites(monkeypatch, fns, short_suite_s: float = 0.0):
-    """Suites that yield what `fns` give. They take no time: by default every one counts as
-    long (as the real ones they stand for), so each gets its look after it."""
-    monkeypatch.setattr(runner, "suite", lambda name: fns[name])
-    monkeypatch.setattr(runner, "select_devices", lambda machine, gpus: ())
-    monkeypatch.setattr(runner, "SHORT_SUITE_S", short_suite_s)
-
-
 def test_a_crashing_suite_is_recorded_and_the_run_goes_on(monkeypatch):
     def boom(ctx):
         yield measure("matmul", "fp32", "TFLOP/s", [1.0] * 5, warmup=0)
@@ -145,7 +138,7 @@ def test_a_crashing_suite_is_recorded_and_the_run_goes_on(monkeypatch):
     def fine(ctx):
         yield measure("memory", "copy", "GB/s", [2.0] * 5, warmup=0)
 
-    _fake_suites(monkeypatch, {"matmul": boom, "memory": fine})
+    fake_suites(monkeypatch, {"matmul": boom, "memory": fine})
     run = runner.run_bench(["matmul", "memory"], machine=machine())
     names = [(m.suite, m.name, m.skipped) for m in run.measurements]
     assert names == [("matmul", "fp32", False), ("matmul", "suite", True),
@@ -163,7 +156,7 @@ def test_ctrl_c_keeps_what_was_measured_and_marks_partial(monkeypatch):
     def never(ctx):
         raise AssertionError("must not run after Ctrl-C")
 
-    _fake_suites(monkeypatch, {"matmul": interrupted, "memory": never})
+    fake_suites(monkeypatch, {"matmul": interrupted, "memory": never})
     run = runner.run_bench(["matmul", "memory"], machine=machine())
     assert run.status is RunStatus.PARTIAL
     assert [m.name for m in run.measurements] == ["bf16"]
@@ -182,7 +175,7 @@ def test_each_suite_wall_time_is_kept_in_run_order_even_when_interrupted(monkeyp
         yield measure("memory", "copy", "GB/s", [2.0] * 5, warmup=0)
         raise KeyboardInterrupt
 
-    _fake_suites(monkeypatch, {"matmul": fine, "memory": cut})
+    fake_suites(monkeypatch, {"matmul": fine, "memory": cut})
     run = runner.run_bench(["memory", "matmul"], machine=machine())  # run in SUITES order
     assert run.status is RunStatus.PARTIAL
     assert list(run.suite_seconds.items()) == [("matmul", 2.5), ("memory", 0.25)]
@@ -196,7 +189,7 @@ def test_wrong_result_is_a_fail_finding(monkeypatch):
         yield measure("matmul", "bf16", "TFLOP/s", [700.0] * 5, warmup=0, gpu_index=0,
                       verified=False)
 
-    _fake_suites(monkeypatch, {"matmul": wrong})
+    fake_suites(monkeypatch, {"matmul": wrong})
     run = runner.run_bench(["matmul"], machine=machine())
     (f,) = run.findings
     assert (f.code, f.severity, f.gpu_index) == ("bench.result-mismatch", Severity.FAIL, 0)
@@ -249,7 +242,7 @@ def test_the_runner_reports_suites_done_of_all(monkeypatch):
     def one(ctx):
         yield measure("x", "y", "GB/s", [1.0] * 5, warmup=0)
 
-    _fake_suites(monkeypatch, {"matmul": one, "memory": one, "p2p": one})
+    fake_suites(monkeypatch, {"matmul": one, "memory": one, "p2p": one})
     seen = []
     runner.run_bench(["p2p", "matmul", "memory"], machine=machine(),
                      on_suite=lambda done, total: seen.append((done, total)))

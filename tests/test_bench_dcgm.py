@@ -14,6 +14,7 @@ import pytest
 from gpuaudit.bench import dcgm, runner
 from gpuaudit.bench.context import BenchContext, Profile
 from gpuaudit.bench.dcgm import extract_figures, figures_of, parse_dcgmi_diag_json
+from gpuaudit.bench.suites import SUITES
 from gpuaudit.model import Machine, Severity
 
 from .conftest import FIXTURES, fixture_machine
@@ -325,7 +326,7 @@ def test_run_native_failing_run_is_a_fail_finding_through_the_runner(monkeypatch
 
 
 def test_native_map_runs_dcgm_with_transfer():
-    assert runner.NATIVE["transfer"] == ("gpuaudit.bench.nvbandwidth", "gpuaudit.bench.dcgm")
+    assert SUITES["transfer"].native == ("gpuaudit.bench.nvbandwidth", "gpuaudit.bench.dcgm")
 
 
 def test_run_native_host_engine_down(monkeypatch, tmp_path):

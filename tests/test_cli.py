@@ -7,33 +7,15 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import jsonschema
 import pytest
 
 from gpuaudit.model import json_schema
 from tests.conftest import cli_env
+from tests.support.cli import FIX, ROOT, assert_one_line_error, gpuaudit
 
 from .faults import FAULTS, fault_path
-
-ROOT = Path(__file__).parent.parent
-FIX = ROOT / "tests" / "fixtures"
-
-
-def gpuaudit(*args: str, env: dict | None = None, cwd: Path | None = None):
-    full_env = cli_env(**{"COLUMNS": "160", **(env or {})})
-    return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
-                          text=True, env=full_env, cwd=cwd, timeout=120)
-
-
-def assert_one_line_error(proc, *needles: str):
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, proc.stderr
-    for needle in needles:
-        assert needle in lines[0]
 
 
 @pytest.fixture

@@ -19,8 +19,7 @@ from typer.testing import CliRunner
 
 from gpuaudit.cli.app import app
 from tests.conftest import SRC, cli_env, src_pythonpath
-
-from .test_cli import FIX, assert_one_line_error, gpuaudit
+from tests.support.cli import FIX, assert_one_line_error, gpuaudit
 
 TRACE = FIX / "telemetry" / "h200-2gpu-xid-lost.json"
 COMMANDS = [(), ("inspect",), ("run",), ("bench",), ("runs",), ("show",), ("schema",),
@@ -171,7 +170,7 @@ def test_conflicting_idle_options_and_replay_options_before_work(tmp_path):
 
 
 def test_replay_pauses_are_capped_and_logged(caplog):
-    from gpuaudit.hw.telemetry import TraceReplay
+    from gpuaudit.hw.telemetry_trace import TraceReplay
     from gpuaudit.telemetry.monitor import MAX_REPLAY_PAUSE_S, replay_times
 
     trace = json.loads(TRACE.read_text())

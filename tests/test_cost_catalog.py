@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from datetime import date
 from pathlib import Path
@@ -32,7 +30,7 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model.cost import BILLING_ASSUMPTION, Billing, Offer
 from gpuaudit.model.finding import Severity
 from gpuaudit.specs import load_catalog as load_specs
-from tests.conftest import cli_env
+from tests.support.cli import gpuaudit
 
 ROOT = Path(__file__).parent.parent
 CATS = ROOT / "tests" / "fixtures" / "catalogs"
@@ -746,12 +744,6 @@ def test_import_command_then_list_uses_it(user_catalog):
 
 
 # The same through `python -m gpuaudit`, once cli/app.py registers catalog_app.
-
-def gpuaudit(*args: str, env: dict | None = None):
-    full = cli_env(**{"COLUMNS": "160", **(env or {})})
-    return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
-                          text=True, env=full, timeout=120)
-
 
 def _registered() -> bool:
     from gpuaudit.cli.app import COMMANDS

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -14,10 +12,9 @@ import pytest
 from gpuaudit.cost.pricing import daly_interval_s, expected_wall_time_s
 from gpuaudit.model import GpuSample, Measurement, Sample, load_run
 from gpuaudit.store import Store
-from tests.conftest import cli_env
+from tests.support.cli import assert_one_line_error, gpuaudit
 
 from .conftest import FIXTURES
-from .test_cli import assert_one_line_error
 
 CATALOG = """\
 provider,instance_type,region,gpu_model,gpu_count,currency,on_demand_price_per_hour,\
@@ -37,9 +34,7 @@ def cat(tmp_path):
 
 
 def cost(*args: str):
-    env = cli_env(COLUMNS="200", GPUAUDIT_USER_CATALOG=os.devnull)
-    return subprocess.run([sys.executable, "-m", "gpuaudit", "cost", *args], capture_output=True,
-                          text=True, env=env, timeout=120)
+    return gpuaudit("cost", *args, env={"GPUAUDIT_USER_CATALOG": os.devnull}, columns=200)
 
 
 def doc(proc) -> dict:

@@ -11,10 +11,10 @@ from gpuaudit.cost.memory_fit import (
     inference_memory,
     kv_cache_bytes,
     lora_trainable_params,
-    model_shape,
     training_memory,
 )
 from gpuaudit.errors import BadInputError
+from gpuaudit.model.presets import model_shape
 
 LLAMA2_7B = dict(layers=32, hidden=4096)  # 32 heads × 128, no GQA
 

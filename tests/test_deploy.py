@@ -7,19 +7,10 @@ import shlex
 from pathlib import Path
 
 import yaml
-from typer.testing import CliRunner
 
-from gpuaudit.cli.app import app
+from tests.support.cli import monitor_accepts
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
-TRACE = Path(__file__).parent / "fixtures" / "telemetry" / "h200-1gpu-idle.json"
-
-
-def _accepted(args: list[str]) -> None:
-    """The monitor with these options runs one replayed tick (the same parser as on a node)."""
-    result = CliRunner().invoke(app, [*args, "--replay", str(TRACE), "--count", "1",
-                                      "--no-export", "--no-history", "--json"])
-    assert result.exit_code == 0, result.output
 
 
 def _unit(path: Path) -> dict[str, dict[str, list[str]]]:
@@ -50,7 +41,7 @@ def test_systemd_unit_restarts_on_failure_and_keeps_multicast_off():
     for var in ("NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
                 "NVSHMEM_DISABLE_NVLS=1"):
         assert var in envs
-    _accepted(argv[1:])
+    monitor_accepts(argv[1:])
 
 
 def test_kubernetes_daemonset_always_restarts_and_probes_the_exporter():
@@ -68,4 +59,4 @@ def test_kubernetes_daemonset_always_restarts_and_probes_the_exporter():
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NCCL_NVLS_ENABLE"] == "0" and env["NVSHMEM_DISABLE_NVLS"] == "1"
     assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
-    _accepted(args)
+    monitor_accepts(args)

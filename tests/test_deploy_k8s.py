@@ -321,6 +321,6 @@ def test_the_pod_attribution_component_mounts_only_the_kubelet_socket(tmp_path):
     args = container["args"]
     socket = args[args.index("--pod-resources") + 1]
     assert socket.startswith(mount["mountPath"] + "/")
-    from tests.test_deploy import _accepted
+    from tests.support.cli import monitor_accepts
 
-    _accepted(args)
+    monitor_accepts(args)

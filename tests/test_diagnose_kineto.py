@@ -20,46 +20,7 @@ from gpuaudit.diagnose.kernels import (
 )
 from gpuaudit.diagnose.kineto import analyse, read_trace
 from gpuaudit.errors import BadInputError
-
-
-def _x(name, cat, ts, dur, **args):
-    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": 1,
-            "args": args}
-
-
-def _gpu(name, ts, dur, corr, stream=7, cat="kernel", **more):
-    return _x(name, cat, ts, dur, device=0, stream=stream, correlation=corr, **more)
-
-
-def _launch(ts, corr, dur=5, name="cudaLaunchKernel"):
-    return _x(name, "cuda_runtime", ts, dur, correlation=corr)
-
-
-def hand_trace():
-    """Two 1000 µs steps. Stream 7: nvjet (100–300), fp32 xmma (310–410), elementwise
-    (500–550), ampere sgemm (700–900), a pageable HtoD copy (1000–1100); stream 20: NCCL
-    all-reduce (600–800). Launches placed so that each gap has a known idle category."""
-    ev = [
-        _x("ProfilerStep#1", "user_annotation", 0, 1000),
-        _x("ProfilerStep#2", "user_annotation", 1000, 1000),
-        _gpu("nvjet_tst_128x256_64x6_2x1_v_bz_TNT", 100, 200, 1), _launch(90, 1),
-        _gpu("sm90_xmma_gemm_f32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1", 310,
-             100, 2), _launch(95, 2),
-        _gpu("void at::native::vectorized_elementwise_kernel<4>", 500, 50, 3),
-        _launch(450, 3),
-        _gpu("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 600, 200, 4, stream=20),
-        _launch(480, 4),
-        _gpu("ampere_sgemm_128x64_nn", 700, 200, 5), _launch(520, 5),
-        _gpu("Memcpy HtoD (Pageable -> Device)", 1000, 100, 6, cat="gpu_memcpy",
-             bytes=1_000_000), _launch(950, 6, dur=120, name="cudaMemcpyAsync"),
-        _x("cudaStreamSynchronize", "cuda_runtime", 1100, 300),
-        _x("aten::item", "cpu_op", 1090, 320),
-        _x("aten::_local_scalar_dense", "cpu_op", 1095, 310),
-        _x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation",
-           1500, 200),
-        {"ph": "i", "name": "an instant event", "ts": 5},  # ignored: not a complete event
-    ]
-    return {"traceEvents": ev}
+from tests.support.kineto import event, gpu_event, hand_trace, launch_event
 
 
 def test_hta_temporal_breakdown_by_hand():
@@ -93,7 +54,7 @@ def test_overlap_tensor_cores_copies_syncs_loader_by_hand():
 
 def test_comm_bound_from_a_trace_with_exposed_allreduce():
     doc = hand_trace()
-    doc["traceEvents"].append(_gpu("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 1100, 600, 9,
+    doc["traceEvents"].append(gpu_event("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 1100, 600, 9,
                                    stream=20))
     t = analyse(doc)
     (d,) = t.devices
@@ -107,11 +68,12 @@ def test_comm_bound_from_a_trace_with_exposed_allreduce():
 
 
 def test_launch_bound_from_short_kernels():
-    ev = [_x("ProfilerStep#1", "user_annotation", 0, 2000)]
+    ev = [event("ProfilerStep#1", "user_annotation", 0, 2000)]
     ts = 0.0
     for i in range(100):  # 2 µs kernels, each launched 15 µs after the last ended
         _launch_at = ts + 10
-        ev += [_launch(_launch_at, i, dur=6), _gpu("void add_kernel", _launch_at + 8, 2, i)]
+        ev += [launch_event(_launch_at, i, dur=6),
+               gpu_event("void add_kernel", _launch_at + 8, 2, i)]
         ts = _launch_at + 8
     t = analyse({"traceEvents": ev})
     assert t.short_kernels == t.launched_kernels == 100
@@ -203,10 +165,10 @@ def test_real_cpu_profiler_trace(tmp_path):
 
 def test_the_optimizers_own_item_is_not_a_host_sync():
     doc = {"traceEvents": [
-        _x("ProfilerStep#1", "user_annotation", 0, 100),
-        _x("Optimizer.step#AdamW.step", "user_annotation", 50, 40),
-        _x("aten::item", "cpu_op", 60, 2),  # Adam reading its CPU step counter
+        event("ProfilerStep#1", "user_annotation", 0, 100),
+        event("Optimizer.step#AdamW.step", "user_annotation", 50, 40),
+        event("aten::item", "cpu_op", 60, 2),  # Adam reading its CPU step counter
     ]}
     assert analyse(doc).item_calls == 0
-    doc["traceEvents"].append(_x("aten::item", "cpu_op", 20, 2))  # the user's loss.item()
+    doc["traceEvents"].append(event("aten::item", "cpu_op", 20, 2))  # the user's loss.item()
     assert analyse(doc).item_calls == 1

@@ -15,6 +15,7 @@ import pytest
 
 from gpuaudit.model import SCHEMA_VERSION
 from tests.conftest import cli_env
+from tests.support.cli import gpuaudit
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "fixtures" / "telemetry" / "real"
@@ -22,8 +23,7 @@ ENV = cli_env(COLUMNS="100")
 
 
 def doctor(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuaudit", "doctor", *args],
-                          capture_output=True, text=True, timeout=timeout, env=ENV, **kw)
+    return gpuaudit("doctor", *args, timeout=timeout, columns=100, **kw)
 
 
 def test_output_and_exit_status_pass_through():

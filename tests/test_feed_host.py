@@ -15,7 +15,8 @@ from gpuaudit.bench import runner
 from gpuaudit.bench.feed import jpeg, stream
 from gpuaudit.bench.stats import MIN_SAMPLES
 
-from .test_feed_storage import gpuaudit, machine
+from .conftest import fixture_machine
+from .support.cli import gpuaudit
 
 pytest.importorskip("numpy")
 pytest.importorskip("PIL")
@@ -64,7 +65,7 @@ def test_a_failing_worker_is_an_error_not_a_hang():
 
 
 def test_host_suite_and_its_capacity_finding():
-    run = runner.run_bench(["host"], machine=machine())
+    run = runner.run_bench(["host"], machine=fixture_machine())
     found = {m.name: m for m in run.measurements}
     for name in ("stream_copy", "stream_triad"):
         assert found[name].value > 0 and found[name].verified is True

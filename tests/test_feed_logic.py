@@ -34,9 +34,9 @@ from gpuaudit.hw.storage import (
     parse_mountinfo,
     storage_target,
 )
+from gpuaudit.percentile import percentile
 
-from .conftest import FIXTURES
-from .test_feed_storage import machine as _machine
+from .conftest import FIXTURES, fixture_machine
 
 FEED = FIXTURES / "feed"
 
@@ -53,8 +53,8 @@ def test_unit_conversions_are_decimal():
 
 
 def test_percentiles_interpolate_like_numpy():
-    assert rates.percentile([4, 1, 3, 2], 50) == 2.5
-    assert rates.percentile([1, 2, 3, 4], 0) == 1 and rates.percentile([1, 2, 3, 4], 100) == 4
+    assert percentile([4, 1, 3, 2], 50) == 2.5
+    assert percentile([1, 2, 3, 4], 0) == 1 and percentile([1, 2, 3, 4], 100) == 4
     xs = list(range(1, 1001))
     got = rates.percentiles(xs)
     assert got[50.0] == 500.5
@@ -62,9 +62,9 @@ def test_percentiles_interpolate_like_numpy():
     assert got[99.9] == pytest.approx(999.001, abs=1e-9)
     assert rates.percentile_name(99.9) == "p99.9" and rates.percentile_name(50) == "p50"
     with pytest.raises(ValueError):
-        rates.percentile([], 50)
+        percentile([], 50)
     with pytest.raises(ValueError):
-        rates.percentile([1], 101)
+        percentile([1], 101)
 
 
 def test_window_rates_count_completions_and_drop_a_short_tail():
@@ -469,7 +469,7 @@ def test_the_suite_runs_fio_once_per_pass_then_once_for_random_reads(fake_fio: P
                                                                      tmp_path: Path):
     data = tmp_path / "data"
     data.mkdir()
-    ctx = BenchContext(machine=_machine(), devices=(),
+    ctx = BenchContext(machine=fixture_machine(), devices=(),
                        options={"paths": (str(data),), "file_bytes": 16 << 20,
                                 "seq_jobs": 2, "depths": (1, 4)})
     steps: list[str] = []
@@ -504,7 +504,7 @@ def test_fio_failing_is_one_skipped_line_after_what_it_measured(fake_fio: Path,
     monkeypatch.setenv("FAKE_FIO_FAIL", "seq_read")
     data = tmp_path / "data"
     data.mkdir()
-    ctx = BenchContext(machine=_machine(), devices=(),
+    ctx = BenchContext(machine=fixture_machine(), devices=(),
                        options={"paths": (str(data),), "file_bytes": 16 << 20,
                                 "seq_jobs": 2, "depths": (1,)})
     found = list(fio.run_native(ctx))

@@ -23,7 +23,8 @@ from gpuaudit.bench.feed import netproto
 from gpuaudit.errors import BadInputError
 from tests.conftest import cli_env
 
-from .test_feed_storage import gpuaudit, machine, one_line_error
+from .conftest import fixture_machine
+from .support.cli import assert_one_line_error, gpuaudit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,7 +48,7 @@ def test_the_receiver_counts_every_byte_sent(server):
 
 def test_loopback_suite_figures(server):
     host, port = server.address
-    run = runner.run_bench(["network"], machine=machine(),
+    run = runner.run_bench(["network"], machine=fixture_machine(),
                            options={"peer": host, "port": port, "seconds": 0.5, "streams": 2})
     found = {m.name: m for m in run.measurements if m.value is not None}
     for name in ("tcp_send", "tcp_recv"):
@@ -61,7 +62,7 @@ def test_loopback_suite_figures(server):
 
 
 def test_without_a_peer_only_the_inventory_runs():
-    run = runner.run_bench(["network"], machine=machine())
+    run = runner.run_bench(["network"], machine=fixture_machine())
     send = next(m for m in run.measurements if m.name == "tcp_send")
     assert send.skipped and "--peer" in send.skipped_reason
     assert all(m.params.get("nic") != "lo" for m in run.measurements if m.name == "link_speed")
@@ -75,7 +76,7 @@ def test_a_peer_that_does_not_answer_is_bad_input():
     try:
         start = time.monotonic()
         with pytest.raises(BadInputError, match="no answer within 1 s"):
-            runner.run_bench(["network"], machine=machine(), timeout_s=1.0,
+            runner.run_bench(["network"], machine=fixture_machine(), timeout_s=1.0,
                              options={"peer": "127.0.0.1", "port": port})
         assert time.monotonic() - start < 5
     finally:
@@ -95,7 +96,7 @@ def test_a_server_that_is_not_ours_is_refused():
     threading.Thread(target=answer, daemon=True).start()
     try:
         with pytest.raises(BadInputError, match="not as `gpuaudit bench network --serve`"):
-            runner.run_bench(["network"], machine=machine(),
+            runner.run_bench(["network"], machine=fixture_machine(),
                              options={"peer": "127.0.0.1", "port": other.getsockname()[1]})
     finally:
         other.close()
@@ -106,11 +107,14 @@ def test_cli_errors():
     free.bind(("127.0.0.1", 0))
     port = free.getsockname()[1]
     free.close()
-    one_line_error(gpuaudit("bench", "network", "--peer", f"127.0.0.1:{port}", "--no-save"),
-                   "connection refused")
-    one_line_error(gpuaudit("bench", "network", "--peer", "no-such-host.invalid", "--no-save"),
-                   "unknown host")
-    one_line_error(gpuaudit("bench", "matmul", "--serve"), "--serve is for the network suite")
+    assert_one_line_error(
+        gpuaudit("bench", "network", "--peer", f"127.0.0.1:{port}", "--no-save"),
+        "connection refused")
+    assert_one_line_error(
+        gpuaudit("bench", "network", "--peer", "no-such-host.invalid", "--no-save"),
+        "unknown host")
+    assert_one_line_error(gpuaudit("bench", "matmul", "--serve"),
+                          "--serve is for the network suite")
 
 
 def _serve(*prefix: str, bind: str = "127.0.0.1") -> tuple[subprocess.Popen[str], str]:

@@ -15,41 +15,24 @@ import pytest
 
 from gpuaudit.bench import runner
 from gpuaudit.bench.context import BenchContext
+from gpuaudit.bench.feed import fio, storage
 from gpuaudit.bench.feed import fio as fio_tool
-from gpuaudit.bench.feed import storage
-from gpuaudit.bench.feed.fio import find_binary
+from gpuaudit.binaries import find_binary
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.storage import DiskStat
-from gpuaudit.model import Machine
 from tests.conftest import cli_env
 
 from .conftest import fixture_machine
+from .support.cli import assert_one_line_error, gpuaudit
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = {"file_bytes": 16 << 20, "seq_jobs": 2, "depths": (1, 4)}
 
 
-def machine() -> Machine:
-    return fixture_machine("h200-1gpu")
-
-
 def bench(path: Path, **options) -> dict:
-    run = runner.run_bench(["storage"], machine=machine(),
+    run = runner.run_bench(["storage"], machine=fixture_machine(),
                            options={"paths": (str(path),), **SMALL, **options})
     return {(m.name, m.params.get("tool")): m for m in run.measurements}
-
-
-def gpuaudit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = cli_env(COLUMNS="160")
-    return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout)
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert needle in lines[0], lines[0]
 
 
 def test_real_disk_figures_with_o_direct_and_nothing_left_behind(tmp_path: Path):
@@ -120,7 +103,7 @@ def test_memory_file_system_is_named_as_such():
 
 
 def test_the_file_is_removed_when_interrupted_or_failing(tmp_path: Path, monkeypatch):
-    ctx = BenchContext(machine=machine(), devices=(),
+    ctx = BenchContext(machine=fixture_machine(), devices=(),
                        options={"paths": (str(tmp_path),), **SMALL})
     gen = storage.run(ctx)
     first = next(gen)  # seq_write measured; the file exists
@@ -144,26 +127,26 @@ def test_bad_paths_and_sizes_are_refused_before_anything_runs(tmp_path: Path):
     for path, needle in ((tmp_path / "missing", "does not exist"),
                          (a_file, "not a directory")):
         with pytest.raises(BadInputError, match=needle):
-            runner.run_bench(["storage", "host"], machine=machine(),
+            runner.run_bench(["storage", "host"], machine=fixture_machine(),
                              options={"paths": (str(path),), **SMALL})
     with pytest.raises(BadInputError, match="free, the test needs"):
-        runner.run_bench(["storage"], machine=machine(),
+        runner.run_bench(["storage"], machine=fixture_machine(),
                          options={"paths": (str(tmp_path),), "file_bytes": 1 << 60})
     with pytest.raises(BadInputError, match="whole number of MiB"):
-        runner.run_bench(["storage"], machine=machine(),
+        runner.run_bench(["storage"], machine=fixture_machine(),
                          options={"paths": (str(tmp_path),), "file_bytes": (1 << 20) + 1})
     assert os.listdir(tmp_path) == ["file"]
 
 
 def test_cli_errors_are_one_line_and_exit_2(tmp_path: Path):
-    one_line_error(gpuaudit("bench", "storage", str(tmp_path / "nope"), "--no-save"),
-                   "does not exist")
-    one_line_error(gpuaudit("bench", "storage", str(tmp_path), "--file-size", "1000G",
-                            "--no-save"), "use --file-size to test with less")
-    one_line_error(gpuaudit("bench", "storage", str(tmp_path), "--file-size", "lots",
-                            "--no-save"), "--file-size")
-    one_line_error(gpuaudit("bench", "storage", str(tmp_path), "--job", "fast:1K",
-                            "--no-save"), "--job")
+    assert_one_line_error(gpuaudit("bench", "storage", str(tmp_path / "nope"), "--no-save"),
+                          "does not exist")
+    assert_one_line_error(gpuaudit("bench", "storage", str(tmp_path), "--file-size", "1000G",
+                                   "--no-save"), "use --file-size to test with less")
+    assert_one_line_error(gpuaudit("bench", "storage", str(tmp_path), "--file-size", "lots",
+                                   "--no-save"), "--file-size")
+    assert_one_line_error(gpuaudit("bench", "storage", str(tmp_path), "--job", "fast:1K",
+                                   "--no-save"), "--job")
     assert os.listdir(tmp_path) == []
 
 
@@ -176,14 +159,14 @@ def test_read_only_mount_is_refused(tmp_path: Path):
     if done.returncode != 0:
         pytest.skip(f"mount not allowed here: {done.stderr.strip()}")
     try:
-        one_line_error(gpuaudit("bench", "storage", str(target), "--no-save"), "read-only")
+        assert_one_line_error(gpuaudit("bench", "storage", str(target), "--no-save"), "read-only")
     finally:
         subprocess.run(["umount", str(target)], check=False)
 
 
 def fio_or_skip() -> str:
     """fio's path, or a skip (a failure in CI, whose .ci/run installs it)."""
-    exe = find_binary()
+    exe = find_binary("fio", path_env=fio.ENV_VAR)
     if exe is None:
         why = "fio not installed (nor GPUAUDIT_FIO set)"
         if os.environ.get("CI") == "true":
@@ -194,7 +177,7 @@ def fio_or_skip() -> str:
 
 def test_fio_runs_the_same_jobs_beside_ours(tmp_path: Path):
     fio_or_skip()
-    run = runner.run_bench(["storage"], machine=machine(), with_native=True,
+    run = runner.run_bench(["storage"], machine=fixture_machine(), with_native=True,
                            options={"paths": (str(tmp_path),), **SMALL, "file_bytes": 64 << 20})
     ours = {m.name: m for m in run.measurements if not m.params.get("tool")}
     fio = {m.name: m for m in run.measurements if m.params.get("tool") == "fio"}

@@ -21,7 +21,7 @@ from gpuaudit.bench.feed.verdict import (
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Measurement, Severity
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, fixture_machine
 
 H200_TRANSFER = [Measurement.model_validate(m) for m in
                  json.loads((FIXTURES / "feed" / "h200_2gpu_transfer.json").read_text())]
@@ -178,10 +178,9 @@ def test_the_train_suites_fastest_rate_is_the_job():
 def test_run_bench_takes_the_job_as_text_and_refuses_bad_text_before_measuring():
     from gpuaudit.bench import runner
 
-    from .test_feed_storage import machine
 
     with pytest.raises(BadInputError, match="--job"):
-        runner.run_bench(["latency"], machine=machine(), options={"job": "fast"})
-    run = runner.run_bench(["latency"], machine=machine(), options={"job": "100:1M"})
+        runner.run_bench(["latency"], machine=fixture_machine(), options={"job": "fast"})
+    run = runner.run_bench(["latency"], machine=fixture_machine(), options={"job": "100:1M"})
     (f,) = [f for f in run.findings if f.code.startswith("feed.")]
     assert f.code == "feed.not-measured" and f.evidence["job_samples_per_s"] == 100.0

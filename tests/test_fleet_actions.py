@@ -18,7 +18,7 @@ from gpuaudit.fleet.actions import MAX_REASON, ActionKind, carry_out, plan, reas
 from gpuaudit.fleet.records import FleetReport
 from gpuaudit.fleet.synthetic import Plant, SyntheticFleet
 from gpuaudit.store import Store
-from tests.test_fleet_report import one_line_error
+from tests.support.cli import error_line
 
 T0 = datetime(2026, 11, 1, 8, 0, tzinfo=timezone.utc)
 
@@ -111,15 +111,15 @@ def test_a_webhook_that_refuses_is_recorded(hook, tmp_path):
 def test_bad_action_input_is_one_line_before_any_work(bad_fleet, tmp_path):
     no_url = CliRunner().invoke(app, ["fleet", "report", "--db", bad_fleet, "--action",
                                       "webhook"])
-    assert one_line_error(no_url) == "--action webhook needs --webhook URL"
+    assert error_line(no_url) == "--action webhook needs --webhook URL"
     bad_url = CliRunner().invoke(app, ["fleet", "report", "--db", bad_fleet, "--action",
                                        "webhook", "--webhook", "ftp://x"])
-    assert "not an http:// or https:// URL" in one_line_error(bad_url)
+    assert "not an http:// or https:// URL" in error_line(bad_url)
     blocker = tmp_path / "file"
     blocker.write_text("")
     no_log = CliRunner().invoke(app, ["fleet", "report", "--db", bad_fleet, "--action",
                                       "slurm-drain", "--action-log", str(blocker / "a.jsonl")])
-    assert "cannot write the action log" in one_line_error(no_log)
+    assert "cannot write the action log" in error_line(no_log)
     with pytest.raises(BadInputError):
         plan([ActionKind.WEBHOOK], [], webhook=None)
 

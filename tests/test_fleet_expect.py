@@ -25,7 +25,7 @@ from gpuaudit.fleet.expect import (
 from gpuaudit.fleet.records import FleetCheck
 from gpuaudit.model import Machine
 from tests.faults import base_doc
-from tests.test_fleet_report import one_line_error
+from tests.support.cli import error_line
 
 
 def _machine(**changes) -> Machine:
@@ -137,7 +137,7 @@ def test_fleet_check_good_and_bad_nodes(tmp_path: Path):
     assert f"n1: bad\n  2 GPU(s), the fleet expects 8 (--expect {expect})" in bad.stdout
     missing = CliRunner().invoke(app, ["fleet", "check", "--expect", str(tmp_path / "no.yaml"),
                                        "--from", str(_snapshot(tmp_path))])
-    assert "--expect" in one_line_error(missing)
+    assert "--expect" in error_line(missing)
 
 
 def test_fleet_check_names_a_node_whose_driver_cannot_be_reached(tmp_path: Path):

@@ -21,7 +21,7 @@ from gpuaudit.fleet.node import REPLAY_ENV
 from gpuaudit.fleet.records import FleetReport, FleetRun, NodeState
 from gpuaudit.store import Store
 from tests.fleet_replays import documents, write_plans
-from tests.test_fleet_report import one_line_error
+from tests.support.cli import error_line
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -120,12 +120,12 @@ def test_bad_input_is_one_line_and_exit_2(cluster, tmp_path, monkeypatch):
     blocker.write_text("")
     refused = CliRunner().invoke(app, ["fleet", "run", "--address", cluster.address,
                                        "--db", str(blocker / "fleet.db")])
-    assert "is not a directory" in one_line_error(refused)
+    assert "is not a directory" in error_line(refused)
     # A cluster none of whose nodes offers the GPU resource.
     monkeypatch.setattr("gpuaudit.fleet.cluster.GPU_RESOURCE", "H100_ONLY")
     none = CliRunner().invoke(app, ["fleet", "run", "--address", cluster.address,
                                     "--db", str(tmp_path / "b.db")])
-    assert one_line_error(none) == (f"the Ray cluster at {cluster.address} has no node with "
+    assert error_line(none) == (f"the Ray cluster at {cluster.address} has no node with "
                                     "GPUs (no alive node offers the H100_ONLY resource)")
     assert not ray.is_initialized()  # the driver let go of the cluster
 

@@ -26,15 +26,7 @@ from gpuaudit.fleet.records import (
 from gpuaudit.fleet.synthetic import Plant, SyntheticFleet
 from gpuaudit.report.fleet_view import fleet_report, fleet_section
 from gpuaudit.store import Store
-
-
-def one_line_error(result, code: int = 2) -> str:
-    """The one stderr line `gpuaudit` gives for an error, and its exit code."""
-    assert result.exit_code == code, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("gpuaudit: error: "), result.stderr
-    return lines[0].removeprefix("gpuaudit: error: ")
-
+from tests.support.cli import error_line
 
 T0 = datetime(2026, 11, 1, 8, 0, tzinfo=timezone.utc)
 SLOW, NARROW, SWAPPED = 3, 7, 5
@@ -130,7 +122,7 @@ def test_cli_report_json_exit_code_and_schema(audited: str):
 
 def test_an_empty_store_is_no_bad_node(tmp_path):
     result = CliRunner().invoke(app, ["fleet", "report", "--db", str(tmp_path / "new.db")])
-    assert "no store at" in one_line_error(result) and not (tmp_path / "new.db").exists()
+    assert "no store at" in error_line(result) and not (tmp_path / "new.db").exists()
     Store(tmp_path / "empty.db").close()
     result = CliRunner().invoke(app, ["fleet", "report", "--db", str(tmp_path / "empty.db")])
     assert result.exit_code == 0 and "no audits stored" in result.stdout

@@ -85,7 +85,8 @@ def test_monitor_samples_agree_with_nvidia_smi_and_gpm_arrives_on_the_second_tic
     import time
     from datetime import datetime, timezone
 
-    from gpuaudit.hw.telemetry import Sampler, TraceRecorder, TraceReplay
+    from gpuaudit.hw.telemetry import Sampler
+    from gpuaudit.hw.telemetry_trace import TraceRecorder, TraceReplay
 
     rows = nvidia_smi_rows()
     live = LiveNvml()

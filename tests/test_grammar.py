@@ -14,16 +14,17 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuaudit.cli.app import COMMANDS, app, load_command
-from gpuaudit.cli.common import DEPRECATED_NAMES
+from gpuaudit.cli.group import DEPRECATED_NAMES
 from tests.conftest import cli_env
+from tests.support import cli
 
 ROOT = Path(__file__).parent.parent
 FIX = ROOT / "tests" / "fixtures"
 
 
 def gpuaudit(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
-                          text=True, env=cli_env(COLUMNS="80"), timeout=timeout)
+    """At 80 columns: the width the help is checked to fit."""
+    return cli.gpuaudit(*args, timeout=timeout, columns=80)
 
 
 def every_command() -> list[list[str]]:

@@ -207,7 +207,7 @@ def test_a_snapshot_field_of_the_wrong_type_is_a_one_line_error(tmp_path, where,
 
 
 def test_inspect_exits_2_on_a_snapshot_field_of_the_wrong_type(tmp_path):
-    from .test_cli import assert_one_line_error, gpuaudit
+    from tests.support.cli import assert_one_line_error, gpuaudit
 
     doc = base_doc("h200-2gpu")
     doc["machine"]["gpus"][1]["power"]["limit_w"] = "700 W"

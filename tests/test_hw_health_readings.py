@@ -165,7 +165,7 @@ def test_the_monitor_says_why_when_no_xid_source_answers():
 def test_live_xid_event_of_a_gpu_that_fell_off_the_bus_keeps_its_index(monkeypatch):
     import sys
 
-    from gpuaudit.hw.nvml import LiveNvml
+    from gpuaudit.hw.nvml_live import LiveNvml
 
     from . import fake_pynvml
 

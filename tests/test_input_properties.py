@@ -100,7 +100,7 @@ def test_a_damaged_snapshot_loads_or_is_refused(picks):
 @given(data=st.binary(max_size=400))
 def test_any_bytes_as_a_file(tmp_path_factory, data):
     from gpuaudit.cost.catalog import read_catalog_file
-    from gpuaudit.hw.telemetry import TraceReplay
+    from gpuaudit.hw.telemetry_trace import TraceReplay
     from gpuaudit.inspect import read_snapshot
     from gpuaudit.telemetry.rules import load_rules
 

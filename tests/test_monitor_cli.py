@@ -16,9 +16,9 @@ import pytest
 
 from gpuaudit.model import SCHEMA_VERSION
 from tests.conftest import cli_env
+from tests.support.cli import ROOT, assert_one_line_error, gpuaudit
 
 from . import telemetry_traces as tt
-from .test_cli import ROOT, assert_one_line_error, gpuaudit
 
 TRACES = ROOT / "tests/fixtures/telemetry"
 

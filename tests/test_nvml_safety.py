@@ -10,17 +10,13 @@ import threading
 
 import pytest
 
-from gpuaudit.hw.nvml import (
-    FIELD_VALUES,
+from gpuaudit.hw.nvml import FIELD_VALUES, GPM_METRICS, XID_EVENTS, Dev, Unsupported
+from gpuaudit.hw.nvml_live import (
     GPM_METRIC_SLOTS,
-    GPM_METRICS,
     GUARD_BYTES,
     GUARD_PATTERN,
-    XID_EVENTS,
-    Dev,
     Guarded,
     LiveNvml,
-    Unsupported,
     layout_problems,
 )
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuaudit import parse
+from gpuaudit import parse, reading
 from gpuaudit.errors import BadInputError
 
 PROPERTY = settings(max_examples=150, deadline=None)
@@ -155,21 +155,21 @@ def test_unknown_names_suggest_close_ones():
 def test_files(tmp_path):
     text = tmp_path / "t.json"
     text.write_text('{"a": 1}')
-    assert parse.read_json(text, "trace") == {"a": 1}
+    assert reading.read_json(text, "trace") == {"a": 1}
     binary = tmp_path / "b.json"
     binary.write_bytes(b"\x00\x01\x02")
-    assert "binary" in refused(parse.read_json, binary, "trace")
+    assert "binary" in refused(reading.read_json, binary, "trace")
     latin = tmp_path / "l.json"
     latin.write_bytes(b'{"a": "\xe9"}')
-    assert "not UTF-8" in refused(parse.read_json, latin, "trace")
+    assert "not UTF-8" in refused(reading.read_json, latin, "trace")
     deep = tmp_path / "d.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
-    assert "nested too deeply" in refused(parse.read_json, deep, "trace")
-    assert "cannot read" in refused(parse.read_json, tmp_path / "absent.json", "trace")
-    assert "is a directory, not a regular file" in refused(parse.read_json, tmp_path, "trace")
+    assert "nested too deeply" in refused(reading.read_json, deep, "trace")
+    assert "cannot read" in refused(reading.read_json, tmp_path / "absent.json", "trace")
+    assert "is a directory, not a regular file" in refused(reading.read_json, tmp_path, "trace")
     big = tmp_path / "big.txt"
     big.write_text("x" * 2048)
-    assert "larger than" in refused(parse.read_text, big, "rules", max_bytes=1024)
+    assert "larger than" in refused(reading.read_text, big, "rules", max_bytes=1024)
 
 
 def test_writable_file(tmp_path):

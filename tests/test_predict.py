@@ -33,11 +33,9 @@ from gpuaudit.predict.profile import Gemm, OpWork, StepProfile, Timed
 from gpuaudit.predict.rates import AllReduce, MachineRates
 from gpuaudit.specs.catalog import load_catalog
 
-from .conftest import FIXTURES
+from .support import cli
+from .support.predict import CPU_PROFILE, H200_2GPU
 
-PREDICT = FIXTURES / "predict"
-H200_2GPU = PREDICT / "h200-2gpu-bench-quick.json"
-CPU_PROFILE = PREDICT / "cpu-gpt-tiny-op-profile.json"
 SPECS = load_catalog()
 
 
@@ -371,8 +369,7 @@ def test_the_recorded_run_predicted_on_the_real_h200_rates():
 
 
 def gpuaudit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
+    return cli.gpuaudit(*args, cwd=cwd, columns=None)
 
 
 def test_cli_predicts_a_run_file_as_json():

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpuaudit.workloads import buckets, kernelview, opclass, tally  # noqa: E402
+from tests.support.predict import op_profile_run  # noqa: E402
 
 MB = 2**20
 
@@ -156,21 +157,6 @@ def test_ddp_buckets_follow_registration_order_reversed_and_the_caps():
     assert got == [(8 + MB // 2 + 2 * MB, (8 + MB // 2 + 2 * MB) / total), (30 * MB, 1.0)]
 
 
-def op_profile_run(model: str, op_profile: bool = True):
-    """`bench train --op-profile` of a tiny preset in fp32 on this CPU, with the recorded H200
-    machine's facts (the run predict reads back)."""
-    from gpuaudit.bench.context import Profile
-    from gpuaudit.bench.runner import run_bench
-    from gpuaudit.model import Machine
-
-    from .conftest import load_fixture
-
-    machine = Machine.model_validate(load_fixture("h200-1gpu")["machine"])
-    return run_bench(["train"], machine=machine, profile=Profile.STANDARD,
-                     options={"models": [model], "modes": ["fp32"], "steps": 2,
-                              "parts": ["modes"], "op_profile": op_profile})
-
-
 def test_bench_train_records_the_op_profile():
     run = op_profile_run("gpt-tiny")
     got = {m.name: m for m in run.measurements}
@@ -203,7 +189,7 @@ def test_family_resize_builds_the_target_on_the_meta_device():
     from gpuaudit.predict.family import resize
     from gpuaudit.workloads.models import PRESETS
 
-    from .test_predict import CPU_PROFILE
+    from .support.predict import CPU_PROFILE
 
     prof = load_profile(load_run(CPU_PROFILE.read_text()), "gpt-tiny/bf16")
     r = resize(prof, 350e6)

@@ -139,7 +139,7 @@ def test_bench_train_records_the_units_and_predict_moves_them_by_their_timing():
     from gpuaudit.specs.catalog import load_catalog
 
     from .conftest import FIXTURES
-    from .test_predict_capture import op_profile_run
+    from .support.predict import op_profile_run
 
     run = op_profile_run("resnet-tiny")
     (record,) = run.op_profiles

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuaudit.cli import recommend as cli
+from gpuaudit.cli import recommend_batch as cli_batch
 from gpuaudit.cost.recommend import Constraints, speed
 from gpuaudit.cost.recommend.batch import RenderTask, SimulateTask, recommend_batch
 from gpuaudit.errors import BadInputError
@@ -158,7 +159,7 @@ def catalog(monkeypatch):
 
 
 def invoke(*args):
-    return CliRunner().invoke(cli.recommend_app, list(args))
+    return CliRunner().invoke(cli_batch.recommend_app, list(args))  # with render, simulate
 
 
 def test_cli_render_json(catalog):

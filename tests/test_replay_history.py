@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -15,19 +14,18 @@ import pytest
 
 from gpuaudit.model import GpuSample, Sample
 from gpuaudit.store import ReplayHistory, Store, replay_hostname
-from tests.conftest import cli_env
-from tests.test_cli import ROOT
+from tests.support import cli
+from tests.support.cli import ROOT
 
 IDLE_TRACE = ROOT / "tests/fixtures/telemetry/h200-1gpu-idle.json"
 
 
 def gpuaudit(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    full = cli_env(COLUMNS="160", XDG_DATA_HOME=str(tmp_path / "data"),
-                   GPUAUDIT_USER_CATALOG=os.devnull)
-    full.pop("GPUAUDIT_DB", None)
-    full.update(env)
-    return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
-                          text=True, env=full, timeout=120)
+    """With a user data folder of its own (the default store), no user catalog, no
+    GPUAUDIT_DB."""
+    return cli.gpuaudit(*args, env={"XDG_DATA_HOME": str(tmp_path / "data"),
+                                    "GPUAUDIT_USER_CATALOG": os.devnull, "GPUAUDIT_DB": "",
+                                    **env})
 
 
 def replay(*args: str, tmp_path: Path, trace: Path = IDLE_TRACE, **env: str

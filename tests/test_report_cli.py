@@ -13,7 +13,7 @@ import pytest
 
 from gpuaudit.store import Store
 from tests.reportkit import ONE_GPU, RUNS, TWO_GPU, load, replayed_samples, with_figure
-from tests.test_cli import assert_one_line_error, gpuaudit
+from tests.support.cli import assert_one_line_error, gpuaudit
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_report_from_a_file_and_markdown_on_stdout(tmp_path):
 
 
 def test_report_with_a_doctor_document(tmp_path):
-    from tests.test_report_html import diagnosis
+    from tests.support.reports import diagnosis
 
     doc = tmp_path / "diag.json"
     doc.write_text(diagnosis().model_dump_json())

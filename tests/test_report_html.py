@@ -16,6 +16,7 @@ from gpuaudit.report.charts import figure, figure_json
 from gpuaudit.report.html import render_compare_html, render_run_html, render_run_markdown
 from gpuaudit.report.sections import build_report, intensity
 from tests.reportkit import NATIVE, ONE_GPU, TWO_GPU, contended, load, with_figure
+from tests.support.reports import diagnosis
 
 
 def charts_of(html: str) -> dict[str, int]:
@@ -149,25 +150,6 @@ def test_workload_sections_appear_when_present():
     assert lines["cudagraph p50"]["y"][0] == pytest.approx(0.45)
     assert lines["eager p99"]["y"][-1] == pytest.approx(17.0 * 1.3)
     assert lines["eager p99"]["line"]["dash"] == "dash"
-
-
-def diagnosis():
-    from datetime import datetime, timezone
-
-    from gpuaudit.model.diagnosis import Bottleneck, Change, Diagnosis, Observation
-
-    return Diagnosis(
-        command=("python", "train.py"), pid=4242, exit_code=0,
-        started_at=datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc), duration_s=20.0,
-        gpus=(0,), findings=(Bottleneck(
-            code="input-bound", title="the GPU waits for data", severity=Severity.WARN,
-            share=0.62, confidence="high", message="SM activity 0 % in 62 % of the samples "
-            "while the loader workers are busy", gpu_index=0,
-            evidence=(Observation(name="sm_activity_pct", value=0.0, unit="%",
-                                  source="NVML GPM"),)),),
-        changes=(Change(rank=1, finding="input-bound", action="more DataLoader workers",
-                        settings="DataLoader(num_workers=8, pin_memory=True)", gain_low=1.8,
-                        gain_high=2.5),))
 
 
 def test_diagnosis_section_appears_with_a_doctor_document():

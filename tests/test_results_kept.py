@@ -20,13 +20,13 @@ import jsonschema
 import pytest
 import sqlalchemy as sa
 
-import gpuaudit.store.store as store_module
+import gpuaudit.store.database as store_module
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import json_schema, load_run
 from gpuaudit.store import Store, UnsavedRunError, check_store, keep_run, save_or_keep
 from tests.conftest import cli_env
-from tests.test_cli import FIX, assert_one_line_error
-from tests.test_store import make_run
+from tests.support.cli import FIX, assert_one_line_error
+from tests.support.stores import make_run
 
 SNAPSHOT = FIX / "faults" / "ecc-uncorrectable.json"  # a FAIL finding: exit 1 when saved
 

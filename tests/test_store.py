@@ -13,8 +13,7 @@ import queue
 import signal
 import sqlite3
 import sys
-import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,73 +23,14 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 
 from gpuaudit.errors import BadInputError, GpuauditError
-from gpuaudit.model import Finding, Gpu, Host, Machine, Measurement, Run, Severity, load_run
+from gpuaudit.model import Severity, load_run
 from gpuaudit.store import RunNotFoundError, RunSummary, Store, default_db_url
 from gpuaudit.store.schema import STORE_SCHEMA_VERSION
 from tests.conftest import pg_base_url
+from tests.support.stores import T0, make_run, raw_engine
 
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 CEST = timezone(timedelta(hours=2))
 SPAWN = multiprocessing.get_context("spawn")
-
-
-def make_run(
-    n: int = 0,
-    *,
-    run_id: str | None = None,
-    kind: str = "run",
-    gpus: int = 1,
-    machine: bool = True,
-    fails: int = 1,
-    tz: timezone = timezone.utc,
-) -> Run:
-    """A small but complete Run: started n minutes after T0, `fails` FAIL + one WARN finding."""
-    host = Host(hostname=f"node-{n}", python_version="3.11.7", cpu_threads=64)
-    snapshot = Machine(
-        captured_at=T0 + timedelta(minutes=n, seconds=1),
-        host=host,
-        driver_version="550.54.15",
-        gpus=tuple(Gpu(index=i, name="NVIDIA H200", memory_total_bytes=150_754_820_096,
-                       cpu_affinity=(0, 1, 2)) for i in range(gpus)),
-        xid_counts={79: 1},
-    )
-    fail = [Finding(code="pcie.degraded", severity=Severity.FAIL, gpu_index=0,
-                    message="PCIe link at Gen3 x16, the slot allows Gen5 x16",
-                    evidence={"gen_current": 3, "gen_max": 5}, advice="reseat the card")] * fails
-    findings = (*fail,
-                Finding(code="ecc.corrected", severity=Severity.WARN, gpu_index=0,
-                        message="12 corrected ECC errors since boot"),
-                Finding(code="driver.ok", severity=Severity.PASS, message="driver is current"))
-    measurements = (
-        Measurement(suite="matmul", name="bf16", unit="TFLOP/s", value=701.5,
-                    samples=(700.25, 701.5, 702.0), warmup=3, spread_low=700.25,
-                    spread_high=702.0, spread_kind="min-max", spec_value=989.4,
-                    pct_of_spec=70.9, gpu_index=0, params={"m": 8192, "dtype": "bf16"},
-                    verified=True),
-        Measurement(suite="memory", name="device_bandwidth", unit="GB/s", value=None,
-                    skipped_reason="out of memory"),
-    )
-    start = (T0 + timedelta(minutes=n)).astimezone(tz)
-    return Run(
-        id=run_id or uuid.uuid4().hex[:12],
-        kind=kind,
-        started_at=start,
-        finished_at=start + timedelta(seconds=42),
-        tool_version="0.1.0",
-        command=("gpuaudit", "run"),
-        source="live",
-        machine=snapshot if machine else None,
-        findings=findings,
-        measurements=measurements,
-    )
-
-
-def raw_engine(url: str) -> sa.Engine:
-    """An engine of our own on the store's database, to look under the store's API."""
-    parsed = sa.make_url(url)
-    if parsed.drivername == "postgresql":
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return sa.create_engine(parsed)
 
 
 def count_rows(url: str, table: str, run_id: str | None = None) -> int:
@@ -199,6 +139,28 @@ def test_list_newest_first_with_counts(store_url: str) -> None:
     assert isinstance(no_machine, RunSummary)
     with pytest.raises(ValidationError):
         no_machine.kind = "other"  # type: ignore[misc]  # frozen record
+
+
+def test_filters_are_in_the_query_so_an_old_match_is_found(store_url: str) -> None:
+    """The newest run is not the one asked for: the filter narrows before the limit, so the
+    oldest run that matches comes back even with limit=1 (a list filtered after reading
+    the newest N would have dropped it)."""
+    old = make_run(0, run_id="bbbb00000000", gpus=2, fails=0)  # node-0, 2 GPUs, WARN
+    newer = [make_run(n, run_id=f"bbbb0000000{n}", fails=1) for n in range(1, 6)]  # FAIL
+    with Store(store_url) as store:
+        for run in (old, *newer):
+            store.save(run)
+        assert [s.id for s in store.list_runs(limit=1)] == ["bbbb00000005"]
+        assert [s.id for s in store.list_runs(limit=1, host="NODE-0")] == ["bbbb00000000"]
+        assert [s.id for s in store.list_runs(limit=1, gpu="2× nvidia")] == ["bbbb00000000"]
+        assert [s.id for s in store.list_runs(limit=1, verdict=Severity.WARN)] == [
+            "bbbb00000000"]
+        assert [s.id for s in store.list_runs(since=T0 + timedelta(minutes=4))] == [
+            "bbbb00000005", "bbbb00000004"]
+        assert store.list_runs(host="node-%") == []  # LIKE's wildcards are literal here
+        assert store.list_runs(host="node-1", verdict=Severity.WARN) == []  # filters combine
+        assert store.run_kinds() == {"run": 6}
+
 
 
 def test_saving_the_same_id_twice_is_refused(store_url: str) -> None:

@@ -18,14 +18,19 @@ import platformdirs
 import pytest
 import sqlalchemy as sa
 
-import gpuaudit.store.store as store_module
+import gpuaudit.store.database as store_module
 from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.model import GpuSample, Sample
 from gpuaudit.store import RunNotFoundError, Store, StoreNotFoundError, mask_secrets
 from tests.conftest import cli_env, pg_base_url
-from tests.test_cli import FIX, assert_one_line_error, gpuaudit
-from tests.test_store import T0, make_run, raw_engine
-from tests.test_store_telemetry import create_v1_database, stored_version_and_tables
+from tests.support.cli import FIX, assert_one_line_error, gpuaudit
+from tests.support.stores import (
+    T0,
+    create_v1_database,
+    make_run,
+    raw_engine,
+    stored_version_and_tables,
+)
 
 
 def digest(path: Path) -> str:

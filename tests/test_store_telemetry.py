@@ -14,13 +14,18 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-import gpuaudit.store.store as store_module
+import gpuaudit.store.database as store_module
 from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.model import GpuSample, Sample
 from gpuaudit.model.history import HistoryPoint, Resolution
 from gpuaudit.store import Store, parse_time
 from gpuaudit.store import schema as store_schema
-from tests.test_store import make_run, raw_engine
+from tests.support.stores import (
+    V1_TABLES,
+    create_v1_database,
+    raw_engine,
+    stored_version_and_tables,
+)
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 CEST = timezone(timedelta(hours=2))
@@ -394,36 +399,6 @@ def test_concurrent_writer_and_compactors_lose_no_sample(store_url: str) -> None
 
 
 # -- schema versions ------------------------------------------------------------------------
-
-V1_TABLES = ("gpuaudit_meta", "runs", "findings", "measurements")
-
-
-def create_v1_database(url: str, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """A database as gpuaudit with store schema 1 made it: the same Store code path with the
-    schema-1 tables and version, and two runs saved through it."""
-    v1 = sa.MetaData()
-    for name in V1_TABLES:
-        store_schema.metadata.tables[name].to_metadata(v1)
-    with monkeypatch.context() as patch:
-        patch.setattr(store_module.schema, "metadata", v1)
-        patch.setattr(store_module, "STORE_SCHEMA_VERSION", 1)
-        runs = [make_run(n, run_id=f"eeee{n:08d}") for n in range(2)]
-        with Store(url) as old:
-            for run in runs:
-                old.save(run)
-    return runs
-
-
-def stored_version_and_tables(url: str) -> tuple[str, set[str]]:
-    engine = raw_engine(url)
-    try:
-        with engine.connect() as conn:
-            version = conn.execute(sa.text("SELECT value FROM gpuaudit_meta"
-                                           " WHERE key = 'store_schema_version'")).scalar_one()
-            return version, set(sa.inspect(conn).get_table_names())
-    finally:
-        engine.dispose()
-
 
 def test_a_version_1_database_is_upgraded_in_place(
     store_url: str, monkeypatch: pytest.MonkeyPatch

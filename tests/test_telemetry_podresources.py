@@ -109,7 +109,7 @@ def test_a_kubelet_that_cannot_be_asked_is_an_oserror(tmp_path):
 
 
 def test_the_scrape_names_the_pod_beside_the_gpus_metrics(kubelet):
-    from tests.test_telemetry_exporter import latest_for, two_gpus
+    from tests.support.telemetry import latest_for, two_gpus
 
     sample = two_gpus()
     # The GPUs of the sample get the UUIDs the kubelet knows.

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.hw.telemetry import Sampler, TraceReplay
+from gpuaudit.hw.telemetry import Sampler
+from gpuaudit.hw.telemetry_trace import TraceReplay
 from gpuaudit.model import GpuSample, Sample, XidEvent
 from gpuaudit.telemetry.metrics import Series, XidTally, metric_names, series
 from gpuaudit.telemetry.promql import parse_duration, selectors

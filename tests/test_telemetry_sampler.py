@@ -10,7 +10,8 @@ import pytest
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.nvml import Unsupported
-from gpuaudit.hw.telemetry import Sampler, TraceRecorder, TraceReplay
+from gpuaudit.hw.telemetry import Sampler
+from gpuaudit.hw.telemetry_trace import TraceRecorder, TraceReplay
 from tests import telemetry_traces as tt
 
 IDLE_1GPU = json.loads((Path(__file__).parent / "fixtures/h200-1gpu/nvml_trace.json")

@@ -12,7 +12,7 @@ import pytest
 from gpuaudit.errors import BadInputError
 from gpuaudit.store import Store
 from tests.reportkit import FIXTURES, NATIVE, ONE_GPU, TWO_GPU, load
-from tests.test_cli import assert_one_line_error, gpuaudit
+from tests.support.cli import assert_one_line_error, gpuaudit
 
 TestClient = pytest.importorskip("starlette.testclient").TestClient
 TOKEN = "t0ken-for-the-tests-0123456789"
@@ -60,6 +60,24 @@ def test_filters(db):
         warn = c.get("/", params={"verdict": "WARN"}).text
         assert load(TWO_GPU).id in warn and load(NATIVE).id not in warn
         assert "No run matches" in c.get("/", params={"host": "nohost"}).text
+        bad = c.get("/", params={"verdict": "GREAT"})
+        assert bad.status_code == 422 and "unknown verdict" in bad.text
+
+
+def test_an_old_matching_run_is_listed_past_the_newest(db, monkeypatch):
+    """The page lists what the store's query finds: with room for one run, the one-GPU run
+    (the oldest of the three) is still found, not only looked for among the newest."""
+    from gpuaudit.web import pages
+
+    monkeypatch.setattr(pages, "LIST_LIMIT", 1)
+    oldest, middle, newest = sorted((load(n) for n in (ONE_GPU, TWO_GPU, NATIVE)),
+                                    key=lambda r: r.started_at)
+    assert [len(r.machine.gpus) for r in (oldest, middle, newest)] == [1, 2, 2]
+    with client(db) as c:
+        plain = c.get("/").text
+        assert newest.id in plain and oldest.id not in plain and "of 3 stored" in plain
+        matched = c.get("/", params={"gpu": "1×"}).text
+        assert oldest.id in matched and newest.id not in matched and middle.id not in matched
 
 
 def test_errors_are_pages_not_tracebacks(db):

@@ -10,12 +10,13 @@ import statistics
 
 import pytest
 
+from gpuaudit.bench.workload_findings import workload_findings
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Measurement, Severity
+from gpuaudit.percentile import percentile
 from gpuaudit.specs import lookup
 from gpuaudit.workloads import data, serving
 from gpuaudit.workloads.entry import resolve, split_batch
-from gpuaudit.workloads.findings import workload_findings
 from gpuaudit.workloads.flops import (
     FlopCount,
     mfu,
@@ -26,7 +27,7 @@ from gpuaudit.workloads.flops import (
 from gpuaudit.workloads.memory import is_oom, oom_reason, requested_bytes
 from gpuaudit.workloads.models import PRESETS
 from gpuaudit.workloads.precision import TrainMode, parse_mode, unsupported
-from gpuaudit.workloads.stats import gpus_needed, p50_p90_p99, percentile, scaling_efficiency
+from gpuaudit.workloads.stats import gpus_needed, p50_p90_p99, scaling_efficiency
 
 # -- FLOPs and MFU ----------------------------------------------------------------------------
 

@@ -6,13 +6,10 @@ gloo, the CLI. Tests marked `gpu` run the quick profile on a real GPU."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 
 import pytest
-
-from tests.conftest import cli_env
 
 torch = pytest.importorskip("torch")
 
@@ -21,6 +18,7 @@ from gpuaudit.bench.runner import run_bench  # noqa: E402
 from gpuaudit.model import Machine, RunStatus  # noqa: E402
 from gpuaudit.workloads import flops, models  # noqa: E402
 from gpuaudit.workloads.entry import load  # noqa: E402
+from tests.support import cli  # noqa: E402
 
 from .conftest import fixture_machine  # noqa: E402
 
@@ -289,9 +287,8 @@ def test_ddp_over_gloo_scales_from_one_rank_to_two():
 
 
 def gpuaudit(*args, cwd=None):
-    env = cli_env(OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "gpuaudit", *args], capture_output=True,
-                          text=True, timeout=600, cwd=cwd, env=env)
+    """Training on this CPU: one thread (the machine is shared), up to ten minutes."""
+    return cli.gpuaudit(*args, env={"OMP_NUM_THREADS": "1"}, cwd=cwd, timeout=600, columns=None)
 
 
 def test_cli_bad_models_and_precisions_are_one_line_and_exit_2(tmp_path):

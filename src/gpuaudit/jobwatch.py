@@ -197,7 +197,7 @@ def lightning_callback(*, profile_steps: int = 0, report: bool = True) -> Any:
             raise BadInputError("gpuaudit.lightning_callback needs PyTorch Lightning "
                                 "(pip install lightning)") from None
 
-    class GpuauditCallback(Callback):  # type: ignore[misc, valid-type]
+    class GpuauditCallback(Callback):
         def __init__(self) -> None:
             self.watch = Watch(profile_steps=profile_steps, report=report)
             self._batch_done: float | None = None

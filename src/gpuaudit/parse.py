@@ -21,7 +21,6 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.reading import MAX_FILE_BYTES, load_json, read_json, read_text  # noqa: F401
 
 # Longer input is never a number, a duration or a size anyone meant (and int() of a
 # 5,000-digit string is slow and then refused by Python itself).
@@ -432,8 +431,8 @@ def unknown(option: str, value: str, known: Iterable[str], what: str) -> BadInpu
 
 
 # -- files -------------------------------------------------------------------------------------
-# Files users name are read by `gpuaudit.reading` (imported above): regular files only,
-# bounded before and after decompression, strict UTF-8 and JSON.
+# Files users name are read by `gpuaudit.reading`: regular files only, bounded before and
+# after decompression, strict UTF-8 and JSON.
 
 
 def writable_file(path: str | Path | None, option: str) -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from gpuaudit.bench import fidelity as fid
 from gpuaudit.model import load_run
+from gpuaudit.parse import human_bytes
 from gpuaudit.report.terminal import suite_times_line
-from gpuaudit.units import human_bytes
 
 
 def _f(x: float | None, fmt: str = ".1f") -> str:

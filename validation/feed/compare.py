@@ -33,8 +33,9 @@ from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.feed import fio, native_net, network, storage
 from gpuaudit.bench.feed.rates import gb_per_s, per_second
 from gpuaudit.bench.feed.serve import serve
+from gpuaudit.binaries import find_binary
 from gpuaudit.hw import take_snapshot
-from gpuaudit.units import parse_bytes
+from gpuaudit.parse import size_bytes
 
 PASSES = 5
 FIO_TIMEOUT_S = 600.0
@@ -167,13 +168,13 @@ def network_rows(rounds: int) -> dict[str, list[tuple[float, float]]]:
 def main() -> None:
     path = sys.argv[1]
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    size = parse_bytes(sys.argv[3]) if len(sys.argv) > 3 else 1 << 30
+    size = size_bytes(sys.argv[3], "size") if len(sys.argv) > 3 else 1 << 30
     # GPUAUDIT_COMPARE_SEQ_ONLY=1: sequential passes only (more pairs in the same time)
     seq_only = os.environ.get("GPUAUDIT_COMPARE_SEQ_ONLY") == "1"
     p = storage.Plan(file_bytes=size, seq_jobs=4, passes=PASSES,
                      depths=() if seq_only else (1, 16), rand_seconds=2.0)
     rows: dict[str, list[tuple[float, float]]] = {}
-    exe = fio.find_binary()
+    exe = find_binary("fio", path_env=fio.ENV_VAR)
     if exe:
         rows.update(storage_rows(exe, path, p, rounds))
     else:

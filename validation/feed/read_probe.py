@@ -52,8 +52,9 @@ from dataclasses import dataclass
 
 from gpuaudit.bench.feed import fio, storage
 from gpuaudit.bench.feed.procs import Workers
+from gpuaudit.binaries import find_binary
 from gpuaudit.hw.storage import DiskStat, disk_stat
-from gpuaudit.units import parse_bytes
+from gpuaudit.parse import size_bytes
 
 SEQ = storage.SEQ_BLOCK
 JOBS = 4
@@ -211,8 +212,8 @@ def fio_memfd(exe: str, path: str, f: storage.TestFile, size: int, variant: str)
 
 def main() -> None:
     d, rounds = sys.argv[1], int(sys.argv[2])
-    size = parse_bytes(sys.argv[3]) if len(sys.argv) > 3 else 512 << 20
-    exe = fio.find_binary()
+    size = size_bytes(sys.argv[3], "size") if len(sys.argv) > 3 else 512 << 20
+    exe = find_binary("fio", path_env=fio.ENV_VAR)
     if not exe:
         sys.exit(fio.NOT_FOUND)
     dev = storage.storage_target(d).device

@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for tests.teleme
 
 from tests import telemetry_traces as tt
 
-from gpuaudit.hw.telemetry import Sampler, TraceReplay
+from gpuaudit.hw.telemetry import Sampler
+from gpuaudit.hw.telemetry_trace import TraceReplay
 from gpuaudit.store import Store
 from gpuaudit.telemetry.idle import IdlePolicy
 from gpuaudit.telemetry.monitor import Monitor, replay_times

@@ -253,7 +253,8 @@ def sample(seconds: float, interval: float, skip: set[str], keep_frames: bool,
            only: set[str] | None = None, fields: str | None = None,
            keep_arrays: bool = False) -> dict:
     from gpuaudit.hw import LiveNvml
-    from gpuaudit.hw.telemetry import Sampler, TraceRecorder
+    from gpuaudit.hw.telemetry import Sampler
+    from gpuaudit.hw.telemetry_trace import TraceRecorder
     from gpuaudit.model import utc_now
 
     live = LiveNvml()

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from gpuaudit.hw import LiveNvml
-from gpuaudit.hw.telemetry import Sampler, TraceRecorder
+from gpuaudit.hw.telemetry import Sampler
+from gpuaudit.hw.telemetry_trace import TraceRecorder
 from gpuaudit.hw.torch_env import apply_safe_env
 from gpuaudit.model import utc_now
 

@@ -32,7 +32,7 @@ import warnings
 from typing import Any
 
 # The hold before a batch: shared with the layers timed alone (workloads/timing.py).
-from gpuaudit.workloads.timing import (
+from gpuaudit.bench.timing import (
     HOLD_MAX_US,
     HOLD_TRIES,
     hold_us,
@@ -166,7 +166,7 @@ class Rank:
             self.device = torch.device("cpu")
         self.dtype = getattr(torch, cfg["dtype"])
         try:  # device_id (torch ≥ 2.3) binds the GPU and sets NCCL up now, not at the first op
-            kwargs = {"device_id": self.device} if self.cuda else {}
+            kwargs: dict[str, Any] = {"device_id": self.device} if self.cuda else {}
             dist.init_process_group(cfg["backend"], rank=self.rank, world_size=self.n, **kwargs)
         except TypeError:
             dist.init_process_group(cfg["backend"], rank=self.rank, world_size=self.n)
@@ -198,6 +198,7 @@ class Rank:
                 torch.cuda.empty_cache()
             return {"event": "skip", "i": index, "reason":
                     f"needs {need / 2**30:.1f} GiB of free memory on every GPU"}
+        assert bufs is not None  # every rank has room (agreed above)
         result = self._measure(index, op, count, *bufs)
         bufs = None
         if self.cuda:

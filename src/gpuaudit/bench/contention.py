@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuaudit.bench.stragglers import relative_iqr
+from gpuaudit.bench.suites import HOST_SUITES
 from gpuaudit.hw.nvml import NvmlSource
 from gpuaudit.hw.telemetry import GpuStatic, read_gpu_sample, read_static
 from gpuaudit.model import (
@@ -42,9 +43,9 @@ from gpuaudit.parse import human_bytes
 ACTIVITY_PCT = 5.0  # SM activity while we are idle above this: another workload computes
 SPREAD_FRACTION = 0.30
 SPREAD_SUITES = frozenset({"matmul", "memory"})
-# These measure the host (CPUs, disks, NICs): a process on a GPU does not make them contended.
-# nvJPEG, the one GPU figure among them, carries its gpu_index and is judged like the others.
-HOST_SUITES = frozenset({"host", "storage", "network"})
+# The host suites' figures (bench.suites.HOST_SUITES): a process on a GPU does not make them
+# contended. nvJPEG, the one GPU figure among them, carries its gpu_index and is judged like
+# the others.
 WINDOW_S = 0.25  # GPM needs samples ~100 ms+ apart; a quarter second per look
 # A GPM sample taken right after our own kernels end still counts some of them: on an H200
 # (validation/bench/gpm_settle.py) a look right after a synchronized matmul burst read 22-36 %

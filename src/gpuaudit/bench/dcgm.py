@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from typing import Any
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.stats import skipped
 from gpuaudit.bench.transfer import link_spec
+from gpuaudit.binaries import find_binary
 from gpuaudit.hw.torch_env import apply_safe_env
 from gpuaudit.model import Measurement, Params
 
@@ -410,11 +410,6 @@ def to_measurements(ctx: BenchContext, diag: DcgmDiag, level: int,
 
 # ---- running dcgmi ----
 
-def find_binary() -> str | None:
-    path = os.environ.get(ENV_VAR) or shutil.which("dcgmi")
-    return path if path and os.path.isfile(path) and os.access(path, os.X_OK) else None
-
-
 def _gpu_list(ctx: BenchContext) -> list[int]:
     """The chosen GPUs (NVML indices); without CUDA devices (no torch), the machine's GPUs."""
     chosen = [n for _, n in ctx.devices] or [g.index for g in ctx.machine.gpus]
@@ -451,7 +446,7 @@ def run_native(ctx: BenchContext) -> Iterator[Measurement]:
     verdicts and figures. Never raises for the tool's failures: they become skipped rows."""
     level = ctx.pick(1, 2, 3)
     base: Params = {"tool": "dcgmi", "level": level}
-    path = find_binary()
+    path = find_binary("dcgmi", path_env=ENV_VAR)
     if path is None:
         yield skipped(SUITE, "diag", "", NOT_FOUND, params=base)
         return

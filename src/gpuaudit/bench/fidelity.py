@@ -106,12 +106,12 @@ def compare_collectives(measurements: Iterable[Measurement], launch: str | None 
     for m in measurements:
         if not _is_size_row(m):
             continue
-        key = (str(m.params["op"]), int(m.params["size_bytes"]))  # type: ignore[arg-type]
+        key = (str(m.params["op"]), int(m.params["size_bytes"]))
         if m.params.get("tool") == "nccl-tests":
             if launch is None or _launch(m) == launch:
                 refs[key].append(m)
         elif m.params.get("tool") is None:
-            ours[key].append(float(m.value))  # type: ignore[arg-type]
+            ours[key].append(float(m.value))
     rows = []
     for op, size in sorted(set(ours) | set(refs), key=lambda k: (k[0], k[1])):
         column = "in-place" if op in IN_PLACE_OPS else "out-of-place"
@@ -225,7 +225,7 @@ def matmul_rows(measurements: Iterable[Measurement], mamf: dict[str, MamfResult 
     for prec, ref in mamf.items():
         b, s = burst.get(prec), sustained.get(prec)
         shape = (int(b.params["m"]), int(b.params["n"]), int(b.params["k"])) \
-            if b is not None and {"m", "n", "k"} <= b.params.keys() else None  # type: ignore[arg-type]
+            if b is not None and {"m", "n", "k"} <= b.params.keys() else None
         mean = b.params.get("mean") if b is not None else None
         mx = b.params.get("max") if b is not None else None
         rows.append(MatmulRow(

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import psutil
 
+from gpuaudit.bench.suites import HOST_SUITES
 from gpuaudit.model import Measurement
 
-HOST_SUITES = frozenset({"host", "storage", "network"})
 BUSY_SHARE = 0.25  # others on this share of the cores or more: CPU figures are not judged
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.stats import measure, reason_of, skipped
 from gpuaudit.bench.transfer import cpu_only_reason, release
-from gpuaudit.hw.torch_env import import_torch
+from gpuaudit.hw.torch_env import cuda_torch
 from gpuaudit.model import Measurement
 
 SUITE = "latency"
@@ -118,7 +118,7 @@ def run(ctx: BenchContext) -> Iterator[Measurement]:
         for name in NAMES:
             yield skipped(SUITE, name, UNIT, reason)
         return
-    torch = import_torch()
+    torch = cuda_torch()
     plan = plan_for(ctx)
     steps = (("launch", _launch), ("launch_graph", _launch_graph), ("roundtrip", _roundtrip))
     for dev, nvml in ctx.devices:

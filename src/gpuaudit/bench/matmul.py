@@ -114,6 +114,7 @@ def run(ctx: BenchContext) -> Iterator[Measurement]:
             return
         yield from _run_cpu(ctx, torch)
         return
+    assert torch is not None  # torch found the CUDA devices
     old = torch.backends.cuda.matmul.allow_tf32
     try:
         # Every precision's search and burst first, every sustained figure after: a sustained

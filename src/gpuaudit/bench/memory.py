@@ -55,6 +55,7 @@ def run(ctx: BenchContext) -> Iterator[Measurement]:
             return
         yield from _run_cpu(ctx, torch)
         return
+    assert torch is not None  # torch found the CUDA devices
     devices = [d for d, _ in ctx.devices]
     index = {d.cuda_index: i for d, i in ctx.devices}
     iters, warmup = ctx.pick(20, 50, 100), ctx.pick(3, 5, 10)

@@ -29,6 +29,7 @@ from gpuaudit.bench.collectives import (
 )
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.stats import pct_of, skipped
+from gpuaudit.binaries import find_binary
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.torch_env import apply_safe_env
 from gpuaudit.model import Measurement, Params
@@ -151,16 +152,6 @@ def out_of_bounds(text: str) -> int | None:
     """The `# Out of bounds values` footer: rows whose wrong count was not 0."""
     m = _OOB.search(text)
     return int(m.group(1)) if m else None
-
-
-def find_binary(name: str, directory: str | None = None) -> str | None:
-    """`name` in `directory` (GPUAUDIT_NCCL_TESTS, e.g. nccl-tests/build), else on PATH."""
-    directory = directory if directory is not None else os.environ.get(ENV_DIR)
-    if directory:
-        path = Path(directory) / name
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-    return shutil.which(name)
 
 
 def _visible_devices(ctx: BenchContext) -> str:
@@ -297,7 +288,7 @@ def _binary(binary: str, launch: str, mpirun: str | None) -> tuple[str | None, s
     """(the executable for this launch form, or None and why). Form mpi takes only the MPI=1
     build's (one built without MPI under mpirun would run N single-rank copies)."""
     if launch != "mpi":
-        exe = find_binary(binary)
+        exe = find_binary(binary, dir_env=ENV_DIR)  # e.g. nccl-tests/build
         return exe, NOT_FOUND
     folder = os.environ.get(MPI_DIR_ENV)
     if not folder:

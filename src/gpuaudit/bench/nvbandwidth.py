@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.p2p import expected_gbps
 from gpuaudit.bench.stats import skipped
 from gpuaudit.bench.transfer import link_spec
+from gpuaudit.binaries import find_binary
 from gpuaudit.hw.torch_env import apply_safe_env
 from gpuaudit.model import Measurement, Params
 
@@ -220,14 +220,9 @@ def to_measurements(ctx: BenchContext, rows: list[NvbRow],
     return found
 
 
-def find_binary() -> str | None:
-    path = os.environ.get(ENV_VAR) or shutil.which("nvbandwidth")
-    return path if path and os.path.isfile(path) and os.access(path, os.X_OK) else None
-
-
 def run_native(ctx: BenchContext) -> Iterator[Measurement]:
     """Run nvbandwidth (where installed) on our testcases and yield its figures."""
-    path = find_binary()
+    path = find_binary("nvbandwidth", path_env=ENV_VAR)
     base: Params = {"tool": "nvbandwidth"}
     if path is None:
         yield skipped("transfer", "nvbandwidth", "GB/s", NOT_FOUND, params=base)

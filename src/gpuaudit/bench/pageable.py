@@ -67,7 +67,9 @@ def _gbps(nbytes: int, seconds: float) -> float:
 
 def _h2d(torch: Any, ring: Any, device: Any, nbytes: int, warmup: int, iters: int
          ) -> tuple[list[float], bool]:
-    rates, last, src = [], None, None
+    rates: list[float] = []
+    last: Any = None
+    src: Any = None
     for i, off in enumerate(ring_offsets(nbytes, ring.numel(), warmup + iters)):
         src = ring[off:off + nbytes]
         t0 = time.perf_counter()
@@ -84,7 +86,8 @@ def _d2h(torch: Any, dev: Any, nbytes: int, warmup: int, iters: int, reuse: bool
          ) -> tuple[list[float], bool]:
     src = dev[:nbytes]
     out = torch.empty(nbytes, dtype=torch.uint8) if reuse else None
-    rates, last = [], None
+    rates: list[float] = []
+    last: Any = None
     for i in range(warmup + iters):
         last = None  # the previous result is freed first, as a loop over batches frees it
         t0 = time.perf_counter()

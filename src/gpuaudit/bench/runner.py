@@ -29,20 +29,9 @@ from gpuaudit.model import (
 )
 from gpuaudit.model.opprofile import OpProfile
 
-NATIVE = {  # suite → modules with run_native(ctx), for --with-native
-    "collectives": ("gpuaudit.bench.nccl_tests",),
-    "transfer": ("gpuaudit.bench.nvbandwidth", "gpuaudit.bench.dcgm"),
-    "storage": ("gpuaudit.bench.feed.fio",),
-    "network": ("gpuaudit.bench.feed.native_net",),
-    "render": ("gpuaudit.bench.render.native",),
-}
-# suite → module with preflight(ctx): bad input (a missing path, a silent peer) is refused
-# before anything runs, so no measured figure is thrown away.
 # A suite shorter than this (latency, memory: a fraction of a second) gets no look of its own
 # after it: its figures share the look after the next suite.
 SHORT_SUITE_S = 1.0
-PREFLIGHT = {"storage": "gpuaudit.bench.feed.storage", "network": "gpuaudit.bench.feed.network",
-             "collectives": "gpuaudit.bench.nccl_tests"}
 
 
 def check_suites(names: Sequence[str]) -> list[str]:
@@ -158,8 +147,8 @@ def run_bench(
             before = len(watch.looks) - 1 if watch is not None else 0
             ctx.step(name)
             runs = [suite(name)]
-            if with_native and name in NATIVE:
-                runs += [importlib.import_module(m).run_native for m in NATIVE[name]]
+            if with_native:
+                runs += [importlib.import_module(m).run_native for m in SUITES[name].native]
             t0 = time.perf_counter()
             found = False
             first, load = len(measured), hostload.read()
@@ -213,7 +202,8 @@ def preflight(names: Sequence[str], *, profile: Profile, timeout_s: float,
         from gpuaudit.bench.feed.verdict import parse_job
 
         parse_job(str(options["job"]))  # bad text fails now, not after the measuring
-    checks = [importlib.import_module(PREFLIGHT[n]).preflight for n in names if n in PREFLIGHT]
+    checks = [importlib.import_module(m).preflight for n in names
+              if (m := SUITES[n].preflight) is not None]
     if not checks:
         return
     # The checks need the options and the profile only, not the machine.
@@ -254,7 +244,7 @@ def _live_watch(ctx: BenchContext, exclusive: bool) -> contention.Watch | None:
 
 
 def bench_findings(measured: Sequence[Measurement]) -> list[Finding]:
-    from gpuaudit.workloads.findings import workload_findings
+    from gpuaudit.bench.workload_findings import workload_findings
 
     # a contended figure says nothing about the GPU's own speed: no straggler judgement
     findings = find_stragglers([m for m in measured if not m.contended])

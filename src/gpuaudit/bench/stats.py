@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Sequence
 
 from gpuaudit.model import Measurement, Params
+from gpuaudit.percentile import percentile
 
 # IQR wider than this fraction of the median makes the figure "noisy".
 NOISY_IQR_FRACTION = 0.10
@@ -16,18 +17,8 @@ MIN_SAMPLES = 5
 
 
 def quartiles(samples: Sequence[float]) -> tuple[float, float, float]:
-    """(Q1, median, Q3) by linear interpolation between order statistics (numpy's default)."""
-    xs = sorted(samples)
-    if not xs:
-        raise ValueError("no samples")
-
-    def q(p: float) -> float:
-        pos = p * (len(xs) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(xs) - 1)
-        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-    return q(0.25), q(0.5), q(0.75)
+    """(Q1, median, Q3), by `percentile`'s rule."""
+    return percentile(samples, 25), percentile(samples, 50), percentile(samples, 75)
 
 
 def pct_of(value: float | None, reference: float | None) -> float | None:

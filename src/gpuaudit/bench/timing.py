@@ -1,6 +1,7 @@
-"""Timing on a GPU the way METHOD.md and the peers do it: warm-up first, CUDA events around
-each iteration, an optional L2 flush between iterations; and running one function on every
-GPU at once."""
+"""Timing on a GPU as the reference tools do it (Triton's `do_bench`, nccl-tests): warm-up
+first, CUDA events around each iteration, an optional L2 flush between iterations so that no
+iteration reads what the one before left in the cache; and running one function on every GPU
+at once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from gpuaudit.hw.torch_env import CudaDevice, import_torch
+from gpuaudit.hw.torch_env import CudaDevice, cuda_torch
 
 T = TypeVar("T")
 
@@ -20,7 +21,7 @@ class L2Flush:
     from device memory."""
 
     def __init__(self, device: CudaDevice, min_bytes: int = 64 << 20) -> None:
-        torch = import_torch()
+        torch = cuda_torch()
         size = max(2 * device.l2_cache_bytes, min_bytes)
         self.buf = torch.empty(size, dtype=torch.uint8, device=f"cuda:{device.cuda_index}")
 
@@ -36,7 +37,7 @@ def cuda_times_ms(fn: Callable[[], Any], *, iters: int, warmup: int,
     `min_warmup_ms` and `min_timed_ms` stretch the warm-up and the timed run to at least that
     much GPU time: a GPU at its power limit settles its clocks over a few hundred ms, and a
     short burst before that reads faster than any sustained job will run."""
-    torch = import_torch()
+    torch = cuda_torch()
     if min_warmup_ms or min_timed_ms:
         probe = cuda_times_ms(fn, iters=1, warmup=1, flush=flush)[0] or 1e-3
         warmup = max(warmup, math.ceil(min_warmup_ms / probe))
@@ -73,7 +74,9 @@ def on_each(devices: Sequence[CudaDevice], fn: Callable[[CudaDevice], T]
             ) -> list[T | BaseException]:
     """fn(device) on every device at once, one host thread each (CUDA work releases the GIL);
     results in device order, an exception in place of a result where fn raised."""
-    torch = import_torch()
+    if not devices:
+        return []
+    torch = cuda_torch()
 
     def call(d: CudaDevice) -> T | BaseException:
         try:
@@ -91,3 +94,34 @@ def on_each(devices: Sequence[CudaDevice], fn: Callable[[CudaDevice], T]
 def rate(amount: float, times_ms: Sequence[float], scale: float = 1e9) -> list[float]:
     """Per-iteration rates: `amount` (bytes, FLOPs) per second, divided by `scale`."""
     return [amount / (t / 1e3) / scale for t in times_ms if t > 0]
+
+
+_SPIN_CYCLES_PER_US: dict[int, float] = {}
+
+
+def spin_cycles_per_us(torch: Any) -> float:
+    """The clock of `torch.cuda._sleep` on the current device (its hold is given in cycles),
+    measured once per device."""
+    dev = torch.cuda.current_device()
+    if dev not in _SPIN_CYCLES_PER_US:
+        a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        a.record()
+        torch.cuda._sleep(1_000_000)
+        b.record()
+        b.synchronize()
+        _SPIN_CYCLES_PER_US[dev] = 1_000_000 / max(a.elapsed_time(b) * 1e3, 1.0)
+    return _SPIN_CYCLES_PER_US[dev]
+
+
+# The hold before timed work queued behind a spin kernel: the host's measured time to queue
+# it, times this, plus a margin (the collectives worker's batches and the layers timed alone,
+# workloads/timing.py).
+HOLD_FACTOR = 2.0
+HOLD_MARGIN_US = 200.0
+HOLD_TRIES = 3  # work that started before it was all queued is run again, holding 4x longer
+HOLD_MAX_US = 50_000.0
+
+
+def hold_us(host_us_per_call: float, calls: int) -> float:
+    """How long to hold the GPU while the host queues `calls` calls (µs)."""
+    return HOLD_FACTOR * max(host_us_per_call, 1.0) * calls + HOLD_MARGIN_US

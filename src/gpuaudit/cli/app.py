@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from gpuaudit._version import __version__
-from gpuaudit.cli import common
+from gpuaudit.cli import group
 
 # name → (module, attribute, its help's first paragraph, context settings attribute or "").
 # The attribute is a typer app (a group) or a command function.
@@ -54,7 +54,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "catalog": ("gpuaudit.cli.catalog", "catalog_app", "The price catalog: GPU instances with "
                 "on-demand, spot and reserved prices, each with its source and date. List, "
                 "show, validate, import your own (ours or SkyPilot's CSV).", ""),
-    "recommend": ("gpuaudit.cli.recommend", "recommend_app", "Which instance to rent for a "
+    "recommend": ("gpuaudit.cli.recommend_batch", "recommend_app", "Which instance to rent for a "
                   "task: train, fine-tune, serve, or a benchmarked workload (--run). "
                   "Estimates, with their basis and reasons.", ""),
     "fleet": ("gpuaudit.cli.fleet", "fleet_app", "Audit every GPU node of a Ray cluster into "
@@ -78,11 +78,11 @@ def load_command(name: str) -> Any:
                        )(target)
         command = typer.main.get_command(single)
     command.name = name
-    common.tidy_help(command)
+    group.tidy_help(command)
     return command
 
 
-class _Root(common.Group):
+class _Root(group.Group):
     """The root group: its commands are loaded by name when first needed."""
 
     def list_commands(self, ctx: Any) -> list[str]:
@@ -104,7 +104,7 @@ class _Root(common.Group):
             formatter.write_dl(rows)
 
 
-app = common.new_app(
+app = group.new_app(
     "What a GPU server really delivers, why a job does not get it, and what it costs.",
     name="gpuaudit", no_args_is_help=True, cls=_Root)
 
@@ -124,5 +124,5 @@ def _root(
 
 
 def main() -> None:
-    """Entry point. Errors become one line and their exit code in `common.Group`."""
+    """Entry point. Errors become one line and their exit code in `group.Group`."""
     app()

@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuaudit.cli import common
+from gpuaudit.cli import common, group
 from gpuaudit.cli.common import JsonOpt, consoles, print_json
 from gpuaudit.errors import BadInputError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-catalog_app = common.new_app(
+catalog_app = group.new_app(
     "The price catalog: GPU instances with on-demand, spot and reserved prices, each with its "
     "source and date. List, show, validate, import your own (ours or SkyPilot's CSV).",
     no_args_is_help=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpuaudit import parse
-from gpuaudit.cli import common
+from gpuaudit.cli import common, group
 from gpuaudit.cli.common import CatalogOpt, DbOpt, InstanceOpt, JsonOpt, out
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Offer
@@ -22,7 +22,7 @@ from gpuaudit.model.version import SCHEMA_VERSION
 if TYPE_CHECKING:
     from gpuaudit.model.lite import Lite as Record
 
-cost_app = common.new_app("What it costs: a job on-demand, reserved or on spot; buy vs rent; "
+cost_app = group.new_app("What it costs: a job on-demand, reserved or on spot; buy vs rent; "
                           "$ per unit of work; idle GPUs.", no_args_is_help=True)
 
 KindOpt = Annotated[PriceKind, typer.Option("--price-kind", help="Which of the offer's prices.")]

@@ -43,14 +43,14 @@ def feed_options(*, paths: Sequence[str] = (), file_size: str | None = None,
                  peer: str | None = None, port: int | None = None,
                  job: str | None = None) -> dict[str, object]:
     """ctx.options for the feed suites from the command line (bad text is bad input)."""
-    from gpuaudit.units import parse_bytes
+    from gpuaudit.parse import size_bytes
 
     options: dict[str, object] = {}
     if paths:
         options["paths"] = tuple(paths)
     if file_size is not None:
         try:
-            options["file_bytes"] = parse_bytes(file_size)
+            options["file_bytes"] = size_bytes(file_size, "--file-size")
         except (ValueError, IndexError, BadInputError):
             raise BadInputError(f"--file-size {file_size!r}: expected a size like 512M or "
                                 "4G") from None

@@ -11,11 +11,11 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuaudit.cli import common
+from gpuaudit.cli import common, group
 from gpuaudit.errors import BadInputError, GpuauditError
 from gpuaudit.fleet.actions import ActionKind
 
-fleet_app = common.new_app("Audit every GPU node of a Ray cluster into one store, and find the "
+fleet_app = group.new_app("Audit every GPU node of a Ray cluster into one store, and find the "
                            "bad nodes.", no_args_is_help=True)
 
 ExpectOpt = Annotated[Path | None, typer.Option(

@@ -22,7 +22,7 @@ from rich.progress import (
 
 from gpuaudit import parse
 from gpuaudit.bench.context import Profile
-from gpuaudit.bench.suites import SUITES
+from gpuaudit.bench.suites import OPT_IN, SUITES
 from gpuaudit.cli import common
 from gpuaudit.cli import feed as feed_cli
 from gpuaudit.cli.common import DbOpt, JsonOpt, err, out, print_json
@@ -118,7 +118,7 @@ def run(
 
 def bench(
     suites: Annotated[list[str] | None, typer.Argument(
-        metavar="[SUITE]...", help="Suites to run (default: all but render and science): "
+        metavar="[SUITE]...", help=f"Suites to run (default: all but {' and '.join(OPT_IN)}): "
         + ", ".join(SUITES)
         + "; `storage PATH...` tests the storage under each PATH")] = None,
     profile: ProfileOpt = Profile.QUICK,

@@ -16,11 +16,11 @@ from typing import Annotated, Any
 import typer
 
 from gpuaudit import parse
-from gpuaudit.cli import common
+from gpuaudit.cli import common, group
 from gpuaudit.cli.common import DbOpt, err, out
 from gpuaudit.errors import BadInputError
 
-monitor_app = common.new_app("Watch the GPUs: telemetry, Prometheus exporter, alert rules, "
+monitor_app = group.new_app("Watch the GPUs: telemetry, Prometheus exporter, alert rules, "
                              "idle policy.", no_args_is_help=False)
 
 DEFAULT_LISTEN = "127.0.0.1:9835"

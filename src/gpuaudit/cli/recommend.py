@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuaudit.cli import common
+from gpuaudit.cli import common, group
 from gpuaudit.cli.common import DbOpt, JsonOpt
 from gpuaudit.errors import BadInputError
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gpuaudit.model.cost import Offer
     from gpuaudit.model.recommendation import FeedNeed
 
-recommend_app = common.new_app(
+recommend_app = group.new_app(
     "Which instance to rent for a task: train, fine-tune, serve, or a benchmarked workload "
     "(--run). Estimates, with their basis and reasons.", no_args_is_help=False)
 
@@ -442,8 +442,3 @@ def serve(
     _run(task, _constraints(None, budget, currency, sort), catalog=catalog, top=top,
          mfu=mfu, json_=json_)
 
-
-# render and simulate: jobs of independent frames or simulations (their own module)
-from gpuaudit.cli.recommend_batch import register as _register_batch  # noqa: E402
-
-_register_batch(recommend_app)

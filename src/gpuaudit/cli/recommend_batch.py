@@ -20,6 +20,7 @@ import typer
 
 from gpuaudit.cli import common
 from gpuaudit.cli.common import DbOpt, JsonOpt
+from gpuaudit.cli.recommend import recommend_app
 from gpuaudit.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -255,3 +256,8 @@ def simulate(
                             basis=f"your timing on {on}")
     _rank(task, deadline=deadline, budget=budget, currency=currency, sort=sort, top=top,
           catalog=catalog, json_=json_)
+
+
+# `gpuaudit recommend` is cli/recommend's group (train, finetune, serve, --run) with these two:
+# the group is assembled here, so that the two modules import one way only.
+register(recommend_app)

@@ -16,7 +16,6 @@ Formulas (docs/cost-recommend.md has the derivations):
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 from gpuaudit.errors import BadInputError
@@ -42,43 +41,11 @@ OPTIMIZER_BYTES: dict[str, tuple[float, float]] = {
 # LoRA adapts these matrices of each layer by default (q, k, v, o: h×h each, Hu et al. 2021).
 LORA_TARGETS_PER_LAYER = 4
 
-# Derived shapes keep hidden ≈ 128 × layers, the ratio of Llama-2 7B/13B and GPT-3 175B.
-_ASPECT = 128
-_HEAD_DIM = 128
-
-
 def dtype_bytes(dtype: str) -> float:
     key = dtype.strip().lower()
     if key not in DTYPE_BYTES:
         raise BadInputError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
     return DTYPE_BYTES[key]
-
-
-def model_shape(params: float, *, layers: int | None = None, hidden: int | None = None,
-                heads: int | None = None, kv_heads: int | None = None,
-                head_dim: int | None = None) -> ModelShape:
-    """The transformer shape for ``params``; missing dimensions derived from N ≈ 12·L·h²."""
-    if not (params > 0 and math.isfinite(params)):
-        raise BadInputError(f"parameters must be more than zero, not {params:g}")
-    for name, value in (("layers", layers), ("hidden size", hidden), ("heads", heads),
-                        ("KV heads", kv_heads), ("head dimension", head_dim)):
-        if value is not None and value < 1:
-            raise BadInputError(f"{name} must be at least 1, not {value}")
-    derived = layers is None or hidden is None
-    if layers is None and hidden is None:
-        layers = max(1, round((params / (12 * _ASPECT**2)) ** (1 / 3)))
-    if hidden is None:
-        assert layers is not None
-        raw = math.sqrt(params / (12 * layers))
-        hidden = max(_HEAD_DIM, round(raw / _HEAD_DIM) * _HEAD_DIM)
-    if layers is None:
-        layers = max(1, round(params / (12 * hidden * hidden)))
-    if heads is None:
-        dim = head_dim or _HEAD_DIM
-        heads = max(1, hidden // dim)
-    head_dim = head_dim or max(1, hidden // heads)
-    return ModelShape(params=params, layers=layers, hidden=hidden, heads=heads,
-                      kv_heads=kv_heads or heads, head_dim=head_dim, derived=derived)
 
 
 def activation_bytes(shape: ModelShape, *, micro_batch: int, seq_len: int,

@@ -11,7 +11,7 @@ only the hours used. docs/cost.md has the formulas and a worked example.
 from __future__ import annotations
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.model.pricing import Tco
+from gpuaudit.model.economics import Tco
 
 from .pricing import HOURS_PER_YEAR, _fraction, _non_negative, _positive
 

@@ -17,14 +17,9 @@ from datetime import datetime, timedelta, timezone
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Offer, Run
+from gpuaudit.model.economics import IdleCost, IdleGpu, PricePerformance, WorkCost
 from gpuaudit.model.history import HistoryPoint, Resolution
-from gpuaudit.model.pricing import (
-    IdleCost,
-    IdleGpu,
-    PricePerformance,
-    PricingModel,
-    WorkCost,
-)
+from gpuaudit.model.pricing import PricingModel
 
 from .pricing import _fraction, _positive, price_ref
 

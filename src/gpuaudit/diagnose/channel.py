@@ -126,7 +126,9 @@ def _read_steps(path: Path, pid: int, markers: bool, problems: list[str]) -> lis
     out = []
     for source, got in rows.items():
         got.sort()
-        out.append(StepTimes(pid, source, *(tuple(r[i] for r in got) for i in range(5))))
+        out.append(StepTimes(pid, source, tuple(r[0] for r in got), tuple(r[1] for r in got),
+                             tuple(r[2] for r in got), tuple(r[3] for r in got),
+                             tuple(r[4] for r in got)))
     return out
 
 

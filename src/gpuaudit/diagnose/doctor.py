@@ -208,7 +208,8 @@ def _bootstrap_notes(ev: Evidence) -> list[str]:
 def from_recordings(telemetry: Path | None = None, profile: Path | None = None,
                     sm_clock_max_mhz: int | None = None) -> Diagnosis:
     """Diagnose a telemetry trace (`gpuaudit monitor --record`) and/or a profiler trace."""
-    from gpuaudit.hw.telemetry import Sampler, TraceReplay
+    from gpuaudit.hw.telemetry import Sampler
+    from gpuaudit.hw.telemetry_trace import TraceReplay
 
     samples = []
     sources: dict[str, str] = {}
@@ -227,7 +228,7 @@ def from_recordings(telemetry: Path | None = None, profile: Path | None = None,
     if telemetry is None and profile is None:
         raise BadInputError("nothing to diagnose: give a command, --attach PID, --trace, "
                             "--profile or --evidence")
-    clocks = None
+    clocks: dict[int, int | None] | None = None
     if sm_clock_max_mhz and samples:
         clocks = {g.index: sm_clock_max_mhz for g in samples[0].gpus}
     sig, how = build_signals(samples, trace=trace, sm_clock_max_mhz=clocks)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuaudit.hw.proctree import ProcTick
+from gpuaudit.percentile import percentile
 
 # Processes that run Python: trainers and DataLoader workers are; shells and launchers may be.
 PYTHON_NAMES = ("python", "pt_main_thread", "pt_data_worker", "ipython")
@@ -116,15 +117,6 @@ def process_stats(ticks: Sequence[ProcTick], gpu_pids: set[int] | None = None
         swap_used_max_bytes=max(t.swap_used_bytes for t in ticks))
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 SOURCES = {"markers": "gpuaudit.step() markers",
            "optimizer": "optimizer steps (found by the bootstrap)",
            "batches": "DataLoader batches (found by the bootstrap)"}
@@ -157,7 +149,7 @@ def step_stats(times_s: Sequence[float], waits_s: Sequence[float | None] = (), *
     waits = [w for w in waits if w is not None]
     d = sorted(durations)
     return StepStats(steps=len(durations), median_s=statistics.median(d),
-                     p10_s=_quantile(d, 0.1), p90_s=_quantile(d, 0.9),
+                     p10_s=percentile(d, 10), p90_s=percentile(d, 90),
                      data_wait_median_s=statistics.median(waits) if waits else None,
                      source=source,
                      syncs_per_step=statistics.median(n_syncs) if n_syncs else None,

@@ -42,7 +42,7 @@ def copy_bound(sig: Signals) -> list[Result]:
             speed = max(pinned / rate, 1.0)
             msg = (f"host↔device copies fill the GPU's time at {rate / GB:.1f} GB/s, "
                    f"{_pct(rate / link)} of the link: pageable host memory")  # type: ignore[operator]
-            props = (Proposal(
+            props: tuple[Proposal, ...] = (Proposal(
                 action="pinned host memory and asynchronous copies",
                 settings=PINNED_SETTINGS,
                 gain_low=amdahl(share, speed / 2), gain_high=amdahl(share, speed),
@@ -92,14 +92,15 @@ def _copy_bound_from_trace(sig: Signals) -> list[Result]:
     if pageable_us >= 0.5 * copy_us:
         msg = (f"host↔device copies take {_pct(share)} of the GPU's time, from pageable host "
                "memory" + (f" at {rate / GB:.1f} GB/s" if rate else ""))
-        speed = (link * PINNED_OF_LINK / rate) if link and rate else None
+        pinned_rate = link * PINNED_OF_LINK if link else None
+        speed = pinned_rate / rate if pinned_rate and rate else None
         props = (Proposal(
             action="pinned host memory and asynchronous copies",
             settings=PINNED_SETTINGS,
             gain_low=amdahl(share, speed / 2) if speed and speed > 2 else None,
             gain_high=amdahl(share, speed) if speed and speed > 1 else amdahl(share),
-            gain_basis=(f"copies at {rate / GB:.1f} GB/s could run at ~"  # type: ignore[operator]
-                        f"{link * PINNED_OF_LINK / GB:.0f} GB/s pinned" if speed
+            gain_basis=(f"copies at {rate / GB:.1f} GB/s could run at ~"
+                        f"{pinned_rate / GB:.0f} GB/s pinned" if speed and pinned_rate and rate
                         else "pinned copies overlap compute; the link rate was not read")),
             *props)
     else:

@@ -228,9 +228,11 @@ def _syncs_from_trace(sig: Signals) -> tuple | None:
 def _syncs_from_counts(sig: Signals) -> tuple | None:
     st = sig.steps
     if st is None or not st.syncs_per_step or st.syncs_per_step < 1 or not sig.gpus \
-            or st.sync_wait_share is None or sig.gpus[0].utilization_pct is None:
+            or st.sync_wait_share is None:
         return None
     g = sig.gpus[0]
+    if g.utilization_pct is None:
+        return None
     host, gpu = 1 - st.sync_wait_share, g.utilization_pct / 100
     share = max(0.0, 1 - max(host, gpu))
     if share < 0.05:

@@ -32,6 +32,7 @@ from .records import (
     FleetRun,
     GpuRow,
     NodeChange,
+    NodeOutcome,
     NodeSummary,
 )
 
@@ -123,7 +124,8 @@ def _spreads(ix: _Index) -> tuple[list[FigureSpread], list[str]]:
                 groups[((node_model, suite, name, f[UNIT]), "node")].append(f)
             elif gpu in names:
                 groups[((names[gpu], suite, name, f[UNIT]), "gpu")].append(f)
-    spreads, thin = [], Counter()
+    spreads: list[FigureSpread] = []
+    thin: Counter[tuple[str, str]] = Counter()
     for ((model, suite, name, unit), scope), members in sorted(groups.items()):
         if len(members) < MIN_MEMBERS:
             thin[(model, scope)] += 1
@@ -325,7 +327,7 @@ def analyse(rows: FleetRows, *, now: datetime, since: datetime | None = None,
             reasons[host].extend(why)
     cross = next((f for f in fleet_runs if any(m.value is not None for m in f.collectives)),
                  None)
-    failed_nodes = {}
+    failed_nodes: dict[str, NodeOutcome] = {}
     if last is not None:
         for outcome in last.failed():
             audit = by_host.get(outcome.hostname)
@@ -340,13 +342,13 @@ def analyse(rows: FleetRows, *, now: datetime, since: datetime | None = None,
     bad = []
     for host in sorted(reasons):
         node = by_host.get(host)
-        outcome = failed_nodes.get(host)
+        failed = failed_nodes.get(host)
         bad.append(BadNode(
             hostname=host, run_id=node.run_id if node else None,
             ray_node_id=(node.ray_node_id if node and node.ray_node_id
-                         else outcome.ray_node_id if outcome else None),
+                         else failed.ray_node_id if failed else None),
             node_ip=(node.node_ip if node and node.node_ip
-                     else outcome.node_ip if outcome else None),
+                     else failed.node_ip if failed else None),
             reasons=tuple(reasons[host])))
     nodes = tuple(NodeSummary(hostname=n.hostname, run_id=n.run_id, started_at=n.started_at,
                               ray_node_id=n.ray_node_id, node_ip=n.node_ip,

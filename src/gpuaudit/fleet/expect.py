@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -49,7 +49,7 @@ def facts_of(name: str, machine: Machine) -> NodeFacts:
 
 
 def model_of(names: Sequence[str] | object) -> str | None:
-    found = sorted(set(names))  # type: ignore[call-overload]
+    found = sorted(set(names)) if isinstance(names, Iterable) else []
     return " + ".join(found) if found else None
 
 

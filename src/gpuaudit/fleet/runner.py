@@ -272,7 +272,8 @@ def run_fleet(address: str, *, profile: str = "quick", nodes: int | None = None,
     measured: list = []
     skipped_why: str | None = None
     outcomes: tuple[NodeOutcome, ...] = ()
-    expectation, notes = expect, []
+    expectation = expect
+    notes: list[str] = []
     try:
         chosen = choose(gpu_nodes(ray), nodes, address)
         if on_stage:

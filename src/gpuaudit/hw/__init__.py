@@ -2,7 +2,8 @@
 
 from .gpus import NvmlFacts, read_nvml
 from .host import read_host
-from .nvml import LiveNvml, NvmlSource, NvmlUnavailable, RecordingNvml, ReplayNvml, Unsupported
+from .nvml import NvmlSource, NvmlUnavailable, RecordingNvml, ReplayNvml, Unsupported
+from .nvml_live import LiveNvml
 from .snapshot import snapshot_from, take_snapshot
 
 __all__ = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from gpuaudit.model import (
     Clocks,
@@ -47,7 +47,14 @@ class Reader:
         self.src = src
         self.unavailable: dict[str, str] = {}
 
-    def get(self, fld: str, fn: str, *args: Any, convert: Callable[[Any], T] = _same) -> T | None:
+    @overload
+    def get(self, fld: str, fn: str, *args: Any) -> Any: ...
+    @overload
+    def get(self, fld: str, fn: str, *args: Any, convert: Callable[[Any], T]) -> T | None: ...
+
+    def get(self, fld: str, fn: str, *args: Any, convert: Callable[[Any], Any] = _same) -> Any:
+        """NVML's answer to `fn(*args)` (through `convert`), or None with the reason kept under
+        `fld` in `unavailable`."""
         try:
             return convert(self.src.query(fn, *args))
         except Unsupported as exc:
@@ -56,8 +63,14 @@ class Reader:
                 self.unavailable[fld] = exc.reason
             return None
 
+    @overload
+    def first(self, fld: str, calls: list[tuple[str, tuple[Any, ...]]]) -> Any: ...
+    @overload
     def first(self, fld: str, calls: list[tuple[str, tuple[Any, ...]]],
-              convert: Callable[[Any], T] = _same) -> T | None:
+              convert: Callable[[Any], T]) -> T | None: ...
+
+    def first(self, fld: str, calls: list[tuple[str, tuple[Any, ...]]],
+              convert: Callable[[Any], Any] = _same) -> Any:
         """The first of several equivalent calls that answers (newer NVML names first)."""
         reasons = []
         for fn, args in calls:
@@ -206,7 +219,7 @@ def _recovery_action(r: Reader, h: Dev) -> str | None:
 
 def _numa_node(r: Reader, h: Dev, bus_id: str | None) -> int | None:
     """NVML's answer, else the kernel's (sysfs), as nvidia-smi topo does; -1 means none."""
-    node = r.get("numa_node", "nvmlDeviceGetNumaNodeId", h)
+    node: int | None = r.get("numa_node", "nvmlDeviceGetNumaNodeId", h)
     if node is None and bus_id:
         path = f"/sys/bus/pci/devices/{d.normalise_bus_id(bus_id)}/numa_node"
         node = r.get("numa_node", READ_FILE, path, convert=int)
@@ -275,7 +288,8 @@ def _power(r: Reader, h: Dev) -> Power:
 
 def _thermal(r: Reader, h: Dev) -> Thermal:
     def threshold(fld: str, kind: int) -> int | None:
-        return r.get(fld, "nvmlDeviceGetTemperatureThreshold", h, kind)
+        celsius: int | None = r.get(fld, "nvmlDeviceGetTemperatureThreshold", h, kind)
+        return celsius
 
     return Thermal(
         gpu_c=r.get("thermal.gpu_c", "nvmlDeviceGetTemperature", h, d.TEMP_SENSOR_GPU),
@@ -293,7 +307,8 @@ def _ecc(r: Reader, h: Dev) -> Ecc:
         r.unavailable["ecc.pending_enabled"] = r.unavailable["ecc.enabled"]
 
     def count(fld: str, error: int, counter: int) -> int | None:
-        return r.get(fld, "nvmlDeviceGetTotalEccErrors", h, error, counter)
+        errors: int | None = r.get(fld, "nvmlDeviceGetTotalEccErrors", h, error, counter)
+        return errors
 
     return Ecc(
         enabled=bool(mode[0]) if mode else None,
@@ -418,7 +433,7 @@ def read_links(src: NvmlSource, gpus: tuple[Gpu, ...]) -> tuple[Link, ...]:
         p2p = r.get("p2p_read", "nvmlDeviceGetP2PStatus", Dev(a.index), Dev(b.index),
                     d.P2P_CAPS_READ)
         count = _nvlink_count(src, a, b, by_bus)
-        kind = LinkKind.NVLINK if count else d.TOPOLOGY_LEVELS.get(level)  # type: ignore[arg-type]
+        kind = LinkKind.NVLINK if count else d.TOPOLOGY_LEVELS.get(level)
         links.append(Link(
             gpu_a=a.index,
             gpu_b=b.index,

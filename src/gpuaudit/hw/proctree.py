@@ -119,7 +119,9 @@ def max_sm_clock_mhz(src: NvmlSource, index: int) -> int | None:
     """The GPU's maximum SM clock (None where NVML cannot say)."""
     from .decode import CLOCK_SM
 
-    return Reader(src).get("sm_max_mhz", "nvmlDeviceGetMaxClockInfo", Dev(index), CLOCK_SM)
+    mhz: int | None = Reader(src).get("sm_max_mhz", "nvmlDeviceGetMaxClockInfo", Dev(index),
+                                      CLOCK_SM)
+    return mhz
 
 
 def pid_exists(pid: int) -> bool:

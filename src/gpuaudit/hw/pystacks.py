@@ -150,13 +150,15 @@ class StackSampler:
                 self._stop.wait(0.5)  # the interpreter may still be starting
 
     def _chunk(self, pids: list[int]) -> tuple[bool, str | None]:
+        pyspy = self.pyspy
+        assert pyspy is not None  # chunks are taken only where py-spy was found
         start = time.monotonic()
         procs = []
         for pid in pids:
             out = os.path.join(self._tmp, f"{pid}.txt")
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(out)
-            cmd = [self.pyspy, "record", "--pid", str(pid), "--rate", str(self.rate_hz),
+            cmd = [pyspy, "record", "--pid", str(pid), "--rate", str(self.rate_hz),
                    "--duration", str(self.chunk_s), "--format", "raw", "--output", out,
                    "--nonblocking", "--threads", "--subprocesses", "--idle",
                    "--full-filenames"]

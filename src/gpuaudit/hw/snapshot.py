@@ -8,7 +8,8 @@ from gpuaudit.model import Machine, utc_now
 
 from .gpus import read_nvml
 from .host import read_host
-from .nvml import LiveNvml, NvmlSource, NvmlUnavailable
+from .nvml import NvmlSource, NvmlUnavailable
+from .nvml_live import LiveNvml
 from .xids import read_kernel_xids
 
 

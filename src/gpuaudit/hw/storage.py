@@ -195,4 +195,4 @@ def storage_target(path: str, root: str = "/", mountinfo: str | None = None) -> 
         path=resolved, mount_point=entry.mount_point, fs_type=entry.fs_type,
         mount_source=entry.source, network_fs=is_network_fs(entry.fs_type),
         read_only=read_only, free_bytes=st.f_bavail * st.f_frsize, unavailable=unavailable,
-        **fields)  # type: ignore[arg-type]
+        **fields)

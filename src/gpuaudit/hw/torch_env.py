@@ -40,6 +40,15 @@ def import_torch() -> Any | None:
     return torch
 
 
+def cuda_torch() -> Any:
+    """torch, for code that runs only on the CUDA devices torch itself found (`cuda_devices`),
+    where it is installed."""
+    torch = import_torch()
+    if torch is None:
+        raise RuntimeError("torch is not installed: there is no CUDA device to run on")
+    return torch
+
+
 # Suites whose first step imports torch._dynamo (with sympy and inductor, 2-3 s): every
 # torch.optim optimizer does, and so do FlopCounterMode and torch.compile.
 _DYNAMO_SUITES = frozenset({"train", "infer"})

@@ -205,7 +205,7 @@ def _schema_model() -> Any:
     from pydantic import ConfigDict, Field, create_model
 
     hints = typing.get_type_hints(_OfferFields)
-    bounds = {"gpu_count": {"ge": 1}, "host_price_per_hour": {"ge": 0},
+    bounds: dict[str, dict[str, Any]] = {"gpu_count": {"ge": 1}, "host_price_per_hour": {"ge": 0},
               "gpu_price_per_hour": {"ge": 0}}
     fields: dict[str, Any] = {}
     for name in FIELDS:

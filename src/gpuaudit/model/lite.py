@@ -19,12 +19,26 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-import functools
 import math
+import operator
 import typing
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
+_T = TypeVar("_T")
+_F = TypeVar("_F")
+
+if typing.TYPE_CHECKING:  # the type checker learns what the decorators make (PEP 681)
+    from typing_extensions import dataclass_transform
+else:
+    def dataclass_transform(**_: Any) -> Callable[[_F], _F]:
+        return lambda f: f
+
+# Per class, once: the field names, their bounds, pydantic's adapter (a schema, a document
+# read back). Plain dicts: functools.cache cannot take a record class as a typed key.
 _DUMPERS: dict[type, tuple[str, ...]] = {}
+_BOUNDS: dict[type, tuple[tuple[str, Bound], ...]] = {}
+_ADAPTERS: dict[type, Any] = {}
 _UNSET = object()
 _set = object.__setattr__
 
@@ -44,11 +58,11 @@ class Bound:
             return None
         if math.isnan(value):
             return "is not a number"
-        for name, bound, ok in (("greater than or equal to", self.ge, lambda b: value >= b),
-                                ("greater than", self.gt, lambda b: value > b),
-                                ("less than or equal to", self.le, lambda b: value <= b),
-                                ("less than", self.lt, lambda b: value < b)):
-            if bound is not None and not ok(bound):
+        for name, bound, ok in (("greater than or equal to", self.ge, operator.ge),
+                                ("greater than", self.gt, operator.gt),
+                                ("less than or equal to", self.le, operator.le),
+                                ("less than", self.lt, operator.lt)):
+            if bound is not None and not ok(value, bound):
                 return f"must be {name} {bound:g}, not {value:g}"
         return None
 
@@ -62,8 +76,14 @@ class Bound:
         return schema
 
 
-@functools.cache
 def _bounds(cls: type) -> tuple[tuple[str, Bound], ...]:
+    found = _BOUNDS.get(cls)
+    if found is None:
+        found = _BOUNDS[cls] = _read_bounds(cls)
+    return found
+
+
+def _read_bounds(cls: type) -> tuple[tuple[str, Bound], ...]:
     hints = typing.get_type_hints(cls, include_extras=True)
     out = []
     for name, hint in hints.items():
@@ -114,11 +134,13 @@ def dump(value: Any, json: bool = False) -> Any:
     return value
 
 
-@functools.cache
 def _adapter(cls: type) -> Any:
-    from pydantic import TypeAdapter  # only for a schema or reading a document back
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        from pydantic import TypeAdapter  # only for a schema or reading a document back
 
-    return TypeAdapter(cls)
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
 
 
 class Lite:
@@ -145,7 +167,7 @@ class Lite:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
+        return self._values() == other._values()
 
     def __hash__(self) -> int:
         return hash((self.__class__, self._values()))
@@ -170,11 +192,24 @@ class Lite:
         return _adapter(cls).validate_python(data)
 
 
-record = dataclasses.dataclass(slots=True, kw_only=True, repr=False, eq=False)
-"""The decorator of a light record: ``@record class X(Lite): ...``. Immutability, equality,
-hash and repr come from `Lite` (a field can be set once, by __init__)."""
+_RECORD = dataclasses.dataclass(slots=True, kw_only=True, repr=False, eq=False)
 
 
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+def record(cls: type[_T]) -> type[_T]:
+    """The decorator of a light record: ``@record class X(Lite): ...``. Immutability, equality,
+    hash and repr come from `Lite` (a field can be set once, by __init__)."""
+    made: type[_T] = _RECORD(cls)
+    return made
+
+
+@overload
+def frozen(cls: type[_T], /) -> type[_T]: ...
+@overload
+def frozen(*, kw_only: bool = False) -> Callable[[type[_T]], type[_T]]: ...
+
+
+@dataclass_transform(frozen_default=True)
 def frozen(cls: Any = None, /, **options: Any) -> Any:
     """A frozen dataclass for code, not documents: ``@frozen class X(Lite): ...`` (positional
     fields allowed; ``@frozen(kw_only=True)``). Only __init__ is generated (about a fifth of
@@ -182,7 +217,7 @@ def frozen(cls: Any = None, /, **options: Any) -> Any:
     come from `Lite`. Slotted, so a zero-argument super() does not work in its methods
     (Python < 3.14): name the base class."""
     def wrap(c: type) -> type:
-        return dataclasses.dataclass(c, slots=True, repr=False, eq=False,  # type: ignore[no-any-return]
-                                     **options)
+        made: type = dataclasses.dataclass(c, slots=True, repr=False, eq=False, **options)
+        return made
     return wrap if cls is None else wrap(cls)
 

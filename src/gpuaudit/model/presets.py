@@ -1,10 +1,17 @@
 """The reference workloads' shapes (`bench train --model NAME`, `predict --params`): GPT-style
 decoders, BERT-style encoders and ResNets as data, with PaLM's model FLOPs per token
-(Chowdhery et al. 2022, appendix B: 6N + 12·L·H·Q·T in training; `workloads.flops`)."""
+(Chowdhery et al. 2022, appendix B: 6N + 12·L·H·Q·T in training; `workloads.flops`); and the
+shape of a decoder of N parameters when only N is known (`model_shape`: memory estimates for
+`recommend`, a model size for `predict`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from gpuaudit.errors import BadInputError
+
+from .recommendation import ModelShape
 
 
 def palm_train_flops_per_token(n_matmul_params: int, layers: int, heads: int, head_dim: int,
@@ -68,3 +75,35 @@ PRESETS: dict[str, TransformerPreset | ResnetPreset] = {
     "bert-tiny": TransformerPreset("bert", 512, 32, 2, 2, 64, 4),
     "resnet-tiny": ResnetPreset((1, 1, 1, 1), 8, 32, 10, 8),
 }
+
+
+# Derived shapes keep hidden ≈ 128 × layers, the ratio of Llama-2 7B/13B and GPT-3 175B.
+_ASPECT = 128
+_HEAD_DIM = 128
+
+
+def model_shape(params: float, *, layers: int | None = None, hidden: int | None = None,
+                heads: int | None = None, kv_heads: int | None = None,
+                head_dim: int | None = None) -> ModelShape:
+    """The transformer shape for ``params``; missing dimensions derived from N ≈ 12·L·h²."""
+    if not (params > 0 and math.isfinite(params)):
+        raise BadInputError(f"parameters must be more than zero, not {params:g}")
+    for name, value in (("layers", layers), ("hidden size", hidden), ("heads", heads),
+                        ("KV heads", kv_heads), ("head dimension", head_dim)):
+        if value is not None and value < 1:
+            raise BadInputError(f"{name} must be at least 1, not {value}")
+    derived = layers is None or hidden is None
+    if layers is None and hidden is None:
+        layers = max(1, round((params / (12 * _ASPECT**2)) ** (1 / 3)))
+    if hidden is None:
+        assert layers is not None
+        raw = math.sqrt(params / (12 * layers))
+        hidden = max(_HEAD_DIM, round(raw / _HEAD_DIM) * _HEAD_DIM)
+    if layers is None:
+        layers = max(1, round(params / (12 * hidden * hidden)))
+    if heads is None:
+        dim = head_dim or _HEAD_DIM
+        heads = max(1, hidden // dim)
+    head_dim = head_dim or max(1, hidden // heads)
+    return ModelShape(params=params, layers=layers, hidden=hidden, heads=heads,
+                      kv_heads=kv_heads or heads, head_dim=head_dim, derived=derived)

@@ -1,4 +1,5 @@
-"""What work costs: the records of the pricing models, TCO, price-performance and idle cost.
+"""What work costs: the records of the pricing models (TCO, price-performance and idle cost
+are in `economics`).
 
 Every money figure sits beside a `currency` field; durations carry their unit in the field name
 (`_s`, `_hours`); every figure computed from a price names the price's source and date, so that
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 from datetime import date
 from enum import Enum
-from typing import Any
 
 from .cost import Billing
 from .lite import Lite, record
@@ -158,15 +158,3 @@ class JobComparison(Lite):
     price_source: str
     price_date: date
 
-
-# Owning (TCO), price-performance and idle cost live in `economics`; their names still import
-# from here. (Apart, so that pricing a job does not build their record classes.)
-_ELSEWHERE = ("Tco", "Basis", "WorkCost", "PricePerformance", "IdleGpu", "IdleCost")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _ELSEWHERE:
-        from . import economics
-
-        return getattr(economics, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.parse import load_json
+from gpuaudit.reading import load_json
 
 from .base import SCHEMA_VERSION
 from .run import Run

@@ -81,8 +81,7 @@ def target_shape(source: Shape, params: float, *, batch: int | None = None,
                  seq_len: int | None = None) -> Shape:
     """The family's preset within ±15 % of `params` (with its batch and context), else a
     shape derived from N ≈ 12·L·d² + d·V at the source's batch and context."""
-    from gpuaudit.cost.memory_fit import model_shape
-    from gpuaudit.model.presets import PRESETS, TransformerPreset
+    from gpuaudit.model.presets import PRESETS, TransformerPreset, model_shape
 
     best = None
     for name, p in PRESETS.items():

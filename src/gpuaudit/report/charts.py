@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from gpuaudit.report.sections import Chart, Roofline
+from gpuaudit.report.records import Chart, Roofline
 
 # One colour per precision and per GPU, the same in every chart; colour-blind safe (Okabe-Ito)
 # first, then plotly's defaults.
@@ -109,8 +109,8 @@ def _roofline(r: Roofline) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def figure(chart: Chart) -> dict[str, Any]:
     """The plotly figure (data + layout) of one chart."""
     if chart.kind == "roofline" and chart.roofline is not None:
-        traces, extra = _roofline(chart.roofline)
-        return {"data": traces, "layout": _layout(chart, **extra)}
+        traces, axes = _roofline(chart.roofline)
+        return {"data": traces, "layout": _layout(chart, **axes)}
     if chart.kind == "heatmap" and chart.matrix is not None:
         mx = chart.matrix
         zs = [v for row in mx.values for v in row if v is not None and math.isfinite(v)]

@@ -93,7 +93,7 @@ def doctor_view(d: Diagnosis, *, show_summary: bool = True) -> RenderableType:
             parts.append(Text("\nSettings to paste:", style="bold"))
             for c in pasted:
                 parts.append(Text(f" {c.rank}. {c.gain_basis}", style="dim"))
-                for ln in c.settings.splitlines():  # type: ignore[union-attr]
+                for ln in c.settings.splitlines():
                     parts.append(Text(f"    {ln}", style="green"))
     if show_summary and d.summary:
         parts.append(Text("\nWhat was measured:", style="bold"))

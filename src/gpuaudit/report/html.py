@@ -23,10 +23,11 @@ from gpuaudit.compare import Comparison, FigureChange
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Run, Severity
 from gpuaudit.model.diagnosis import Diagnosis
+from gpuaudit.model.economics import PricePerformance
 from gpuaudit.model.history import HistoryPoint
-from gpuaudit.model.pricing import PricePerformance
 from gpuaudit.report.charts import figure_json, plotly_js
-from gpuaudit.report.sections import Chart, Matrix, Series, build_report
+from gpuaudit.report.records import Chart, Matrix, Series
+from gpuaudit.report.sections import build_report
 
 TEMPLATES = Path(__file__).parent / "templates"
 # Telemetry a little before and after the run still shows what the GPUs did around it.
@@ -118,7 +119,7 @@ def load_diagnosis(path: Path) -> Diagnosis:
 
     from gpuaudit.model.base import SCHEMA_VERSION
     from gpuaudit.model.schema import describe_validation_error
-    from gpuaudit.parse import read_json
+    from gpuaudit.reading import read_json
 
     data = read_json(path, "diagnosis")  # missing, binary, not JSON: one line
     if not isinstance(data, dict) or data.get("kind") != "doctor":

@@ -10,7 +10,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuaudit.model.pricing import IdleCost, JobComparison, PricePerformance, PriceRef, Tco
+from gpuaudit.model.economics import IdleCost, PricePerformance, Tco
+from gpuaudit.model.pricing import JobComparison, PriceRef
 from gpuaudit.report.layout import Fit
 
 _LABEL = {"on_demand": "on-demand", "reserved_1y": "reserved 1 y", "reserved_3y": "reserved 3 y",

@@ -41,10 +41,11 @@ def _feed(r: Recommendation) -> str:
 
 def ranked_lines(result: RecommendResult, width: int) -> list[str]:
     cur = result.currency
-    headers = ("#", "offer", "GPUs", "pricing", f"{cur}/h", "time", f"cost {cur}", "rate",
-               "memory/GPU")
-    rows = [(str(r.rank), r.offer.key, _gpus(r), r.pricing.label, f"{r.price_per_hour:,.2f}",
-             _hours(r.hours), f"{r.cost:,.2f}", _rate(r), _memory(r)) for r in result.ranked]
+    headers: tuple[str, ...] = ("#", "offer", "GPUs", "pricing", f"{cur}/h", "time",
+                                f"cost {cur}", "rate", "memory/GPU")
+    rows: list[tuple[str, ...]] = [
+        (str(r.rank), r.offer.key, _gpus(r), r.pricing.label, f"{r.price_per_hour:,.2f}",
+         _hours(r.hours), f"{r.cost:,.2f}", _rate(r), _memory(r)) for r in result.ranked]
     aligns = "<<<<>>>>>"
     if result.feed is not None:  # the host's feed: marked where it cannot keep up
         headers += ("feed",)

@@ -1,6 +1,6 @@
-"""What a report shows, as data: pulled out of a Run (and the telemetry and prices beside it)
-once, then drawn as HTML, Markdown or charts. Each section is None when its data is not there,
-so the templates show only what exists.
+"""What a report shows, as data (`report.records`): pulled out of a Run (and the telemetry and
+prices beside it) once, then drawn as HTML, Markdown or charts. Each section is None when its
+data is not there, so the templates show only what exists.
 """
 
 from __future__ import annotations
@@ -8,16 +8,27 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuaudit.compare import caveats, figure_label
-from gpuaudit.model import Finding, Machine, Measurement, Run, Severity
+from gpuaudit.model import Machine, Measurement, Run, Severity
 from gpuaudit.model.diagnosis import Diagnosis
+from gpuaudit.model.economics import PricePerformance
 from gpuaudit.model.history import HistoryPoint
-from gpuaudit.model.pricing import PricePerformance
 from gpuaudit.parse import human_bytes
 from gpuaudit.report.format import NA, gib, ranges
+from gpuaudit.report.records import (
+    BenchRow,
+    Chart,
+    Fact,
+    Matrix,
+    Report,
+    Roof,
+    Roofline,
+    RoofPoint,
+    Series,
+    fmt,
+)
 
 # Matmul precisions and the bytes of one input and one output element (fp8 writes bf16,
 # int8 accumulates into int32), for the arithmetic intensity of a measured shape.
@@ -36,137 +47,6 @@ TELEMETRY_METRICS = (
     ("utilization_gpu_pct", "NVML utilization", "%"),
     ("temperature_gpu_c", "Temperature", "°C"),
 )
-
-
-def fmt(value: float | None, digits: int = 4) -> str:
-    if value is None:
-        return NA
-    return f"{value:.{digits}g}"
-
-
-@dataclass(frozen=True)
-class BenchRow:
-    suite: str
-    name: str
-    gpu: str
-    value: str  # "690.9 TFLOP/s" or "skipped"
-    spec: str
-    pct: float | None
-    spread: str
-    spread_pct: float | None  # the spread's width as % of the value
-    spread_kind: str
-    at: str
-    notes: str
-    skipped: bool
-    wrong: bool
-    noisy: bool
-
-    @property
-    def bar_pct(self) -> float:
-        return max(0.0, min(100.0, self.pct or 0.0))
-
-
-@dataclass(frozen=True)
-class Roof:
-    precision: str
-    peak: float  # TFLOP/s (int8: TOP/s)
-
-
-@dataclass(frozen=True)
-class RoofPoint:
-    precision: str
-    gpu: int | None
-    value: float
-    intensity: float  # FLOP per byte of the shape's operands and result
-    shape: str
-    pct: float | None
-
-
-@dataclass(frozen=True)
-class Roofline:
-    gpu_name: str
-    bandwidth_spec_gbps: float | None
-    bandwidth_measured_gbps: float | None
-    roofs: tuple[Roof, ...]
-    points: tuple[RoofPoint, ...]
-
-
-@dataclass(frozen=True)
-class Series:
-    name: str
-    x: tuple[float | str, ...]
-    y: tuple[float | None, ...]
-    dashed: bool = False
-    group: str = ""  # series of one group share a colour (ours and nccl-tests' of one op)
-
-
-@dataclass(frozen=True)
-class Matrix:
-    title: str
-    unit: str
-    rows: tuple[str, ...]
-    cols: tuple[str, ...]
-    values: tuple[tuple[float | None, ...], ...]
-    texts: tuple[tuple[str, ...], ...]
-
-
-@dataclass(frozen=True)
-class Chart:
-    """One chart's data; `kind` says how to draw it (charts.py)."""
-
-    id: str
-    title: str
-    kind: str  # "roofline", "lines", "bars", "heatmap"
-    series: tuple[Series, ...] = ()
-    matrix: Matrix | None = None
-    roofline: Roofline | None = None
-    x_title: str = ""
-    y_title: str = ""
-    log_x: bool = False
-    log_y: bool = False
-    caption: str = ""
-
-    @property
-    def trace_count(self) -> int:
-        """How many series the drawn chart holds (the browser tests count them)."""
-        if self.kind == "heatmap":
-            return 1
-        if self.roofline is not None:
-            r = self.roofline
-            gpus = {p.gpu for p in r.points}
-            return len(r.roofs) + (r.bandwidth_measured_gbps is not None) + len(gpus)
-        return len(self.series)
-
-
-@dataclass(frozen=True)
-class Fact:
-    label: str
-    value: str
-
-
-@dataclass
-class Report:
-    run: Run
-    title: str
-    caveats: tuple[str, ...]
-    facts: list[Fact]
-    gpus: list[dict[str, str]]
-    topology: Matrix | None
-    findings: list[Finding]
-    passed: list[Finding]
-    bench_rows: list[BenchRow]
-    charts: dict[str, list[Chart]] = field(default_factory=dict)  # section → charts
-    diagnosis: Diagnosis | None = None
-    qps_rows: list[BenchRow] = field(default_factory=list)
-    cost: PricePerformance | None = None
-    telemetry_note: str | None = None
-
-    def section(self, name: str) -> list[Chart]:
-        return self.charts.get(name, [])
-
-    @property
-    def all_charts(self) -> list[Chart]:
-        return [c for charts in self.charts.values() for c in charts]
 
 
 # -- machine --------------------------------------------------------------------------------
@@ -249,7 +129,7 @@ def bench_row(m: Measurement) -> BenchRow:
     if {"m", "n", "k"} <= m.params.keys():
         at = f"{m.params['m']}×{m.params['n']}×{m.params['k']}"
     elif not at and isinstance(m.params.get("buffer_bytes"), int):
-        at = human_bytes(m.params["buffer_bytes"])  # type: ignore[arg-type]
+        at = human_bytes(m.params["buffer_bytes"])
     if m.value is None:
         return BenchRow(m.suite, m.name, gpu, "skipped", "", None, "", None, "", at,
                         m.skipped_reason or "", True, False, False)
@@ -320,8 +200,8 @@ def roofline(run: Run) -> Roofline | None:
         if not all(isinstance(p.get(x), int) for x in "mnk"):
             continue
         prec = m.name
-        points.append(RoofPoint(prec, m.gpu_index, m.value,  # type: ignore[arg-type]
-                                intensity(prec, p["m"], p["n"], p["k"]),  # type: ignore[arg-type]
+        points.append(RoofPoint(prec, m.gpu_index, m.value,
+                                intensity(prec, p["m"], p["n"], p["k"]),
                                 f"{p['m']}×{p['n']}×{p['k']}", m.pct_of_spec))
     if not roofs and not points:
         return None

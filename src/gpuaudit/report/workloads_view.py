@@ -176,7 +176,8 @@ def winner_lines(ms: Sequence[Measurement]) -> list[Text]:
 
 
 def serving_table(ms: Sequence[Measurement]) -> Table | None:
-    rows = {m.name.rsplit("/", 1)[0]: {} for m in ms if "/serving/" in m.name}
+    rows: dict[str, dict[str, Measurement]] = {m.name.rsplit("/", 1)[0]: {} for m in ms
+                                               if "/serving/" in m.name}
     if not rows:
         return None
     for m in ms:
@@ -197,7 +198,8 @@ def serving_table(ms: Sequence[Measurement]) -> Table | None:
         t.add_row(prefix.removesuffix("/serving"), _short(p.get("slo_ms")),
                   str(p.get("max_batch")), _short(p.get("max_wait_ms")), _f(q.value, 0),
                   _short(p.get("p99_ms")), _f(p.get("mean_batch"), 1),
-                  _f(g.params.get("target_qps"), 0) if g else "", _f(g.value, 0) if ok else "")
+                  _f(g.params.get("target_qps"), 0) if g else "",
+                  _f(g.value, 0) if g is not None and ok else "")
     return t
 
 

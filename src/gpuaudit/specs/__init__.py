@@ -2,7 +2,7 @@
 PCI device id.
 
 The names below are imported from `gpuaudit.specs.catalog` when first used (it parses YAML
-into validating models), so that `gpuaudit.specs.figures` — the cached figures a price
+into validating models), so that `gpuaudit.specs.figure_cache` — the cached figures a price
 estimate needs — can be used without that cost."""
 
 from __future__ import annotations

@@ -420,7 +420,7 @@ class IdlePolicy:
         since = None
         if in_episode:
             since = max([s for s in starts if s is not None]
-                        + [self._gpus[i].error_since for i in dead])  # type: ignore[misc]
+                        + [e for i in dead if (e := self._gpus[i].error_since) is not None])
         out: list[IdleDecision] = []
         if since != ep.since:
             if ep.since is not None and ep.warned_at is not None:

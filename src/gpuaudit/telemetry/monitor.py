@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from gpuaudit.hw.telemetry import Sampler, TraceReplay
+from gpuaudit.hw.telemetry import Sampler
+from gpuaudit.hw.telemetry_trace import TraceReplay
 from gpuaudit.model import Alert, GpuSample, Sample, utc_now
 
 from .idle import IdleDecision, IdlePolicy

@@ -22,7 +22,7 @@ import yaml
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Alert
-from gpuaudit.parse import read_text
+from gpuaudit.reading import read_text
 
 from .metrics import Series, metric_names
 from .promql import (
@@ -80,7 +80,7 @@ class RuleSet:
         """One line per rule that reads a metric gpuaudit does not export: in-process such a
         rule can never fire (in Prometheus it may read another exporter's)."""
         names = set(metric_names() if known is None else known)
-        out = []
+        out: list[str] = []
         for rule in self.rules:
             missing = sorted({s.name for s in selectors(rule.node)} - names)
             out.extend(f"{rule.where}: rule {rule.name}: metric {m!r} is not one gpuaudit "

@@ -93,7 +93,7 @@ class MonitorSession:
     def _recording(self, source: Any) -> Any:
         """The recorder, streaming to the file opened now, before any sampling: a line per
         tick, so a crash loses at most the tick in progress."""
-        from gpuaudit.hw.telemetry import TraceRecorder
+        from gpuaudit.hw.telemetry_trace import TraceRecorder
 
         assert self.options.record is not None
         try:
@@ -139,7 +139,7 @@ Times = Callable[[threading.Event, int | None], Iterator[datetime]]
 def _source(stack: ExitStack, o: MonitorOptions) -> tuple[Any, str, Times]:
     """The NVML source (live or a trace), the host name, and the tick times it runs on."""
     if o.replay is not None:
-        from gpuaudit.hw.telemetry import TraceReplay
+        from gpuaudit.hw.telemetry_trace import TraceReplay
 
         trace = TraceReplay.from_file(o.replay)
         hostname = trace.hostname

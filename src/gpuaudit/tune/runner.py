@@ -89,6 +89,8 @@ class Runner:
         scaler = torch.amp.GradScaler(self.device.type) if precision == "fp16" else None
         loss_fn = self.target.loss or default_loss
         times: list[float] = []
+        inputs: Any
+        tgt: Any
         try:
             inputs, tgt = split_batch(self.target.make_batch(batch))
             inputs = tuple(x.to(self.device) if hasattr(x, "to") else x for x in inputs)

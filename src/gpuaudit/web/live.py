@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit.errors import BadInputError
-from gpuaudit.hw.telemetry import Sampler, TraceReplay
+from gpuaudit.hw.telemetry import Sampler
+from gpuaudit.hw.telemetry_trace import TraceReplay
 from gpuaudit.model import GpuSample
 
 log = logging.getLogger("gpuaudit.serve")
@@ -45,7 +46,7 @@ class LoopingReplay:
 
     @classmethod
     def from_file(cls, path: Path, loop: bool) -> LoopingReplay:
-        from gpuaudit.hw.telemetry import read_trace
+        from gpuaudit.hw.telemetry_trace import read_trace
 
         # either form: one document, or JSON lines
         return cls(read_trace(path), loop, f"telemetry trace {path}")

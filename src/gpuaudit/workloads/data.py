@@ -234,6 +234,6 @@ def run_data(ctx: BenchContext, tgt: Target, *, train_rate: float | None
 
 
 def _median(xs: Sequence[float]) -> float:
-    from gpuaudit.workloads.stats import percentile
+    from gpuaudit.percentile import percentile
 
     return percentile(xs, 50)

@@ -13,9 +13,10 @@ from typing import Any
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.model import Measurement, Params
+from gpuaudit.percentile import percentile
 from gpuaudit.workloads.plan import opt_float, opt_int
 from gpuaudit.workloads.precision import TrainMode
-from gpuaudit.workloads.stats import percentile, rates, scaling_efficiency
+from gpuaudit.workloads.stats import rates, scaling_efficiency
 
 SUITE = "train"
 

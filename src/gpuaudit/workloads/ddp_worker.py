@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from gpuaudit.workloads.precision import float32_matmuls, parse_mode
     from gpuaudit.workloads.timing import step_times_s
-    from gpuaudit.workloads.train import Trainer
+    from gpuaudit.workloads.trainer import Trainer
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", "0"))

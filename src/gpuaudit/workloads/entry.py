@@ -83,7 +83,7 @@ def resolve(spec: str, option: str = "--model") -> Callable[[], Any]:
         target = getattr(target, part)
     if not callable(target):
         raise BadInputError(f"{option} {spec}: {attr} is not callable")
-    return target  # type: ignore[no-any-return]
+    return target
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ from gpuaudit.workloads.timing import (
     sync,
     throughput_reps,
 )
-from gpuaudit.workloads.train import to_device
+from gpuaudit.workloads.trainer import to_device
 
 MODES = ("eager", "cudagraph", "compile", "compile+cudagraph", "max-autotune")
 COMPILE_MODE = {"compile": None, "compile+cudagraph": "reduce-overhead",
@@ -89,7 +89,7 @@ def _capture(torch: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return graph.replay  # type: ignore[no-any-return]
+    return graph.replay
 
 
 @dataclass

@@ -45,7 +45,7 @@ from gpuaudit.workloads.tally import OpTally, count_ops
 from gpuaudit.workloads.units import time_units
 
 if TYPE_CHECKING:
-    from gpuaudit.workloads.train import Trainer
+    from gpuaudit.workloads.trainer import Trainer
 
 SHAPES_KEPT = 48
 OPS_KEPT = 40
@@ -84,7 +84,7 @@ def capture(trainer: Trainer, *, steps: int = 3, keep_trace: str | None = None) 
 
     from gpuaudit.workloads.models import call_make_batch
     from gpuaudit.workloads.precision import autocast_dtype, float32_matmuls
-    from gpuaudit.workloads.train import to_device
+    from gpuaudit.workloads.trainer import to_device
 
     device, mode = trainer.device, trainer.mode
     w = trainer.workload
@@ -162,7 +162,7 @@ def host_step_ms(trainer: Trainer, notes: list[str], steps: int = 6) -> float | 
     from gpuaudit.workloads.entry import split_batch
     from gpuaudit.workloads.models import call_make_batch
     from gpuaudit.workloads.timing import step_times_s, sync
-    from gpuaudit.workloads.train import to_device
+    from gpuaudit.workloads.trainer import to_device
 
     w, device = trainer.workload, trainer.device
     keep = trainer.inputs, trainer.target

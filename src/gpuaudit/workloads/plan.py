@@ -62,12 +62,12 @@ def opt_list(ctx: BenchContext, key: str) -> list[str] | None:
         return None
     if isinstance(value, str):
         return [v for v in value.split(",") if v]
-    return [str(v) for v in value]  # type: ignore[union-attr]
+    return [str(v) for v in value]
 
 
 def opt_int(ctx: BenchContext, key: str, default: int) -> int:
     value = ctx.options.get(key)
-    return default if value is None else int(value)  # type: ignore[arg-type]
+    return default if value is None else int(value)
 
 
 def opt_float(ctx: BenchContext, key: str, default: float) -> float:

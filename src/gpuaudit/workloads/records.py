@@ -8,9 +8,10 @@ from typing import Any
 
 from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.model import Measurement, Params
+from gpuaudit.percentile import percentile
 from gpuaudit.workloads.flops import FlopCount
 from gpuaudit.workloads.results import TrainResult
-from gpuaudit.workloads.stats import p50_p90_p99, percentile, rates
+from gpuaudit.workloads.stats import p50_p90_p99, rates
 
 TRAIN, INFER = "train", "infer"
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpuaudit.workloads.stats import percentile
+from gpuaudit.percentile import percentile
 
 
 class RealClock:

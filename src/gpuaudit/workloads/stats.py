@@ -1,23 +1,12 @@
-"""Percentiles, speed-ups and scaling efficiency: pure functions, tested with exact values."""
+"""Latency percentiles, speed-ups and scaling efficiency: pure functions, tested with exact
+values (the percentile rule is `gpuaudit.percentile`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-
-def percentile(samples: Sequence[float], p: float) -> float:
-    """The p-th percentile (0 ≤ p ≤ 100) by linear interpolation between order statistics
-    (numpy's default, and `bench.stats.quartiles`' rule): p50 of [1, 2, 3, 4] is 2.5."""
-    if not samples:
-        raise ValueError("no samples")
-    if not 0 <= p <= 100:
-        raise ValueError(f"percentile {p} is not within 0..100")
-    xs = sorted(samples)
-    pos = p / 100 * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+from gpuaudit.percentile import percentile
 
 
 def p50_p90_p99(samples: Sequence[float]) -> tuple[float, float, float]:

@@ -10,6 +10,7 @@ from gpuaudit.bench.context import BenchContext, Profile
 from gpuaudit.bench.stats import skipped
 from gpuaudit.model import Measurement
 from gpuaudit.model.opprofile import OpProfile
+from gpuaudit.percentile import percentile
 from gpuaudit.workloads import records
 from gpuaudit.workloads.models import PRESETS, ResnetPreset, check_model
 from gpuaudit.workloads.plan import (
@@ -24,7 +25,7 @@ from gpuaudit.workloads.plan import (
     train_plan,
 )
 from gpuaudit.workloads.precision import TRAIN_PRECISIONS, TrainMode, unsupported
-from gpuaudit.workloads.stats import percentile, rates
+from gpuaudit.workloads.stats import rates
 
 SUITE = records.TRAIN
 PARTS = {Profile.QUICK: ("modes",), Profile.STANDARD: ("modes", "data"),

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuaudit.bench.timing import HOLD_MAX_US, HOLD_TRIES, hold_us, spin_cycles_per_us
+
 
 def is_cuda(device: Any) -> bool:
     return getattr(device, "type", str(device)).startswith("cuda")
@@ -106,36 +108,6 @@ def median_call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: flo
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
-
-
-_SPIN_CYCLES_PER_US: dict[int, float] = {}
-
-
-def spin_cycles_per_us(torch: Any) -> float:
-    """The clock of `torch.cuda._sleep` on the current device (its hold is given in cycles),
-    measured once per device."""
-    dev = torch.cuda.current_device()
-    if dev not in _SPIN_CYCLES_PER_US:
-        a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        a.record()
-        torch.cuda._sleep(1_000_000)
-        b.record()
-        b.synchronize()
-        _SPIN_CYCLES_PER_US[dev] = 1_000_000 / max(a.elapsed_time(b) * 1e3, 1.0)
-    return _SPIN_CYCLES_PER_US[dev]
-
-
-# The hold before timed work queued behind a spin kernel: the host's measured time to queue
-# it, times this, plus a margin (also the collectives worker's, bench/collectives_worker.py).
-HOLD_FACTOR = 2.0
-HOLD_MARGIN_US = 200.0
-HOLD_TRIES = 3  # work that started before it was all queued is run again, holding 4x longer
-HOLD_MAX_US = 50_000.0
-
-
-def hold_us(host_us_per_call: float, calls: int) -> float:
-    """How long to hold the GPU while the host queues `calls` calls (µs)."""
-    return HOLD_FACTOR * max(host_us_per_call, 1.0) * calls + HOLD_MARGIN_US
 
 
 def held_call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: float,

@@ -1,141 +1,18 @@
-"""One training mode of one model: build it, warm it up (compile, autotune), time its steps,
-count its FLOPs; and the same step for one rank of a DDP run."""
+"""One training mode of one model, measured: a `Trainer` built and warmed up, its steps timed,
+its FLOPs counted, its op profile captured when asked (`predict`), its kernels listed."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuaudit.workloads.entry import default_loss, split_batch
-from gpuaudit.workloads.flops import FlopCount, count_flops
 from gpuaudit.workloads.memory import in_use, is_oom, oom_reason, release
-from gpuaudit.workloads.models import build, call_make_batch
 from gpuaudit.workloads.opcapture import capture
-from gpuaudit.workloads.precision import TrainMode, autocast_dtype, float32_matmuls
+from gpuaudit.workloads.precision import TrainMode, float32_matmuls
 from gpuaudit.workloads.results import TrainResult
 from gpuaudit.workloads.timing import is_cuda, step_times_s, sync
-
-
-def to_device(torch: Any, x: Any, device: Any, channels_last: bool) -> Any:
-    if isinstance(x, tuple | list):
-        return type(x)(to_device(torch, v, device, channels_last) for v in x)
-    if isinstance(x, dict):
-        return {k: to_device(torch, v, device, channels_last) for k, v in x.items()}
-    if isinstance(x, torch.Tensor):
-        x = x.to(device, non_blocking=True)
-        if channels_last and x.dim() == 4 and x.is_floating_point():
-            x = x.contiguous(memory_format=torch.channels_last)
-    return x
-
-
-def make_optimizer(torch: Any, params: list[Any], *, sgd: bool, fused: bool
-                   ) -> tuple[Any, str | None]:
-    """AdamW (transformers) or SGD with momentum (CNNs), fused where this torch has it;
-    falls back to foreach with a note."""
-    cls = torch.optim.SGD if sgd else torch.optim.AdamW
-    kwargs: dict[str, Any] = {"lr": 0.01, "momentum": 0.9} if sgd else {"lr": 1e-4}
-    kwargs["weight_decay"] = 1e-4 if sgd else 0.01
-    if fused:
-        try:
-            return cls(params, fused=True, **kwargs), None
-        except (RuntimeError, TypeError, ValueError) as exc:
-            note = f"fused {cls.__name__} unavailable ({str(exc).splitlines()[0][:80]}): foreach"
-            return cls(params, foreach=True, **kwargs), note
-    return cls(params, foreach=True, **kwargs), None
-
-
-class Trainer:
-    """A model ready to train in one mode: `step()` is one optimizer step of `accum`
-    micro-batches. `wrap` turns the eager module into what runs (DDP for a rank)."""
-
-    def __init__(self, model: str, mode: TrainMode, device: Any, *, batch_size: int | None,
-                 seq_len: int | None = None, compile_backend: str = "inductor",
-                 compile_mode: str | None = None,
-                 wrap: Callable[[Any], Any] | None = None) -> None:
-        import torch
-
-        from gpuaudit.workloads.nets import WithLoss
-
-        self.torch, self.mode, self.device = torch, mode, device
-        torch.manual_seed(0)
-        self.workload = w = build(model, device, seq_len=seq_len, batch_size=batch_size)
-        self.notes: list[str] = []
-        if mode.channels_last and w.image_model:
-            w.model = w.model.to(memory_format=torch.channels_last)
-        elif mode.channels_last:
-            self.notes.append("channels_last applies to image models only: ignored")
-        self.net = WithLoss(w.model, w.loss or default_loss)
-        inputs, target = split_batch(call_make_batch(w.make_batch, w.batch_size, device))
-        self.inputs = to_device(torch, inputs, device, mode.channels_last)
-        self.target = to_device(torch, target, device, False)
-        self.ddp = wrap(self.net) if wrap else None
-        front = self.ddp if self.ddp is not None else self.net
-        self.runner = (torch.compile(front, backend=compile_backend, mode=compile_mode)
-                       if mode.compile else front)
-        self.opt, note = make_optimizer(torch, list(self.net.parameters()),
-                                        sgd=w.image_model, fused=mode.fused)
-        if note:
-            self.notes.append(note)
-        self.amp = autocast_dtype(torch, mode.precision)
-        self.scaler = (torch.amp.GradScaler(device.type) if mode.precision == "fp16" else None)
-        self.last_loss: Any = None
-
-    def _autocast(self) -> Any:
-        if self.amp is None:
-            return contextlib.nullcontext()
-        return self.torch.autocast(self.device.type, dtype=self.amp)
-
-    def step(self, accum: int = 1, mark: Callable[[str], None] | None = None) -> None:
-        """`mark(phase)` is called as each phase (forward, backward, optimizer) is queued:
-        the op profile times the phases with it."""
-        for i in range(accum):
-            quiet = self.ddp is not None and i < accum - 1  # all-reduce on the last only
-            with self.ddp.no_sync() if quiet else contextlib.nullcontext():
-                with self._autocast():
-                    loss = self.runner(*self.inputs, self.target)
-                    if accum > 1:
-                        loss = loss / accum
-                if mark:
-                    mark("forward")
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
-                if mark:
-                    mark("backward")
-        if self.scaler:
-            self.scaler.step(self.opt)
-            self.scaler.update()
-        else:
-            self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        if mark:
-            mark("optimizer")
-        self.last_loss = loss
-
-    def count_flops(self) -> FlopCount:
-        """FlopCounterMode over one eager forward + backward (no optimizer step)."""
-        def once() -> None:
-            with self._autocast():
-                loss = self.net(*self.inputs, self.target)
-            loss.backward()
-
-        counted = count_flops(once)
-        self.opt.zero_grad(set_to_none=True)
-        return counted
-
-    def warm_up(self, steps: int, min_s: float, accum: int = 1) -> tuple[float, int]:
-        """Run `steps` steps, more until `min_s` has passed (clocks settle, autotuning ends);
-        returns (seconds, steps run)."""
-        t0 = time.perf_counter()
-        done = 0
-        while done < steps or time.perf_counter() - t0 < min_s:
-            self.step(accum)
-            sync(self.torch, self.device)
-            done += 1
-            if done >= 10 * max(steps, 1):
-                break
-        return time.perf_counter() - t0, done
+from gpuaudit.workloads.trainer import Trainer
 
 
 def run_mode(model: str, mode: TrainMode, device: Any, *, batch_size: int | None, steps: int,

@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -57,8 +56,9 @@ from gpuaudit.bench.feed.storage import (
     target_params,
 )
 from gpuaudit.bench.stats import measure, skipped
+from gpuaudit.binaries import find_binary
 from gpuaudit.model import Measurement, Params
-from gpuaudit.units import human_bytes
+from gpuaudit.parse import human_bytes
 
 ENV_VAR = "GPUAUDIT_FIO"
 NOT_FOUND = "fio not found (apt-get install fio, or set GPUAUDIT_FIO)"
@@ -66,11 +66,6 @@ SEQ_JOBS = ("seq_write", "seq_read")  # one pass over the file each
 SEQ_NOTE = ("fio ran with gtod_reduce=1: no per-I/O clock reads or latency stats, as ours (on "
             "a virtio disk they made fio's writes 5 % slower)")
 PERCENTILE_KEYS = {"50.000000": "p50", "99.000000": "p99", "99.900000": "p99.9"}
-
-
-def find_binary() -> str | None:
-    path = os.environ.get(ENV_VAR) or shutil.which("fio")
-    return path if path and os.path.isfile(path) and os.access(path, os.X_OK) else None
 
 
 class FioFailed(Exception):
@@ -214,7 +209,7 @@ def run_native(ctx: BenchContext) -> Iterator[Measurement]:
     paths = paths_of(ctx)
     if not paths:
         return
-    exe = find_binary()
+    exe = find_binary("fio", path_env=ENV_VAR)
     if exe is None:
         yield skipped(SUITE, "fio", "", NOT_FOUND, params={"tool": "fio"})
         return

@@ -7,8 +7,9 @@ Conventions: GB/s = 10^9 B/s (storage, memory, host→device copies); Gbit/s = 1
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
+
+from gpuaudit.percentile import percentile
 
 PERCENTILES = (50.0, 99.0, 99.9)
 
@@ -35,20 +36,6 @@ def per_second(count: float, seconds: float) -> float:
     if seconds <= 0:
         raise ValueError(f"non-positive duration {seconds}")
     return count / seconds
-
-
-def percentile(values: Sequence[float], p: float) -> float:
-    """The p-th percentile (0–100) by linear interpolation between order statistics (numpy's
-    default), so p50 of [1, 2, 3, 4] is 2.5."""
-    xs = sorted(values)
-    if not xs:
-        raise ValueError("no values")
-    if not 0 <= p <= 100:
-        raise ValueError(f"percentile {p} outside 0–100")
-    pos = p / 100 * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def percentiles(values: Sequence[float], ps: Iterable[float] = PERCENTILES

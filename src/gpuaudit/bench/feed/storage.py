@@ -22,6 +22,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gpuaudit.bench.context import BenchContext
 from gpuaudit.bench.feed.procs import Workers
@@ -36,7 +37,7 @@ from gpuaudit.bench.stats import measure, skipped
 from gpuaudit.errors import BadInputError
 from gpuaudit.hw.storage import disk_stat, max_request_bytes, storage_target
 from gpuaudit.model import Measurement, Params, StorageTarget
-from gpuaudit.units import human_bytes
+from gpuaudit.parse import human_bytes
 
 SUITE = "storage"
 SEQ_BLOCK = 1 << 20
@@ -68,7 +69,7 @@ def plan(ctx: BenchContext) -> Plan:
     size = ctx.options.get("file_bytes")
     file_bytes = int(size) if isinstance(size, int) else ctx.pick(1, 4, 16) * GIB
     jobs = int(ctx.options.get("seq_jobs", 4))  # type: ignore[call-overload]
-    depths = tuple(ctx.options.get("depths", (1, 16)))  # type: ignore[arg-type]
+    depths: tuple[int, ...] = tuple(ctx.options.get("depths", (1, 16)))  # type: ignore[arg-type]
     return Plan(file_bytes=file_bytes, seq_jobs=jobs, passes=ctx.pick(5, 5, 8),
                 depths=depths, rand_seconds=ctx.pick(2.0, 5.0, 15.0))
 
@@ -318,7 +319,7 @@ def seq_passes(f: TestFile, p: Plan, write: bool, device: str | None
     for i in range(p.passes):
         before = disk_stat(device) if device else None
         seconds, good = seq_pass(f, p.seq_jobs, write, i)
-        after = disk_stat(device) if before else None
+        after = disk_stat(device) if device and before else None
         samples.append(gb_per_s(p.file_bytes, seconds))
         if before and after:
             requests.append(after.since(before).requests(write) / (p.file_bytes / MIB))
@@ -431,7 +432,8 @@ def _one_path(ctx: BenchContext, p: Plan, target: StorageTarget) -> Iterator[Mea
                      f"{human_bytes(p.file_bytes)} × {p.passes}")
             samples, ok, per_mib = seq_passes(f, p, write, target.device)
             first = (describe(target, f.method),) if write else ()
-            params, split = seq, ()
+            params: dict[str, Any] = seq
+            split: tuple[str, ...] = ()
             if per_mib is not None:
                 params = {**seq, "device_requests_per_mib": per_mib}
                 if not write and f.direct:

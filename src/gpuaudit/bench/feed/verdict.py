@@ -20,8 +20,7 @@ from dataclasses import dataclass, replace
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import Finding, Measurement, Severity
-from gpuaudit.parse import number
-from gpuaudit.units import human_bytes, parse_bytes
+from gpuaudit.parse import human_bytes, number, size_bytes
 
 IMAGE_DEVICE_BYTES = 3 * 224 * 224  # a 224×224 RGB crop in uint8, normalised on the GPU
 # ImageNet-1k train: 1,281,167 JPEGs in about 140 GB.
@@ -58,9 +57,9 @@ JOB_HELP = ("RATE:BYTES[:jpeg|raw][:seq|random][:DEVICE_BYTES] — samples/s, st
 
 
 def _bytes(text: str) -> int:
-    """A byte size, ValueError when it is not one (parse_bytes may say so either way)."""
+    """A byte size, ValueError when it is not one (size_bytes may say so either way)."""
     try:
-        return parse_bytes(text)
+        return size_bytes(text, "size")
     except BadInputError as exc:
         raise ValueError(str(exc)) from None
 

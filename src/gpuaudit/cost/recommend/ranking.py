@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuaudit.cost.memory_fit import dtype_bytes, gb, model_shape
+from gpuaudit.cost.memory_fit import dtype_bytes, gb
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.cost import Offer
+from gpuaudit.model.presets import model_shape
 from gpuaudit.model.recommendation import (
     Assumptions,
     Exclusion,
@@ -22,7 +23,8 @@ from gpuaudit.model.recommendation import (
     RecommendResult,
     ServingPlan,
 )
-from gpuaudit.specs.figures import FigureCatalog, load_figures
+from gpuaudit.specs.figure_cache import load_figures
+from gpuaudit.specs.figures import FigureCatalog
 
 from .context import Context
 from .feed import check as feed_check

@@ -200,20 +200,20 @@ def check_nvlink(c: GpuCtx) -> Iterator[Finding]:
                           f"no NVLink up ({seen}); with one GPU in the machine nothing would "
                           "use it", "For multi-GPU work rent a multi-GPU node and check that "
                           "its NVLinks are up there.", **evidence)
-        elif not is_sxm(spec):  # type: ignore[arg-type]
+        elif not is_sxm(spec):
             yield problem("nvlink.no-bridge", Severity.INFO, g,
                           f"no NVLink up ({seen}): this card's NVLink needs a bridge, which "
                           "is optional", "GPU↔GPU traffic goes over PCIe; if you paid for "
                           "bridged pairs, ask the provider.", **evidence)
         else:
             yield problem("nvlink.none-up", Severity.FAIL, g,
-                          f"no NVLink up ({seen}); {cite(spec, 'nvlink_links')} gives "  # type: ignore[arg-type]
+                          f"no NVLink up ({seen}); {cite(spec, 'nvlink_links')} gives "
                           f"{expected}: GPU↔GPU traffic falls back to PCIe, many times slower",
                           "Check nvidia-smi nvlink -s and the fabric manager; a VM may not pass "
                           "NVLink through. On a rented node, report it and move.", **evidence)
-    elif active < expected and is_sxm(spec):  # type: ignore[arg-type]
+    elif active < expected and is_sxm(spec):
         yield problem("nvlink.fewer-than-spec", Severity.WARN, g,
-                      f"{active} NVLinks active; {cite(spec, 'nvlink_links')} gives "  # type: ignore[arg-type]
+                      f"{active} NVLinks active; {cite(spec, 'nvlink_links')} gives "
                       f"{expected}", "Some links are missing or disabled; GPU↔GPU bandwidth is "
                       "lower.", **evidence)
     else:

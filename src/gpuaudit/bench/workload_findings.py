@@ -1,5 +1,6 @@
-"""Findings from workload figures: an input pipeline that cannot feed the GPU, DDP that
-scales poorly. Pure functions over Measurements (no torch)."""
+"""Findings from the workload suites' figures (`bench train`): an input pipeline that cannot
+feed the GPU, DDP that scales poorly. Pure functions over Measurements (no torch), judged by
+the runner beside the micro benchmarks' stragglers and contention."""
 
 from __future__ import annotations
 

@@ -1,0 +1,25 @@
+"""What the predict tests read: the recorded runs (an H200 machine's rates, a CPU op profile)
+and a fresh `bench train --op-profile` run on this CPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import FIXTURES, load_fixture
+
+PREDICT = FIXTURES / "predict"
+H200_2GPU = PREDICT / "h200-2gpu-bench-quick.json"
+CPU_PROFILE = PREDICT / "cpu-gpt-tiny-op-profile.json"
+
+
+def op_profile_run(model: str, op_profile: bool = True) -> Any:
+    """`bench train --op-profile` of a tiny preset in fp32 on this CPU, with the recorded H200
+    machine's facts (the run predict reads back)."""
+    from gpuaudit.bench.context import Profile
+    from gpuaudit.bench.runner import run_bench
+    from gpuaudit.model import Machine
+
+    machine = Machine.model_validate(load_fixture("h200-1gpu")["machine"])
+    return run_bench(["train"], machine=machine, profile=Profile.STANDARD,
+                     options={"models": [model], "modes": ["fp32"], "steps": 2,
+                              "parts": ["modes"], "op_profile": op_profile})
