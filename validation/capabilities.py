@@ -6,7 +6,7 @@ Each entry's steps are commands run from the repository root (validation.harness
 
 from __future__ import annotations
 
-from validation.harness import Capability, Context, Step
+from validation.harness import ROOT, Capability, Context, Step
 
 
 def _py(ctx: Context, script: str, *args: str) -> tuple[str, ...]:
@@ -154,19 +154,46 @@ def predict_mlperf_steps(ctx: Context) -> list[Step]:
 
 
 def predict_steps(ctx: Context) -> list[Step]:
-    return [Step("predict", _py(ctx, "scripts/device_predict.py", str(ctx.raw)), timeout_s=595)]
+    if ctx.mode == "replay":  # recorded runs.json files, predicted again here (CPU)
+        # by default the recorded H200 runs; the first one's rates were all marked contended
+        # by a GPM reading since corrected (tests/predict/test_predict_replay.py says so)
+        runs = ctx.args or (*sorted(str(p.relative_to(ROOT)) for p in
+                                    (ROOT / "tests" / "fixtures" / "predict")
+                                    .glob("h200-1gpu-*-runs.json")),
+                            "--drop-contention-marks", "1")
+        return [Step("replay", _py(ctx, "validation/predict/compare.py", *runs),
+                     stdout="summary.md", timeout_s=300)]
+    return [Step("predict", _py(ctx, "validation/predict/run.py", str(ctx.raw)), timeout_s=595)]
+
+
+ZOO_RESULTS = "tests/fixtures/predict/zoo-results.json"
 
 
 def predict_zoo_steps(ctx: Context) -> list[Step]:
-    budget = ctx.args[0] if ctx.args else "540"
+    zoo = "validation/predict/zoo.py"
+    if ctx.mode == "compare":  # RECORDING [--also RECORDING2] [--rates RUN]: on recordings
+        if not ctx.args:
+            return [Step("compare", _py(ctx, zoo, "table", ZOO_RESULTS), stdout="table.md",
+                         timeout_s=60)]
+        return [Step("compare", _py(ctx, zoo, "compare", *ctx.args), stdout="table.md",
+                     timeout_s=300)]
+    # record: [BUDGET_S] [--set held_out|development], then the comparison of what it recorded
+    budget = ctx.args[0] if ctx.args else "520"
     env = (("PYTHONPATH", "examples/predict"),)
+    rec = str(ctx.raw / "zoo")
+    tiny = ("--tiny",) if ctx.dry else ()
     return [
-        Step("record", _py(ctx, "scripts/predict_zoo.py", "record", str(ctx.raw / "zoo"),
-                           "--budget-s", budget, *ctx.args[1:]), timeout_s=float(budget) + 40,
-             env=env),
-        Step("pack", _py(ctx, "scripts/predict_zoo.py", "pack", str(ctx.raw / "zoo"),
-                         str(ctx.raw)), timeout_s=120, optional=True),
+        Step("record", _py(ctx, zoo, "record", rec, "--budget-s", budget, *tiny,
+                           *ctx.args[1:]), timeout_s=min(float(budget) + 40, 590), env=env),
+        Step("compare", _py(ctx, zoo, "compare", rec), stdout="table.md", timeout_s=120,
+             env=env, optional=True),
+        Step("pack", _py(ctx, zoo, "pack", rec, str(ctx.raw)), timeout_s=120, optional=True),
     ]
+
+
+def render_science_steps(ctx: Context) -> list[Step]:
+    return [Step("render-science", ("bash", "validation/render/science.sh"), timeout_s=540,
+                 stdout="run.log")]
 
 
 CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
@@ -219,8 +246,15 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("predict-mlperf", "predict's GPU change against NVIDIA's published MLPerf",
                "MLPerf Inference v4.0 H100 results", "predict.md", predict_mlperf_steps,
                ("mlperf.md",), gpu=False),
-    Capability("predict", "predict against measurements (precision, batch, GPUs, size)",
-               "the measured step", "predict.md", predict_steps, ("summary.md",), dry=False),
-    Capability("predict-zoo", "predict on the model zoo", "the measured step",
-               "predict.md", predict_zoo_steps, (), dry=False),
+    Capability("predict", "predict against measurements (precision, batch, GPUs, size); "
+               "`replay`: recorded runs predicted again (CPU)", "the measured step",
+               "predict.md", predict_steps, ("summary.md",), dry=False, modes=("replay",)),
+    Capability("predict-zoo", "predict on the model zoo: `record` on a GPU, `compare` on "
+               "recordings (CPU; without any, the recorded zoo's results)",
+               "the measured step of each case", "predict.md", predict_zoo_steps,
+               ("table.md",), modes=("record", "compare")),
+    Capability("render-science", "bench render and bench science with --with-native, a "
+               "reference frame, recommend render|simulate on the run",
+               "glmark2, the reference scene's image, CuPy's FFT and SpMV",
+               "bench-render-science.md", render_science_steps, ("summary.md",), dry=False),
 )}

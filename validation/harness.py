@@ -166,8 +166,15 @@ def _env(ctx: Context, step: Step) -> dict[str, str]:
     return env
 
 
+def _shown(argv: tuple[str, ...], ctx: Context) -> str:
+    """The command as a result records it: the interpreter as `python3`, paths in the
+    repository relative to it (a result names no folder of the machine it ran on)."""
+    words = ["python3" if a == ctx.python else a for a in argv]
+    return shlex.join(w.replace(f"{ROOT}/", "") for w in words)
+
+
 def run_step(ctx: Context, step: Step, log: Callable[[str], None]) -> StepResult:
-    command = shlex.join(step.argv)
+    command = _shown(step.argv, ctx)
     log(f"validation: {step.name}: {command}")
     out_name = step.stdout or f"{step.name}.log"
     t0 = time.monotonic()

@@ -38,7 +38,7 @@ def apply_safe_env(env: dict[str, str] | None = None) -> dict[str, str]:
 _DYNAMO_SUITES = frozenset({"train", "infer"})
 _preloading: threading.Thread | None = None
 # phase → time.time() when the preload thread ended it ("started", "torch", "cuda", "dynamo"):
-# where the wait for torch goes (scripts/step_times.py reports it)
+# where the wait for torch goes (validation/bench/step_times.py reports it)
 PHASES: dict[str, float] = {}
 
 

@@ -1,7 +1,8 @@
 """`gpuaudit predict` replayed on the real runs of one H200 (three runs of 2026-12-01,
 `python -m validation run predict`; the third's log is validation/results/predict-raw.txt,
-the first two are in git): each case predicted from one recorded run and compared
-with the run that measured it, the error asserted as achieved. Within 10 % where met; where
+the first two are in git): each case predicted from one recorded run and compared with the
+run that measured it by the entry's own code (validation/predict/compare.py), the error
+asserted as achieved. Within 10 % where met; where
 not, the reason is in the prediction itself (its notes, its classes' basis) and the
 measurement is inside the band, as docs/predict.md's tables show it. The third run is the
 first with batch norm's own record (its kernels' time, its layers timed alone in both
@@ -11,9 +12,7 @@ convolutions timed alone as their steps run them (the recorder of that day)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -23,12 +22,12 @@ from gpuaudit.predict.kernels import LAYOUT, reattribute
 from gpuaudit.predict.precision import timed_norm_ratio
 from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
+from validation.predict.compare import compare
 
 RUNS = {run: FIXTURES / "predict" / f"h200-1gpu-2026-12-01{tail}-runs.json"
         for run, tail in (("a", ""), ("b", "b"), ("c", "c"), ("d", "d"))}
 # c: the first with batch norm timed alone; d (phases R and P1 only): the first with the
 # convolutions timed alone as their steps run them (TF32 per family, calls held back to back)
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "device_predict.py"
 SPECS = load_catalog()
 
 # run → case → (predicted samples/s, error %) as achieved on these runs.
@@ -81,16 +80,8 @@ def recorded(run: str = "a") -> dict:
     return doc["runs"]
 
 
-def device_predict():
-    spec = importlib.util.spec_from_file_location("device_predict", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _compare(run: str):
-    rows, preds = device_predict().compare(recorded(run), 1)
+    rows, preds = compare(recorded(run), 1)
     return {r["case"]: r for r in rows}, preds
 
 

@@ -1,9 +1,9 @@
-"""Issue 17's validation on the GPU machine: each prediction beside the measurement it
-predicts, in one call (~6 minutes on 2 H200s, nvidia-h200-x2).
+"""The `predict` entry (`python -m validation run predict`): each prediction beside the
+measurement it predicts, in one run (about 6 minutes on 2 H200s).
 
-    python3 scripts/device_predict.py OUTDIR                          # everything below
-    python3 scripts/device_predict.py --phase NAME OPTIONS_JSON OUTFILE   # one phase
-    GPUAUDIT_PREDICT_PHASES=R,P1 python3 scripts/device_predict.py OUTDIR  # those alone
+    python3 validation/predict/run.py OUTDIR                              # everything below
+    python3 validation/predict/run.py --phase NAME OPTIONS_JSON OUTFILE   # one phase
+    GPUAUDIT_PREDICT_PHASES=R,P1 python3 validation/predict/run.py OUTDIR  # those alone
 
 Phases (each a process of its own; P0 and P1 at once, one per GPU):
 
@@ -14,7 +14,7 @@ Phases (each a process of its own; P0 and P1 at once, one per GPU):
   D   GPUs 0+1: DDP of gpt-124m bf16 eager on 1 and 2 GPUs (the same per-GPU batch)
 
 Then, from those runs only (no other figure), the predictions and the measurement each one
-is compared with:
+is compared with (validation/predict/compare.py):
 
   1 → 2 GPUs       gpt-124m/bf16 profile --gpus 2            vs D's 2-GPU throughput
   fp32 → bf16      gpt-124m/fp32 profile --precision bf16    vs P0's gpt-124m/bf16
@@ -39,14 +39,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-SRC = HERE.parent / "src"
-sys.path.insert(0, str(SRC))
-H200_RATES = HERE.parent / "tests" / "fixtures" / "predict" / "h200-2gpu-bench-quick.json"
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+sys.path[:0] = [str(SRC), str(ROOT)]
+
+from validation.predict.compare import compare, table  # noqa: E402
 
 # Phase limits (s): within one 10-minute device call, R + max(P0, P1) + D + the comparison.
 LIMITS = {"R": 100, "P0": 270, "P1": 270, "D": 120}
@@ -151,100 +153,6 @@ class Phase:
         return {"rc": rc, "wall_s": round(time.time() - self.t0, 1)}
 
 
-# -- the comparisons ---------------------------------------------------------------------------
-
-
-def cases(ngpu: int) -> list[dict[str, Any]]:
-    """(label, source run, workload, change, measured run, measured figure)."""
-    if ngpu == 0:
-        return [
-            {"case": "1 → 2 ranks", "run": "P0", "workload": "gpt-tiny/fp32",
-             "change": {"gpus": 2}, "measured": ("D", "gpt-tiny/ddp/n2/throughput")},
-            {"case": "fp32 → bf16", "run": "P0", "workload": "gpt-tiny/fp32",
-             "change": {"precision": "bf16"}, "measured": ("P0", "gpt-tiny/bf16/throughput")},
-            {"case": "bf16 → fp32", "run": "P0", "workload": "gpt-tiny/bf16",
-             "change": {"precision": "fp32"}, "measured": ("P0", "gpt-tiny/fp32/throughput")},
-            {"case": "gpt-tiny → 124M", "run": "P0", "workload": "gpt-tiny/bf16",
-             "change": {"params": 124e6}, "measured": None},
-            {"case": "resnet fp32 → bf16", "run": "P1", "workload": "resnet-tiny/fp32",
-             "change": {"precision": "bf16"},
-             "measured": ("P1", "resnet-tiny/bf16/throughput")},
-        ]
-    return [
-        {"case": "1 → 2 GPUs (DDP)", "run": "P0", "workload": "gpt-124m/bf16",
-         "change": {"gpus": 2}, "measured": ("D", "gpt-124m/ddp/n2/throughput")},
-        {"case": "fp32 → bf16", "run": "P0", "workload": "gpt-124m/fp32",
-         "change": {"precision": "bf16"}, "measured": ("P0", "gpt-124m/bf16/throughput")},
-        {"case": "bf16 → fp32", "run": "P0", "workload": "gpt-124m/bf16",
-         "change": {"precision": "fp32"}, "measured": ("P0", "gpt-124m/fp32/throughput")},
-        {"case": "124M → 1.3B", "run": "P0", "workload": "gpt-124m/bf16",
-         "change": {"params": 1.3e9}, "measured": ("P0", "gpt-1.3b/bf16/throughput")},
-        {"case": "1.3B → 124M", "run": "P0", "workload": "gpt-1.3b/bf16",
-         "change": {"params": 124e6, "batch": 32, "seq_len": 1024},
-         "measured": ("P0", "gpt-124m/bf16/throughput")},
-        {"case": "resnet50 fp32 → bf16", "run": "P1", "workload": "resnet50/fp32",
-         "change": {"precision": "bf16"}, "measured": ("P1", "resnet50/bf16/throughput")},
-        {"case": "resnet50 bf16 → fp32", "run": "P1", "workload": "resnet50/bf16",
-         "change": {"precision": "fp32"}, "measured": ("P1", "resnet50/fp32/throughput")},
-    ]
-
-
-def compare(docs: dict[str, Any], ngpu: int) -> tuple[list[dict[str, Any]], list[Any]]:
-    from gpuaudit.errors import GpuauditError
-    from gpuaudit.model import Run, load_run
-    from gpuaudit.predict import Change, load_profile, machine_rates, predict
-    from gpuaudit.specs.catalog import load_catalog
-
-    specs = load_catalog()
-    runs = {k: Run.model_validate(v) for k, v in docs.items() if v}
-    rates_run = runs.get("R") if ngpu else load_run(H200_RATES.read_text())
-    rates = machine_rates(rates_run, specs) if rates_run else None
-    why = ("no rates (phase R failed)" if rates_run is None else
-           "no rates: phase R has no uncontended matmul and memory figures")
-    rows, preds = [], []
-    for c in cases(ngpu):
-        row: dict[str, Any] = {"case": c["case"], "from": c["workload"]}
-        try:
-            if rates is None:
-                raise ValueError(why)
-            if c["run"] not in runs:
-                raise ValueError(f"phase {c['run']} not run")
-            run = runs[c["run"]]
-            profile = load_profile(run, c["workload"])
-            p = predict(profile, rates, Change(**c["change"]), specs)
-            preds.append(p.model_dump(mode="json"))
-            row.update(predicted=p.samples_per_s, low=p.samples_per_s_low,
-                       high=p.samples_per_s_high, band_pct=p.uncertainty_pct,
-                       to=f"{p.target.model}/{p.target.mode} × {p.target.gpus}")
-        except (GpuauditError, KeyError, ValueError) as exc:
-            row["error_text"] = str(exc)[:200]
-        if c["measured"] is not None:
-            phase, name = c["measured"]
-            found = [m for m in (runs.get(phase).measurements if runs.get(phase) else ())
-                     if m.name == name and m.value]
-            if found:
-                row["measured"] = found[0].value
-        if row.get("predicted") and row.get("measured"):
-            row["error_pct"] = 100 * (row["predicted"] - row["measured"]) / row["measured"]
-            row["in_band"] = row["low"] <= row["measured"] <= row["high"]
-        rows.append(row)
-    return rows, preds
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    out = ["| case | predicted from | predicted (samples/s) | band | measured | error | "
-           "≤ 10 % |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        pred = (f"{r['predicted']:,.4g}" if r.get("predicted") else
-                f"failed: {r.get('error_text', '?')}")
-        band = f"{r['low']:,.4g}–{r['high']:,.4g}" if r.get("predicted") else ""
-        meas = f"{r['measured']:,.4g}" if r.get("measured") else "not measured"
-        err = f"{r['error_pct']:+.1f} %" if "error_pct" in r else ""
-        ok = ("yes" if abs(r["error_pct"]) <= 10 else "NO") if "error_pct" in r else ""
-        out.append(f"| {r['case']} | {r['from']} | {pred} | {band} | {meas} | {err} | {ok} |")
-    return "\n".join(out) + "\n"
-
-
 def keep(out: Path, tmp: Path, info: dict[str, Any], docs: dict[str, Any]) -> None:
     """runs.json and log.txt as they stand: the phases finished so far."""
     (out / "runs.json").write_text(json.dumps({"phases": info, "runs": docs}, indent=1))
@@ -259,9 +167,8 @@ def keep(out: Path, tmp: Path, info: dict[str, Any], docs: dict[str, Any]) -> No
 def main(outdir: str) -> int:
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path("/tmp/gpuaudit-predict")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    # the phases' own files: the harness's scratch folder, else a temporary one
+    tmp = Path(tempfile.mkdtemp(prefix="predict-", dir=os.environ.get("VALIDATION_WORK")))
     ngpu = gpu_count()
     spec = phases(ngpu)
     info: dict[str, Any] = {}
@@ -295,11 +202,10 @@ def main(outdir: str) -> int:
     rows, preds = compare(docs, ngpu)
     (out / "predictions.json").write_text(json.dumps({"rows": rows, "predictions": preds},
                                                      indent=1))
-    head = (f"# gpuaudit predict validation: {ngpu} GPU(s), "
-            f"{time.strftime('%Y-%m-%d %H:%M')}, {info['total']['wall_s']} s\n\n"
+    head = (f"{ngpu} GPU(s), {info['total']['wall_s']} s.\n\n"
             + ("DRY RUN on the CPU: tiny models, the recorded H200 rates; the numbers mean "
                "nothing.\n\n" if ngpu == 0 else ""))
-    text = head + table(rows) + "\nphases: " + json.dumps(info) + "\n"
+    text = head + table(rows)  # the phases' exit codes and times: runs.json
     (out / "summary.md").write_text(text)
     print(text)
     return 0

@@ -1,9 +1,12 @@
-"""`gpuaudit predict` on the model zoo (examples/predict/zoo/, manifest.json): record on a GPU,
-then predict each case from one recording and compare it with the run that measured it.
+"""The `predict-zoo` entry: `gpuaudit predict` on the model zoo (examples/predict/zoo/,
+manifest.json): record on a GPU, then, anywhere, predict each case from one recording and
+compare it with the run that measured it.
 
-    python3 scripts/predict_zoo.py record OUTDIR [--set held_out|development] [--budget-s S]
-    python3 scripts/predict_zoo.py compare OUTDIR [--json RESULT] [--table TABLE.md]
-    python3 scripts/predict_zoo.py record OUTDIR --tiny      # a CPU dry run (batch 2)
+    python3 validation/predict/zoo.py record OUTDIR [--set held_out|development] [--budget-s S]
+    python3 validation/predict/zoo.py record OUTDIR --tiny    # a CPU dry run (batch 2)
+    python3 validation/predict/zoo.py compare OUTDIR [--also OUTDIR2] [--rates RUN.json]
+    python3 validation/predict/zoo.py table RESULTS.json      # the tables of a compare's results
+    python3 validation/predict/zoo.py pack OUTDIR DEST        # OUTDIR into tars of ≤ 15 MiB
 
 record: the machine's rates (`bench matmul memory`, quick) into OUTDIR/rates.json; then per
 family (development first, then held-out) one Run in OUTDIR/runs/NAME.json holding the op
@@ -30,8 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = Path(__file__).resolve().parents[2]
 ZOO = ROOT / "examples" / "predict"
 MANIFEST = ZOO / "zoo" / "manifest.json"
 sys.path.insert(0, str(ROOT / "src"))
@@ -315,33 +317,70 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None) 
     return 0
 
 
+def _num(v: float) -> str:
+    """Samples/s as the tables show them: 3 figures below 1,000, whole numbers above,
+    thousands as k past 100,000."""
+    if v >= 1e5:
+        return f"{v / 1e3:,.0f} k"
+    return f"{v:,.0f}" if v >= 999.5 else f"{v:.3g}"
+
+
+RECORDER = {"first": "1st", "second": "2nd"}
+
+
 def table(rows: list[dict[str, Any]]) -> str:
+    """The held-out and the development tables: each case's prediction, its band, the
+    measurement and the error, marked where it misses 10 % or its band."""
     out = []
-    for which, title in (("held_out", "Held-out families"), ("development", "Development "
-                                                                           "families")):
+    for which, title in (("held_out", "Held-out families"),
+                         ("development", "Development families")):
         mine = [r for r in rows if r["set"] == which]
-        errors = [abs(r["error_pct"]) for r in mine if "error_pct" in r]
-        within = sum(1 for e in errors if e <= 10)
-        inside = sum(1 for r in mine if r.get("in_band"))
-        out += [f"### {title}", "", f"{within} of {len(errors)} cases within 10 %, "
-                f"{inside} measurements inside their band.", "",
-                "| family | case | predicted (samples/s) | band | measured | error |",
-                "| --- | --- | --- | --- | --- | --- |"]
+        scored = [r for r in mine if "error_pct" in r]
+        within = sum(abs(r["error_pct"]) <= 10 for r in scored)
+        inside = sum(bool(r.get("in_band")) for r in scored)
+        both = sum(abs(r["error_pct"]) <= 10 and bool(r.get("in_band")) for r in scored)
+        refused = sum(1 for r in mine if "error_pct" not in r)
+        out += [f"**{title}** ({within} of {len(scored)} cases within 10 %, {inside} "
+                f"measurements inside their band; {both} both"
+                + (f"; {refused} refused or not recorded" if refused else "") + "):", "",
+                "| family | case | recorder | predicted | band | measured | error |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
         for r in mine:
+            rec = RECORDER.get(str(r.get("recording")), str(r.get("recording", "")))
+            meas = _num(r["measured"]) if r.get("measured") else "not measured"
             if "predicted" in r:
-                pred = f"{r['predicted']:,.4g}"
-                band = f"{r['low']:,.4g}–{r['high']:,.4g}"
+                pred, band = _num(r["predicted"]), f"{_num(r['low'])}–{_num(r['high'])}"
             else:
-                pred = "refused: " + str(r.get("refused") or r.get("error", "?"))[:90]
-                band = ""
-            meas = f"{r['measured']:,.4g}" if r.get("measured") else "not measured"
-            err = ""
+                pred, band = "refused", ""
             if "error_pct" in r:
-                mark = "" if abs(r["error_pct"]) <= 10 and r.get("in_band") else " (NO)"
-                err = f"{r['error_pct']:+.1f} %{mark}"
-            out.append(f"| {r['family']} | {r['case']} | {pred} | {band} | {meas} | {err} |")
+                e = r["error_pct"]
+                mark = ("" if abs(e) <= 10 and r.get("in_band") else
+                        " (in band)" if r.get("in_band") else
+                        " (out of band)" if abs(e) <= 10 else " (NO)")
+                err = f"**{e:+.1f} %**{mark}"
+            else:
+                err = str(r.get("refused") or r.get("error", "?"))[:100].replace("|", "/")
+            out.append(f"| {r['family']} | {r['case']} | {rec} | {pred} | {band} | {meas} | "
+                       f"{err} |")
         out.append("")
     return "\n".join(out)
+
+
+def show(results: Path) -> int:
+    """The tables of a compare's results.json (the published one: the recorded zoo's)."""
+    try:
+        doc = json.loads(results.read_text())
+        rows = doc["rows"]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"table: {results}: not a compare's results.json ({exc})", file=sys.stderr)
+        return 2
+    if doc.get("about"):
+        # the rates' figures, without the run id they came from
+        rates = [m[1] for b in doc.get("rates", {}).get("basis", [])
+                 if (m := re.search(r"\((matmul [^)]*)\)", b))]
+        print(f"{doc['about']}." + (f" Rates: {'; '.join(rates)}." if rates else "") + "\n")
+    print(table(rows), end="")
+    return 0
 
 
 def reparse(out: Path) -> int:
@@ -399,7 +438,7 @@ def pack(out: Path, dest: Path, limit: int = 15 * 2**20, most: int = 7) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("record", "worker", "compare", "pack", "reparse"))
+    ap.add_argument("what", choices=("record", "worker", "compare", "table", "pack", "reparse"))
     ap.add_argument("out")
     ap.add_argument("names", nargs="*")
     ap.add_argument("--set", choices=("held_out", "development"))
@@ -423,6 +462,8 @@ def main() -> int:
                       not args.no_rates)
     if args.what == "reparse":
         return reparse(out)
+    if args.what == "table":
+        return show(out)
     if args.what == "pack":
         return pack(out, Path(args.names[0]))
     return compare([out, *map(Path, args.also)], args.rates, args.set)
