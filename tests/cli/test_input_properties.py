@@ -5,7 +5,6 @@ and exit 2 — never a traceback."""
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 from pathlib import Path
@@ -17,6 +16,7 @@ from typer.testing import CliRunner
 
 from gpuaudit.cli.app import app
 from gpuaudit.errors import BadInputError
+from tests.support import damage
 
 FIX = Path(__file__).parents[1] / "fixtures"
 TRACE = json.loads((FIX / "telemetry" / "h200-1gpu-idle.json").read_text())
@@ -46,19 +46,9 @@ def _paths(doc, prefix=()):
 
 
 def _mutate(doc, picks: list[tuple[int, object]]):
-    """The document with the values at a few of its paths replaced by junk."""
-    doc = copy.deepcopy(doc)
-    paths = [p for p, _ in _paths(doc) if p]
-    for index, value in picks:
-        path = paths[index % len(paths)]
-        parent = doc
-        try:
-            for key in path[:-1]:
-                parent = parent[key]
-            parent[path[-1]] = value
-        except (KeyError, IndexError, TypeError):
-            continue  # an earlier pick replaced the path's parent
-    return doc
+    """The document with the values at a few of its paths (every one, lists' items all)
+    replaced by junk."""
+    return damage.mutated(doc, picks, among=[p for p, _ in _paths(doc) if p])
 
 
 mutations = st.lists(st.tuples(st.integers(0, 10**6), junk), min_size=1, max_size=4)

@@ -20,6 +20,7 @@ import typer
 
 from gpuaudit.cli import common
 from gpuaudit.cli.common import DbOpt, JsonOpt
+from gpuaudit.cli.recommend import BudgetOpt, CurrencyOpt, SortOpt, TopOpt
 from gpuaudit.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -39,13 +40,6 @@ RunOpt = Annotated[str | None, typer.Option(
                                  "science) to time the job with.")]
 DeadlineOpt = Annotated[float | None, common.duration(
     "--deadline", help="Finish within this long: 36h, 14d, 2w.")]
-BudgetOpt = Annotated[float | None, common.money(
-    "--budget-usd", "--budget", help="Spend at most this much, in --currency.")]
-CurrencyOpt = Annotated[str, common.currency(
-    "--currency", help="Rank offers priced in this currency (no exchange rates).")]
-SortOpt = Annotated[str, common.choice("--sort", choices=("cost", "time"),
-                                       help="Rank by estimated cost or time.")]
-TopOpt = Annotated[int, common.integer("--top", help="How many offers to show.", hi=1000)]
 
 
 def _load_run(run: str, db: str | None) -> Run:
