@@ -187,7 +187,6 @@ def predict_zoo_steps(ctx: Context) -> list[Step]:
                            *ctx.args[1:]), timeout_s=min(float(budget) + 40, 590), env=env),
         Step("compare", _py(ctx, zoo, "compare", rec), stdout="table.md", timeout_s=120,
              env=env, optional=True),
-        Step("pack", _py(ctx, zoo, "pack", rec, str(ctx.raw)), timeout_s=120, optional=True),
     ]
 
 

@@ -10,7 +10,7 @@
 #   put on the library path (ours must not shadow newer system ones), named to the entry by
 #   GPUAUDIT_GLMARK2 and GPUAUDIT_GLMARK2_DATA;
 # - results go to $OUT, the folder that comes back: NAME.json, NAME.md, NAME-raw.tar.gz (at most
-#   8 files come back, so the raw folder is removed once packed).
+#   8 files of 16 MiB come back, so the raw folder is removed once packed, and split if large).
 set -u
 name=${1:?usage: bash validation/launch.sh NAME [--mode M] [-- ARGS]}; shift
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -44,4 +44,10 @@ peers=(); [ -d .peers ] && peers=(--peers "$PWD/.peers")
 python3 -m validation run "$name" --out "${OUT:?set OUT}" "${peers[@]}" "$@"
 rc=$?
 rm -rf "${OUT:?}/$name-raw"
+# a file comes back only under 16 MiB: a larger raw archive travels in numbered parts
+# (cat NAME-raw.tar.gz.* > NAME-raw.tar.gz joins them)
+raw=$OUT/$name-raw.tar.gz
+if [ -f "$raw" ] && [ "$(stat -c %s "$raw")" -gt $((15 * 1024 * 1024)) ]; then
+  split -b 15M -d "$raw" "$raw." && rm "$raw"
+fi
 exit $rc
