@@ -172,3 +172,55 @@ def test_the_optimizers_own_item_is_not_a_host_sync():
     assert analyse(doc).item_calls == 0
     doc["traceEvents"].append(event("aten::item", "cpu_op", 20, 2))  # the user's loss.item()
     assert analyse(doc).item_calls == 1
+
+
+def _profiled_steps(tmp_path, model, x, name):
+    """Three steps of a plain training loop under torch.profiler with input shapes recorded,
+    as the doctor's bootstrap profiles them."""
+    torch = pytest.importorskip("torch")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    path = tmp_path / f"{name}.json"
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=3, repeat=1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                schedule=sched, record_shapes=True,
+                                on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(5):
+            opt.zero_grad()
+            model(x).float().pow(2).mean().backward()
+            opt.step()
+            prof.step()
+    return analyse(read_trace(path))
+
+
+def test_first_layer_rows_from_recorded_shapes(tmp_path):
+    """The batch is what the step's first layer received: a convolution's samples, a linear
+    layer's rows, an embedding's looked-up positions (samples × tokens)."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    conv = _profiled_steps(tmp_path, nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(),
+                                                   nn.Conv2d(8, 4, 3)),
+                           torch.randn(2, 3, 16, 16), "conv")
+    assert (conv.steps, conv.batch, conv.batch_op) == (3, 2, "aten::conv2d")
+    mlp = _profiled_steps(tmp_path, nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 4)),
+                          torch.randn(32, 16), "mlp")
+    assert (mlp.batch, mlp.batch_op) == (32, "aten::linear")
+    seq = _profiled_steps(tmp_path, nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 4)),
+                          torch.randn(3, 7, 16), "seq")
+    assert seq.batch == 21  # 3 sequences × 7 positions
+    emb = _profiled_steps(tmp_path, nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 2)),
+                          torch.randint(0, 50, (4, 5)), "emb")
+    assert (emb.batch, emb.batch_op) == (20, "aten::embedding")
+
+
+def test_no_batch_without_recorded_shapes():
+    """A trace made without record_shapes (or shapes that are not lists of sizes) claims no
+    batch rather than guessing one."""
+    step = event("ProfilerStep#1", "user_annotation", 0, 100)
+    bare = analyse({"traceEvents": [step, event("aten::conv2d", "cpu_op", 10, 5)]})
+    assert bare.batch is None and bare.batch_op is None
+    odd = analyse({"traceEvents": [step, event("aten::linear", "cpu_op", 10, 5,
+                                               **{"Input Dims": [[], [4, 4]]})]})
+    assert odd.batch is None
+    ok = analyse({"traceEvents": [step, event("aten::addmm", "cpu_op", 10, 5,
+                                              **{"Input Dims": [[4], [6, 8], [8, 4]]})]})
+    assert (ok.batch, ok.batch_op) == (6, "aten::addmm")  # addmm's rows are its 2nd input's

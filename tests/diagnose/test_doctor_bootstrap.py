@@ -92,6 +92,8 @@ def test_profile_steps_work_without_markers(tmp_path):
                          sys.executable, str(job))
     assert proc.returncode == 0, proc.stderr
     assert kept.exists() and ev.trace is not None and ev.trace.steps >= 3
+    # input shapes recorded: the loader's batch of 8 into the model's first (linear) layer
+    assert (ev.trace.batch, ev.trace.batch_op) == (8, "aten::linear")
     assert "profiler" in d["sources"]
     kinds = [e.kind for e in ev.events]
     assert kinds.count("profile_start") == 1 and kinds.count("profile_end") == 1

@@ -5,6 +5,7 @@ The held-out cases were never tuned on; the one the doctor gets wrong is marked 
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -21,8 +22,9 @@ EVIDENCE = ROOT / "tests" / "fixtures" / "doctor" / "zoo-h200"
 CASES = json.loads((ZOO / "zoo.json").read_text())["cases"]
 # Held-out misses, kept as they are (the method, not the case, is what would change).
 KNOWN_MISSES = {
-    "resnet_batch_two": "a ResNet-18 at batch 2 launches 324 kernels a step (median 2.4 µs), "
-                        "over the 200 a step that separate launch-bound from batch-too-small",
+    "resnet_batch_two": "recorded before the profiler kept input shapes: its evidence has no "
+                        "batch, so 324 short kernels a step read as launch-bound (the batch, "
+                        "once recorded, decides: test_the_first_layers_batch_decides...)",
 }
 
 
@@ -138,3 +140,32 @@ def test_evidence_replays_through_the_cli(tmp_path):
                           capture_output=True, text=True, timeout=60, env=cli_env())
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "not a gpuaudit doctor" in proc.stderr
+
+
+def _with_batch(tmp_path, name: str, batch: int, op: str):
+    """A copy of a recording with the profiled trace's first-layer batch planted (what the
+    bootstrap's profiler now records from input shapes)."""
+    doc = json.loads(gzip.decompress((EVIDENCE / f"{name}.json.gz").read_bytes()))
+    doc["trace"].update(batch=batch, batch_op=op)
+    path = tmp_path / f"{name}-{batch}.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return doctor.diagnose(recording.load(path))
+
+
+def test_the_first_layers_batch_decides_batch_too_small_over_launch_bound(tmp_path):
+    """The same H200 recording of 324 short kernels a step: with a batch of 2 into the first
+    convolution the answer is a bigger batch (launch-bound follows, from the stacks); with 64
+    it is launch overhead. The zoo's launch-bound jobs keep their answer at their real batch."""
+    d = _with_batch(tmp_path, "resnet_batch_two", 2, "aten::conv2d")
+    codes = [f.code for f in d.findings]
+    assert codes[0] == "batch-too-small" and "launch-bound" in codes[1:], codes
+    top = {o.name: (o.value, o.unit) for o in d.findings[0].evidence}
+    assert top["batch"] == (2, "rows into aten::conv2d a step")
+    assert top["short_kernels"][0] > 0.5 and top["gpu_waiting"][0] > 0.5
+    assert "a batch of 2" in d.findings[0].message
+    assert "larger batch" in d.changes[0].action
+    d = _with_batch(tmp_path, "resnet_batch_two", 64, "aten::conv2d")
+    assert [f.code for f in d.findings][:1] == ["launch-bound"]
+    for name, batch in (("deep_mlp_eager", 32), ("per_sample_python_loss", 128)):
+        d = _with_batch(tmp_path, name, batch, "aten::linear")
+        assert [f.code for f in d.findings][:1] == ["launch-bound"], name

@@ -25,6 +25,7 @@ use from kernel names, pageable copies.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
@@ -52,6 +53,10 @@ SYNC_OPS = ("aten::item", "aten::_local_scalar_dense")
 LOADER_PREFIX = "enumerate(DataLoader)#"
 # The ops that do a model's math on the CPU (the inner ones: aten::linear calls aten::addmm).
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution"}
+# The ops a model's first layer runs, and which input carries its rows (see _rows)
+FIRST_LAYER_OPS = {"aten::conv1d": 0, "aten::conv2d": 0, "aten::conv3d": 0,
+                   "aten::convolution": 0, "aten::linear": 0, "aten::addmm": 1, "aten::mm": 0,
+                   "aten::matmul": 0, "aten::embedding": 1}
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,11 @@ class TraceStats:
     matmul_ops: int = 0  # aten::mm, addmm, bmm, convolution… (the model's math)
     median_matmul_op_us: float | None = None
     cuda: bool = False  # the trace has GPU events
+    # The rows the step's first layer received (median over steps): a convolution's samples,
+    # a linear layer's or embedding's samples × positions; None where the trace has no shapes
+    # (recorded without record_shapes) or no such layer.
+    batch: int | None = None
+    batch_op: str | None = None  # the aten op it was read from
 
     def per_step(self, count: float) -> float:
         return count / self.steps if self.steps else count
@@ -354,7 +364,45 @@ def analyse(doc: dict[str, Any]) -> TraceStats:
         sync_calls=len(syncs), sync_time_us=sum(e["dur"] for e in syncs), item_calls=items,
         loader_time_us=total(loader), cpu_ops=len(_top_level(cpu_ops)), matmul_ops=len(mm_durs),
         median_matmul_op_us=statistics.median(mm_durs) if mm_durs else None,
-        cuda=bool(gpu))
+        cuda=bool(gpu), **_batch(events, cpu_ops))
+
+
+def _rows(name: str, dims: Any) -> int | None:
+    """The rows an op's input holds: a convolution's samples (dimension 0); a matmul's or
+    linear layer's rows (every dimension but the last); an embedding's looked-up indices."""
+    i = FIRST_LAYER_OPS[name]
+    if not isinstance(dims, list) or len(dims) <= i or not isinstance(dims[i], list) \
+            or not dims[i] or not all(isinstance(d, int) and d > 0 for d in dims[i]):
+        return None
+    shape = dims[i]
+    if "conv" in name:
+        return int(shape[0])
+    keep = shape if name == "aten::embedding" else shape[:-1]
+    return math.prod(keep) if keep else None
+
+
+def _batch(events: list[dict[str, Any]], cpu_ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first layer's rows in each profiled step (the earliest op of FIRST_LAYER_OPS with
+    recorded input shapes), their median over the steps."""
+    firsts = [e for e in cpu_ops if e.get("name") in FIRST_LAYER_OPS
+              and "Input Dims" in e.get("args", {})]
+    if not firsts:
+        return {}
+    firsts.sort(key=lambda e: (e["ts"], -e["dur"]))
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if str(e.get("name", "")).startswith("ProfilerStep#")] or [(float("-inf"),
+                                                                         float("inf"))]
+    found: list[tuple[int, str]] = []
+    for a, b in steps:
+        first = next((e for e in firsts if a <= e["ts"] < b), None)
+        rows = _rows(first["name"], first["args"]["Input Dims"]) if first else None
+        if first and rows:
+            found.append((rows, first["name"]))
+    if not found:
+        return {}
+    found.sort()
+    rows, op = found[(len(found) - 1) // 2]
+    return {"batch": rows, "batch_op": op}
 
 
 def _top_level(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -144,14 +144,12 @@ def launch_bound(sig: Signals) -> list[Result]:
     kernels mostly finish before their launch call returns (HTA's short kernels ≥ 50 %) with
     host and kernel wait ≥ 30 % of the GPU's span."""
     t = sig.trace
+    if t and small_batch(t):
+        return []  # the step's kernels are short because its batch is: batch-too-small's
     if t and t.cuda and t.devices and t.launched_kernels and not _small_batch_trace(sig):
         # (a few small matmuls a step: batch-too-small's case, a bigger batch is the answer)
         d = t.devices[0]
-        # Waits that a host sync or the data loader explain are theirs, not launch overhead
-        # (on an H200 a loader-starved job showed host wait 100 % and ranked launch-bound
-        # first).
-        wait = max(d.share(d.host_wait_us + d.kernel_wait_us - d.sync_idle_us)
-                   - _data_wait_share(sig), 0.0)
+        wait = _launch_wait(sig)
         short = t.short_kernels / t.launched_kernels
         if short >= 0.5 and wait >= 0.3:
             ev = [obs("short_kernels", short, "of launched", trace_source(t)),
@@ -170,6 +168,17 @@ def launch_bound(sig: Signals) -> list[Result]:
                   gpu_obs(g, "sm_occupancy_pct")]
             return [_launch_result(share, "medium", ev, g.index)]
     return []
+
+
+def _launch_wait(sig: Signals) -> float:
+    """The share of the GPU's span spent waiting on the host and between kernels that
+    neither a host sync nor the data loader explains (on an H200 a loader-starved job showed
+    host wait 100 % and ranked launch-bound first)."""
+    d = sig.trace.devices[0] if sig.trace and sig.trace.devices else None
+    if d is None:
+        return 0.0
+    return max(d.share(d.host_wait_us + d.kernel_wait_us - d.sync_idle_us)
+               - _data_wait_share(sig), 0.0)
 
 
 def _launch_result(share: float, confidence: str, ev: list[Observation], gpu: int | None
@@ -369,6 +378,19 @@ def batch_too_small(sig: Signals) -> list[Result]:
     On a CPU-only profile: matmuls of under 50 µs median (the per-op overhead, ~10 µs,
     is then a large part of each)."""
     t = sig.trace
+    if t and t.cuda and t.devices and t.launched_kernels and small_batch(t):
+        short = t.short_kernels / t.launched_kernels
+        share = max(_launch_wait(sig), _unexplained_idle(sig))
+        if short >= 0.5 and share >= 0.3:
+            g = sig.gpus[0] if sig.gpus else None
+            mem = g.memory_used_fraction if g else None
+            ev = [obs("batch", t.batch, f"rows into {t.batch_op} a step", trace_source(t), 0),
+                  obs("short_kernels", short, "of launched", trace_source(t)),
+                  obs("gpu_waiting", share, "of GPU span", trace_source(t)),
+                  obs("median_kernel", t.median_kernel_us, "µs", trace_source(t), 1)]
+            if g is not None and mem is not None:
+                ev.append(obs("memory_used", mem, "fraction", gpu_source(g)))
+            return [_batch_result(share, "high", ev, t.devices[0].device, mem, t.batch)]
     if t and t.cuda and t.per_step(t.kernels) >= MANY_KERNELS:
         return []  # many small kernels, not a few: launch-bound's (a bigger batch won't fix)
     if t and _small_batch_trace(sig):
@@ -407,6 +429,16 @@ def batch_too_small(sig: Signals) -> list[Result]:
 
 
 MANY_KERNELS = 200  # kernels per profiled step
+# Fewer rows than this into the step's first layer: its kernels are sized by the batch, not
+# by the model (on an H200 a ResNet-18 at batch 2 ran 82 % of its kernels shorter than their
+# launch; the zoo's launch-bound jobs, a 64-layer MLP at batch 32 and a per-sample Python
+# loss at batch 128, are short for their width and their loop instead).
+SMALL_BATCH = 16
+
+
+def small_batch(t: TraceStats) -> bool:
+    """A GPU profile whose first layer received fewer than SMALL_BATCH rows a step."""
+    return t.cuda and t.batch is not None and t.batch < SMALL_BATCH
 SHORT_KERNEL_US = 20.0  # a median kernel this short does little work per launch
 
 
@@ -436,9 +468,12 @@ def _small_batch_trace(sig: Signals) -> bool:
 
 
 def _batch_result(share: float, confidence: str, ev: list[Observation], gpu: int | None,
-                  mem: float | None) -> Result:
+                  mem: float | None, batch: int | None = None) -> Result:
     room = f" (memory allows ~{max(int(0.8 / mem), 2)}×)" if mem else ""
-    if mem is not None:
+    if batch is not None:
+        msg = (f"a batch of {batch} a step: the kernels are so small that about {_pct(share)} "
+               "of the GPU's time goes to launching them and waiting between them")
+    elif mem is not None:
         msg = (f"the SMs work {_pct(1 - share)} of the time with {_pct(1 - mem)} of the memory "
                "free: each step gives the GPU too little work")
     else:
