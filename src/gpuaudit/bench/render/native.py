@@ -115,8 +115,8 @@ def find_glmark2() -> Tool | str:
             return f"GPUAUDIT_GLMARK2={given} is not an executable"
         if "drm" in os.path.basename(given):
             return Tool((given,), "drm", data) if drm else (
-                f"{given} is glmark2's DRM build and this machine has no DRM device "
-                "(/dev/dri/card*)")
+                f"{os.path.basename(given)} (GPUAUDIT_GLMARK2) is glmark2's DRM build and "
+                "this machine has no DRM device (/dev/dri/card*)")
         return _x11((given,), data)
     if drm:
         for name in ("glmark2-drm", "glmark2-es2-drm"):
