@@ -357,6 +357,25 @@ def test_another_size_of_the_users_model_is_counted_on_the_meta_device(monkeypat
         predict(prof, rates(), Change(model="zoo.moe:build_large"), SPECS)
 
 
+def test_the_size_count_survives_an_optimizer_that_makes_tensors_with_no_device(monkeypatch):
+    """torch 2.11's Adam made its step counter with `torch.tensor(0.0)` (no device) and read it
+    with `.item()`: under the meta device that counter is a meta tensor and `.item()` fails,
+    which refused every size change on the H200. The optimizer steps outside the meta device."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    real = torch.optim.AdamW
+
+    class OldAdamW(real):  # as 2.11 did: a device-less tensor read back on the host
+        def step(self, closure=None):
+            torch.tensor(0.0).item()
+            return super().step(closure)
+
+    monkeypatch.setattr(torch.optim, "AdamW", OldAdamW)
+    prof = load_profile(zoo_run("mlp"), "tabular-mlp/bf16")
+    p = predict(prof, rates(), Change(model="zoo.mlp:build_large"), SPECS)
+    assert p.step_ms > p.measured_step_ms
+
+
 def test_another_size_needs_a_recording_that_names_its_entry_point():
     run = zoo_run("mlp")
     doc = json.loads(run.model_dump_json())

@@ -58,18 +58,22 @@ def count(spec: str, batch: int) -> Counted:
     from gpuaudit.workloads.tally import count_ops
 
     build = resolve(spec)
+    meta = torch.device("meta")
     try:
-        with torch.device("meta"):
+        with meta:
             w = as_workload(build(), spec)
             net = WithLoss(w.model, w.loss or default_loss)
             inputs, target = split_batch(call_make_batch(w.make_batch, batch, "meta"))
-            opt = torch.optim.AdamW(net.parameters(), lr=1e-4, foreach=True)
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4, foreach=True)
 
-            def step() -> None:
+        def step() -> None:
+            with meta:  # tensors the model makes in forward land beside its parameters
                 net(*inputs, target).backward()
-                opt.step()
+            # outside: some torch releases make the optimizer's step counter with no device
+            # given, which the meta context would put on meta, where `.item()` fails
+            opt.step()
 
-            tally = count_ops(step)
+        tally = count_ops(step)
     except BadInputError:
         raise
     except Exception as exc:
