@@ -107,6 +107,22 @@ def test_the_units_are_timed_alone_in_both_families_and_at_other_batches():
         assert "fp32[4," in u.signature
 
 
+def test_the_recorded_precision_is_timed_first_when_the_budget_runs_out(monkeypatch):
+    """Each ratio's denominator is the recorded precision's own time: a budget that runs out
+    after one setting leaves every timed unit that time, not another precision's."""
+    from gpuaudit.workloads import units
+
+    net, x = _net()
+    alt, own = _tally(net, x), _tally(net, x, torch.bfloat16)
+    clock = iter(range(10**6))
+    # each reading of the clock one second later: the deadline passes after a few units
+    monkeypatch.setattr(units.time, "perf_counter", lambda: float(next(clock)))
+    timed = time_units(torch, torch.device("cpu"), "bf16", own.calls,
+                       {"float32": alt.calls}, None, 4, None, budget_s=3.0)
+    got = [t for u in timed for t in u.times]
+    assert got and {(t.precision, t.batch_scale) for t in got} == {("bf16", 1.0)}
+
+
 def test_calls_of_two_tallies_line_up_by_name_and_rank():
     net, x = _net()
     own, half = _tally(net, x), _tally(net, x[:2])

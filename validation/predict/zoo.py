@@ -325,7 +325,7 @@ def _num(v: float) -> str:
     return f"{v:,.0f}" if v >= 999.5 else f"{v:.3g}"
 
 
-RECORDER = {"first": "1st", "second": "2nd"}
+RECORDER = {"first": "1st", "second": "2nd", "third": "3rd"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
