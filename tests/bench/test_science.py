@@ -247,6 +247,7 @@ def test_triton_figures_say_so_and_keep_their_checks(cpu, interpreted, monkeypat
     assert res.ok and res.params["points"] == 18 ** 3, res.check
     assert res.params["implementation"].startswith("one Triton kernel")
     assert res.params["triton"] == interpreted.VERSION and "fallback" not in res.params
+    assert res.params["tool"] == "triton"  # not torch's figure: compare keeps the two apart
     res = particles.nbody(where, 150, precision)
     assert res.ok and res.params["implementation"].startswith("one Triton kernel"), res.check
     assert ("1/sqrt" if precision == "fp64" else "rsqrt") in res.params["implementation"]
@@ -327,3 +328,4 @@ def test_on_a_gpu_each_figure_has_its_roof_and_references():
             how = ms[f"{k}_{p}"].params
             assert how["implementation"].startswith("one Triton kernel" if fused else "torch")
             assert ("fallback" in how) is not fused, how
+            assert how["tool"] == ("triton" if fused else "torch")

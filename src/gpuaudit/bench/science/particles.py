@@ -187,7 +187,7 @@ def nbody(w: Where, n: int, precision: str) -> Outcome:
         def accel() -> Any:
             return fused.accel(b, SOFTENING2, out=acc)
 
-        how: Params = {"implementation": fused.nbody_implementation(precision),
+        how: Params = {"tool": "triton", "implementation": fused.nbody_implementation(precision),
                        "triton": fused.VERSION}
     else:
         def accel() -> Any:

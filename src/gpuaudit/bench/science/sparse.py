@@ -170,7 +170,8 @@ def stencil(w: Where, n: int, precision: str) -> Outcome:
     fused, _, why = first_fused(w, lambda k: k.stencil7(u, out, C0, C1))
     if fused is not None:
         times = w.times_ms(lambda: fused.stencil7(u, out, C0, C1))
-        how: Params = {"implementation": fused.STENCIL_IMPLEMENTATION, "triton": fused.VERSION}
+        how: Params = {"tool": "triton", "implementation": fused.STENCIL_IMPLEMENTATION,
+                       "triton": fused.VERSION}
     else:
         times = w.times_ms(lambda: stencil_torch(u, out))
         how = {"implementation": "torch slices (several passes)", **fallback(why)}
