@@ -205,7 +205,9 @@ def test_a_triton_kernel_that_fails_falls_back_to_torch_saying_why(cpu, monkeypa
     def fails(*args, **kwargs):
         raise RuntimeError("PassManager::run failed\nlong compiler text")
 
-    broken = types.SimpleNamespace(stencil7=fails, accel=fails)
+    # as fused.fastest does when no tiling compiles: the last refusal raised
+    broken = types.SimpleNamespace(fastest=fails, STENCIL_TILINGS=((8, 64, 32, 4),),
+                                   NBODY_TILINGS={precision: ((64, 16, 8),)})
     monkeypatch.setattr(common, "fused_kernels", lambda w: (broken, ""))
     for res in (sparse.stencil(cpu, 12, precision), particles.nbody(cpu, 64, precision)):
         assert res.ok and res.params["implementation"].startswith("torch"), res.params
@@ -248,21 +250,47 @@ def test_triton_figures_say_so_and_keep_their_checks(cpu, interpreted, monkeypat
     assert res.params["implementation"].startswith("one Triton kernel")
     assert res.params["triton"] == interpreted.VERSION and "fallback" not in res.params
     assert res.params["tool"] == "triton"  # not torch's figure: compare keeps the two apart
+    # every tiling tried and timed, the fastest named
+    assert res.params["tilings_ms"].count(" ms") == len(interpreted.STENCIL_TILINGS)
     res = particles.nbody(where, 150, precision)
     assert res.ok and res.params["implementation"].startswith("one Triton kernel"), res.check
     assert ("1/sqrt" if precision == "fp64" else "rsqrt") in res.params["implementation"]
+    tilings = interpreted.NBODY_TILINGS[precision]
+    assert res.params["tilings_ms"].count(" ms") == len(tilings)
+    assert any(res.params["implementation"].startswith(
+        f"one Triton kernel ({bi} bodies a program, tiles of {bj}, {warps} warps")
+        for bi, bj, warps in tilings)
 
     # a fault planted in each kernel's output: the same checks catch it
     stencil7, accel = interpreted.stencil7, interpreted.accel
 
-    def off_corner(u, out, c0, c1):
-        stencil7(u, out, c0, c1)
+    def off_corner(u, out, c0, c1, tiling):
+        stencil7(u, out, c0, c1, tiling)
         out[-2, -2, -2] += 1.0
 
     monkeypatch.setattr(interpreted, "stencil7", off_corner)
     monkeypatch.setattr(interpreted, "accel", lambda *a, **k: accel(*a, **k).mul_(1.001))
     assert not sparse.stencil(where, 20, precision).ok
     assert not particles.nbody(where, 150, precision).ok
+
+
+def test_the_fastest_tiling_is_chosen_and_a_refused_one_said(interpreted):
+    ms = {"a": [3.0, 2.0, 9.0], "b": [1.0, 1.5, 1.2], "c": None}
+    ran = []
+
+    def launch(tiling):
+        ran.append(tiling)
+        if ms[tiling] is None:
+            raise RuntimeError("out of resources: shared memory")
+
+    def times_ms(fn):
+        fn()
+        return ms[ran[-1]]
+
+    assert interpreted.fastest(("a", "b", "c"), launch, times_ms) == (
+        "b", "a: 3 ms; b: 1.2 ms; c: failed (RuntimeError)")
+    with pytest.raises(RuntimeError, match="out of resources"):
+        interpreted.fastest(("c",), launch, times_ms)
 
 
 # --- the suite ------------------------------------------------------------------------------------

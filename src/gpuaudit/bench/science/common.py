@@ -4,12 +4,15 @@ timed there, and what one run returns."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuaudit.bench.stats import reason_of
 from gpuaudit.bench.timing import cpu_times_ms, cuda_times_ms
 from gpuaudit.model import Params
+
+# timed launches each tiling of a Triton kernel gets (after one warm-up, which compiles it)
+TRIAL_ITERS = 3
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,10 @@ class Where:
             with self.torch.cuda.device(self.device):
                 return cuda_times_ms(fn, iters=self.iters, warmup=self.warmup)
         return cpu_times_ms(fn, iters=self.iters, warmup=self.warmup)
+
+    def trial(self) -> Where:
+        """A shorter timing of the same place: for choosing between tilings of a kernel."""
+        return replace(self, iters=TRIAL_ITERS, warmup=1)
 
     def generator(self, seed: int) -> Any:
         return self.torch.Generator(device=self.device).manual_seed(seed)
@@ -81,8 +88,8 @@ def fused_kernels(w: Any) -> tuple[Any | None, str]:
 
 def first_fused(w: Any, launch: Callable[[Any], Any]) -> tuple[Any | None, Any, str]:
     """(our Triton kernels, what `launch(kernels)` returned, "") when they run here, or (None,
-    None, why not). The launch is the kernel's first: Triton compiles it then, so a compiler
-    that fails on this GPU shows here, and the figure falls back to torch saying so."""
+    None, why not). `launch` holds the kernel's first launches: Triton compiles it then, so a
+    compiler that fails on this GPU shows here, and the figure falls back to torch saying so."""
     fused, why = fused_kernels(w)
     if fused is None:
         return None, None, why

@@ -11,31 +11,69 @@ imported). The callers pass the coefficients, so that this module imports none o
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import triton
 import triton.language as tl
 
-# Stencil tiles: BY rows of BX points in a z-plane, marching BZ planes up z with the planes
-# below and above held in registers (so the grid is read from memory about once).
-STENCIL_BX, STENCIL_BY, STENCIL_BZ, STENCIL_WARPS = 64, 8, 32, 4
-# n-body: BI bodies a program, the others BJ at a time; the partial sums stay a BI×BJ block
-# until the end (one reduction, not one a tile). Sized so that ptxas (sm_90) gives either
-# precision under 128 registers a thread, no spills: two programs an SM.
-NBODY_BLOCKS = {"fp32": (128, 32), "fp64": (64, 16)}
-NBODY_WARPS = 8
+# Each kernel comes in a few tilings, all compiled and timed on the GPU at hand before the
+# figure (fastest): the best tiling differs between GPUs, and a guess would make the figure
+# describe the guess. Every one compiles for sm_80, sm_89, sm_90 and sm_100 without spilling.
+#
+# Stencil: (BY rows of BX points in a z-plane, BZ planes up z a program, warps). A program
+# marches up z holding the planes below and above in registers, so the grid is read from
+# memory about once; the side neighbours come from the caches.
+STENCIL_TILINGS: tuple[tuple[int, int, int, int], ...] = (
+    (8, 64, 32, 4), (4, 128, 32, 4), (8, 64, 32, 8), (8, 128, 32, 8))
+# n-body: (BI bodies a program, the others BJ at a time, warps). The partial sums stay a
+# BI×BJ block until the end (one reduction, not one a tile). Under 128 registers a thread on
+# sm_90 (two programs an SM at 8 warps); FP64 takes smaller blocks, twice the registers a value.
+NBODY_TILINGS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "fp32": ((128, 32, 8), (64, 64, 8), (128, 16, 8)),
+    "fp64": ((64, 16, 8), (32, 32, 8), (32, 16, 4))}
 # Launch options of both: multiply-adds fused, as nvcc does for the CuPy kernels (said
 # explicitly: Triton 3.9 warns when it is left to its default, which is to change).
 OPTIONS = {"enable_fp_fusion": True}
 VERSION = triton.__version__
-STENCIL_IMPLEMENTATION = (f"one Triton kernel ({STENCIL_BY}×{STENCIL_BX}-point tiles, "
-                          f"{STENCIL_BZ} z-planes a program)")
+T = TypeVar("T")
 
 
-def nbody_implementation(precision: str) -> str:
-    bi, bj = NBODY_BLOCKS[precision]
+def stencil_implementation(tiling: tuple[int, ...]) -> str:
+    by, bx, bz, warps = tiling
+    return (f"one Triton kernel ({by}×{bx}-point tiles, {bz} z-planes a program, {warps} "
+            f"warps: the fastest of {len(STENCIL_TILINGS)} tilings here)")
+
+
+def nbody_implementation(precision: str, tiling: tuple[int, ...]) -> str:
+    bi, bj, warps = tiling
     inv = "1/sqrt" if precision == "fp64" else "rsqrt"
-    return f"one Triton kernel ({bi} bodies a program, tiles of {bj}, {inv})"
+    return (f"one Triton kernel ({bi} bodies a program, tiles of {bj}, {warps} warps, {inv}: "
+            f"the fastest of {len(NBODY_TILINGS[precision])} tilings here)")
+
+
+def fastest(tilings: Sequence[T], launch: Callable[[T], Any],
+            times_ms: Callable[[Callable[[], Any]], list[float]]) -> tuple[T, str]:
+    """The tiling whose launches time fastest (median), and each one's time: one the compiler
+    refuses is left out, and said; when all are refused, the last refusal is raised."""
+    timed: list[tuple[float, int]] = []
+    said: list[str] = []
+    error: Exception | None = None
+    for i, tiling in enumerate(tilings):
+        name = "×".join(map(str, tiling))
+        try:
+            ms = statistics.median(times_ms(lambda t=tiling: launch(t)))
+        except Exception as exc:  # this tiling does not compile or launch on this GPU
+            error = exc
+            said.append(f"{name}: failed ({type(exc).__name__})")
+            continue
+        timed.append((ms, i))
+        said.append(f"{name}: {ms:.4g} ms")
+    if not timed:
+        assert error is not None
+        raise error
+    return tilings[min(timed)[1]], "; ".join(said)
 
 
 @triton.jit
@@ -102,21 +140,22 @@ def _on(t: Any) -> Any:
     return contextlib.nullcontext()
 
 
-def stencil7(u: Any, out: Any, c0: float, c1: float) -> None:
+def stencil7(u: Any, out: Any, c0: float, c1: float,
+             tiling: tuple[int, ...] = STENCIL_TILINGS[0]) -> None:
     """out = c0·u + c1·(the 6 neighbours) on the interior of the contiguous n³ grid u; the
     boundary of out is left as it was."""
     n = u.shape[0]
     assert u.is_contiguous() and out.is_contiguous() and u.shape == out.shape == (n, n, n)
     if n < 3:
         return
-    grid = (triton.cdiv(n - 2, STENCIL_BX), triton.cdiv(n - 2, STENCIL_BY),
-            triton.cdiv(n - 2, STENCIL_BZ))
+    by, bx, bz, warps = tiling
+    grid = (triton.cdiv(n - 2, bx), triton.cdiv(n - 2, by), triton.cdiv(n - 2, bz))
     with _on(u):
-        _stencil7[grid](u, out, n, C0=c0, C1=c1, BX=STENCIL_BX, BY=STENCIL_BY, BZ=STENCIL_BZ,
-                        num_warps=STENCIL_WARPS, **OPTIONS)
+        _stencil7[grid](u, out, n, C0=c0, C1=c1, BX=bx, BY=by, BZ=bz, num_warps=warps,
+                        **OPTIONS)
 
 
-def accel(body: Any, eps2: float, out: Any = None) -> Any:
+def accel(body: Any, eps2: float, out: Any = None, tiling: tuple[int, ...] | None = None) -> Any:
     """All-pairs accelerations (n, 3) of the contiguous (n, 4) bodies (x, y, z, mass), with
     softening eps2, into `out` (made when None)."""
     import torch
@@ -126,8 +165,8 @@ def accel(body: Any, eps2: float, out: Any = None) -> Any:
     if out is None:
         out = torch.empty((n, 3), dtype=body.dtype, device=body.device)
     fp64 = body.dtype == torch.float64
-    bi, bj = NBODY_BLOCKS["fp64" if fp64 else "fp32"]
+    bi, bj, warps = tiling or NBODY_TILINGS["fp64" if fp64 else "fp32"][0]
     with _on(body):
         _accel[(triton.cdiv(n, bi),)](body, out, n, EPS2=eps2, FP64=fp64, BI=bi, BJ=bj,
-                                      num_warps=NBODY_WARPS, **OPTIONS)
+                                      num_warps=warps, **OPTIONS)
     return out

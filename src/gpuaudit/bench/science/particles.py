@@ -179,16 +179,21 @@ def nbody(w: Where, n: int, precision: str) -> Outcome:
     vel = w.torch.zeros((n, 3), dtype=b.dtype, device=w.device)
     rows = max(1, min(n, (1 << 27) // (n * 3)))  # keep each block's tensors near 1 GiB
     start = b.clone()
-    # the first launch, on the starting bodies, gives the accelerations the check compares
-    fused, first, why = first_fused(w, lambda k: k.accel(start, SOFTENING2))
+    acc = w.torch.empty((n, 3), dtype=b.dtype, device=w.device)
+    # the tilings are tried on the starting bodies (not moved: the accelerations only)
+    fused, picked, why = first_fused(w, lambda k: k.fastest(
+        k.NBODY_TILINGS[precision], lambda t: k.accel(start, SOFTENING2, acc, t),
+        w.trial().times_ms))
     if fused is not None:
-        acc = w.torch.empty_like(first)
+        tiling, tried = picked
+        first = fused.accel(start, SOFTENING2, tiling=tiling)  # what the check compares
 
         def accel() -> Any:
-            return fused.accel(b, SOFTENING2, out=acc)
+            return fused.accel(b, SOFTENING2, acc, tiling)
 
-        how: Params = {"tool": "triton", "implementation": fused.nbody_implementation(precision),
-                       "triton": fused.VERSION}
+        how: Params = {"tool": "triton",
+                       "implementation": fused.nbody_implementation(precision, tiling),
+                       "tilings_ms": tried, "triton": fused.VERSION}
     else:
         def accel() -> Any:
             return accel_torch(b, rows)
