@@ -20,7 +20,8 @@ import triton.language as tl
 
 # Each kernel comes in a few tilings, all compiled and timed on the GPU at hand before the
 # figure (fastest): the best tiling differs between GPUs, and a guess would make the figure
-# describe the guess. Every one compiles for sm_80, sm_89, sm_90 and sm_100 without spilling.
+# describe the guess. With Triton 3.9 every one compiles for sm_80, sm_89, sm_90 and sm_100
+# without spilling registers.
 #
 # Stencil: (BY rows of BX points in a z-plane, BZ planes up z a program, warps). A program
 # marches up z holding the planes below and above in registers, so the grid is read from
@@ -84,7 +85,7 @@ def _stencil7(u, out, n, C0: tl.constexpr, C1: tl.constexpr, BX: tl.constexpr,
     z0 = 1 + tl.program_id(2) * BZ
     inside = (y[:, None] < n - 1) & (x[None, :] < n - 1)  # the interior only, as torch's
     offs = y[:, None] * n + x[None, :]
-    plane = n.to(tl.int64) * n  # z · n² passes 2³¹ on the largest grids
+    plane = n.to(tl.int64) * n  # z · n² in 64 bits: past 2³¹ on grids over 1290³
     below = tl.load(u + (z0 - 1) * plane + offs, mask=inside)
     here = tl.load(u + z0 * plane + offs, mask=inside)
     for z in range(z0, tl.minimum(z0 + BZ, n - 1)):
