@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
+import types
 from datetime import datetime, timezone
 
 import pytest
@@ -145,6 +147,152 @@ def test_nbody_accelerations_against_float64(cpu, monkeypatch, precision):
     assert not particles.nbody(cpu, 300, precision).ok
 
 
+# --- on a GPU, one Triton kernel each for stencil7 and nbody; torch where Triton cannot run ----
+
+FUSED = "gpuaudit.bench.science.fused"
+
+
+def _forget_fused(monkeypatch):
+    """Make the next `from gpuaudit.bench.science import fused` import it afresh."""
+    import gpuaudit.bench.science as package
+
+    monkeypatch.delitem(sys.modules, FUSED, raising=False)
+    monkeypatch.delattr(package, "fused", raising=False)
+
+
+@pytest.fixture
+def interpreted(monkeypatch):
+    """The Triton kernels run by Triton's interpreter on CPU tensors, and the science kernels
+    made to pick them as they do on a GPU."""
+    from gpuaudit.bench.science import common
+
+    # read when a kernel is defined: Triton's own (tl.zeros, tl.sum) as well as ours
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    triton = pytest.importorskip("triton")
+    if type(triton.language.zeros).__name__ != "InterpretedFunction":
+        pytest.skip("Triton was imported before its interpreter was switched on")
+    _forget_fused(monkeypatch)
+    fused = importlib.import_module(FUSED)
+    monkeypatch.setattr(common, "fused_kernels", lambda w: (fused, ""))
+    yield fused
+    _forget_fused(monkeypatch)  # no later test gets the interpreted kernels by accident
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp64"])
+def test_on_the_cpu_torch_runs_and_says_so(cpu, precision):
+    from gpuaudit.bench.science import common, particles, sparse
+
+    assert common.fused_kernels(cpu) == (None, "")
+    for res in (sparse.stencil(cpu, 12, precision), particles.nbody(cpu, 64, precision)):
+        assert res.ok and res.params["implementation"].startswith("torch"), res.params
+        assert "fallback" not in res.params and "triton" not in res.params
+
+
+def test_a_gpu_without_triton_gets_torch_and_the_reason(monkeypatch):
+    from gpuaudit.bench.science import common
+
+    _forget_fused(monkeypatch)
+    monkeypatch.setitem(sys.modules, "triton", None)  # import triton raises ImportError
+    fused, why = common.fused_kernels(types.SimpleNamespace(cuda=True))
+    assert fused is None and why.startswith("Triton not importable (ModuleNotFoundError")
+    assert why.endswith("torch ran instead")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp64"])
+def test_a_triton_kernel_that_fails_falls_back_to_torch_saying_why(cpu, monkeypatch, precision):
+    from gpuaudit.bench.science import common, particles, sparse
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("PassManager::run failed\nlong compiler text")
+
+    # as fused.fastest does when no tiling compiles: the last refusal raised
+    broken = types.SimpleNamespace(fastest=fails, STENCIL_TILINGS=((8, 64, 32, 4),),
+                                   NBODY_TILINGS={precision: ((64, 16, 8),)})
+    monkeypatch.setattr(common, "fused_kernels", lambda w: (broken, ""))
+    for res in (sparse.stencil(cpu, 12, precision), particles.nbody(cpu, 64, precision)):
+        assert res.ok and res.params["implementation"].startswith("torch"), res.params
+        assert res.params["fallback"] == ("the Triton kernel failed (RuntimeError: PassManager"
+                                          "::run failed): torch ran instead")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp64"])
+def test_triton_kernels_against_numpy(interpreted, precision):
+    from gpuaudit.bench.science import particles, sparse
+
+    dtype = torch.float32 if precision == "fp32" else torch.float64
+    g = torch.Generator().manual_seed(7)
+    # 67³: two tiles across x, three runs of planes up z, ragged at the far ends
+    n = 67
+    u = torch.randn((n, n, n), dtype=dtype, generator=g)
+    out = torch.full_like(u, math.nan)
+    interpreted.stencil7(u, out, sparse.C0, sparse.C1)
+    ok, check = sparse._check_stencil(u, out, n, precision)
+    assert ok, check
+    assert out[0].isnan().all() and out[:, :, -1].isnan().all()  # the boundary left alone
+    assert not out[1:-1, 1:-1, 1:-1].isnan().any()
+    # 300 bodies: several programs, the last tile of bodies ragged
+    b = torch.rand((300, 4), dtype=dtype, generator=g)
+    b[:, 3] = (0.5 + b[:, 3]) / 300
+    acc = interpreted.accel(b, particles.SOFTENING2)
+    assert acc.shape == (300, 3) and acc.dtype == dtype
+    ok, check = particles._check_nbody(b, acc, precision)
+    assert ok, check
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp64"])
+def test_triton_figures_say_so_and_keep_their_checks(cpu, interpreted, monkeypatch,
+                                                     precision):
+    from gpuaudit.bench.science import particles, sparse
+
+    where = cpu
+    res = sparse.stencil(where, 20, precision)
+    assert res.ok and res.params["points"] == 18 ** 3, res.check
+    assert res.params["implementation"].startswith("one Triton kernel")
+    assert res.params["triton"] == interpreted.VERSION and "fallback" not in res.params
+    assert res.params["tool"] == "triton"  # not torch's figure: compare keeps the two apart
+    # every tiling tried and timed, the fastest named
+    assert res.params["tilings_ms"].count(" ms") == len(interpreted.STENCIL_TILINGS)
+    res = particles.nbody(where, 150, precision)
+    assert res.ok and res.params["implementation"].startswith("one Triton kernel"), res.check
+    assert ("1/sqrt" if precision == "fp64" else "rsqrt") in res.params["implementation"]
+    tilings = interpreted.NBODY_TILINGS[precision]
+    assert res.params["tilings_ms"].count(" ms") == len(tilings)
+    assert any(res.params["implementation"].startswith(
+        f"one Triton kernel ({bi} bodies a program, tiles of {bj}, {warps} warps")
+        for bi, bj, warps in tilings)
+
+    # a fault planted in each kernel's output: the same checks catch it
+    stencil7, accel = interpreted.stencil7, interpreted.accel
+
+    def off_corner(u, out, c0, c1, tiling):
+        stencil7(u, out, c0, c1, tiling)
+        out[-2, -2, -2] += 1.0
+
+    monkeypatch.setattr(interpreted, "stencil7", off_corner)
+    monkeypatch.setattr(interpreted, "accel", lambda *a, **k: accel(*a, **k).mul_(1.001))
+    assert not sparse.stencil(where, 20, precision).ok
+    assert not particles.nbody(where, 150, precision).ok
+
+
+def test_the_fastest_tiling_is_chosen_and_a_refused_one_said(interpreted):
+    ms = {"a": [3.0, 2.0, 9.0], "b": [1.0, 1.5, 1.2], "c": None}
+    ran = []
+
+    def launch(tiling):
+        ran.append(tiling)
+        if ms[tiling] is None:
+            raise RuntimeError("out of resources: shared memory")
+
+    def times_ms(fn):
+        fn()
+        return ms[ran[-1]]
+
+    assert interpreted.fastest(("a", "b", "c"), launch, times_ms) == (
+        "b", "a: 3 ms; b: 1.2 ms; c: failed (RuntimeError)")
+    with pytest.raises(RuntimeError, match="out of resources"):
+        interpreted.fastest(("c",), launch, times_ms)
+
+
 # --- the suite ------------------------------------------------------------------------------------
 
 
@@ -202,3 +350,10 @@ def test_on_a_gpu_each_figure_has_its_roof_and_references():
             assert main.verified is True and main.gpu_index is not None, main
             assert ms[f"{k}_{p}_cpu"].params["device"] == "cpu"
             assert f"{k}_{p}_cupy" in ms
+    fused = importlib.util.find_spec("triton") is not None  # PyTorch's CUDA builds ship it
+    for k in ("stencil7", "nbody"):
+        for p in ("fp32", "fp64"):
+            how = ms[f"{k}_{p}"].params
+            assert how["implementation"].startswith("one Triton kernel" if fused else "torch")
+            assert ("fallback" in how) is not fused, how
+            assert how["tool"] == ("triton" if fused else "torch")

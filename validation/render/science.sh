@@ -100,7 +100,11 @@ for f in ("render", "science"):
         if m["value"] is None:
             skipped.append(f"- `{m['name']}`: {(m['skipped_reason'] or '')[:140]}"); continue
         spec = f"{m['spec_value']:.4g} ({m['pct_of_spec']:.1f} %)" if m.get("spec_value") else ""
-        check = str((m.get("params") or {}).get("check", "")).replace("|", "/")[:140]
+        p = m.get("params") or {}
+        check = str(p.get("check", "")).replace("|", "/")[:140]
+        # which implementation ran (the stencil's and n-body's Triton kernel, or torch and why)
+        how = "; ".join(str(p[k]) for k in ("implementation", "fallback") if p.get(k))
+        check += f" — {how.replace('|', '/')[:200]}" if how else ""
         ok = {True: "passed", False: "FAILED", None: ""}[m["verified"]]
         rows.append(f"| `{m['name']}` | {m['value']:.4g} {m['unit']} | {spec} | {ok} {check} |")
     for x in run.get("findings", []):

@@ -4,11 +4,15 @@ timed there, and what one run returns."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuaudit.bench.stats import reason_of
 from gpuaudit.bench.timing import cpu_times_ms, cuda_times_ms
 from gpuaudit.model import Params
+
+# timed launches each tiling of a Triton kernel gets (after one warm-up, which compiles it)
+TRIAL_ITERS = 3
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,10 @@ class Where:
             with self.torch.cuda.device(self.device):
                 return cuda_times_ms(fn, iters=self.iters, warmup=self.warmup)
         return cpu_times_ms(fn, iters=self.iters, warmup=self.warmup)
+
+    def trial(self) -> Where:
+        """A shorter timing of the same place: for choosing between tilings of a kernel."""
+        return replace(self, iters=TRIAL_ITERS, warmup=1)
 
     def generator(self, seed: int) -> Any:
         return self.torch.Generator(device=self.device).manual_seed(seed)
@@ -64,3 +72,33 @@ def rel_error(got: Any, want: Any) -> float:
 # Bounds on ‖out − ref‖/‖ref‖ against a float64 reference (float32 arithmetic over these sizes
 # lands far under 1e-3); FP64 kernels are held to rounding of their own precision.
 TOLERANCE = {"fp32": 1e-5, "fp64": 1e-12}
+
+
+def fused_kernels(w: Any) -> tuple[Any | None, str]:
+    """Our Triton kernels (fused.py) where they can run, or None and why they cannot: on the
+    CPU, without a reason (torch's way is the method there, not a fallback)."""
+    if not w.cuda:
+        return None, ""
+    try:
+        from gpuaudit.bench.science import fused
+    except Exception as exc:  # not installed, or a Triton that fails on import here
+        return None, f"Triton not importable ({reason_of(exc)}): torch ran instead"
+    return fused, ""
+
+
+def first_fused(w: Any, launch: Callable[[Any], Any]) -> tuple[Any | None, Any, str]:
+    """(our Triton kernels, what `launch(kernels)` returned, "") when they run here, or (None,
+    None, why not). `launch` holds the kernel's first launches: Triton compiles it then, so a
+    compiler that fails on this GPU shows here, and the figure falls back to torch saying so."""
+    fused, why = fused_kernels(w)
+    if fused is None:
+        return None, None, why
+    try:
+        return fused, launch(fused), ""
+    except Exception as exc:
+        return None, None, f"the Triton kernel failed ({reason_of(exc)}): torch ran instead"
+
+
+def fallback(why: str) -> Params:
+    """The note a torch figure carries when it stands in for the Triton kernel."""
+    return {"fallback": why} if why else {}

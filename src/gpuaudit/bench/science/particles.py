@@ -4,8 +4,10 @@
   per sample (torch's Philox generator on a GPU; CuPy's cupy.random is cuRAND), Gsample/s.
   Checked: the price lands within 4 standard errors of Black and Scholes' closed form.
 - n-body: one step of an all-pairs gravitational system with softening (accelerations, then a
-  kick and a drift), GFLOP/s at 20 flops per pair. torch computes it in row blocks (what a
-  PyTorch program gets); CuPy in one tiled kernel. Checked: the accelerations of 256 bodies
+  kick and a drift), GFLOP/s at 20 flops per pair. On a GPU the accelerations come from one
+  Triton kernel (fused.py), with CuPy's tiled CUDA kernel beside it as the reference; torch
+  computes them in row blocks (a (rows, n, 3) difference tensor) on the CPU, and on a GPU
+  where Triton cannot run (the figure says why). Checked: the accelerations of 256 bodies
   against numpy in float64.
 """
 
@@ -14,8 +16,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpuaudit.bench.science.common import Outcome, Where, rel_error
+from gpuaudit.bench.science.common import Outcome, Where, fallback, first_fused, rel_error
 from gpuaudit.bench.science.roofline import nbody_flops
+from gpuaudit.model import Params
 
 S0, STRIKE, RATE, SIGMA, YEARS = 100.0, 105.0, 0.05, 0.2, 1.0
 MC_SIGMAS = 4.0
@@ -170,21 +173,42 @@ def _check_nbody(b: Any, acc: Any, precision: str) -> tuple[bool, str]:
 
 
 def nbody(w: Where, n: int, precision: str) -> Outcome:
+    """Accelerations by one Triton kernel on a GPU (torch in row blocks where Triton cannot
+    run, saying why; and on the CPU), then the kick and the drift through torch."""
     b = bodies(w, n, precision)
     vel = w.torch.zeros((n, 3), dtype=b.dtype, device=w.device)
     rows = max(1, min(n, (1 << 27) // (n * 3)))  # keep each block's tensors near 1 GiB
+    start = b.clone()
+    acc = w.torch.empty((n, 3), dtype=b.dtype, device=w.device)
+    # the tilings are tried on the starting bodies (not moved: the accelerations only)
+    fused, picked, why = first_fused(w, lambda k: k.fastest(
+        k.NBODY_TILINGS[precision], lambda t: k.accel(start, SOFTENING2, acc, t),
+        w.trial().times_ms))
+    if fused is not None:
+        tiling, tried = picked
+        first = fused.accel(start, SOFTENING2, tiling=tiling)  # what the check compares
+
+        def accel() -> Any:
+            return fused.accel(b, SOFTENING2, acc, tiling)
+
+        how: Params = {"tool": "triton",
+                       "implementation": fused.nbody_implementation(precision, tiling),
+                       "tilings_ms": tried, "triton": fused.VERSION}
+    else:
+        def accel() -> Any:
+            return accel_torch(b, rows)
+
+        how = {"implementation": f"torch, blocks of {rows} bodies", **fallback(why)}
 
     def step() -> None:
-        a = accel_torch(b, rows)
-        vel.add_(a, alpha=DT)
+        vel.add_(accel(), alpha=DT)
         b[:, :3].add_(vel, alpha=DT)
 
-    start = b.clone()
     times = w.times_ms(step)
-    ok, check = _check_nbody(start, accel_torch(start, rows), precision)
+    ok, check = _check_nbody(start, first if fused is not None else accel_torch(start, rows),
+                             precision)
     rates = [nbody_flops(n) / (t / 1e3) / 1e9 for t in times if t > 0]
-    return Outcome(rates, ok, check, {"bodies": n, "flops_per_pair": 20,
-                                      "implementation": f"torch, blocks of {rows} bodies"})
+    return Outcome(rates, ok, check, {"bodies": n, "flops_per_pair": 20, **how})
 
 
 def cupy_nbody(w: Where, cupy: Any, n: int, precision: str) -> Outcome:

@@ -3,9 +3,11 @@
 - SpMV: the Laplacian on an n³ grid (zero boundaries) as a CSR matrix with int32 indices,
   y = A·x (cuSPARSE through torch on a GPU), GFLOP/s at 2 flops per stored value. Checked
   against numpy applying the same operator by array slicing in float64, over the whole vector.
-- stencil: out = C0·u + C1·(sum of the 6 neighbours) on the grid's interior, Gpoint/s. torch
-  does it as slices (several passes over memory: what a PyTorch program gets); CuPy as one
-  kernel (what the GPU can do). Checked against numpy in float64 on two 34³ corner blocks.
+- stencil: out = C0·u + C1·(sum of the 6 neighbours) on the grid's interior, Gpoint/s. On a
+  GPU one Triton kernel (fused.py: one pass over memory, what the GPU can do), with CuPy's
+  CUDA kernel beside it as the reference; torch slices (several passes) on the CPU, and on a
+  GPU where Triton cannot run (the figure says why). Checked against numpy in float64 on two
+  34³ corner blocks.
 """
 
 from __future__ import annotations
@@ -13,8 +15,16 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from gpuaudit.bench.science.common import TOLERANCE, Outcome, Where, rel_error
+from gpuaudit.bench.science.common import (
+    TOLERANCE,
+    Outcome,
+    Where,
+    fallback,
+    first_fused,
+    rel_error,
+)
 from gpuaudit.bench.science.roofline import poisson_nnz, spmv_bytes
+from gpuaudit.model import Params
 
 C0, C1 = 0.4, 0.1
 BLOCK = 34
@@ -151,16 +161,26 @@ def _check_stencil(u: Any, out: Any, n: int, precision: str) -> tuple[bool, str]
 
 
 def stencil(w: Where, n: int, precision: str) -> Outcome:
+    """One Triton kernel on a GPU (torch slices where Triton cannot run, saying why); torch
+    slices on the CPU."""
     torch = w.torch
     u = torch.randn((n, n, n), dtype=w.dtype(precision), device=w.device,
                     generator=w.generator(4))
     out = torch.empty_like(u)
-    times = w.times_ms(lambda: stencil_torch(u, out))
+    fused, picked, why = first_fused(w, lambda k: k.fastest(
+        k.STENCIL_TILINGS, lambda t: k.stencil7(u, out, C0, C1, t), w.trial().times_ms))
+    if fused is not None:
+        tiling, tried = picked
+        times = w.times_ms(lambda: fused.stencil7(u, out, C0, C1, tiling))
+        how: Params = {"tool": "triton", "implementation": fused.stencil_implementation(tiling),
+                       "tilings_ms": tried, "triton": fused.VERSION}
+    else:
+        times = w.times_ms(lambda: stencil_torch(u, out))
+        how = {"implementation": "torch slices (several passes)", **fallback(why)}
     points = (n - 2) ** 3
     rates = [points / (t / 1e3) / 1e9 for t in times if t > 0]
     ok, check = _check_stencil(u, out, n, precision)
-    return Outcome(rates, ok, check, {"grid": f"{n}^3", "points": points,
-                                      "implementation": "torch slices (several passes)"})
+    return Outcome(rates, ok, check, {"grid": f"{n}^3", "points": points, **how})
 
 
 def cupy_stencil(w: Where, cupy: Any, n: int, precision: str) -> Outcome:

@@ -2,12 +2,13 @@
 
 A 3-D FFT (GFLOP/s), a sparse matrix-vector product (GFLOP/s), a 3-D 7-point stencil
 (Gpoint/s), Monte Carlo option pricing (Gsample/s) and an n-body step (GFLOP/s), each in
-FP32 and FP64, through torch on the first chosen GPU, each beside its roof (roofline.py states
-the conventions), with CuPy's library or kernel doing the same work in the same call and the
-CPU doing it at a small size; the FP64 ÷ FP32 ratio of each beside the ratio the roofs allow
-(graphics-class GPUs run FP64 at 1/32 or 1/64 of FP32). Every result is checked against a
-float64 or closed-form reference (the kernel modules say how). Without a GPU the kernels run
-on the CPU at small sizes, with the same checks."""
+FP32 and FP64, on the first chosen GPU (through torch; the stencil and n-body as one Triton
+kernel each, fused.py, torch's way where Triton cannot run), each beside its roof (roofline.py
+states the conventions), with CuPy's library or kernel doing the same work in the same call
+as the reference and the CPU doing it at a small size; the FP64 ÷ FP32 ratio of each beside
+the ratio the roofs allow (graphics-class GPUs run FP64 at 1/32 or 1/64 of FP32). Every
+result is checked against a float64 or closed-form reference (the kernel modules say how).
+Without a GPU the kernels run on the CPU at small sizes, with the same checks."""
 
 from __future__ import annotations
 
