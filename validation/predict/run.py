@@ -35,9 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,17 +45,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 sys.path[:0] = [str(SRC), str(ROOT)]
 
+from validation.phases import Phase, gpu_count  # noqa: E402
 from validation.predict.compare import compare, table  # noqa: E402
 
 # Phase limits (s): within one 10-minute device call, R + max(P0, P1) + D + the comparison.
 LIMITS = {"R": 100, "P0": 270, "P1": 270, "D": 120}
 
 
-def gpu_count() -> int:
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
 def phases(ngpu: int) -> dict[str, tuple[list[str], str, dict[str, Any]]]:
@@ -122,37 +115,6 @@ def run_phase(name: str, spec_json: str, outfile: str) -> int:
     return 0
 
 
-class Phase:
-    def __init__(self, name: str, spec: tuple, gpus: str | None, tmp: Path) -> None:
-        from gpuaudit.hw.torch_env import apply_safe_env
-
-        self.name, self.out = name, tmp / f"{name}.json"
-        self.err = open(tmp / f"{name}.err", "w")  # noqa: SIM115
-        env = dict(os.environ)
-        apply_safe_env(env)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
-        if gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpus
-        self.t0 = time.time()
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--phase", name, json.dumps(spec),
-             str(self.out)], env=env, stdout=self.err, stderr=subprocess.STDOUT,
-            start_new_session=True)
-
-    def wait(self, limit: float) -> dict[str, Any]:
-        try:
-            rc = self.proc.wait(timeout=max(1.0, limit - (time.time() - self.t0)))
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGINT)  # Ctrl-C: the run is kept, partial
-            try:
-                rc = self.proc.wait(timeout=25)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                rc = self.proc.wait()
-        self.err.close()
-        return {"rc": rc, "wall_s": round(time.time() - self.t0, 1)}
-
-
 def keep(out: Path, tmp: Path, info: dict[str, Any], docs: dict[str, Any]) -> None:
     """runs.json and log.txt as they stand: the phases finished so far."""
     (out / "runs.json").write_text(json.dumps({"phases": info, "runs": docs}, indent=1))
@@ -180,11 +142,11 @@ def main(outdir: str) -> int:
     only = set(filter(None, os.environ.get("GPUAUDIT_PREDICT_PHASES", "").split(",")))
 
     def run(names: list[str], gpus: list[str | None]) -> None:
-        ps = [Phase(n, spec[n], g, tmp) for n, g in zip(names, gpus, strict=True)
+        ps = [Phase(Path(__file__), n, spec[n], g, tmp) for n, g in zip(names, gpus, strict=True)
               if not only or n in only]
         for p in ps:
             info[p.name] = p.wait(LIMITS[p.name])
-            docs[p.name] = json.loads(p.out.read_text()) if p.out.exists() else None
+            docs[p.name] = p.run_doc()
             keep(out, tmp, info, docs)  # a call cut after this phase still returns it
 
     if ngpu >= 2:

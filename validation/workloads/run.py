@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
-sys.path.insert(0, str(SRC))
+sys.path[:0] = [str(SRC), str(HERE.parents[1])]
+
+from validation.phases import Phase, gpu_count  # noqa: E402
 
 # Phase time limits (s): A is the long pole (three compilations on each GPU, max-autotune).
 # With one GPU A0 and A1 run in turn, shorter, so that the call fits a 10-minute device call.
@@ -52,11 +53,6 @@ LIMITS_1GPU = {"quick": 60, "A0": 230, "A1": 240, "C": 100, "D": 330}
 DEADLINE_S = float(os.environ.get("GPUAUDIT_WORKLOADS_DEADLINE_S", "570"))
 
 
-def gpu_count() -> int:
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
 def phase_options(ngpu: int, out: Path) -> dict[str, tuple[list[str], str, dict[str, Any]]]:
@@ -142,46 +138,6 @@ def run_phase(name: str, spec_json: str, outfile: str) -> int:
 # -- the orchestration ---------------------------------------------------------------------------
 
 
-class Phase:
-    def __init__(self, name: str, spec: tuple, gpus: str | None, tmp: Path) -> None:
-        self.name, self.out = name, tmp / f"{name}.json"
-        self.err = open(tmp / f"{name}.err", "w")  # noqa: SIM115
-        env = dict(os.environ)
-        from gpuaudit.hw.torch_env import apply_safe_env
-
-        apply_safe_env(env)  # NCCL_NVLS_ENABLE=0 and the rest, in every child
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
-        if gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpus
-        self.t0 = time.time()
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--phase", name, json.dumps(spec),
-             str(self.out)], env=env, stdout=self.err, stderr=subprocess.STDOUT,
-            start_new_session=True)
-
-    def wait(self, limit: float) -> dict[str, Any]:
-        try:
-            rc = self.proc.wait(timeout=max(1.0, limit - (time.time() - self.t0)))
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGINT)  # Ctrl-C: the run is kept, partial
-            try:
-                rc = self.proc.wait(timeout=25)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                rc = self.proc.wait()
-        self.err.close()
-        return {"rc": rc, "wall_s": round(time.time() - self.t0, 1)}
-
-    def run_doc(self) -> dict[str, Any] | None:
-        if self.out.exists():
-            return json.loads(self.out.read_text())
-        lines = Path(str(self.out) + "l")
-        if lines.exists():  # killed hard: the figures measured before
-            return {"status": "partial", "measurements": [
-                json.loads(x) for x in lines.read_text().splitlines() if x.strip()]}
-        return None
-
-
 def main(outdir: str) -> int:
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
@@ -214,7 +170,7 @@ def main(outdir: str) -> int:
 
     def run(names: list[str], gpus: list[str | None]) -> None:
         picked = [(n, g) for n, g in zip(names, gpus, strict=True) if not only or n in only]
-        phases = [Phase(n, specs[n], g, tmp) for n, g in picked]
+        phases = [Phase(Path(__file__), n, specs[n], g, tmp) for n, g in picked]
         for p in phases:
             left = DEADLINE_S - (time.time() - start) - 30  # 30 s: a SIGINT'd phase ends
             info[p.name] = p.wait(min(limits[p.name], left))
