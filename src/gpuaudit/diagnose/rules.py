@@ -144,7 +144,7 @@ def launch_bound(sig: Signals) -> list[Result]:
     kernels mostly finish before their launch call returns (HTA's short kernels ≥ 50 %) with
     host and kernel wait ≥ 30 % of the GPU's span."""
     t = sig.trace
-    if t and small_batch(t):
+    if _small_batch_launches(sig) is not None:
         return []  # the step's kernels are short because its batch is: batch-too-small's
     if t and t.cuda and t.devices and t.launched_kernels and not _small_batch_trace(sig):
         # (a few small matmuls a step: batch-too-small's case, a bigger batch is the answer)
@@ -378,19 +378,18 @@ def batch_too_small(sig: Signals) -> list[Result]:
     On a CPU-only profile: matmuls of under 50 µs median (the per-op overhead, ~10 µs,
     is then a large part of each)."""
     t = sig.trace
-    if t and t.cuda and t.devices and t.launched_kernels and small_batch(t):
-        short = t.short_kernels / t.launched_kernels
-        share = max(_launch_wait(sig), _unexplained_idle(sig))
-        if short >= 0.5 and share >= 0.3:
-            g = sig.gpus[0] if sig.gpus else None
-            mem = g.memory_used_fraction if g else None
-            ev = [obs("batch", t.batch, f"rows into {t.batch_op} a step", trace_source(t), 0),
-                  obs("short_kernels", short, "of launched", trace_source(t)),
-                  obs("gpu_waiting", share, "of GPU span", trace_source(t)),
-                  obs("median_kernel", t.median_kernel_us, "µs", trace_source(t), 1)]
-            if g is not None and mem is not None:
-                ev.append(obs("memory_used", mem, "fraction", gpu_source(g)))
-            return [_batch_result(share, "high", ev, t.devices[0].device, mem, t.batch)]
+    launches = _small_batch_launches(sig)
+    if t and t.devices and launches is not None:
+        short, share = launches
+        g = sig.gpus[0] if sig.gpus else None
+        mem = g.memory_used_fraction if g else None
+        ev = [obs("batch", t.batch, f"rows into {t.batch_op} a step", trace_source(t), 0),
+              obs("short_kernels", short, "of launched", trace_source(t)),
+              obs("gpu_waiting", share, "of GPU span", trace_source(t)),
+              obs("median_kernel", t.median_kernel_us, "µs", trace_source(t), 1)]
+        if g is not None and mem is not None:
+            ev.append(obs("memory_used", mem, "fraction", gpu_source(g)))
+        return [_batch_result(share, "high", ev, t.devices[0].device, mem, t.batch)]
     if t and t.cuda and t.per_step(t.kernels) >= MANY_KERNELS:
         return []  # many small kernels, not a few: launch-bound's (a bigger batch won't fix)
     if t and _small_batch_trace(sig):
@@ -434,12 +433,20 @@ MANY_KERNELS = 200  # kernels per profiled step
 # launch; the zoo's launch-bound jobs, a 64-layer MLP at batch 32 and a per-sample Python
 # loss at batch 128, are short for their width and their loop instead).
 SMALL_BATCH = 16
-
-
-def small_batch(t: TraceStats) -> bool:
-    """A GPU profile whose first layer received fewer than SMALL_BATCH rows a step."""
-    return t.cuda and t.batch is not None and t.batch < SMALL_BATCH
 SHORT_KERNEL_US = 20.0  # a median kernel this short does little work per launch
+
+
+def _small_batch_launches(sig: Signals) -> tuple[float, float] | None:
+    """(short kernels' share, the GPU's waiting share) of a GPU profile whose first layer
+    received fewer than SMALL_BATCH rows a step, its kernels mostly shorter than their launch
+    and the GPU waiting ≥ 30 % of its span; None otherwise."""
+    t = sig.trace
+    if not (t and t.cuda and t.devices and t.launched_kernels and t.batch is not None
+            and t.batch < SMALL_BATCH):
+        return None
+    short = t.short_kernels / t.launched_kernels
+    share = max(_launch_wait(sig), _unexplained_idle(sig))
+    return (short, share) if short >= 0.5 and share >= 0.3 else None
 
 
 def _matmul_share(t: TraceStats) -> float:
