@@ -24,7 +24,7 @@ from gpuaudit.model.cost import Offer
 from gpuaudit.model.pricing import PricingModel
 
 from .context import Context
-from .hardware import Hardware
+from .hardware import Hardware, Reject, with_network, without_network
 from .network import PROVIDERS_WITH_NETWORKS, network_of
 from .prices import unit_costs
 
@@ -51,10 +51,6 @@ def _no_price() -> str:
     return "no price"
 
 
-def _call(make: Callable[[], str]) -> str:
-    return make()
-
-
 def _deadline(deadline: float, hours: float, model: PricingModel) -> str:
     return f"misses the {deadline:g} h deadline: {hours:,.0f} h at best ({model.label})"
 
@@ -77,19 +73,23 @@ def _no_usable_price() -> str:
     return "no usable price"
 
 
-def sweep(offers: Sequence[Offer], ctx: Context,
-          build: Callable[[Offer, Context], Hardware | tuple[str, Callable[[], str]]],
-          serving: bool) -> Sweep:
-    """Each offer's hardware plan (memoized per GPU model, count, memory and network), its
-    pricing models at pricing.py's figures × its prices, the cheapest that meets the
-    deadline (serving: on-demand or reserved), then the budget. An `Offer` is made only for
-    the plans and billing units met first (`OfferColumns` keeps the rest as fields)."""
+def sweep(offers: Sequence[Offer], ctx: Context, serving: bool) -> Sweep:
+    """Each offer's hardware plan (memoized per GPU model, count and memory, and network
+    where the plan depends on it: `hardware.without_network`), its pricing models at
+    pricing.py's figures × its prices, the cheapest that meets the deadline (serving:
+    on-demand or reserved), then the budget. An `Offer` is made only for the plans and
+    billing units met first (`OfferColumns` keeps the rest as fields)."""
     cons = ctx.cons
     # Serving has no deadline: its hours are the hours asked for.
     cur, budget = cons.currency, cons.budget
     deadline = None if serving else cons.deadline_hours
     serve_hours = getattr(ctx.task, "hours", None) if serving else None
     memo = ctx.memo
+    # (GPU model, count, memory) → its plan whatever the network, or None when the plan
+    # depends on the network: then the instance type's network is looked up (a regular
+    # expression per instance type, most of a catalog's being distinct).
+    shared: dict[tuple[Any, ...], Hardware | Reject | None] = {}
+    unseen = object()
     units: dict[tuple[Any, ...], tuple[float, ...]] = {}
     ok: list[tuple[float, float, int, Hardware, PricingModel, float]] = []
     out: list[tuple[float, int, str, Callable[..., str], tuple[Any, ...]]] = []
@@ -105,13 +105,16 @@ def sweep(offers: Sequence[Offer], ctx: Context,
         if not (od or spot or r1 or r3):
             add_out((INF, i, "price", _no_price, ()))
             continue
-        net = network_of(provider, itype) if provider in pooled else None  # memoized
-        key = ("hw", gpu_model, count, mem, net)
-        hw = memo.get(key)
+        hw = shared.get((gpu_model, count, mem), unseen)
+        if hw is unseen:
+            hw = shared[gpu_model, count, mem] = without_network(offers[i], ctx, serving)
         if hw is None:
-            hw = memo[key] = build(offers[i], ctx)
+            net = network_of(provider, itype) if provider in pooled else None  # memoized
+            hw = memo.get(("hw", gpu_model, count, mem, net))
+            if hw is None:
+                hw = with_network(offers[i], ctx, net)
         if hw.__class__ is tuple:
-            add_out((od or spot or INF, i, hw[0], _call, (hw[1],)))
+            add_out((od or spot or INF, i, hw[0], hw[1], (itype,)))
             continue
         ukey = (id(hw), billing, minimum)
         u = units.get(ukey)
