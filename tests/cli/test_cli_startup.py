@@ -3,6 +3,7 @@ what they need, and the root help's one-liners are the commands' own."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
@@ -61,3 +62,21 @@ def test_serve_imports_its_model_and_not_the_training_options():
     names = imported(["recommend", "serve", "--params", "7B", "--qps", "1", "--tpot-ms", "50"])
     assert "gpuaudit.cost.recommend.serving" in names
     assert not {"gpuaudit.cost.recommend.feed", "gpuaudit.cost.recommend.measured"} & names
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_a_command_loads_with_the_collector_off_and_its_objects_frozen(collecting):
+    from gpuaudit.cli import group
+
+    was = gc.isenabled()
+    (gc.enable if collecting else gc.disable)()
+    before = gc.get_freeze_count()
+    try:
+        with group.loading():
+            assert not gc.isenabled()
+            made = [{"a": [i]} for i in range(100)]  # what loading a module makes
+        assert gc.isenabled() == collecting  # as it was
+        assert gc.get_freeze_count() >= before + len(made)  # left out of later collections
+    finally:
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
