@@ -10,6 +10,7 @@ from datetime import date
 
 import pytest
 
+from gpuaudit.cost.catalog.records import OfferColumns
 from gpuaudit.cost.recommend import (
     Constraints,
     FinetuneTask,
@@ -134,3 +135,17 @@ def test_serving_that_misses_tpot_at_batch_one_says_so_without_a_ttft_bound():
     assert (out.kind, out.reason) == (
         "latency", f"a decode step takes {step * 1e3:.3g} ms even at batch 1 on 1 × NVIDIA "
                    "A10G (AWS); TPOT bound 30 ms")
+
+
+def test_offers_kept_as_columns_rank_as_the_offers_themselves():
+    # The cached catalog keeps offers field by field; the sweep reads only the fields it needs.
+    offers = catalog()
+    columns = OfferColumns([list(column) for column in zip(*offers, strict=True)])
+    assert list(columns.fields(("gpu_model", "currency", "billing"))) == [
+        (o.gpu_model, o.currency, o.billing) for o in offers]
+    for task in (TASKS[1], ServeTask(params=7e9, qps=5, latency_ms=50, layers=32, hidden=4096)):
+        for constraints in (Constraints(), Constraints(deadline_hours=200.0, budget=5e4)):
+            kept = recommend(task, columns, constraints=constraints, max_excluded=len(offers))
+            assert kept == recommend(task, offers, constraints=constraints,
+                                     max_excluded=len(offers))
+            assert kept.considered == len(offers)
