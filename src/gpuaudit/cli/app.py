@@ -67,9 +67,10 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
 def load_command(name: str) -> Any:
     """The click command of one entry of `COMMANDS`, imported now."""
     module_name, attr, _, context = COMMANDS[name]
-    module = importlib.import_module(module_name)
-    return group.click_command(name, getattr(module, attr),
-                                getattr(module, context) if context else None)
+    with group.loading():
+        module = importlib.import_module(module_name)
+        return group.click_command(name, getattr(module, attr),
+                                    getattr(module, context) if context else None)
 
 
 class _Root(group.Group):

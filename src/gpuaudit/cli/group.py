@@ -5,10 +5,12 @@ without typer's heavy machinery where a command must start fast."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -270,6 +272,22 @@ def click_command(name: str, target: Any, context_settings: dict[str, Any] | Non
     return command
 
 
+@contextlib.contextmanager
+def loading() -> Iterator[None]:
+    """Modules of the command line loaded when a command is first asked for, as the root's
+    are (`gpuaudit.cli.entry`): the collector off meanwhile (loading makes only objects that
+    live as long as the process: its runs every 700 of them are a couple of milliseconds of
+    `recommend`), then those objects frozen (left out of later collections)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
+
+
 class LazyGroup(Group):
     """A group whose subcommands are named in `SUBCOMMANDS` (name → module, function) and
     made into click commands when first asked for. Typer reads every option of a command
@@ -286,7 +304,8 @@ class LazyGroup(Group):
         command = super().get_command(ctx, name)
         if command is None and name in self.SUBCOMMANDS:
             module, attr = self.SUBCOMMANDS[name]
-            command = click_command(name, getattr(importlib.import_module(module), attr))
+            with loading():
+                command = click_command(name, getattr(importlib.import_module(module), attr))
             self.add_command(command, name)
         return command
 

@@ -20,6 +20,7 @@ from gpuaudit.errors import BadInputError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from types import ModuleType
 
     from gpuaudit.cost.recommend import Constraints, Task
     from gpuaudit.cost.recommend.measured import MeasuredAllReduce
@@ -80,6 +81,14 @@ AllReduceOpt = Annotated[str | None, typer.Option(
     "--allreduce-run", metavar="ID",
     help="A fleet run (or its JSON file) with an all-reduce measured across nodes: it sizes "
          "the cross-node communication on offers of its GPU model and GPUs per node.")]
+
+
+def _tasks() -> "ModuleType":
+    """gpuaudit.cost.recommend, loaded as the command line's own modules are
+    (`group.loading`): the tasks are made before the work starts."""
+    with group.loading():
+        from gpuaudit.cost import recommend as tasks
+    return tasks
 
 
 def load_offers(path: Path | None) -> "Sequence[Offer]":
@@ -363,10 +372,9 @@ def train(
     db: DbOpt = None,
 ) -> None:
     """Pre-train a model of N parameters on T tokens (6·N·T FLOPs)."""
-    from gpuaudit.cost.recommend import TrainTask
-
-    task = TrainTask(params=params, tokens=tokens, precision=precision, optimizer=optimizer,
-                     seq_len=seq_len, micro_batch=micro_batch, layers=layers, hidden=hidden)
+    task = _tasks().TrainTask(params=params, tokens=tokens, precision=precision,
+                              optimizer=optimizer, seq_len=seq_len, micro_batch=micro_batch,
+                              layers=layers, hidden=hidden)
     _run(task, _constraints(deadline, budget, currency, sort), catalog=catalog, top=top,
          mfu=mfu, json_=json_, allow_pooling=allow_pooling, allreduce=allreduce_run, db=db,
          feed=feed)
@@ -401,11 +409,10 @@ def finetune(
     db: DbOpt = None,
 ) -> None:
     """Fine-tune: LoRA/QLoRA adapters (4·N·T FLOPs) or all weights (6·N·T)."""
-    from gpuaudit.cost.recommend import FinetuneTask
-
-    task = FinetuneTask(params=params, tokens=tokens, method=method, lora_rank=lora_rank,
-                        precision=precision, optimizer=optimizer, seq_len=seq_len,
-                        micro_batch=micro_batch, layers=layers, hidden=hidden)
+    task = _tasks().FinetuneTask(params=params, tokens=tokens, method=method,
+                                 lora_rank=lora_rank, precision=precision, optimizer=optimizer,
+                                 seq_len=seq_len, micro_batch=micro_batch, layers=layers,
+                                 hidden=hidden)
     _run(task, _constraints(deadline, budget, currency, sort), catalog=catalog, top=top,
          mfu=mfu, json_=json_, allow_pooling=allow_pooling, allreduce=allreduce_run, db=db,
          feed=feed)
@@ -448,11 +455,9 @@ def serve(
 ) -> None:
     """Serve Q requests/s within TPOT and TTFT bounds: prefill and decode with continuous
     batching, KV cache in memory."""
-    from gpuaudit.cost.recommend import ServeTask
-
-    task = ServeTask(params=params, qps=qps, latency_ms=latency_ms, context=context,
-                     output_tokens=output_tokens, dtype=dtype.lower(), hours=hours,
-                     layers=layers, hidden=hidden, kv_heads=kv_heads,
-                     prompt_tokens=prompt_tokens, ttft_ms=ttft_ms)
+    task = _tasks().ServeTask(params=params, qps=qps, latency_ms=latency_ms, context=context,
+                              output_tokens=output_tokens, dtype=dtype.lower(), hours=hours,
+                              layers=layers, hidden=hidden, kv_heads=kv_heads,
+                              prompt_tokens=prompt_tokens, ttft_ms=ttft_ms)
     _run(task, _constraints(None, budget, currency, sort), catalog=catalog, top=top,
          mfu=mfu, json_=json_)

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from gpuaudit import parse
 from gpuaudit.errors import BadInputError
-from gpuaudit.model.cost import Offer
+from gpuaudit.model.cost import FIELDS, Offer
 from gpuaudit.model.lite import Lite, frozen
 
 # The four prices an offer may have, as `Offer` fields.
@@ -130,6 +130,11 @@ class OfferColumns(Sequence[Offer]):
     def rows(self) -> Iterator[tuple[Any, ...]]:
         """Every offer's fields in Offer's order, as plain tuples: no record made."""
         return zip(*self._columns, strict=True)
+
+    def fields(self, names: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+        """Every offer's fields `names` (Offer's field names), in that order, as plain
+        tuples: only the columns asked for are read."""
+        return zip(*(self._columns[FIELDS.index(name)] for name in names), strict=True)
 
     def _all(self) -> tuple[Offer, ...]:
         if self._made is None:

@@ -19,9 +19,7 @@ from gpuaudit.model.recommendation import Assumptions, MemoryEstimate, ServingPl
 from gpuaudit.specs.figures import SpecFigures as GpuSpec
 
 from .context import Context
-from .measured import predicted_exposed_s
-from .network import cross_node_efficiency, network_of
-from .serving import ServeModel
+from .network import Network, cross_node_efficiency, network_of
 from .tasks import (
     BenchmarkedTask,
     FinetuneTask,
@@ -132,35 +130,72 @@ class Hardware:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# Why an offer's hardware cannot do the task: (exclusion kind, the reason, built on demand).
-Reject = tuple[str, Callable[[], str]]
+# Why an offer's hardware cannot do the task: (exclusion kind, the reason, built on demand
+# from the offer's instance type: a plan is shared by every instance type with its GPUs).
+Reject = tuple[str, Callable[[str], str]]
+
+# The exclusions that depend on the network between instances; the others (no spec, memory,
+# latency...) are the same whatever the network.
+NETWORK_KINDS = frozenset({"network", "deadline"})
 
 
-def cached_hardware(offer: Offer, ctx: Context,
-                    build: Callable[[Offer, Context], Hardware | Reject]) -> Hardware | Reject:
-    # The network between instances depends on the instance type, not only the GPUs.
-    key = ("hw", offer.gpu_model, offer.gpu_count, offer.gpu_memory_gib,
-           network_of(offer.provider, offer.instance_type))
+def without_network(offer: Offer, ctx: Context, serving: bool) -> Hardware | Reject | None:
+    """The plan of the offer's GPUs when it is the same whatever the network between its
+    instances (then the instance type need not be looked up), else None. Serving plans never
+    pool instances. A training plan on one node is the same over any network unless the order
+    is by time (more nodes might be faster); one that needs more nodes, or misses the
+    deadline on one, depends on it."""
+    key = ("hw", offer.gpu_model, offer.gpu_count, offer.gpu_memory_gib, None)
     hw = ctx.memo.get(key)
     if hw is None:
-        hw = ctx.memo[key] = build(offer, ctx)
+        hw = ctx.memo[key] = serve_hw(offer, ctx) if serving else plan_hw(offer, ctx, None)
+    if serving:
+        return hw  # type: ignore[no-any-return]
+    if ctx.cons.sort == "time":
+        return None
+    if isinstance(hw, tuple):
+        return None if hw[0] in NETWORK_KINDS else hw
+    return hw if hw.nodes == 1 else None  # type: ignore[no-any-return]
+
+
+def with_network(offer: Offer, ctx: Context, net: Network | None) -> Hardware | Reject:
+    """The training plan of the offer's GPUs over `net` (memoized)."""
+    key = ("hw", offer.gpu_model, offer.gpu_count, offer.gpu_memory_gib, net)
+    hw = ctx.memo.get(key)
+    if hw is None:
+        hw = ctx.memo[key] = plan_hw(offer, ctx, net)
     return hw  # type: ignore[no-any-return]
+
+
+def cached_hardware(offer: Offer, ctx: Context, serving: bool = False) -> Hardware | Reject:
+    """The offer's plan, shared by every offer with its GPUs (and, where the plan depends on
+    it, its network between instances)."""
+    hw = without_network(offer, ctx, serving)
+    if hw is None:
+        hw = with_network(offer, ctx, network_of(offer.provider, offer.instance_type))
+    return hw
 
 
 def spec_of(offer: Offer, ctx: Context, precision: str | None) -> GpuSpec | Reject:
     spec = ctx.specs.get(offer.gpu_model)
     if spec is None:
-        return "spec", lambda: (f"GPU {offer.gpu_model!r} is not in the spec catalog: no "
-                                "peak to estimate from")
+        return "spec", lambda _it: (f"GPU {offer.gpu_model!r} is not in the spec catalog: no "
+                                    "peak to estimate from")
     if precision is not None and spec.peak(precision) is None:
-        return "spec", lambda: (f"{spec.name} publishes no {precision} peak (not supported "
-                                "by its tensor cores)")
+        return "spec", lambda _it: (f"{spec.name} publishes no {precision} peak (not supported "
+                                    "by its tensor cores)")
     return spec
 
 
 def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
     """Train, fine-tune, benchmarked: work ÷ rate on the fewest nodes that fit (and meet the
-    deadline at on-demand speed)."""
+    deadline at on-demand speed), over the offer's network between instances."""
+    return plan_hw(offer, ctx, network_of(offer.provider, offer.instance_type))
+
+
+def plan_hw(offer: Offer, ctx: Context, net: Network | None) -> Hardware | Reject:
+    """`compute_hw` over `net`, the network between the offer's instances (None: none
+    known)."""
     t = ctx.task
     ass = ctx.ass
     precision = t.precision if isinstance(t, TrainingTask) else None
@@ -176,7 +211,7 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
     if isinstance(t, PredictedTask):
         guess, why = t.rate_on(offer.gpu_model, count)
         if guess is None:
-            return "prediction", lambda: why
+            return "prediction", lambda _it: why
         per_gpu = guess
         measured_rate = offer.gpu_model == t.gpu_model and count == t.gpus
         unit_scale = 1.0
@@ -188,8 +223,8 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
             assert base is not None
             mine, theirs = scale_figures(t.scale_by, spec, base)
             if mine is None or theirs is None:
-                return "spec", lambda: (f"{spec.name} publishes no {t.scale_by} figure to "
-                                        "scale the measurement by")
+                return "spec", lambda _it: (f"{spec.name} publishes no {t.scale_by} figure to "
+                                            "scale the measurement by")
             per_gpu = t.rate_per_gpu * mine / theirs
         unit_scale = 1.0  # rates stay in the measurement's unit
     else:
@@ -210,19 +245,18 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
             need = min_gpus_zero3(ctx, usable)
             if need is None:
                 act = train_memory(ctx, 3, 1, checkpoint_modes(ctx)[-1]).activations_bytes
-                return "memory", lambda: (f"activations alone need {gb(act)} per GPU; has "
-                                          f"{count} × {mem_label}")
+                return "memory", lambda _it: (f"activations alone need {gb(act)} per GPU; has "
+                                              f"{count} × {mem_label}")
             nodes = math.ceil(need / count)
             if nodes > ass.max_nodes:
-                return "memory", lambda: (f"needs {need} × {mem_label} with ZeRO-3, more than "
-                                          f"{ass.max_nodes} nodes; has {count} × {mem_label}")
-    net = network_of(offer.provider, offer.instance_type)
+                return "memory", lambda _it: (f"needs {need} × {mem_label} with ZeRO-3, more than "
+                                              f"{ass.max_nodes} nodes; has {count} × {mem_label}")
     gbps = net.gbps if net else (ass.pooled_network_gbps if ass.allow_pooling else None)
     if nodes > 1 and gbps is None:
         n_mem = nodes
-        return "network", lambda: (f"needs {n_mem} nodes for memory, but {offer.instance_type} "
-                                   "has no known network between instances (not pooled for "
-                                   "one job; --allow-pooling allows it)")
+        return "network", lambda it: (f"needs {n_mem} nodes for memory, but {it} "
+                                      "has no known network between instances (not pooled for "
+                                      "one job; --allow-pooling allows it)")
     intra = 1.0 if predicted else intra_efficiency(spec, count, ass)
 
     def plan_for(n: int) -> MemoryEstimate | None:
@@ -239,6 +273,8 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
         if isinstance(t, PredictedTask) and t.grad_buckets and gbps is not None:
             # The recorded step's gradient buckets against its backward pass (predict's DDP
             # model), over the offer's network.
+            from .measured import predicted_exposed_s
+
             step = t.samples_per_step / per_gpu
             exposed = predicted_exposed_s(t.grad_buckets, step * t.backward_share,
                                           n * count, gbps, measured)
@@ -282,11 +318,15 @@ def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
             where = "one node" if n1 == 1 else f"the {n1} nodes memory needs"
             best = min(range(nodes, top + 1), key=lambda n: at(n)[0])
             hb = at(best)[0]
-            why = (f"{offer.instance_type} is not pooled (no known network between instances;"
-                   " --allow-pooling allows it)" if gbps is None else
-                   f"{hb:,.0f} h at best on {best} nodes (up to {ass.max_nodes})")
-            return "deadline", lambda: (f"{h1:,.0f} h on {where}; {why}; deadline "
-                                        f"{deadline:g} h")
+            pooled = gbps is not None
+
+            def why(it: str) -> str:
+                return (f"{hb:,.0f} h at best on {best} nodes (up to {ass.max_nodes})" if pooled
+                        else f"{it} is not pooled (no known network between instances; "
+                        "--allow-pooling allows it)")
+
+            return "deadline", lambda it: (f"{h1:,.0f} h on {where}; {why(it)}; deadline "
+                                           f"{deadline:g} h")
         nodes = meets
     hours, rate, plan, cross = at(nodes)
     basis = None
@@ -319,6 +359,8 @@ def serve_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
     """One replica = one instance, tensor parallel over its GPUs, serving with continuous
     batching (`serving`): the batch that gives the highest request rate within the TPOT and
     TTFT bounds and memory; replicas for the QPS."""
+    from .serving import ServeModel
+
     t = ctx.task
     assert isinstance(t, ServeTask) and ctx.shape is not None
     ass = ctx.ass
@@ -341,29 +383,33 @@ def serve_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
     context = t.prompt + t.output_tokens
     if model.max_batch < 1:
         kv_seq = kv_token * context
-        return "memory", lambda: (f"weights {gb(weights)} + one sequence's KV cache "
-                                  f"{gb(kv_seq)} need {gb(weights + kv_seq)}; has {count} × "
-                                  f"{mem_label} ({gb(usable)} usable)")
+        return "memory", lambda _it: (f"weights {gb(weights)} + one sequence's KV cache "
+                                      f"{gb(kv_seq)} need {gb(weights + kv_seq)}; has {count} × "
+                                      f"{mem_label} ({gb(usable)} usable)")
     tpot, ttft = t.latency_ms / 1000, None if t.ttft_ms is None else t.ttft_ms / 1000
     r = model.best(tpot, ttft)
     if r is None:
         floor = weights / model.bandwidth
         step1 = model.step(1)[0]
         if floor >= tpot:
-            return "latency", lambda: (f"reading the weights takes {floor * 1e3:.3g} ms per "
-                                       f"token on {count} × {spec.name}; TPOT bound "
-                                       f"{t.latency_ms:g} ms")
-        t_pf = model.prefill_s
-        return "latency", lambda: (f"one {t.prompt:,}-token prompt's prefill takes "
-                                   f"{t_pf * 1e3:,.3g} ms and a decode step "
-                                   f"{step1 * 1e3:.3g} ms on {count} × {spec.name}: the "
-                                   f"first token comes after {(t_pf + 1.5 * step1) * 1e3:,.3g}"
-                                   f" ms at least; TTFT bound {t.ttft_ms:g} ms")
+            return "latency", lambda _it: (f"reading the weights takes {floor * 1e3:.3g} ms per "
+                                           f"token on {count} × {spec.name}; TPOT bound "
+                                           f"{t.latency_ms:g} ms")
+        if step1 >= tpot:  # the weights and one sequence's KV cache, read once per token
+            return "latency", lambda _it: (f"a decode step takes {step1 * 1e3:.3g} ms even at "
+                                           f"batch 1 on {count} × {spec.name}; TPOT bound "
+                                           f"{t.latency_ms:g} ms")
+        t_pf = model.prefill_s  # TPOT is met at batch 1: the TTFT bound is what fails
+        return "latency", lambda _it: (f"one {t.prompt:,}-token prompt's prefill takes "
+                                       f"{t_pf * 1e3:,.3g} ms and a decode step "
+                                       f"{step1 * 1e3:.3g} ms on {count} × {spec.name}: the "
+                                       f"first token comes after {(t_pf + 1.5 * step1) * 1e3:,.3g}"
+                                       f" ms at least; TTFT bound {t.ttft_ms:g} ms")
     replicas = math.ceil(t.qps / r.qps - 1e-9)
     if replicas > ass.max_nodes:
-        return "capacity", lambda: (f"needs {replicas} replicas for {t.qps:g} QPS "
-                                    f"({r.qps:.3g} requests/s each), more than "
-                                    f"{ass.max_nodes}")
+        return "capacity", lambda _it: (f"needs {replicas} replicas for {t.qps:g} QPS "
+                                        f"({r.qps:.3g} requests/s each), more than "
+                                        f"{ass.max_nodes}")
     plan = ServingPlan(
         replicas=replicas, requests_per_s_per_replica=r.qps, batch=r.batch,
         prompt_tokens=t.prompt, output_tokens=t.output_tokens,

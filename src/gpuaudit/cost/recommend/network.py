@@ -49,25 +49,29 @@ NETWORKS: tuple[tuple[str, str, Network], ...] = tuple(
     ))
 
 
-# Per provider, its patterns as one alternation of named groups: one match per lookup, the
-# group that matched naming the network (10,000 offers may have thousands of instance types);
-# compiled once each, not pattern by pattern too.
-_BY_PROVIDER: dict[str, tuple[re.Pattern[str], dict[str, Network]]] = {}
-for _prov in dict.fromkeys(p for p, _, _ in NETWORKS):
-    _rules = [(pattern, net) for p, pattern, net in NETWORKS if p == _prov]
-    _BY_PROVIDER[_prov] = (
-        re.compile("|".join(f"(?P<n{i}>{pattern})" for i, (pattern, _) in
-                            enumerate(_rules)), re.IGNORECASE),
-        {f"n{i}": net for i, (_, net) in enumerate(_rules)})
 # The providers with a published network between some instance types (lower case, as the
 # catalog keeps them): any other offer has none, without a lookup.
-PROVIDERS_WITH_NETWORKS = frozenset(_BY_PROVIDER)
+PROVIDERS_WITH_NETWORKS = frozenset(p for p, _, _ in NETWORKS)
 
 
-@functools.lru_cache(maxsize=4096)  # asked once per offer: 10,000 offers, a few dozen types
+@functools.cache
+def _rules(provider: str) -> tuple[re.Pattern[str], dict[str, Network]] | None:
+    """The provider's patterns as one alternation of named groups: one match per lookup, the
+    group that matched naming the network (10,000 offers may have thousands of instance
+    types). Compiled when the provider is first asked about: a plan that never pools
+    instances compiles none."""
+    rules = [(pattern, net) for p, pattern, net in NETWORKS if p == provider]
+    if not rules:
+        return None
+    return (re.compile("|".join(f"(?P<n{i}>{pattern})" for i, (pattern, _) in
+                                enumerate(rules)), re.IGNORECASE),
+            {f"n{i}": net for i, (_, net) in enumerate(rules)})
+
+
+@functools.lru_cache(maxsize=4096)  # a catalog has each instance type in many regions
 def network_of(provider: str, instance_type: str) -> Network | None:
     """The published network between instances of this type, or None when none is known."""
-    rules = _BY_PROVIDER.get(provider.casefold())
+    rules = _rules(provider.casefold())
     if rules is None:
         return None
     m = rules[0].fullmatch(instance_type)

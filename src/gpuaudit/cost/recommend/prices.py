@@ -77,10 +77,14 @@ def unit_costs(offer: Offer, hours: float, nodes: int, ctx: Context, spot_ok: bo
                                        "billing_minimum_s": minimum})
         job = make_job(one, wall_hours=hours, instances=nodes)
         spot = spot_cost(one, job, **spot_inputs(ctx.ass)) if spot_ok else None
+        # Whole reserved terms are the same whatever the billing unit: once per plan.
+        terms = ("reserved", hours, nodes)
+        if terms not in ctx.memo:
+            ctx.memo[terms] = (reserved_cost(one, job, 1).cost, reserved_cost(one, job, 3).cost)
+        r1, r3 = ctx.memo[terms]
         unit = ctx.memo[key] = UnitCosts(
-            hours, on_demand_cost(one, job).cost, reserved_cost(one, job, 1).cost,
-            reserved_cost(one, job, 3).cost, spot.expected_wall_hours if spot else None,
-            spot.expected_cost if spot else None)
+            hours, on_demand_cost(one, job).cost, r1, r3,
+            spot.expected_wall_hours if spot else None, spot.expected_cost if spot else None)
     return unit  # type: ignore[no-any-return]
 
 

@@ -9,8 +9,9 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaudit.cost.memory_fit import dtype_bytes, gb
 from gpuaudit.errors import BadInputError
@@ -29,16 +30,12 @@ from gpuaudit.specs.figure_cache import load_figures
 from gpuaudit.specs.figures import FigureCatalog
 
 from .context import Context
-from .feed import check as feed_check
 from .hardware import (
     cached_hardware,
-    compute_hw,
     efficiency,
     recompute_factor,
     scale_figures,
-    serve_hw,
 )
-from .measured import MeasuredAllReduce
 from .prices import compare, pick_price, price_options, pricing_reasons, unit_costs
 from .sweep import in_order, sweep
 from .tasks import (
@@ -50,6 +47,9 @@ from .tasks import (
     Task,
     TrainTask,
 )
+
+if TYPE_CHECKING:  # an all-reduce measured across nodes: only with --allreduce-run
+    from .measured import MeasuredAllReduce
 
 # --- per-offer evaluation --------------------------------------------------------------------
 
@@ -104,9 +104,9 @@ def _eval_compute(offer: Offer, ctx: Context) -> Feasible | Excluded:
     bad = _priced(offer, ctx)
     if bad is not None:
         return bad
-    hw = cached_hardware(offer, ctx, compute_hw)
+    hw = cached_hardware(offer, ctx)
     if isinstance(hw, tuple):
-        return _exclude(offer, *hw)
+        return _exclude(offer, hw[0], partial(hw[1], offer.instance_type))
     deadline = cons.deadline_hours
     options = price_options(offer, unit_costs(offer, hw.hours, hw.nodes, ctx, True), hw.nodes)
     price, miss = pick_price(options, deadline)
@@ -169,9 +169,9 @@ def _eval_serve(offer: Offer, ctx: Context) -> Feasible | Excluded:
     bad = _priced(offer, ctx)
     if bad is not None:
         return bad
-    hw = cached_hardware(offer, ctx, serve_hw)
+    hw = cached_hardware(offer, ctx, serving=True)
     if isinstance(hw, tuple):
-        return _exclude(offer, *hw)
+        return _exclude(offer, hw[0], partial(hw[1], offer.instance_type))
     options = price_options(offer, unit_costs(offer, t.hours, hw.nodes, ctx, False), hw.nodes)
     price, _ = pick_price(options, None)
     if price is None:
@@ -278,7 +278,7 @@ def recommend(task: Task, offers: Iterable[Offer], *, constraints: Constraints |
     serving = isinstance(task, ServeTask)
     # indexed: the sweep keeps each offer's index, and an offer is made when it is shown
     seq = offers if isinstance(offers, Sequence) else tuple(offers)
-    swept = sweep(seq, ctx, serve_hw if serving else compute_hw, serving)
+    swept = sweep(seq, ctx, serving)
     counts = dict(Counter(map(itemgetter(2), swept.out)))
     shown_out = _first_excluded(swept.out, max_excluded, seq)
 
@@ -378,12 +378,14 @@ def _record(rank: int, r: Feasible, rate_unit: str, basis: str, cons: Constraint
     gpus = r.nodes * r.offer.gpu_count
     rest = []
     if not isinstance(ctx.task, ServeTask | BenchmarkedTask) and spec is not None:
-        hw = cached_hardware(r.offer, ctx, compute_hw)
+        hw = cached_hardware(r.offer, ctx)
         cross = hw.extra.get("cross_node", 1.0) if not isinstance(hw, tuple) else 1.0
         eff = efficiency(spec, r.offer.gpu_count, 1, ctx.ass) * cross
         rest.append(f"scaling efficiency {eff:.0%} for {gpus} GPUs")
     fed = None
     if ctx.feed is not None:
+        from .feed import check as feed_check
+
         fed = feed_check(ctx.feed, r.offer.vcpus, r.offer.ram_gib, r.offer.gpu_count,
                          feed_speed(r.rate / gpus, ctx))
         reasons.append(fed.reason)

@@ -77,8 +77,10 @@ class ServeModel(Lite):
         comp = batch * self.decode_flops / self.compute_flops
         return (mem, "memory-bandwidth") if mem >= comp else (comp, "compute")
 
-    def at(self, batch: int, tpot_s: float, ttft_s: float | None) -> Replica | None:
-        """The highest rate at this batch within the bounds; None when none is."""
+    def rate(self, batch: int, tpot_s: float, ttft_s: float | None
+             ) -> tuple[float, str, float, str] | None:
+        """(the highest rate at this batch within the bounds, what limits it, the decode
+        step, what bounds the step); None when no rate is within them."""
         step, bound = self.step(batch)
         t_pf = self.prefill_s
         if step >= tpot_s:
@@ -94,28 +96,40 @@ class ServeModel(Lite):
         q = limits[limit]
         if q <= 0:
             return None
+        return q, limit, step, bound
+
+    def at(self, batch: int, tpot_s: float, ttft_s: float | None) -> Replica | None:
+        """The highest rate at this batch within the bounds; None when none is."""
+        found = self.rate(batch, tpot_s, ttft_s)
+        if found is None:
+            return None
+        q, limit, step, bound = found
+        t_pf = self.prefill_s
         t_it = step / (1 - q * t_pf)
         return Replica(q, batch, t_pf, step, t_it, t_it / 2 + t_pf + step, bound, limit)
 
     def best(self, tpot_s: float, ttft_s: float | None) -> Replica | None:
-        """The batch with the highest rate (a geometric sweep, then its neighbours)."""
+        """The batch with the highest rate (a geometric sweep, then its neighbours). The
+        batches tried are compared by rate alone; the record is made for the best."""
         top = self.max_batch
         if top < 1:
             return None
         grid = sorted({min(top, max(1, round(1.15 ** i))) for i in range(200)
                        if 1.15 ** i <= top * 1.15} | {top})
-        best: Replica | None = None
+        best_q, best_b = 0.0, 0
         for b in grid:
-            r = self.at(b, tpot_s, ttft_s)
-            if r is not None and (best is None or r.qps > best.qps):
-                best = r
-        if best is None:
+            r = self.rate(b, tpot_s, ttft_s)
+            if r is not None and (best_b == 0 or r[0] > best_q):
+                best_q, best_b = r[0], b
+        if best_b == 0:
             return None
-        lo, hi = max(1, int(best.batch / 1.15)), min(top, int(best.batch * 1.15) + 1)
+        lo, hi = max(1, int(best_b / 1.15)), min(top, int(best_b * 1.15) + 1)
         for b in range(lo, hi + 1):
-            r = self.at(b, tpot_s, ttft_s)
-            if r is not None and r.qps > best.qps:
-                best = r
+            r = self.rate(b, tpot_s, ttft_s)
+            if r is not None and r[0] > best_q:
+                best_q, best_b = r[0], b
+        best = self.at(best_b, tpot_s, ttft_s)
+        assert best is not None
         if best.batch == top and best.limit == "throughput":
             best = replace(best, limit="memory")
         return best

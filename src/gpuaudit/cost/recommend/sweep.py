@@ -20,11 +20,11 @@ from operator import eq, ge, itemgetter
 from typing import Any
 
 from gpuaudit.cost.catalog.records import OfferColumns
-from gpuaudit.model.cost import Offer
+from gpuaudit.model.cost import FIELDS, Offer
 from gpuaudit.model.pricing import PricingModel
 
 from .context import Context
-from .hardware import Hardware
+from .hardware import Hardware, Reject, with_network, without_network
 from .network import PROVIDERS_WITH_NETWORKS, network_of
 from .prices import unit_costs
 
@@ -51,10 +51,6 @@ def _no_price() -> str:
     return "no price"
 
 
-def _call(make: Callable[[], str]) -> str:
-    return make()
-
-
 def _deadline(deadline: float, hours: float, model: PricingModel) -> str:
     return f"misses the {deadline:g} h deadline: {hours:,.0f} h at best ({model.label})"
 
@@ -77,50 +73,76 @@ def _no_usable_price() -> str:
     return "no usable price"
 
 
-def sweep(offers: Sequence[Offer], ctx: Context,
-          build: Callable[[Offer, Context], Hardware | tuple[str, Callable[[], str]]],
-          serving: bool) -> Sweep:
-    """Each offer's hardware plan (memoized per GPU model, count, memory and network), its
-    pricing models at pricing.py's figures × its prices, the cheapest that meets the
-    deadline (serving: on-demand or reserved), then the budget. An `Offer` is made only for
-    the plans and billing units met first (`OfferColumns` keeps the rest as fields)."""
+# The fields the sweep reads, in this order (an `Offer`'s others are read for those shown).
+SWEPT = ("provider", "instance_type", "gpu_model", "gpu_count", "gpu_memory_gib", "currency",
+         "on_demand_price_per_hour", "spot_price_per_hour", "reserved_1y_price_per_hour",
+         "reserved_3y_price_per_hour", "billing", "billing_minimum_s")
+_SWEPT_AT = itemgetter(*(FIELDS.index(name) for name in SWEPT))
+# A plan of (GPU model, count, memory) that depends on the instance type's network.
+_BY_NETWORK = ("by-network",)
+
+
+def _priced(offer: Offer, ctx: Context, hw: Hardware | Reject | None, serving: bool
+            ) -> tuple[Any, ...]:
+    """What the sweep keeps per plan and billing unit: (kind, reason) for a plan that cannot
+    do the task; else (plan, hours, pricing.py's cost per unit price on demand, reserved
+    1 y, 3 y, spot (-1: none), spot hours); `_BY_NETWORK` when it depends on the network."""
+    if hw is None:
+        return _BY_NETWORK
+    if isinstance(hw, tuple):
+        return hw
+    c = unit_costs(offer, hw.hours, hw.nodes, ctx, not serving)
+    return (hw, c.hours, c.on_demand, c.reserved_1y, c.reserved_3y,
+            c.spot if c.spot is not None else -1.0,
+            c.spot_hours if c.spot_hours is not None else INF)
+
+
+def sweep(offers: Sequence[Offer], ctx: Context, serving: bool) -> Sweep:
+    """Each offer's hardware plan (memoized per GPU model, count and memory, and network
+    where the plan depends on it: `hardware.without_network`), its pricing models at
+    pricing.py's figures × its prices, the cheapest that meets the deadline (serving:
+    on-demand or reserved), then the budget. An `Offer` is made only for the plans and
+    billing units met first (`OfferColumns` keeps the rest as fields)."""
     cons = ctx.cons
     # Serving has no deadline: its hours are the hours asked for.
     cur, budget = cons.currency, cons.budget
     deadline = None if serving else cons.deadline_hours
     serve_hours = getattr(ctx.task, "hours", None) if serving else None
-    memo = ctx.memo
-    units: dict[tuple[Any, ...], tuple[float, ...]] = {}
+    # (GPU model, count, memory, billing unit, minimum) → `_priced`: the plan whatever the
+    # network, or `_BY_NETWORK`: then the instance type's network is looked up (a regular
+    # expression per instance type, most of a catalog's being distinct) and the plan kept
+    # per network too.
+    plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    by_network: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     ok: list[tuple[float, float, int, Hardware, PricingModel, float]] = []
     out: list[tuple[float, int, str, Callable[..., str], tuple[Any, ...]]] = []
     add_ok, add_out = ok.append, out.append
     pooled = PROVIDERS_WITH_NETWORKS
-    rows = offers.rows() if isinstance(offers, OfferColumns) else offers
-    for i, row in enumerate(rows):
-        (provider, itype, _region, gpu_model, count, mem, _vcpus, _ram, currency, od, spot,
-         r1, r3, billing, minimum, _host, _gpu, _source, _date, _notes) = row
+    rows = (offers.fields(SWEPT) if isinstance(offers, OfferColumns)
+            else map(_SWEPT_AT, offers))
+    for i, (provider, itype, gpu_model, count, mem, currency, od, spot, r1, r3, billing,
+            minimum) in enumerate(rows):
         if currency != cur:
             add_out((od or spot or INF, i, "currency", _currency, (currency, cur)))
             continue
         if not (od or spot or r1 or r3):
             add_out((INF, i, "price", _no_price, ()))
             continue
-        net = network_of(provider, itype) if provider in pooled else None  # memoized
-        key = ("hw", gpu_model, count, mem, net)
-        hw = memo.get(key)
-        if hw is None:
-            hw = memo[key] = build(offers[i], ctx)
-        if hw.__class__ is tuple:
-            add_out((od or spot or INF, i, hw[0], _call, (hw[1],)))
+        key = (gpu_model, count, mem, billing, minimum)
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = _priced(offers[i], ctx, without_network(offers[i], ctx,
+                                                                        serving), serving)
+        if plan is _BY_NETWORK:
+            net = network_of(provider, itype) if provider in pooled else None  # memoized
+            plan = by_network.get((net, key))  # type: ignore[assignment]
+            if plan is None:
+                plan = by_network[net, key] = _priced(
+                    offers[i], ctx, with_network(offers[i], ctx, net), serving)
+        if len(plan) == 2:  # (kind, reason): the plan cannot do the task
+            add_out((od or spot or INF, i, plan[0], plan[1], (itype,)))
             continue
-        ukey = (id(hw), billing, minimum)
-        u = units.get(ukey)
-        if u is None:
-            c = unit_costs(offers[i], hw.hours, hw.nodes, ctx, not serving)
-            u = units[ukey] = (c.hours, c.on_demand, c.reserved_1y, c.reserved_3y,
-                               c.spot if c.spot is not None else -1.0,
-                               c.spot_hours if c.spot_hours is not None else INF)
-        hours, odu, r1u, r3u, su, sh = u
+        hw, hours, odu, r1u, r3u, su, sh = plan
         # pricing.compare_job's rule, unrolled: the cheapest option (ties: the shorter, then
         # the first of on-demand, reserved 1 y, 3 y, spot) whose hours meet the deadline.
         bc = bh = fh = INF
