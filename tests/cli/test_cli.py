@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from gpuaudit.model import json_schema
-from tests.conftest import cli_env
+from tests.conftest import FedRun, cli_env
 from tests.support.cli import FIX, ROOT, assert_one_line_error, gpuaudit
 from tests.support.faults import FAULTS, fault_path
 
@@ -152,8 +152,9 @@ def test_run_saves_and_prints_a_summary(db):
     assert len(listing) == 1 and listing[0]["kind"] == "run"
 
 
-def test_run_json_is_a_valid_document_on_stdout(db):
-    proc = gpuaudit("run", "--json", "--db", db)
+def test_run_json_is_a_valid_document_on_stdout(fed_run: FedRun):
+    # the session's `run --json` (tests/conftest.py), also read by the feed verdict's test
+    proc = fed_run.done
     doc = json.loads(proc.stdout)
     jsonschema.validate(doc, json_schema())
     assert doc["kind"] == "run" and doc["machine"]["host"]["hostname"]

@@ -18,7 +18,8 @@ import json
 import pytest
 
 from gpuaudit.model import Run
-from gpuaudit.predict import family, load_profile, machine_rates
+from gpuaudit.predict import family as predict_family
+from gpuaudit.predict import load_profile, machine_rates
 from gpuaudit.predict.kernels import LAYOUT, reattribute
 from gpuaudit.predict.precision import timed_norm_ratio
 from gpuaudit.specs.catalog import load_catalog
@@ -92,7 +93,7 @@ def replays():
     # each on CI's 2 cores) and is a pure function of that frozen Shape; the three GPT runs ask
     # it for the same two shapes (gpt-124m and gpt-1.3b, both ways), so each is counted once.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(family, "meta_tally", functools.cache(family.meta_tally))
+        mp.setattr(predict_family, "meta_tally", functools.cache(predict_family.meta_tally))
         return {run: _compare(run) for run in ACHIEVED}
 
 
