@@ -75,9 +75,9 @@ def _idle_2gpu(busy: dict) -> dict:
 @pytest.fixture
 def store_dir(tmp_path: Path) -> Iterator[Path]:
     """Where the soak's SQLite file lives: in memory (tmpfs) where the machine has one. The
-    monitor commits its history every tick, over 3,000 times in the day; on CI's disk their
-    fsync took a third of the test's time, and what the test judges is Python's memory and
-    the rows kept, which the disk under the file does not change."""
+    monitor commits its history every tick, over 3,000 times in the day, each waiting for the
+    disk (on the shared 2-core machine, from a fifth to two thirds of the test's time); what
+    the test judges is Python's memory and the rows kept, which the disk does not change."""
     shm = Path("/dev/shm")
     if not (shm.is_dir() and os.access(shm, os.W_OK)):
         yield tmp_path
