@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -54,6 +56,31 @@ def _own_user_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     mp.delenv("GPUAUDIT_DB", raising=False)
     yield
     mp.undo()
+
+
+@dataclasses.dataclass(frozen=True)
+class FedRun:
+    """One `gpuaudit run --json` and where it kept things."""
+
+    done: subprocess.CompletedProcess[str]
+    data: Path  # the --data directory (it must be left empty)
+
+
+@pytest.fixture(scope="session")
+def fed_run(tmp_path_factory: pytest.TempPathFactory) -> FedRun:
+    """`gpuaudit run --json --data DIR --job JOB` as users run it, once for the session: a whole
+    run (inspect and every quick suite, about half a minute on CI's 2 cores) whose output
+    several tests read, each asserting its own things: the feed verdict (tests/bench), the
+    JSON document on stdout (tests/cli). The job, 1,000,000 samples/s of 110 KB JPEGs, is
+    more than any machine of this size can feed."""
+    from tests.support.cli import gpuaudit
+
+    root = tmp_path_factory.mktemp("fed-run")
+    data = root / "data"
+    data.mkdir()
+    done = gpuaudit("run", "--json", "--db", str(root / "runs.db"), "--data", str(data),
+                    "--job", "1000000:110K:jpeg:random", timeout=600)
+    return FedRun(done, data)
 
 
 def pytest_collection_modifyitems(config, items):

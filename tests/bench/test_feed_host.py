@@ -7,15 +7,13 @@ import io
 import json
 import os
 import random
-from pathlib import Path
 
 import pytest
 
 from gpuaudit.bench import runner
 from gpuaudit.bench.feed import jpeg, stream
 from gpuaudit.bench.stats import MIN_SAMPLES
-from tests.conftest import fixture_machine
-from tests.support.cli import gpuaudit
+from tests.conftest import FedRun, fixture_machine
 
 pytest.importorskip("numpy")
 pytest.importorskip("PIL")
@@ -87,13 +85,10 @@ def test_host_suite_and_its_capacity_finding():
     assert cap.code == "feed.capacity" and cap.evidence["limiting_stage"] == "decode"
 
 
-def test_run_judges_a_job_against_storage_and_decode(tmp_path: Path):
-    data = tmp_path / "data"
-    data.mkdir()
-    db = tmp_path / "runs.db"
-    # 1,000,000 samples/s of 110 KB JPEGs: no machine of this size can feed that
-    done = gpuaudit("run", "--json", "--db", str(db), "--data", str(data), "--job",
-                    "1000000:110K:jpeg:random", timeout=600)
+def test_run_judges_a_job_against_storage_and_decode(fed_run: FedRun):
+    # `run --json --data DIR --job 1000000:110K:jpeg:random` (tests/conftest.py): 1,000,000
+    # samples/s of 110 KB JPEGs, no machine of this size can feed that
+    done, data = fed_run.done, fed_run.data
     assert done.returncode in (0, 1), done.stderr
     doc = json.loads(done.stdout)
     (f,) = [f for f in doc["findings"] if f["code"].startswith("feed.")]

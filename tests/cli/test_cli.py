@@ -8,12 +8,11 @@ import re
 import subprocess
 import sys
 
-import jsonschema
 import pytest
 
 from gpuaudit.model import json_schema
-from tests.conftest import cli_env
-from tests.support.cli import FIX, ROOT, assert_one_line_error, gpuaudit
+from tests.conftest import FedRun, cli_env
+from tests.support.cli import FIX, ROOT, assert_one_line_error, gpuaudit, validate_run
 from tests.support.faults import FAULTS, fault_path
 
 
@@ -45,7 +44,7 @@ def test_inspect_from_fault_exit_code_and_json(fault):
     expect = ("--expect-gpus", str(fault.expect_gpus)) if fault.expect_gpus is not None else ()
     proc = gpuaudit("inspect", "--json", "--from", str(fault_path(fault)), *expect)
     doc = json.loads(proc.stdout)
-    jsonschema.validate(doc, json_schema())
+    validate_run(doc)
     codes = {f["code"]: f["severity"] for f in doc["findings"]}
     for code, severity in fault.expect.items():
         assert codes[code] == severity
@@ -152,10 +151,11 @@ def test_run_saves_and_prints_a_summary(db):
     assert len(listing) == 1 and listing[0]["kind"] == "run"
 
 
-def test_run_json_is_a_valid_document_on_stdout(db):
-    proc = gpuaudit("run", "--json", "--db", db)
+def test_run_json_is_a_valid_document_on_stdout(fed_run: FedRun):
+    # the session's `run --json` (tests/conftest.py), also read by the feed verdict's test
+    proc = fed_run.done
     doc = json.loads(proc.stdout)
-    jsonschema.validate(doc, json_schema())
+    validate_run(doc)
     assert doc["kind"] == "run" and doc["machine"]["host"]["hostname"]
     assert "saved as run" in proc.stderr
 
@@ -177,7 +177,7 @@ def test_bench_on_cpu_measures_what_it_can_and_saves_it(db):
     proc = gpuaudit("bench", "matmul", "memory", "--json", "--db", db)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    jsonschema.validate(doc, json_schema())
+    validate_run(doc)
     assert doc["kind"] == "bench" and doc["status"] == "complete"
     by = {(m["suite"], m["name"]): m for m in doc["measurements"]}
     assert by[("matmul", "fp32")]["value"] > 0 and by[("matmul", "fp32")]["verified"] is True

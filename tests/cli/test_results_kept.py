@@ -16,16 +16,15 @@ import sys
 import time
 from pathlib import Path
 
-import jsonschema
 import pytest
 import sqlalchemy as sa
 
 import gpuaudit.store.database as store_module
 from gpuaudit.errors import BadInputError
-from gpuaudit.model import json_schema, load_run
+from gpuaudit.model import load_run
 from gpuaudit.store import Store, UnsavedRunError, check_store, keep_run, save_or_keep
 from tests.conftest import cli_env
-from tests.support.cli import FIX, assert_one_line_error
+from tests.support.cli import FIX, assert_one_line_error, validate_run
 from tests.support.stores import make_run
 
 SNAPSHOT = FIX / "faults" / "ecc-uncorrectable.json"  # a FAIL finding: exit 1 when saved
@@ -120,7 +119,7 @@ def test_a_store_that_breaks_during_the_work_costs_no_result(tmp_path: Path) -> 
     assert worked
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     printed = json.loads(proc.stdout)  # the results, on stdout as always
-    jsonschema.validate(printed, json_schema())
+    validate_run(printed)
     [error] = [ln for ln in proc.stderr.splitlines() if ln.startswith("gpuaudit: error:")]
     assert f"run {printed['id']} was not saved" in error and "is not a file" in error
     kept = Path(error.rsplit("the run is kept in ", 1)[1])

@@ -31,8 +31,12 @@ from tests.support.fleet_replays import OLD_DRIVER, write_plans
 ray = pytest.importorskip("ray")
 RAY = Path(sys.executable).with_name("ray")
 # Ray notices a dead node by missed health checks: seconds here, not its default half minute.
+# And a node told to stop (SIGTERM) stops: `ray start --block` otherwise first drains its
+# node for up to 30 s, and the head, whose Ray Client server keeps its leases, never finishes
+# draining (the module's teardown waited out its 15 s for it).
 FAST_DEATH = {"RAY_health_check_initial_delay_ms": "0", "RAY_health_check_period_ms": "500",
-              "RAY_health_check_failure_threshold": "4"}
+              "RAY_health_check_failure_threshold": "4",
+              "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
 
 def _free_port() -> int:
