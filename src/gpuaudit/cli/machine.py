@@ -246,9 +246,35 @@ class _Bar:
         self.progress.update(self.task, completed=done, total=total)
 
 
+class _Lines:
+    """Not on a terminal (a log, a pipe, a CI job): one plain line on stderr per step, with
+    the suites done and the time so far (`[  12s 3/11] matmul bf16: ...`), so that a long run
+    shows where it is and stdout keeps only the result."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.t0 = time.monotonic()
+        self.done = self.total = 0
+
+    def step(self, text: str) -> None:
+        import time
+
+        suites = f" {self.done}/{self.total}" if self.total else ""
+        sys.stderr.write(f"[{time.monotonic() - self.t0:4.0f}s{suites}] {text}\n")
+        sys.stderr.flush()
+
+    def suite(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+
+
 @contextmanager
-def _progress(console: Console) -> Iterator[_Bar]:
-    """Suites done of all, the step being measured and the time so far; gone when done."""
+def _progress(console: Console) -> Iterator[_Bar | _Lines]:
+    """Suites done of all, the step being measured and the time so far: a bar on a terminal,
+    gone when done; plain lines on stderr elsewhere."""
+    if not console.is_terminal:
+        yield _Lines()
+        return
     with Progress(SpinnerColumn(), BarColumn(bar_width=20), MofNCompleteColumn(),
                   TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
