@@ -145,25 +145,29 @@ def without_network(offer: Offer, ctx: Context, serving: bool) -> Hardware | Rej
     pool instances. A training plan on one node is the same over any network unless the order
     is by time (more nodes might be faster); one that needs more nodes, or misses the
     deadline on one, depends on it."""
-    key = ("hw", offer.gpu_model, offer.gpu_count, offer.gpu_memory_gib, None)
-    hw = ctx.memo.get(key)
-    if hw is None:
-        hw = ctx.memo[key] = serve_hw(offer, ctx) if serving else plan_hw(offer, ctx, None)
+    hw = _memo_plan(offer, ctx, None, serving)
     if serving:
-        return hw  # type: ignore[no-any-return]
+        return hw
     if ctx.cons.sort == "time":
         return None
     if isinstance(hw, tuple):
         return None if hw[0] in NETWORK_KINDS else hw
-    return hw if hw.nodes == 1 else None  # type: ignore[no-any-return]
+    return hw if hw.nodes == 1 else None
 
 
 def with_network(offer: Offer, ctx: Context, net: Network | None) -> Hardware | Reject:
     """The training plan of the offer's GPUs over `net` (memoized)."""
+    return _memo_plan(offer, ctx, net)
+
+
+def _memo_plan(offer: Offer, ctx: Context, net: Network | None,
+               serving: bool = False) -> Hardware | Reject:
+    """The plan of the offer's GPUs over `net`, made once per context (a context holds one
+    task: serving or training, never both)."""
     key = ("hw", offer.gpu_model, offer.gpu_count, offer.gpu_memory_gib, net)
     hw = ctx.memo.get(key)
     if hw is None:
-        hw = ctx.memo[key] = plan_hw(offer, ctx, net)
+        hw = ctx.memo[key] = serve_hw(offer, ctx) if serving else plan_hw(offer, ctx, net)
     return hw  # type: ignore[no-any-return]
 
 
@@ -187,15 +191,10 @@ def spec_of(offer: Offer, ctx: Context, precision: str | None) -> GpuSpec | Reje
     return spec
 
 
-def compute_hw(offer: Offer, ctx: Context) -> Hardware | Reject:
-    """Train, fine-tune, benchmarked: work ÷ rate on the fewest nodes that fit (and meet the
-    deadline at on-demand speed), over the offer's network between instances."""
-    return plan_hw(offer, ctx, network_of(offer.provider, offer.instance_type))
-
-
 def plan_hw(offer: Offer, ctx: Context, net: Network | None) -> Hardware | Reject:
-    """`compute_hw` over `net`, the network between the offer's instances (None: none
-    known)."""
+    """Train, fine-tune, benchmarked: work ÷ rate on the fewest nodes that fit (and meet the
+    deadline at on-demand speed), over `net`, the network between the offer's instances
+    (None: none known)."""
     t = ctx.task
     ass = ctx.ass
     precision = t.precision if isinstance(t, TrainingTask) else None
