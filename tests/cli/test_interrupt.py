@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,7 +52,9 @@ def ctrl_c_run(tmp_path: Path, when: str) -> tuple[subprocess.CompletedProcess, 
     def read(name: str, f: Any) -> None:
         for line in f:
             streams[name].append(line)
-            if when.startswith("step:") and f"] {when[5:]}" in line:
+            # a progress line: `[   12s] 7/11 train gpt-tiny ...`
+            if when.startswith("step:") and re.match(rf"\[ *\d+s\] (\d+/\d+ )?{when[5:]}",
+                                                     line):
                 seen.set()
 
     readers = [threading.Thread(target=read, args=(n, f), daemon=True)

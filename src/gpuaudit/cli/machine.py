@@ -248,21 +248,17 @@ class _Bar:
 
 class _Lines:
     """Not on a terminal (a log, a pipe, a CI job): one plain line on stderr per step, with
-    the suites done and the time so far (`[  12s 3/11] matmul bf16: ...`), so that a long run
-    shows where it is and stdout keeps only the result."""
+    the time so far and the suites done (`[   12s] 3/11 matmul bf16: ...`, the fleet's plain
+    lines), so that a long run shows where it is and stdout keeps only the result."""
 
     def __init__(self) -> None:
-        import time
+        from gpuaudit.cli.fleet_progress import PlainLines
 
-        self.t0 = time.monotonic()
+        self.lines = PlainLines(err)
         self.done = self.total = 0
 
     def step(self, text: str) -> None:
-        import time
-
-        suites = f" {self.done}/{self.total}" if self.total else ""
-        sys.stderr.write(f"[{time.monotonic() - self.t0:4.0f}s{suites}] {text}\n")
-        sys.stderr.flush()
+        self.lines.stage(f"{self.done}/{self.total} {text}" if self.total else text)
 
     def suite(self, done: int, total: int) -> None:
         self.done, self.total = done, total
