@@ -4,6 +4,8 @@ against FlopCounterMode, matmul shapes, the kernel trace parser, DDP buckets, th
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -214,3 +216,16 @@ def test_family_resize_builds_the_target_on_the_meta_device():
     odd = resize(prof, 3e9)
     assert odd.target.name == "gpt-3b" and odd.target.kind == "gpt"
     assert abs(odd.target.matmul_params - 3e9) / 3e9 < 0.2
+
+
+def test_a_profile_asks_kineto_to_detach_cupti_when_it_stops(monkeypatch):
+    """Left attached, CUPTI slows every later launch of the process: the profiler's runs
+    set TEARDOWN_CUPTI=1 unless the process chose already (torch's "0" for CUDA graphs)."""
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    view = kernelview.profile_kernels(torch, torch.device("cpu"),
+                                      lambda: torch.ones(8).sum(), 1)
+    assert view.busy_us >= 0
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    kernelview.profile_kernels(torch, torch.device("cpu"), lambda: torch.ones(8).sum(), 1)
+    assert os.environ["TEARDOWN_CUPTI"] == "0"

@@ -240,9 +240,10 @@ def profile_kernels(torch: Any, device: Any, fn: Callable[[], Any], steps: int, 
     GPU, the aten operators' own CPU time on a CPU. `keep`: a path to save the trace to."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from gpuaudit.workloads.timing import is_cuda, sync
+    from gpuaudit.workloads.timing import is_cuda, release_cupti_after_profiling, sync
 
     cuda = is_cuda(device)
+    release_cupti_after_profiling()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     sync(torch, device)
     with profile(activities=acts, record_shapes=True) as prof:

@@ -11,7 +11,7 @@ from gpuaudit.workloads.memory import in_use, is_oom, oom_reason, release
 from gpuaudit.workloads.opcapture import capture
 from gpuaudit.workloads.precision import TrainMode, float32_matmuls
 from gpuaudit.workloads.results import TrainResult
-from gpuaudit.workloads.timing import is_cuda, step_times_s, sync
+from gpuaudit.workloads.timing import is_cuda, release_cupti_after_profiling, step_times_s, sync
 from gpuaudit.workloads.trainer import Trainer
 
 
@@ -84,6 +84,7 @@ def kernel_table(torch: Any, device: Any, fn: Callable[[], Any], title: str, pat
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if is_cuda(device) else [])
+    release_cupti_after_profiling()
     with profile(activities=acts) as prof:
         for _ in range(steps):
             fn()
