@@ -86,7 +86,9 @@ def test_batch_waits_make_an_unmodified_loader_job_input_bound(tmp_path):
 
 
 def test_profile_steps_work_without_markers(tmp_path):
-    job = script(tmp_path, TRAIN.format(sleep=0.0, code=0))
+    # the job says whether the profile asked Kineto to detach CUPTI when it stopped
+    job = script(tmp_path, TRAIN.format(sleep=0.0, code=0).replace(
+        "sys.exit(0)", "import os; print('teardown', os.environ.get('TEARDOWN_CUPTI'))"))
     kept = tmp_path / "trace.json.gz"
     proc, d, ev = doctor(tmp_path, "--profile-steps", "3", "--keep-profile", str(kept), "--",
                          sys.executable, str(job))
@@ -95,6 +97,7 @@ def test_profile_steps_work_without_markers(tmp_path):
     # input shapes recorded: the loader's batch of 8 into the model's first (linear) layer
     assert (ev.trace.batch, ev.trace.batch_op) == (8, "aten::linear")
     assert "profiler" in d["sources"]
+    assert "teardown 1" in proc.stdout
     kinds = [e.kind for e in ev.events]
     assert kinds.count("profile_start") == 1 and kinds.count("profile_end") == 1
 
