@@ -251,8 +251,10 @@ def record(out: Path, which: str | None, budget_s: float, tiny: bool,
 
 # --- compare: each case predicted from one recording, beside the run that measured it -------
 
-CASES = (  # (label, source precision, change, the measurement: a profile's or a case's)
-    ("bf16 → fp32", "bf16", {"precision": "fp32"}, ("profile", "fp32")),  # the case's first
+# (label, source precision, change, the measurement: the target timed alone, or for the
+# recorded precisions, where a recording has no such timing, the profiled run's step)
+CASES = (
+    ("bf16 → fp32", "bf16", {"precision": "fp32"}, ("profile", "fp32")),
     ("bf16 → tf32", "bf16", {"precision": "tf32"}, ("case", "tf32")),
     ("fp32 → bf16", "fp32", {"precision": "bf16"}, ("profile", "bf16")),
     ("fp32 → tf32", "fp32", {"precision": "tf32"}, ("case", "tf32")),
