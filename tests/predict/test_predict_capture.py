@@ -229,3 +229,25 @@ def test_a_profile_asks_kineto_to_detach_cupti_when_it_stops(monkeypatch):
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")
     kernelview.profile_kernels(torch, torch.device("cpu"), lambda: torch.ones(8).sum(), 1)
     assert os.environ["TEARDOWN_CUPTI"] == "0"
+
+
+def test_every_mode_is_timed_before_any_op_profile_is_taken():
+    """A process that ran the profiler launches slower afterwards: `bench train
+    --op-profile` times all its modes first, and each profile keeps its mode's timed step."""
+    from gpuaudit.bench.context import Profile
+    from gpuaudit.bench.runner import run_bench
+    from gpuaudit.model import Machine
+    from tests.conftest import load_fixture
+
+    steps: list[str] = []
+    run = run_bench(["train"], machine=Machine.model_validate(
+        load_fixture("h200-1gpu")["machine"]), profile=Profile.STANDARD,
+        options={"models": ["gpt-tiny"], "modes": ["fp32", "bf16"], "steps": 2,
+                 "parts": ["modes"], "op_profile": True}, step=steps.append)
+    order = [s.split()[0] + " " + s.split()[1] if s.startswith("op profile") else
+             s.split()[0] for s in steps if s.startswith(("train gpt", "op profile"))]
+    assert order == ["train", "train", "op profile", "op profile"], steps
+    got = {m.name: m for m in run.measurements}
+    assert [p.workload for p in run.op_profiles] == ["gpt-tiny/fp32", "gpt-tiny/bf16"]
+    for p in run.op_profiles:
+        assert p.step_ms == pytest.approx(got[f"{p.workload}/step_time"].value, rel=1e-3)

@@ -25,6 +25,7 @@ from gpuaudit.workloads.plan import (
     train_plan,
 )
 from gpuaudit.workloads.precision import TRAIN_PRECISIONS, TrainMode, unsupported
+from gpuaudit.workloads.results import TrainResult
 from gpuaudit.workloads.stats import rates
 
 SUITE = records.TRAIN
@@ -88,6 +89,7 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
     fp32_rate: float | None = None
     counted = False
     counted_per_sample: float | None = None  # a user model's FLOPs, counted once
+    timed: list[tuple[TrainMode, TrainResult]] = []
     for mode in modes:
         why = unsupported(mode.precision, tgt.capability, training=True)
         if why:
@@ -99,8 +101,7 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
             name, mode, tgt.device, batch_size=batch, steps=steps, warmup_steps=warmup,
             min_warmup_s=min_warm, count=not counted and not mode.compile,
             compile_backend=backend, compile_mode=str(compile_mode) if compile_mode else None,
-            profile_to=str(profile_to) if profile_to and mode.compile else None,
-            op_profile=op_profile, keep_trace=_trace_path(traces, name, mode))
+            profile_to=str(profile_to) if profile_to and mode.compile else None)
         if isinstance(result, str):
             yield records.train_skipped(name, mode.id, result, gpu_index=tgt.gpu_index,
                                         device=tgt.label)
@@ -121,21 +122,37 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
         yield from records.train_measurements(
             result, peak_tflops=peak_tflops(ctx, tgt.gpu_index, mode.precision),
             fp32_rate=fp32_rate, gpu_index=tgt.gpu_index, device=tgt.label)
-        if result.ops is not None:
-            from gpuaudit.workloads.opcapture import measurements, op_profile
+        if op_profile:
+            timed.append((mode, result))
+    # The op profiles come after every mode is timed: a process that has run torch.profiler
+    # launches slower (CUPTI stays attached), and host-bound steps timed after a profile ran
+    # up to 1.8x long on an H200. Each profile keeps its mode's step as timed above.
+    for mode, result in timed:
+        ctx.step(f"op profile {name} {mode.id}")
+        captured = measure_mode(
+            name, mode, tgt.device, batch_size=batch, steps=1, warmup_steps=warmup,
+            min_warmup_s=min_warm, count=False, compile_backend=backend,
+            compile_mode=str(compile_mode) if compile_mode else None, op_profile=True,
+            keep_trace=_trace_path(traces, name, mode))
+        if isinstance(captured, str) or captured.ops is None:
+            why = captured if isinstance(captured, str) else "the profiler captured nothing"
+            yield records.train_skipped(name, f"{mode.id}/op-profile", why,
+                                        gpu_index=tgt.gpu_index, device=tgt.label)
+            continue
+        from gpuaudit.workloads import opcapture
 
-            prof = op_profile(
-                result.ops, workload=f"{result.model}/{mode.id}", model=result.model,
-                mode=mode, batch=result.batch_size, tokens_per_sample=result.tokens_per_sample,
-                step_ms=1e3 * percentile(result.step_times_s, 50),
-                device="cuda" if on_gpu else "cpu",
-                model_params={**result.params, "channels_last": mode.channels_last,
-                              "entry": name if ":" in name else None},
-                peak_memory_gb=(result.peak_memory_bytes / 1e9
-                                if result.peak_memory_bytes is not None else None))
-            yield from measurements(prof, base=records.mode_params(result, tgt.label),
-                                    gpu_index=tgt.gpu_index)
-            yield prof
+        prof = opcapture.op_profile(
+            captured.ops, workload=f"{result.model}/{mode.id}", model=result.model,
+            mode=mode, batch=result.batch_size, tokens_per_sample=result.tokens_per_sample,
+            step_ms=1e3 * percentile(result.step_times_s, 50),
+            device="cuda" if on_gpu else "cpu",
+            model_params={**result.params, "channels_last": mode.channels_last,
+                          "entry": name if ":" in name else None},
+            peak_memory_gb=(result.peak_memory_bytes / 1e9
+                            if result.peak_memory_bytes is not None else None))
+        yield from opcapture.measurements(prof, base=records.mode_params(result, tgt.label),
+                                          gpu_index=tgt.gpu_index)
+        yield prof
 
 
 def _trace_path(folder: object, model: str, mode: TrainMode) -> str | None:
