@@ -352,9 +352,53 @@ def test_another_size_of_the_users_model_is_counted_on_the_meta_device(monkeypat
     assert p.target.model == "zoo.mlp:build_large" and p.changes == ("model",)
     assert p.step_ms > p.measured_step_ms  # four times the hidden width
     assert any("counted on the meta device" in b for b in p.basis)
-    # a model whose shapes follow its data (routing by value) cannot be counted there
-    with pytest.raises(BadInputError, match="cannot be counted on the meta device"):
-        predict(prof, rates(), Change(model="zoo.moe:build_large"), SPECS)
+
+
+ROUTED = """
+import torch
+from torch import nn
+
+
+class Routed(nn.Module):  # top-1 routing by value: which rows reach an expert follows the data
+    def __init__(self, dim=16, hidden=32, experts=4):
+        super().__init__()
+        self.router = nn.Linear(dim, experts, bias=False)
+        self.experts = nn.ModuleList(nn.Linear(dim, hidden, bias=False) for _ in range(experts))
+        self.head = nn.Linear(hidden, 1, bias=False)
+
+    def forward(self, x):
+        chosen = self.router(x).argmax(-1)
+        out = x.new_zeros(x.shape[0], self.experts[0].out_features)
+        for e, expert in enumerate(self.experts):
+            rows = torch.nonzero(chosen == e).flatten()
+            out = out.index_add(0, rows, expert(x[rows]))
+        return self.head(out)
+
+
+def build():
+    return {"model": Routed(), "batch_size": 8,
+            "make_batch": lambda n: ((torch.randn(n, 16),), torch.randn(n, 1))}
+"""
+
+
+def test_a_model_whose_shapes_follow_its_data_is_counted_on_the_cpu(tmp_path, monkeypatch):
+    """`nonzero` has no meta implementation: such a model is counted with real tensors on the
+    CPU, where top-1 routing sends each row through exactly one expert (so the experts' FLOPs
+    are the data's rows × the layer's, whatever the routing), or refused when too large."""
+    pytest.importorskip("torch")
+    from gpuaudit.predict import retarget
+
+    (tmp_path / "routed.py").write_text(ROUTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    c = retarget.count("routed:build", 8)
+    assert c.counted_on == "cpu" and c.params == 16 * 4 + 4 * 16 * 32 + 32
+    linear = sum(f for (cls, _unit), f in c.flops.items() if cls == "gemm")
+    # the router forward only (argmax passes no gradient), the experts forward and their
+    # weights' gradient (8 rows in all; their input needs none), the head all three
+    assert linear == 2 * 8 * 16 * 4 + 2 * (2 * 8 * 16 * 32) + 3 * (2 * 8 * 32)
+    monkeypatch.setattr(retarget, "CPU_COUNT_FLOP", 1.0)
+    with pytest.raises(BadInputError, match="too much to count on the CPU"):
+        retarget.count("routed:build", 8)
 
 
 def test_the_size_count_survives_an_optimizer_that_makes_tensors_with_no_device(monkeypatch):

@@ -207,10 +207,15 @@ def size(g: Grouped, state: StepState, profile: StepProfile, target: str) -> Non
     state.grad_bytes = sum(b for b, _ in tgt.buckets)
     state.idle_ms *= ops
     state.changes.append("model")
+    where = " and ".join(sorted({_WHERE[c.counted_on] for c in (src, tgt)}))
     state.basis.append(f"{src.name} ({src.params / 1e6:,.1f} M parameters) → {target} "
-                       f"({tgt.params / 1e6:,.1f} M): both counted on the meta device, each "
+                       f"({tgt.params / 1e6:,.1f} M): counted {where}, each "
                        f"unit group moved by its work there ÷ here; the host's launches × "
                        f"{ops:.3g} (operators per step)")
+
+
+_WHERE = {"meta": "on the meta device",
+          "cpu": "on the CPU with real tensors (its shapes follow its data)"}
 
 
 def _recalibrate(state: StepState, cls: str, precision: str) -> None:

@@ -13,7 +13,8 @@ target's work ÷ the source's:
 - the host's launches by the number of operators (a deeper model launches more).
 
 A model that cannot run on the meta device (data-dependent shapes: `nonzero`, routing by
-value) is refused with the reason; so is a target whose units the recording never ran (a new
+value) is counted on the CPU with real tensors where its step is small enough, and refused
+with the reason where it is not; so is a target whose units the recording never ran (a new
 kind of layer has no recorded time to scale).
 """
 
@@ -45,10 +46,42 @@ class Counted:
     params: int
     buckets: list[tuple[int, float]]
     calls: dict[tuple[str, str], int] | None = None  # forward calls per unit group
+    counted_on: str = "meta"  # or "cpu": a model whose shapes follow its data
+
+
+# A model the meta device cannot run (shapes that follow its data) is counted on the CPU with
+# real tensors when its step is this small: a few seconds on a workstation's cores. Its
+# estimate is 6 × parameters × tokens (or samples), an upper bound for sparse experts.
+CPU_COUNT_FLOP = 5e12
 
 
 def count(spec: str, batch: int) -> Counted:
-    """One fp32 training step of `spec` at `batch`, counted on the meta device."""
+    """One fp32 training step of `spec` at `batch`, counted on the meta device, or, for a
+    model whose shapes follow its data (top-k routing by value), on the CPU with real
+    tensors when its step is small enough (`CPU_COUNT_FLOP`)."""
+    try:
+        return _count_on(spec, batch, "meta")
+    except _NeedsData as exc:
+        if exc.flop > CPU_COUNT_FLOP:
+            raise BadInputError(
+                f"--model {spec}: it cannot be counted on the meta device ({exc.reason}): its "
+                f"shapes follow its data, and a step of about {exc.flop / 1e12:.0f} TFLOP is "
+                f"too much to count on the CPU (the limit is {CPU_COUNT_FLOP / 1e12:.0f})"
+                ) from None
+    try:
+        return _count_on(spec, batch, "cpu")
+    except _NeedsData as exc:
+        raise BadInputError(f"--model {spec}: it could not be counted on the CPU either "
+                            f"({exc.reason})") from None
+
+
+class _NeedsData(Exception):
+    def __init__(self, reason: str, flop: float) -> None:
+        super().__init__(reason)
+        self.reason, self.flop = reason, flop
+
+
+def _count_on(spec: str, batch: int, where: str) -> Counted:
     import torch
 
     from gpuaudit.workloads.buckets import ddp_buckets
@@ -58,16 +91,17 @@ def count(spec: str, batch: int) -> Counted:
     from gpuaudit.workloads.tally import count_ops
 
     build = resolve(spec)
-    meta = torch.device("meta")
+    device = torch.device(where)
+    net = None
     try:
-        with meta:
+        with device:
             w = as_workload(build(), spec)
             net = WithLoss(w.model, w.loss or default_loss)
-            inputs, target = split_batch(call_make_batch(w.make_batch, batch, "meta"))
+            inputs, target = split_batch(call_make_batch(w.make_batch, batch, where))
         opt = torch.optim.AdamW(net.parameters(), lr=1e-4, foreach=True)
 
         def step() -> None:
-            with meta:  # tensors the model makes in forward land beside its parameters
+            with device:  # tensors the model makes in forward land beside its parameters
                 net(*inputs, target).backward()
             # outside: some torch releases make the optimizer's step counter with no device
             # given, which the meta context would put on meta, where `.item()` fails
@@ -77,10 +111,12 @@ def count(spec: str, batch: int) -> Counted:
     except BadInputError:
         raise
     except Exception as exc:
-        raise BadInputError(f"--model {spec}: it cannot be counted on the meta device "
-                            f"({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); a size "
-                            "change needs a model whose shapes do not depend on its data"
-                            ) from None
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        if net is None:
+            raise BadInputError(f"--model {spec}: it could not be built on the {where} "
+                                f"device ({reason})") from None
+        params = sum(p.numel() for p in net.parameters())
+        raise _NeedsData(reason, 6.0 * params * batch * (w.tokens_per_sample or 1)) from None
     shapes: dict[str, list[tuple[int, int, int, int, int, float]]] = defaultdict(list)
     for (cls, m, n, k, b, size), (_, f) in tally.shapes.items():
         shapes[cls].append((m, n, k, b, size, float(f)))
@@ -88,7 +124,7 @@ def count(spec: str, batch: int) -> Counted:
     return Counted(spec, {k: float(v) for k, v in tally.group_flops.items()},
                    {k: float(v) for k, v in tally.group_bytes.items()}, dict(shapes),
                    tally.total_ops, sum(p.numel() for p in {id(p): p for p in params}.values()),
-                   ddp_buckets(params), dict(tally.group_calls))
+                   ddp_buckets(params), dict(tally.group_calls), counted_on=where)
 
 
 def _ideal_s(shapes: list[tuple[int, int, int, int, int, float]], roofs: Roofs,
