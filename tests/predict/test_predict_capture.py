@@ -231,6 +231,28 @@ def test_a_profile_asks_kineto_to_detach_cupti_when_it_stops(monkeypatch):
     assert os.environ["TEARDOWN_CUPTI"] == "0"
 
 
+def test_a_gpu_profile_that_caught_no_kernels_is_taken_once_more(monkeypatch):
+    """On torch 2.11 a GPU profile started during an earlier profile's CUPTI teardown came
+    back with CPU operators only: the recorded step (an H200 trace of the zoo's MLP) is
+    profiled again when its first profile holds no device activity."""
+    import gzip
+    import json
+
+    from gpuaudit.workloads import timing
+    from tests.conftest import FIXTURES
+
+    with gzip.open(FIXTURES / "predict" / "zoo" / "mlp-bf16-step.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    gpu = kernelview.DEVICE_CATS + kernelview.RUNTIME_CATS
+    cpu_only = [e for e in events if e.get("cat") not in gpu]
+    takes = [cpu_only, events]
+    monkeypatch.setattr(timing, "is_cuda", lambda device: True)
+    monkeypatch.setattr(kernelview, "_profiled_events", lambda *a: takes.pop(0))
+    view = kernelview.profile_kernels(torch, torch.device("cpu"), lambda: None, 1)
+    assert not takes and view.busy_us > 0
+    assert view.busy_us == kernelview.parse_trace(events, 1).busy_us
+
+
 def test_every_mode_is_timed_before_any_op_profile_is_taken():
     """A process that ran the profiler launches slower afterwards: `bench train
     --op-profile` times all its modes first, and each profile keeps its mode's timed step."""

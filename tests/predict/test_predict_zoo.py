@@ -549,3 +549,18 @@ def test_a_group_far_below_its_roofline_is_never_slower_at_a_higher_rate():
     g = UnitGroup(op_class="gemm", unit="linear", kernel_us=40.0, flops=1.5e8, bytes=1e5)
     assert grp.efficiency_ratio(g, (53.0, 743.0), 4224.0, 0.5e5) == 1.0
     assert grp.efficiency_ratio(g, (743.0, 53.0), 4224.0, 2e5) >= 1.0
+
+
+def test_a_profile_that_caught_no_kernels_is_refused_not_carried_unchanged():
+    # as recorded on the H200 when a GPU profile started during an earlier profile's CUPTI
+    # teardown: every class's work counted, no kernel time, busy and span 0
+    doc = json.loads(zoo_run("mlp").model_dump_json())
+    for p in doc["op_profiles"]:
+        p["busy_ms"] = p["span_ms"] = 0.0
+        p["timeline"] = None
+        for c in p["classes"]:
+            c["ms_per_step"] = c["kernels_per_step"] = 0.0
+    prof = load_profile(load_run(json.dumps(doc)), "tabular-mlp/bf16")
+    for change in (Change(precision="fp32"), Change(batch=4096)):
+        with pytest.raises(BadInputError, match=r"holds no kernel time.*record it again"):
+            predict(prof, rates(), change, SPECS)

@@ -291,6 +291,12 @@ def _found(out: Path, name: str) -> tuple[Any, dict[str, Any]] | None:
     return run, json.loads(status_file.read_text())
 
 
+def _caught(prof: Any) -> bool:
+    """Whether an op profile holds device time: one whose profiler recorded no kernels (see
+    gpuaudit.predict.checks) is passed over for an earlier folder's."""
+    return any(c.ms_per_step > 0 for c in prof.classes)
+
+
 def compare(outs: list[Path], rates_path: str | None, which: str | None = None) -> int:
     """Each case predicted from its recording beside its measurement. With several recording
     folders, the source profile comes from the last one that holds it, and the measurement
@@ -320,7 +326,7 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None) 
         for label, src, change, (where, key) in CASES:
             row: dict[str, Any] = {"set": kind, "family": fam["family"], "case": label}
             source = next(((i, run, status) for i, (run, status) in reversed(found)
-                           if run is not None and any(p.precision == src
+                           if run is not None and any(p.precision == src and _caught(p)
                                                       for p in run.op_profiles)), None)
             # a target timed in a process of its own first, the profiled run's timing after
             timed = next(((j, c["samples_per_s"], status.get("cases_process") == "fresh")

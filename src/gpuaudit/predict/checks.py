@@ -10,6 +10,10 @@ not understand is measured, and the prediction says so, widens its band, or refu
   rate explain a few percent, not more): its work is undercounted or misclassified. The
   prediction notes it; a change that rests on that ideal (another GPU model, another size)
   widens the class's band by `U_ROOF`.
+- A profile that counted work but holds no device time at all: the profiler recorded no
+  kernels (on torch 2.11 a GPU profile started while an earlier profile's CUPTI teardown ran
+  came back with CPU operators only). Re-timing it would carry the step unchanged under a
+  band of zero width, so it is refused.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.opprofile import OPAQUE_CLASSES, TENSOR_CLASSES
 
-from .profile import StepProfile
+from .profile import OPTIMIZER_RUN, StepProfile
 from .state import StepState
 
 NOTE_SHARE = 0.03
@@ -40,6 +44,11 @@ def opaque(profile: StepProfile) -> tuple[float, float, list[str]]:
 
 def refuse_or_note(profile: StepProfile, state: StepState) -> None:
     ms, total, what = opaque(profile)
+    if total <= 0 and any(w.flops > 0 or w.bytes > 0 for w in profile.classes.values()):
+        what_ran = "kernel" if profile.device == "cuda" else "operator"
+        raise BadInputError(f"run {profile.run_id}: {profile.workload}'s op profile counted "
+                            f"its operators' work but holds no {what_ran} time: the profiler "
+                            f"recorded none; record it again with `{OPTIMIZER_RUN}`")
     if total <= 0 or ms <= 0:
         return
     share = ms / total

@@ -237,14 +237,31 @@ def cpu_view(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
 def profile_kernels(torch: Any, device: Any, fn: Callable[[], Any], steps: int, *,
                     keep: str | None = None) -> KernelView:
     """`steps` calls of `fn` under torch.profiler, each inside a step mark: CUDA kernels on a
-    GPU, the aten operators' own CPU time on a CPU. `keep`: a path to save the trace to."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+    GPU, the aten operators' own CPU time on a CPU. `keep`: a path to save the trace to.
 
-    from gpuaudit.workloads.timing import is_cuda, release_cupti_after_profiling, sync
+    A GPU profile that caught no device activity at all is taken once more: with
+    TEARDOWN_CUPTI=1 (set so later timings run without CUPTI attached), a profile started
+    while an earlier one's CUPTI teardown ran (the op count's CPU profiles come just before)
+    came back with CPU operators only on torch 2.11 on an H200; the next one was whole."""
+    from gpuaudit.workloads.timing import is_cuda, release_cupti_after_profiling
 
     cuda = is_cuda(device)
     release_cupti_after_profiling()
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    events = _profiled_events(torch, device, fn, steps)
+    if cuda and not any(e.get("cat") in DEVICE_CATS for e in events):
+        events = _profiled_events(torch, device, fn, steps)
+    if keep:
+        save_trace(events, keep)
+    return parse_trace(events, steps) if cuda else cpu_view(events, steps)
+
+
+def _profiled_events(torch: Any, device: Any, fn: Callable[[], Any],
+                     steps: int) -> list[dict[str, Any]]:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from gpuaudit.workloads.timing import is_cuda, sync
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if is_cuda(device) else [])
     sync(torch, device)
     with profile(activities=acts, record_shapes=True) as prof:
         for i in range(steps):
@@ -256,12 +273,9 @@ def profile_kernels(torch: Any, device: Any, fn: Callable[[], Any], steps: int, 
     try:
         prof.export_chrome_trace(path)
         with open(path) as f:
-            events = json.load(f).get("traceEvents", [])
+            return json.load(f).get("traceEvents", [])
     finally:
         os.unlink(path)
-    if keep:
-        save_trace(events, keep)
-    return parse_trace(events, steps) if cuda else cpu_view(events, steps)
 
 
 def save_trace(events: list[dict[str, Any]], path: str) -> None:
