@@ -273,3 +273,33 @@ def test_every_mode_is_timed_before_any_op_profile_is_taken():
     assert [p.workload for p in run.op_profiles] == ["gpt-tiny/fp32", "gpt-tiny/bf16"]
     for p in run.op_profiles:
         assert p.step_ms == pytest.approx(got[f"{p.workload}/step_time"].value, rel=1e-3)
+
+
+def test_what_an_op_profile_times_is_timed_before_any_kernel_profile(monkeypatch):
+    """The host's time per step (batch 1), the phases and the units alone are timed before
+    the kernel profile, the host's in the timing pass with the modes' steps: after a CUDA
+    profile a batch-1 step took longer than a whole batch's before it (on an H200)."""
+    from gpuaudit.bench.context import Profile
+    from gpuaudit.bench.runner import run_bench
+    from gpuaudit.model import Machine
+    from gpuaudit.workloads import opcapture, train
+    from tests.conftest import load_fixture
+
+    calls: list[str] = []
+
+    def logged(name, fn):
+        def run(*a, **k):
+            calls.append(name)
+            return fn(*a, **k)
+        return run
+
+    monkeypatch.setattr(train, "host_step_ms", logged("host", opcapture.host_step_ms))
+    monkeypatch.setattr(opcapture, "host_step_ms", logged("host again", opcapture.host_step_ms))
+    for name in ("phase_times_ms", "time_units", "profile_kernels"):
+        monkeypatch.setattr(opcapture, name, logged(name, getattr(opcapture, name)))
+    run = run_bench(["train"], machine=Machine.model_validate(
+        load_fixture("h200-1gpu")["machine"]), profile=Profile.STANDARD,
+        options={"models": ["gpt-tiny"], "modes": ["fp32", "bf16"], "steps": 2,
+                 "parts": ["modes"], "op_profile": True})
+    assert calls == ["host", "host"] + ["phase_times_ms", "time_units", "profile_kernels"] * 2
+    assert all(p.host_step_ms and p.host_step_ms > 0 for p in run.op_profiles)

@@ -101,7 +101,8 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
             name, mode, tgt.device, batch_size=batch, steps=steps, warmup_steps=warmup,
             min_warmup_s=min_warm, count=not counted and not mode.compile,
             compile_backend=backend, compile_mode=str(compile_mode) if compile_mode else None,
-            profile_to=str(profile_to) if profile_to and mode.compile else None)
+            profile_to=str(profile_to) if profile_to and mode.compile else None,
+            host_step=op_profile)
         if isinstance(result, str):
             yield records.train_skipped(name, mode.id, result, gpu_index=tgt.gpu_index,
                                         device=tgt.label)
@@ -126,14 +127,15 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
             timed.append((mode, result))
     # The op profiles come after every mode is timed: a process that has run torch.profiler
     # launches slower (CUPTI stays attached), and host-bound steps timed after a profile ran
-    # up to 1.8x long on an H200. Each profile keeps its mode's step as timed above.
+    # up to 1.8x long on an H200. Each profile keeps its mode's step and host time as timed
+    # above.
     for mode, result in timed:
         ctx.step(f"op profile {name} {mode.id}")
         captured = measure_mode(
             name, mode, tgt.device, batch_size=batch, steps=1, warmup_steps=warmup,
             min_warmup_s=min_warm, count=False, compile_backend=backend,
             compile_mode=str(compile_mode) if compile_mode else None, op_profile=True,
-            keep_trace=_trace_path(traces, name, mode))
+            keep_trace=_trace_path(traces, name, mode), host_ms=result.host_step_ms)
         if isinstance(captured, str) or captured.ops is None:
             why = captured if isinstance(captured, str) else "the profiler captured nothing"
             yield records.train_skipped(name, f"{mode.id}/op-profile", why,
