@@ -265,6 +265,19 @@ def test_alpha_is_found_so_that_the_replay_lasts_the_timed_step():
     assert unsteady.alpha_unc == pytest.approx(math.hypot(tlm.U_ALPHA, 0.2))
 
 
+def test_a_step_the_device_hardly_waited_in_bounds_alpha_and_the_host_measured_sets_it():
+    # 100 µs of host a step (host_us), 60 µs of kernels, timed at 62 µs: α is at most 0.62
+    # (where the replay lasts the timed step), and the device waited only 2 % there
+    tl = _timeline()
+    assert tlm.host_us(tl) == pytest.approx(100.0)
+    bound = tlm.calibrate(tl, 62.0)
+    assert not bound.identified and bound.alpha == pytest.approx(0.62, abs=1e-6)
+    # the host's own step measured at 40 µs says more than the bound: α 0.4
+    assert tlm.calibrate(tl, 62.0, host_step_us=40.0).alpha == pytest.approx(0.4)
+    # one measured above the bound keeps the bound
+    assert tlm.calibrate(tl, 62.0, host_step_us=90.0).alpha == pytest.approx(0.62, abs=1e-6)
+
+
 def test_host_time_blocked_in_a_full_queue_is_not_the_hosts():
     tl = _timeline(blocked_us=(0.0, 0.0, 60.0, 0.0, 60.0, 0.0))
     # 60 of each 100 µs between steps were spent waiting on the device: the host's own

@@ -100,14 +100,17 @@ def measure(model: str, precision: str, batch: int, tiny: bool) -> dict[str, Any
 
 def case_list(fam: dict[str, Any], batch: int, tiny: bool) -> list[tuple[str, str, str, int]]:
     """(label, model, precision, batch) of every measured target: the recorded precisions
-    again (timed here, away from the profiler), tf32, bf16 at ×0.5 and ×2, the size, and bf16
-    once more at the end."""
+    again (timed here, away from the profiler), tf32, bf16 at ×0.5 and ×2, the size, bf16
+    once more, and the recorded precisions at batch 1 (the recorded host time's control)."""
     cases = [("bf16", fam["entry"], "bf16", batch), ("fp32", fam["entry"], "fp32", batch),
              ("tf32", fam["entry"], "tf32", batch),
              ("bf16 x0.5", fam["entry"], "bf16", max(1, batch // 2)),
              ("bf16 x2", fam["entry"], "bf16", batch * 2), ("size", fam["size"], "bf16", batch),
              # last, the first again: how far the host's pace moved within the process
-             ("bf16 again", fam["entry"], "bf16", batch)]
+             ("bf16 again", fam["entry"], "bf16", batch),
+             # the recorded host times' control (the op profile's step at batch 1)
+             ("bf16 batch 1", fam["entry"], "bf16", 1),
+             ("fp32 batch 1", fam["entry"], "fp32", 1)]
     return [c for c in cases if not (tiny and c[2] in ("tf32", "fp32"))]
 
 
@@ -383,24 +386,35 @@ def _controls(family: str, found: list[tuple[int, Any]]) -> list[dict[str, Any]]
         if cases:
             fresh = cases[prof.precision]["step_ms"]
             again = cases.get(f"{prof.precision} again", {}).get("step_ms")
+            host = cases.get(f"{prof.precision} batch 1", {}).get("step_ms")
             out.append({"family": family, "precision": prof.precision,
                         "profiled_run_ms": prof.step_ms, "fresh_ms": fresh,
-                        "fresh_again_ms": again, "ratio": round(prof.step_ms / fresh, 3)})
+                        "fresh_again_ms": again, "ratio": round(prof.step_ms / fresh, 3),
+                        "host_recorded_ms": prof.host_step_ms, "host_fresh_ms": host})
     return out
 
 
 def control_table(controls: list[dict[str, Any]]) -> str:
     if not controls:
         return ""
+    host = any(c.get("host_fresh_ms") for c in controls)  # recordings with batch-1 targets
+    head = ["family", "precision", "profiled run", "fresh process", "again", "ratio"]
+    head += ["host, recorded", "host, fresh"] if host else []
     lines = ["**Timing controls** (the source's step in the profiled run ÷ the same step "
-             "timed in a fresh process, first and, where timed, again after the other "
-             "targets):", "", "| family | precision | profiled run | fresh process | again "
-             "| ratio |", "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {c['family']} | {c['precision']} | {c['profiled_run_ms']:.2f} ms | "
-              f"{c['fresh_ms']:.2f} ms | "
-              + (f"{c['fresh_again_ms']:.2f} ms" if c.get("fresh_again_ms") else "")
-              + f" | {c['ratio']:.2f} |" for c in controls]
+             "timed in a fresh process, first and, where timed, again after the other targets"
+             + ("; the host's time per step the profile recorded, its step at batch 1, beside "
+                "the same timed in the fresh process" if host else "") + "):", "",
+             "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for c in controls:
+        cells = [c["family"], c["precision"], _ms(c["profiled_run_ms"]), _ms(c["fresh_ms"]),
+                 _ms(c.get("fresh_again_ms")), f"{c['ratio']:.2f}"]
+        cells += [_ms(c.get("host_recorded_ms")), _ms(c.get("host_fresh_ms"))] if host else []
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _ms(v: float | None) -> str:
+    return f"{v:.2f} ms" if v else ""
 
 
 def _num(v: float) -> str:
@@ -411,7 +425,7 @@ def _num(v: float) -> str:
     return f"{v:,.0f}" if v >= 999.5 else f"{v:.3g}"
 
 
-RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th"}
+RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -198,15 +198,19 @@ def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None) 
     """α such that the recorded kernels replay in the timed step (module docstring). Where
     they do at the profiled pace already (the device never waited on the host), α is the
     host's time per step measured without the profiler ÷ the recorded one (`host_step_us`,
-    the step at a batch whose kernels hide nothing), else `DEFAULT_ALPHA`."""
+    the step at a batch whose kernels hide nothing), else `DEFAULT_ALPHA`; where the device
+    waited under `IDENTIFIED_SHARE` at the α found, that α only bounds it from above, and the
+    measured ratio (else `DEFAULT_ALPHA`) below the bound is taken."""
     lat = latency_us(tl)
     durs = tl.dur_us
     full, share = period(tl, durs, 1.0, lat)
+    recorded = host_us(tl, lat)
+    # the host's own time per step measured without the profiler, as a share of the recorded
+    measured = (min(1.0, max(ALPHA_RANGE[0], host_step_us / recorded))
+                if host_step_us and recorded > 0 else None)
     if full <= step_us * 1.02:
-        recorded = host_us(tl, lat)
-        if host_step_us and recorded > 0:
-            alpha = min(1.0, max(ALPHA_RANGE[0], host_step_us / recorded))
-            return Replay(period(tl, durs, alpha, lat)[0], alpha, share, True)
+        if measured is not None:
+            return Replay(period(tl, durs, measured, lat)[0], measured, share, True)
         return Replay(period(tl, durs, DEFAULT_ALPHA, lat)[0], DEFAULT_ALPHA, share, False)
     lo, hi = ALPHA_RANGE
     low_period, _ = period(tl, durs, lo, lat)
@@ -222,7 +226,9 @@ def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None) 
             lo = mid
     p, share = period(tl, durs, lo, lat)
     if share < IDENTIFIED_SHARE:
-        # the device hardly waited on the host even at α: α is only bounded above by it
-        alpha = min(lo, DEFAULT_ALPHA)
+        # the device hardly waited on the host even at α: α is only bounded above by it;
+        # below that bound, the host's own time measured without the profiler says more than
+        # the development recordings' mean
+        alpha = min(lo, measured if measured is not None else DEFAULT_ALPHA)
         return Replay(period(tl, durs, alpha, lat)[0], alpha, share, False)
     return Replay(p, lo, share)
