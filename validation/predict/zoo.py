@@ -66,6 +66,11 @@ def log(out: Path, text: str) -> None:
 # --- the worker: one family at a time ----------------------------------------------------------
 
 
+# A host-bound step on the lent H200 moved within one run (an MoE step 76-140 ms over ten
+# steps): the median of 30.
+TIMED_STEPS = 30
+
+
 def _bench(options: dict[str, Any], machine: Any, out: Path) -> Any:
     from gpuaudit.bench.context import Profile
     from gpuaudit.bench.runner import run_bench
@@ -87,7 +92,7 @@ def measure(model: str, precision: str, batch: int, tiny: bool) -> dict[str, Any
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # as bench train runs (workloads.plan.target)
     result = measure_mode(model, TrainMode(precision), device, batch_size=batch,
-                          steps=2 if tiny else 10, warmup_steps=1 if tiny else 3,
+                          steps=2 if tiny else TIMED_STEPS, warmup_steps=1 if tiny else 3,
                           min_warmup_s=0.0 if tiny else 0.5, count=False)
     if isinstance(result, str):
         return {"error": result[:300]}
@@ -168,7 +173,8 @@ def record_family(fam: dict[str, Any], out: Path, machine: Any, tiny: bool,
             run = _bench({"models": [fam["entry"]], "modes": ["bf16", "fp32"],
                           "batch_size": batch, "op_profile": True,
                           "op_profile_traces": str(out / "traces" / name), "parts": ["modes"],
-                          "steps": 2 if tiny else 10, "min_warmup_s": 0.0 if tiny else 0.5,
+                          "steps": 2 if tiny else TIMED_STEPS,
+                          "min_warmup_s": 0.0 if tiny else 0.5,
                           "warmup_steps": 1 if tiny else 3}, machine, out)
             (out / "runs" / f"{name}.json").write_text(run.model_dump_json())
             info["recorded"] = {"wall_s": round(time.time() - t0, 1),
