@@ -394,17 +394,22 @@ def build():
 """
 
 
-def test_a_model_whose_shapes_follow_its_data_is_counted_on_the_cpu(tmp_path, monkeypatch):
+def test_a_model_whose_shapes_follow_its_data_is_counted_on_the_cpu(tmp_path, monkeypatch,
+                                                                    caplog):
     """`nonzero` has no meta implementation: such a model is counted with real tensors on the
     CPU, where top-1 routing sends each row through exactly one expert (so the experts' FLOPs
-    are the data's rows × the layer's, whatever the routing), or refused when too large."""
+    are the data's rows × the layer's, whatever the routing), or refused when too large. The
+    count says it starts, as it shows no progress."""
     pytest.importorskip("torch")
     from gpuaudit.predict import retarget
 
     (tmp_path / "routed.py").write_text(ROUTED)
     monkeypatch.syspath_prepend(str(tmp_path))
-    c = retarget.count("routed:build", 8)
+    with caplog.at_level("INFO", logger="gpuaudit.predict"):
+        c = retarget.count("routed:build", 8)
     assert c.counted_on == "cpu" and c.params == 16 * 4 + 4 * 16 * 32 + 32
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "counting routed:build on the CPU with real tensors"]
     linear = sum(f for (cls, _unit), f in c.flops.items() if cls == "gemm")
     # the router forward only (argmax passes no gradient), the experts forward and their
     # weights' gradient (8 rows in all; their input needs none), the head all three
@@ -577,3 +582,20 @@ def test_a_profile_that_caught_no_kernels_is_refused_not_carried_unchanged():
     for change in (Change(precision="fp32"), Change(batch=4096)):
         with pytest.raises(BadInputError, match=r"holds no kernel time.*record it again"):
             predict(prof, rates(), change, SPECS)
+
+
+def test_predicts_progress_lines_reach_stderr_only_while_it_runs():
+    import io
+    import logging
+
+    from rich.console import Console
+
+    from gpuaudit.cli import common
+
+    buf = io.StringIO()
+    logger = logging.getLogger("gpuaudit.predict.retarget")
+    with common.logs_to(Console(file=buf, width=200), "gpuaudit.predict"):
+        logger.info("counting %s on the CPU", "moe:build_large")
+    logger.info("after the command")
+    assert buf.getvalue() == "predict.retarget: counting moe:build_large on the CPU\n"
+    assert not logging.getLogger("gpuaudit.predict").handlers

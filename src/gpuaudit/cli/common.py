@@ -9,6 +9,7 @@ import contextlib
 import errno
 import gc
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -304,3 +305,31 @@ def load_catalog(path: Path | None) -> Any:
                             + (f" (and {more} more problems: `gpuaudit catalog validate`)"
                                if more else ""))
     return catalog
+
+
+class LogLines(logging.Handler):
+    """gpuaudit's log records as lines on a console (stderr's for progress), above a live
+    view if there is one."""
+
+    def __init__(self, console: Any) -> None:
+        super().__init__()
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        style = {logging.ERROR: "red", logging.WARNING: "yellow"}.get(record.levelno, "dim")
+        self.console.print(f"{record.name.removeprefix('gpuaudit.')}: {record.getMessage()}",
+                           style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def logs_to(console: Any, name: str = "gpuaudit") -> Iterator[None]:
+    """`name`'s records of level INFO and above shown on `console` while the block runs."""
+    logger = logging.getLogger(name)
+    handler, level = LogLines(console), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import shlex
 import signal
 import sys
@@ -34,19 +33,6 @@ def _argv(option: str, text: str) -> tuple[str, ...]:
     if not argv:
         raise BadInputError(f"{option}: empty command")
     return argv
-
-
-class _Logs(logging.Handler):
-    """Log records as lines on the given console, above a live view if there is one."""
-
-    def __init__(self, console: Any) -> None:
-        super().__init__()
-        self.console = console
-
-    def emit(self, record: logging.LogRecord) -> None:
-        style = {logging.ERROR: "red", logging.WARNING: "yellow"}.get(record.levelno, "dim")
-        self.console.print(f"{record.name.removeprefix('gpuaudit.')}: {record.getMessage()}",
-                           style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 @monitor_app.callback(invoke_without_command=True)
@@ -157,12 +143,8 @@ def monitor(
         retention=Retention(raw=timedelta(seconds=keep_raw),
                             rollup=timedelta(seconds=keep_rollups)))
     console = err if json_ or not out.is_terminal else out
-    handler = _Logs(err)
-    logging.getLogger("gpuaudit").addHandler(handler)
-    logging.getLogger("gpuaudit").setLevel(logging.INFO)
-
     with ExitStack() as stack:
-        stack.callback(logging.getLogger("gpuaudit").removeHandler, handler)
+        stack.enter_context(common.logs_to(err))
         store = _history(stack, db, keep=history and not once, replay=replay is not None,
                          db_given=common.given(ctx, "db"), asked=common.given(ctx, "history"),
                          console=console)

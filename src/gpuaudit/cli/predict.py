@@ -164,7 +164,8 @@ def predict(
     needed = tuple(dict.fromkeys(p for p in (profile.precision, change.precision) if p))
     with taking_apart(f"the rates of run {rates or stored.id}"):
         machine = resolve_rates(stored, rates, db, specs, needed)
-    result = run_predict(profile, machine, change, specs)
+    with common.logs_to(common.err, "gpuaudit.predict"):  # a long count says so on stderr
+        result = run_predict(profile, machine, change, specs)
     if json_:
         common.print_json(result.model_dump(mode="json"))
     else:

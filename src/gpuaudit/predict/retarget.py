@@ -20,6 +20,7 @@ kind of layer has no recorded time to scale).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from .groups import DELTA, FLOOR_US, GroupChange
 from .hardware import Roofs
 from .ideal import matmul_rate, model_rate
 from .profile import Gemm, StepProfile
+
+log = logging.getLogger(__name__)
 
 U_SIZE = 0.08  # a unit group carried to another size by its counted work
 U_NEW_UNITS = 0.5
@@ -68,6 +71,9 @@ def count(spec: str, batch: int) -> Counted:
                 f"shapes follow its data, and a step of about {exc.flop / 1e12:.0f} TFLOP is "
                 f"too much to count on the CPU (the limit is {CPU_COUNT_FLOP / 1e12:.0f})"
                 ) from None
+        # seconds to a minute on a few cores: said before, as the count cannot show progress
+        log.info("counting %s on the CPU with real tensors (its shapes follow its data: %s): "
+                 "one training step of about %.2g TFLOP", spec, exc.reason, exc.flop / 1e12)
     try:
         return _count_on(spec, batch, "cpu")
     except _NeedsData as exc:
