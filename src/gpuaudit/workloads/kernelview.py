@@ -247,21 +247,21 @@ def profile_kernels(torch: Any, device: Any, fn: Callable[[], Any], steps: int, 
 
     cuda = is_cuda(device)
     release_cupti_after_profiling()
-    events = _profiled_events(torch, device, fn, steps)
+    events = _profiled_events(torch, device, fn, steps, cuda)
     if cuda and not any(e.get("cat") in DEVICE_CATS for e in events):
-        events = _profiled_events(torch, device, fn, steps)
+        events = _profiled_events(torch, device, fn, steps, cuda)
     if keep:
         save_trace(events, keep)
     return parse_trace(events, steps) if cuda else cpu_view(events, steps)
 
 
-def _profiled_events(torch: Any, device: Any, fn: Callable[[], Any],
-                     steps: int) -> list[dict[str, Any]]:
+def _profiled_events(torch: Any, device: Any, fn: Callable[[], Any], steps: int,
+                     cuda: bool) -> list[dict[str, Any]]:
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from gpuaudit.workloads.timing import is_cuda, sync
+    from gpuaudit.workloads.timing import sync
 
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if is_cuda(device) else [])
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     sync(torch, device)
     with profile(activities=acts, record_shapes=True) as prof:
         for i in range(steps):
