@@ -12,8 +12,8 @@ compare it with the run that measured it.
 record: the machine's rates (`bench matmul memory`, quick) into OUTDIR/rates.json; then per
 family (development first, then held-out), in a process of its own, one Run in
 OUTDIR/runs/NAME.json holding the op profiles of the recorded precisions (bf16, fp32) at the
-family's batch, the profiled traces in OUTDIR/traces/NAME/; then, in another fresh process,
-the step times of each target (bf16 and fp32 again, tf32, bf16 at ×0.5 and ×2 the batch,
+family's batch, the profiled traces in OUTDIR/traces/NAME/; then, once that process has
+exited, in a fresh one, the step times of each target (bf16 and fp32 again, tf32, bf16 at ×0.5 and ×2 the batch,
 bf16 of the size variant) in OUTDIR/cases/NAME.json: a process that ran the profiler times
 host-bound steps long. A family that would start after the budget is left out (said in
 status.json). `--cases-only`: the targets alone, to compare beside an earlier recording's
@@ -143,15 +143,39 @@ def measure_cases(out: Path, name: str, batch: int, tiny: bool) -> int:
     return 0
 
 
-def _cases_in_child(out: Path, name: str, batch: int, tiny: bool) -> dict[str, Any]:
+def _read_cases(out: Path, name: str) -> dict[str, Any]:
+    path = out / "cases" / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _cases_in_child(out: Path, name: str, batch: int, tiny: bool,
+                    timeout_s: float | None = None) -> dict[str, Any]:
     (out / "cases").mkdir(exist_ok=True)
     proc = subprocess.run([sys.executable, __file__, "cases", str(out), name, "--batch",
-                           str(batch), *(["--tiny"] if tiny else [])], env=_env())
-    path = out / "cases" / f"{name}.json"
-    found = json.loads(path.read_text()) if path.exists() else {}
+                           str(batch), *(["--tiny"] if tiny else [])], env=_env(),
+                          timeout=timeout_s)
+    found = _read_cases(out, name)
     if proc.returncode != 0:
         found["error"] = f"the measuring process exited {proc.returncode}"
     return found
+
+
+def _cases_after(out: Path, name: str, tiny: bool, left_s: float) -> None:
+    """The family's targets, timed in a fresh process after its worker has exited, into its
+    status (a family whose recording failed has none to compare)."""
+    path = out / "status" / f"{name}.json"
+    info = json.loads(path.read_text())
+    if "error" in info.get("recorded", {}) or left_s < 20:
+        return
+    t0 = time.time()
+    try:
+        info["cases"] = _cases_in_child(out, name, info["batch"], tiny, timeout_s=left_s)
+    except subprocess.TimeoutExpired:
+        info["cases"] = {**_read_cases(out, name), "error": "the budget ran out"}
+    info["cases_process"] = "fresh, after the profiling process exited"
+    info["wall_s"] = round(info.get("wall_s", 0.0) + time.time() - t0, 1)
+    path.write_text(json.dumps(info, indent=1))
+    log(out, f"family {name}: targets timed in {time.time() - t0:.0f} s")
 
 
 def record_family(fam: dict[str, Any], out: Path, machine: Any, tiny: bool,
@@ -236,11 +260,11 @@ def record(out: Path, which: str | None, budget_s: float, tiny: bool,
         if left < 20:
             log(out, f"budget spent: not recorded {', '.join(todo)}")
             break
-        # one family a process: a profile's cost stays with the process that ran it
+        # one family a process: a profile's cost stays with the process that ran it. The
+        # worker profiles only; its targets are timed once it has exited, so that no process
+        # that ran the profiler (nor its idle CUDA context) is alive beside them.
         proc = subprocess.Popen([sys.executable, __file__, "worker", str(out), todo[0],
-                                 *(["--tiny"] if tiny else []),
-                                 *(["--profiles-only", ",".join(sorted(profiles_only))]
-                                   if profiles_only else []),
+                                 *(["--tiny"] if tiny else []), "--profiles-only", todo[0],
                                  *(["--cases-only"] if cases_only else [])], env=_env(),
                                 start_new_session=True)
         try:
@@ -255,6 +279,8 @@ def record(out: Path, which: str | None, budget_s: float, tiny: bool,
         if todo[0] not in done:
             log(out, f"worker exit {proc.returncode} in {todo[0]}: skipped")
             done.add(todo[0])
+        elif todo[0] not in profiles_only:
+            _cases_after(out, todo[0], tiny, budget_s - (time.time() - t_start))
         todo = [n for n in todo if n not in done]
     (out / "status.json").write_text(json.dumps(
         {"wall_s": round(time.time() - t_start, 1), "not_recorded": todo}, indent=1))
