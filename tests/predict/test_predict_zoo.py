@@ -7,6 +7,7 @@ exact values, and predictions from three recorded zoo runs."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gzip
 import json
 import math
@@ -263,6 +264,31 @@ def test_alpha_is_found_so_that_the_replay_lasts_the_timed_step():
     unsteady = tlm.calibrate(long, 180.0, host_step_us=216.0)
     assert unsteady.unsteady == pytest.approx(0.2)
     assert unsteady.alpha_unc == pytest.approx(math.hypot(tlm.U_ALPHA, 0.2))
+
+
+def test_timed_steps_that_moved_widen_the_hosts_band_as_far_as_they_moved():
+    long = _timeline(dur_us=(90.0,) * 6, start_us=(5, 95, 185, 275, 365, 455))
+    # the timed steps' half IQR 30 % of their median: more than the host alone said (20 %)
+    rep = tlm.calibrate(long, 180.0, host_step_us=216.0, spread=0.3)
+    assert rep.unsteady == pytest.approx(0.3)
+    assert rep.alpha_unc == pytest.approx(math.hypot(tlm.U_ALPHA, 0.3))
+    # and less than it: the larger of the two witnesses stands
+    assert tlm.calibrate(long, 180.0, host_step_us=216.0, spread=0.05).unsteady == \
+        pytest.approx(0.2)
+
+
+def test_the_sources_timed_spread_is_read_from_its_run_and_widens_a_host_bound_band():
+    run = zoo_run("recsys")
+    prof = load_profile(run, "dlrm/bf16")
+    # dlrm/bf16/step_time: median 6.672 ms, IQR 6.360–7.166 ms
+    assert prof.step_spread == pytest.approx((7.165552020072937 - 6.360040187835693) / 2
+                                             / 6.671823978424072)
+    steady = predict(dataclasses.replace(prof, step_spread=0.0), rates(), Change(batch=8192),
+                     SPECS)
+    moved = predict(dataclasses.replace(prof, step_spread=0.5), rates(), Change(batch=8192),
+                    SPECS)
+    assert moved.step_ms == pytest.approx(steady.step_ms)
+    assert moved.step_ms_high - moved.step_ms_low > steady.step_ms_high - steady.step_ms_low
 
 
 def test_a_step_the_device_hardly_waited_in_bounds_alpha_and_the_host_measured_sets_it():

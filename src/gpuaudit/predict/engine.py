@@ -309,7 +309,7 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
         state.idle_ms * max(0.0, 1 - state.idle_unc)
     high = sum(c.ms * (1 + c.unc) for c in state.classes.values()) + \
         state.idle_ms * (1 + state.idle_unc)
-    replayed = grouped.replay(g, state) if g is not None else None
+    replayed = grouped.replay(g, state, profile.step_spread) if g is not None else None
     if replayed is not None:
         step, low, high = replayed.ms, replayed.low_ms, replayed.high_ms
         state.idle_ms = max(0.0, step - compute)

@@ -247,9 +247,10 @@ class Step:
     alpha_measured: bool = True
 
 
-def replay(g: Grouped, state: StepState) -> Step | None:
+def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
     """The step from the recorded timeline with every kernel's new time (module docstring);
-    None without a timeline."""
+    None without a timeline. `spread`: how far the source's timed steps moved (half their
+    interquartile range ÷ their median), a floor on the host's uncertainty."""
     rec = g.record
     tl = rec.timeline
     if tl is None or not tl.dur_us:
@@ -269,7 +270,7 @@ def replay(g: Grouped, state: StepState) -> Step | None:
         return out
 
     rep = tlm.calibrate(tl, rec.step_ms * 1e3,
-                        rec.host_step_ms * 1e3 if rec.host_step_ms else None)
+                        rec.host_step_ms * 1e3 if rec.host_step_ms else None, spread)
     lat = tlm.latency_us(tl)
     fix = rec.step_ms * 1e3 / rep.period_us if rep.period_us > 0 else 1.0
     alpha = rep.alpha * g.host_scale

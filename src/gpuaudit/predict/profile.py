@@ -148,6 +148,9 @@ class StepProfile:
     kernel_source: str
     peak_memory_gb: float | None = None
     record: OpProfile | None = None  # the typed record it was read from
+    # half the timed steps' interquartile range ÷ their median: how far the pace moved while
+    # the source was timed (0 where the run does not say)
+    step_spread: float = 0.0
 
     @property
     def legacy(self) -> bool:
@@ -236,4 +239,13 @@ def load_profile(run: Run, workload: str | None = None) -> StepProfile:
     record = next((p for p in run.op_profiles if p.workload == name), None)
     if record is None:
         record = legacy.read(run, name, OPTIMIZER_RUN)
-    return step_profile(run.id, record)
+    return replace(step_profile(run.id, record), step_spread=_spread(run, name))
+
+
+def _spread(run: Run, workload: str) -> float:
+    """Half the interquartile range of the workload's timed steps ÷ their median."""
+    m = next((m for m in run.measurements if m.name == f"{workload}/step_time"
+              and m.spread_kind == "IQR"), None)
+    if m is None or m.spread_low is None or m.spread_high is None or m.value <= 0:
+        return 0.0
+    return max(0.0, m.spread_high - m.spread_low) / 2 / m.value

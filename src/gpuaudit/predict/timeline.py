@@ -40,9 +40,10 @@ class Replay:
     alpha: float  # the host's scale
     host_bound_share: float  # of the period, the device waiting for launches
     identified: bool = True  # α found from the recording (else assumed)
-    # how far the host's pace moved between the recording's own measurements: its step at
-    # batch 1 (the host alone) over its timed step at the batch, past 1 — a host alone slower
-    # than the whole step was slower at one of the two
+    # how far the host's pace moved while the recording was made: within its timed steps
+    # (half their interquartile range ÷ their median), or between its own measurements (its
+    # step at batch 1, the host alone, over its timed step at the batch, past 1 — a host
+    # alone slower than the whole step was slower at one of the two), the larger
     unsteady: float = 0.0
 
     @property
@@ -186,11 +187,14 @@ def host_us(tl: Timeline, latency: float | None = None) -> float:
     return period(tl, [0.0] * len(tl.dur_us), 1.0, latency)[0]
 
 
-def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None) -> Replay:
-    """`_calibrate` with the host's unsteadiness (`Replay.unsteady`)."""
+def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None,
+              spread: float = 0.0) -> Replay:
+    """`_calibrate` with the host's unsteadiness (`Replay.unsteady`; `spread`: the timed
+    steps' half interquartile range ÷ their median)."""
     rep = _calibrate(tl, step_us, host_step_us)
-    if host_step_us and step_us > 0 and host_step_us > step_us:
-        rep = dataclasses.replace(rep, unsteady=host_step_us / step_us - 1)
+    apart = host_step_us / step_us - 1 if host_step_us and step_us > 0 else 0.0
+    if max(apart, spread) > 0:
+        rep = dataclasses.replace(rep, unsteady=max(apart, spread))
     return rep
 
 
