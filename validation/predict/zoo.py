@@ -457,7 +457,8 @@ def _num(v: float) -> str:
     return f"{v:,.0f}" if v >= 999.5 else f"{v:.3g}"
 
 
-RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th"}
+RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th",
+            "sixth": "6th"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
