@@ -13,11 +13,11 @@ record: the machine's rates (`bench matmul memory`, quick) into OUTDIR/rates.jso
 family (development first, then held-out), in a process of its own, one Run in
 OUTDIR/runs/NAME.json holding the op profiles of the recorded precisions (bf16, fp32) at the
 family's batch, the profiled traces in OUTDIR/traces/NAME/; then, once that process has
-exited, in a fresh one, the step times of each target (bf16 and fp32 again, tf32, bf16 at ×0.5 and ×2 the batch,
-bf16 of the size variant) in OUTDIR/cases/NAME.json: a process that ran the profiler times
-host-bound steps long. A family that would start after the budget is left out (said in
-status.json). `--cases-only`: the targets alone, to compare beside an earlier recording's
-profiles (`compare EARLIER --also THIS`).
+exited, in a fresh one, the step times of each target (bf16 and fp32 again, tf32, bf16 at
+×0.5 and ×2 the batch, bf16 of the size variant) in OUTDIR/cases/NAME.json: a process that
+ran the profiler times host-bound steps long. A family that would start after the budget is
+left out (said in status.json). `--cases-only`: the targets alone, to compare beside an
+earlier recording's profiles (`compare EARLIER --also THIS`).
 
 compare: every case predicted from its recording (`gpuaudit.predict`, the size change from
 the variant's entry point) beside the measurement: OUTDIR/results.json (machine-readable)
@@ -364,7 +364,8 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None) 
                            if run is not None and any(p.precision == src and _caught(p)
                                                       for p in run.op_profiles)), None)
             # a target timed in a process of its own first, the profiled run's timing after
-            timed = next(((j, c["samples_per_s"], status.get("cases_process") == "fresh")
+            timed = next(((j, c["samples_per_s"],
+                           str(status.get("cases_process", "")).startswith("fresh"))
                           for j, (_r, status) in reversed(found)
                           if (c := status["cases"].get(key, {})).get("samples_per_s")), None)
             if source is not None and timed is None and where == "profile":
