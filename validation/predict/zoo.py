@@ -42,6 +42,7 @@ ZOO = ROOT / "examples" / "predict"
 MANIFEST = ZOO / "zoo" / "manifest.json"
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ZOO))
+sys.path.insert(0, str(ROOT))
 
 
 def slug(entry: str) -> str:
@@ -67,7 +68,7 @@ def log(out: Path, text: str) -> None:
 
 
 # A host-bound step on the lent H200 moved within one run (an MoE step 76-140 ms over ten
-# steps): the median of 30.
+# steps): the profiled run's step is the median of 30.
 TIMED_STEPS = 30
 
 
@@ -79,67 +80,37 @@ def _bench(options: dict[str, Any], machine: Any, out: Path) -> Any:
                      step=lambda text: log(out, f"  {text}"))
 
 
-def measure(model: str, precision: str, batch: int, tiny: bool) -> dict[str, Any]:
-    """One case's steady-state step, timed alone (no op profile): median of the timed steps."""
-    import statistics
-
-    import torch
-
-    from gpuaudit.workloads.precision import TrainMode
-    from gpuaudit.workloads.train import measure_mode
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # as bench train runs (workloads.plan.target)
-    result = measure_mode(model, TrainMode(precision), device, batch_size=batch,
-                          steps=2 if tiny else TIMED_STEPS, warmup_steps=1 if tiny else 3,
-                          min_warmup_s=0.0 if tiny else 0.5, count=False)
-    if isinstance(result, str):
-        return {"error": result[:300]}
-    step = statistics.median(result.step_times_s)
-    return {"step_ms": round(step * 1e3, 4), "samples_per_s": round(batch / step, 4),
-            "steps_ms": [round(t * 1e3, 4) for t in result.step_times_s],
-            "peak_memory_gb": (round(result.peak_memory_bytes / 1e9, 3)
-                               if result.peak_memory_bytes is not None else None)}
-
-
 def case_list(fam: dict[str, Any], batch: int, tiny: bool) -> list[tuple[str, str, str, int]]:
     """(label, model, precision, batch) of every measured target: the recorded precisions
-    again (timed here, away from the profiler), tf32, bf16 at ×0.5 and ×2, the size, bf16
-    once more, and the recorded precisions at batch 1 (the recorded host time's control)."""
+    again (timed here, away from the profiler, as every round's pace control), tf32, bf16 at
+    ×0.5 and ×2, bf16 of the size variant, and the recorded precisions at batch 1 (the
+    recorded host time's control)."""
     cases = [("bf16", fam["entry"], "bf16", batch), ("fp32", fam["entry"], "fp32", batch),
              ("tf32", fam["entry"], "tf32", batch),
              ("bf16 x0.5", fam["entry"], "bf16", max(1, batch // 2)),
              ("bf16 x2", fam["entry"], "bf16", batch * 2), ("size", fam["size"], "bf16", batch),
-             # last, the first again: how far the host's pace moved within the process
-             ("bf16 again", fam["entry"], "bf16", batch),
-             # the recorded host times' control (the op profile's step at batch 1)
              ("bf16 batch 1", fam["entry"], "bf16", 1),
              ("fp32 batch 1", fam["entry"], "fp32", 1)]
     return [c for c in cases if not (tiny and c[2] in ("tf32", "fp32"))]
 
 
 def measure_cases(out: Path, name: str, batch: int, tiny: bool) -> int:
-    """The family's targets timed in this (fresh) process, into OUTDIR/cases/NAME.json. A
-    process that has run torch's profiler keeps paying for it (the host slower per launch:
-    a batch-32 BERT step measured there took 51 ms against 33 ms at batch 64 before it), so
-    no target is timed in the process that profiled."""
+    """The family's targets timed in rounds in this (fresh) process (`rounds`), into
+    OUTDIR/cases/NAME.json. A process that has run torch's profiler keeps paying for it (the
+    host slower per launch: a batch-32 BERT step measured there took 51 ms against 33 ms at
+    batch 64 before it), so no target is timed in the process that profiled."""
     import torch
 
+    from validation.predict.rounds import time_in_rounds
+
     fam = {slug(f["entry"]): f for _, f in families()}[name]
-    found: dict[str, Any] = {}
-    for label, model, precision, b in case_list(fam, batch, tiny):
-        t1 = time.time()
-        log(out, f"  measure {label}: {model} {precision} batch {b}")
-        try:
-            got = measure(model, precision, b, tiny)
-        except Exception as exc:
-            got = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        found[label] = {"model": model, "precision": precision, "batch": b,
-                        "wall_s": round(time.time() - t1, 1), **got}
-        (out / "cases" / f"{name}.json").write_text(json.dumps(found, indent=1))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # as bench train runs (workloads.plan.target)
+    t0 = time.time()
+    found = time_in_rounds(case_list(fam, batch, tiny), device, tiny, lambda t: log(out, t))
+    found["wall_s"] = round(time.time() - t0, 1)
+    (out / "cases" / f"{name}.json").write_text(json.dumps(found, indent=1))
     return 0
 
 
@@ -364,23 +335,24 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None) 
                            if run is not None and any(p.precision == src and _caught(p)
                                                       for p in run.op_profiles)), None)
             # a target timed in a process of its own first, the profiled run's timing after
-            timed = next(((j, c["samples_per_s"],
+            timed = next(((j, status["cases"],
                            str(status.get("cases_process", "")).startswith("fresh"))
                           for j, (_r, status) in reversed(found)
-                          if (c := status["cases"].get(key, {})).get("samples_per_s")), None)
+                          if status["cases"].get(key, {}).get("samples_per_s")), None)
             if source is not None and timed is None and where == "profile":
                 meas = next((p for p in source[1].op_profiles if p.precision == key), None)
-                timed = (source[0], meas.batch / (meas.step_ms / 1e3), False) if meas else None
+                timed = (source[0], {key: {"samples_per_s": meas.batch / (meas.step_ms / 1e3)}},
+                         False) if meas else None
             if source is None or timed is None:
                 row["error"] = "no recording holds both its source and its measurement"
                 rows.append(row)
                 continue
             i, run, status = source
             profs = {p.precision: p for p in run.op_profiles}
-            measured = timed[1]
             row.update({"recording": outs[i].parent.name, "from": profs[src].workload,
-                        "measured": measured, "measured_in": outs[timed[0]].parent.name,
-                        "measured_fresh": timed[2]})
+                        "measured_in": outs[timed[0]].parent.name, "measured_fresh": timed[2],
+                        **_measured(timed[1], key, src, profs[src].step_ms)})
+            measured = row["measured"]
             try:
                 p = _predict_case(run, profs[src], change, status, rates, specs)
             except (GpuauditError, ValueError, KeyError, TypeError) as exc:
@@ -408,39 +380,81 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None) 
     return 0
 
 
+def _measured(cases: dict[str, Any], key: str, src: str, profiled_ms: float
+              ) -> dict[str, Any]:
+    """The target's throughput to judge a prediction from `src` by: where both were timed in
+    rounds, over the rounds where the source ran at its profiled pace (`rounds`), with the
+    median of all rounds beside it; else the target's timing as it is."""
+    from validation.predict.rounds import pace_matched
+
+    c, s = cases[key], cases.get(src, {})
+    if not (c.get("rounds_ms") and s.get("rounds_ms")):
+        return {"measured": c["samples_per_s"]}
+    ms, n = pace_matched(s["rounds_ms"], c["rounds_ms"], profiled_ms)
+    return {"measured": c["batch"] / (ms / 1e3) if ms else c["samples_per_s"],
+            "measured_all": c["samples_per_s"], "rounds": len(c["rounds_ms"]),
+            "rounds_at_pace": n, "pace_matched": ms is not None}
+
+
 def _controls(family: str, found: list[tuple[int, Any]]) -> list[dict[str, Any]]:
     """The recorded precisions' step in the profiled run beside the same step timed in a
-    fresh process: the harness's own check that profiling left the source's timing alone."""
+    fresh process: the harness's own check that profiling left the source's timing alone,
+    and, timed in rounds, how far the host's pace moved and how often it was the profiled
+    one."""
+    from validation.predict.rounds import pace_matched
+
     run = next((r for _i, (r, _s) in reversed(found) if r is not None), None)
     out = []
     for prof in run.op_profiles if run is not None else ():
         cases = next((st["cases"] for _j, (_r, st) in reversed(found)
                       if st["cases"].get(prof.precision, {}).get("step_ms")), None)
         if cases:
-            fresh = cases[prof.precision]["step_ms"]
-            again = cases.get(f"{prof.precision} again", {}).get("step_ms")
+            mine = cases[prof.precision]
+            fresh = mine["step_ms"]
             host = cases.get(f"{prof.precision} batch 1", {}).get("step_ms")
-            out.append({"family": family, "precision": prof.precision,
-                        "profiled_run_ms": prof.step_ms, "fresh_ms": fresh,
-                        "fresh_again_ms": again, "ratio": round(prof.step_ms / fresh, 3),
-                        "host_recorded_ms": prof.host_step_ms, "host_fresh_ms": host})
+            row = {"family": family, "precision": prof.precision,
+                   "profiled_run_ms": prof.step_ms, "fresh_ms": fresh,
+                   "ratio": round(prof.step_ms / fresh, 3),
+                   "host_recorded_ms": prof.host_step_ms, "host_fresh_ms": host}
+            if mine.get("rounds_ms"):
+                per = mine["rounds_ms"]
+                row.update(rounds_low_ms=min(per), rounds_high_ms=max(per),
+                           rounds_at_pace=pace_matched(per, per, prof.step_ms)[1],
+                           rounds=len(per))
+            else:  # recordings before the rounds: the first timed again after the others
+                row["fresh_again_ms"] = cases.get(f"{prof.precision} again", {}).get("step_ms")
+            out.append(row)
     return out
 
 
 def control_table(controls: list[dict[str, Any]]) -> str:
+    from validation.predict.rounds import PACE_TOLERANCE
+
     if not controls:
         return ""
     host = any(c.get("host_fresh_ms") for c in controls)  # recordings with batch-1 targets
-    head = ["family", "precision", "profiled run", "fresh process", "again", "ratio"]
-    head += ["host, recorded", "host, fresh"] if host else []
+    again = any(c.get("fresh_again_ms") for c in controls)  # recordings before the rounds
+    rounds = any(c.get("rounds") for c in controls)
+    head = ["family", "precision", "profiled run", "fresh process"]
+    head += ["again"] if again else []
+    head += ["rounds (min–max)", "rounds at its pace"] if rounds else []
+    head += ["ratio"] + (["host, recorded", "host, fresh"] if host else [])
     lines = ["**Timing controls** (the source's step in the profiled run ÷ the same step "
-             "timed in a fresh process, first and, where timed, again after the other targets"
+             "timed in a fresh process"
+             + (", where timed again after the other targets" if again else "")
+             + (f"; timed in rounds, each round's median and the rounds within "
+                f"{PACE_TOLERANCE:.0%} of the profiled step" if rounds else "")
              + ("; the host's time per step the profile recorded, its step at batch 1, beside "
                 "the same timed in the fresh process" if host else "") + "):", "",
              "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for c in controls:
-        cells = [c["family"], c["precision"], _ms(c["profiled_run_ms"]), _ms(c["fresh_ms"]),
-                 _ms(c.get("fresh_again_ms")), f"{c['ratio']:.2f}"]
+        cells = [c["family"], c["precision"], _ms(c["profiled_run_ms"]), _ms(c["fresh_ms"])]
+        cells += [_ms(c.get("fresh_again_ms"))] if again else []
+        if rounds:
+            cells += ([f"{c['rounds_low_ms']:.2f}–{c['rounds_high_ms']:.2f} ms",
+                       f"{c['rounds_at_pace']} of {c['rounds']}"] if c.get("rounds")
+                      else ["", ""])
+        cells.append(f"{c['ratio']:.2f}")
         cells += [_ms(c.get("host_recorded_ms")), _ms(c.get("host_fresh_ms"))] if host else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -483,6 +497,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             rec = RECORDER.get(str(r.get("recording")), str(r.get("recording", "")))
             if "measured_fresh" in r and not r["measured_fresh"]:
                 rec += " ²"  # timed in the process that had profiled
+            if r.get("pace_matched") is False:
+                rec += " ³"  # the source never ran at its profiled pace
             meas = _num(r["measured"]) if r.get("measured") else "not measured"
             if "predicted" in r:
                 pred, band = _num(r["predicted"]), f"{_num(r['low'])}–{_num(r['high'])}"
@@ -502,6 +518,13 @@ def table(rows: list[dict[str, Any]]) -> str:
     if any("measured_fresh" in r and not r["measured_fresh"] for r in rows):
         out += ["² measured in the process that had run the profiler, which times host-bound "
                 "steps long (the timing controls below); the others in a fresh process.", ""]
+    if any("pace_matched" in r for r in rows):
+        from validation.predict.rounds import MIN_MATCHED, PACE_TOLERANCE
+
+        out += [f"Targets timed in rounds beside their source are measured over the rounds "
+                f"where the source ran within {PACE_TOLERANCE:.0%} of its profiled step (the "
+                f"pace the prediction starts from); ³ marks those where fewer than "
+                f"{MIN_MATCHED} rounds did, measured over all rounds.", ""]
     return "\n".join(out)
 
 
