@@ -1,15 +1,20 @@
-"""A family's targets timed in rounds, and judged at the pace their source was profiled at.
+"""A family's targets timed in rounds, judged at the pace their source was profiled at, and
+the timing controls that show how far that pace moved.
 
 The lent H200 is a KVM guest whose vCPUs change pace by tens of percent within a minute: a
 pure-Python loop's rate per quarter second ranged 2,800–4,150 a second on one vCPU, and a
-host-bound ConvNeXt step took 13–32 ms within one run of 400 steps (the diagnostic of
-docs/predict.md's evidence section). A host-bound target timed alone measures its moment's
+host-bound ConvNeXt step took 13–32 ms within one run of 400 steps (`hostpace.py`). A
+host-bound target timed alone measures its moment's
 host, not the one its source was profiled with. So every target is built and warmed up in
 one fresh process and timed in rounds: `ROUNDS` rounds of `ROUND_STEPS` steps of each target
 in turn (the order turned by one each round), the recorded precisions among them. A
-prediction from a source is then judged against its target's steps in the rounds where the
-source itself ran within `PACE_TOLERANCE` of its profiled step: there the host ran at the
-pace the prediction starts from. A GPU-bound source matches in every round.
+prediction is then judged against its target's steps in the rounds where its source ran
+within `PACE_TOLERANCE` of its profiled step: there the host ran at the pace the prediction
+starts from. A source the GPU binds matches in every round and controls nothing: a
+host-bound target of it (fp32 → bf16 of a step that autocast makes host-bound) is measured
+at whatever pace its rounds had. The source's step at batch 1 (the host's own time) was
+tried as a second control: six steps of it moved too much a round to match in more than one
+or two of eight, even for steps the GPU binds.
 """
 
 from __future__ import annotations
@@ -68,13 +73,60 @@ def time_in_rounds(configs: list[tuple[str, str, str, int]], device: Any, tiny: 
     return out
 
 
+def at_pace(source_rounds_ms: list[float], profiled_ms: float) -> list[bool]:
+    """Per round, whether the source's step was within `PACE_TOLERANCE` of its profiled one."""
+    return [abs(ms / profiled_ms - 1) <= PACE_TOLERANCE for ms in source_rounds_ms]
+
+
 def pace_matched(source_rounds_ms: list[float], target_rounds_ms: list[float],
                  profiled_ms: float) -> tuple[float | None, int]:
-    """(the target's median step over the rounds where the source's step was within
-    `PACE_TOLERANCE` of `profiled_ms`, or None where fewer than `MIN_MATCHED` were; how many
-    rounds matched)."""
-    matched = [t for s, t in zip(source_rounds_ms, target_rounds_ms, strict=True)
-               if abs(s / profiled_ms - 1) <= PACE_TOLERANCE]
+    """(the target's median step over the rounds where its source ran at its profiled pace,
+    or None where fewer than `MIN_MATCHED` did; how many did)."""
+    matched = [t for t, ok in zip(target_rounds_ms, at_pace(source_rounds_ms, profiled_ms),
+                                  strict=True) if ok]
     if len(matched) < MIN_MATCHED:
         return None, len(matched)
     return statistics.median(matched), len(matched)
+
+
+def judged(cases: dict[str, Any], key: str, src: str, prof: Any) -> dict[str, Any]:
+    """The target's throughput to judge a prediction from `prof` (recorded in `src`) by:
+    where it was timed in rounds beside its source, over the rounds where the source ran at
+    its profiled pace (above), with the median of all rounds beside it; else its timing
+    as it is."""
+    c = cases[key]
+    if not (c.get("rounds_ms") and cases.get(src, {}).get("rounds_ms")):
+        return {"measured": c["samples_per_s"]}
+    ms, n = pace_matched(cases[src]["rounds_ms"], c["rounds_ms"], prof.step_ms)
+    return {"measured": c["batch"] / (ms / 1e3) if ms else c["samples_per_s"],
+            "measured_all": c["samples_per_s"], "rounds": len(c["rounds_ms"]),
+            "rounds_at_pace": n, "pace_matched": ms is not None}
+
+
+def timing_controls(family: str, found: list[tuple[int, Any]]) -> list[dict[str, Any]]:
+    """The recorded precisions' step in the profiled run beside the same step timed in a
+    fresh process: the harness's own check that profiling left the source's timing alone,
+    and, timed in rounds, how far the host's pace moved and how often it was the profiled
+    one."""
+    run = next((r for _i, (r, _s) in reversed(found) if r is not None), None)
+    out = []
+    for prof in run.op_profiles if run is not None else ():
+        cases = next((st["cases"] for _j, (_r, st) in reversed(found)
+                      if st["cases"].get(prof.precision, {}).get("step_ms")), None)
+        if cases:
+            mine = cases[prof.precision]
+            fresh = mine["step_ms"]
+            host = cases.get(f"{prof.precision} batch 1", {}).get("step_ms")
+            row = {"family": family, "precision": prof.precision,
+                   "profiled_run_ms": prof.step_ms, "fresh_ms": fresh,
+                   "ratio": round(prof.step_ms / fresh, 3),
+                   "host_recorded_ms": prof.host_step_ms, "host_fresh_ms": host}
+            if mine.get("rounds_ms"):
+                per = mine["rounds_ms"]
+                row.update(rounds_low_ms=min(per), rounds_high_ms=max(per),
+                           rounds_at_pace=sum(at_pace(per, prof.step_ms)),
+                           rounds=len(per))
+            else:  # recordings before the rounds: the first timed again after the others
+                row["fresh_again_ms"] = cases.get(f"{prof.precision} again", {}).get("step_ms")
+            out.append(row)
+    return out

@@ -13,15 +13,17 @@ record: the machine's rates (`bench matmul memory`, quick) into OUTDIR/rates.jso
 family (development first, then held-out), in a process of its own, one Run in
 OUTDIR/runs/NAME.json holding the op profiles of the recorded precisions (bf16, fp32) at the
 family's batch, the profiled traces in OUTDIR/traces/NAME/; then, once that process has
-exited, in a fresh one, the step times of each target (bf16 and fp32 again, tf32, bf16 at
-×0.5 and ×2 the batch, bf16 of the size variant) in OUTDIR/cases/NAME.json: a process that
-ran the profiler times host-bound steps long. A family that would start after the budget is
+exited, in a fresh one, each target timed in rounds beside the others (bf16 and fp32 again,
+tf32, bf16 at ×0.5 and ×2 the batch, bf16 of the size variant: `rounds`) in
+OUTDIR/cases/NAME.json: a process that ran the profiler times host-bound steps long, and the
+host's pace moves within a minute. A family that would start after the budget is
 left out (said in status.json). `--cases-only`: the targets alone, to compare beside an
 earlier recording's profiles (`compare EARLIER --also THIS`).
 
 compare: every case predicted from its recording (`gpuaudit.predict`, the size change from
-the variant's entry point) beside the measurement: OUTDIR/results.json (machine-readable)
-and OUTDIR/table.md (the held-out and development tables).
+the variant's entry point) beside the measurement, taken in the rounds where its source ran
+at its profiled pace: OUTDIR/results.json (machine-readable) and OUTDIR/table.md (the
+held-out and development tables, `zoo_tables`).
 """
 
 from __future__ import annotations
@@ -312,6 +314,8 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None) 
     from gpuaudit.model import load_run
     from gpuaudit.predict import machine_rates
     from gpuaudit.specs.catalog import load_catalog
+    from validation.predict.rounds import judged, timing_controls
+    from validation.predict.zoo_tables import control_table, table
 
     specs = load_catalog()
     rates_run = load_run(Path(rates_path or outs[0] / "rates.json").read_text())
@@ -328,7 +332,7 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None) 
             rows.append({"set": kind, "family": fam["family"], "case": "all",
                          "error": "not recorded"})
             continue
-        controls += _controls(fam["family"], found)
+        controls += timing_controls(fam["family"], found)
         for label, src, change, (where, key) in CASES:
             row: dict[str, Any] = {"set": kind, "family": fam["family"], "case": label}
             source = next(((i, run, status) for i, (run, status) in reversed(found)
@@ -351,7 +355,7 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None) 
             profs = {p.precision: p for p in run.op_profiles}
             row.update({"recording": outs[i].parent.name, "from": profs[src].workload,
                         "measured_in": outs[timed[0]].parent.name, "measured_fresh": timed[2],
-                        **_measured(timed[1], key, src, profs[src].step_ms)})
+                        **judged(timed[1], key, src, profs[src])})
             measured = row["measured"]
             try:
                 p = _predict_case(run, profs[src], change, status, rates, specs)
@@ -377,171 +381,6 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None) 
     text = table(rows) + control_table(controls)
     (out / f"table{tail}.md").write_text(text)
     print(text)
-    return 0
-
-
-def _measured(cases: dict[str, Any], key: str, src: str, profiled_ms: float
-              ) -> dict[str, Any]:
-    """The target's throughput to judge a prediction from `src` by: where both were timed in
-    rounds, over the rounds where the source ran at its profiled pace (`rounds`), with the
-    median of all rounds beside it; else the target's timing as it is."""
-    from validation.predict.rounds import pace_matched
-
-    c, s = cases[key], cases.get(src, {})
-    if not (c.get("rounds_ms") and s.get("rounds_ms")):
-        return {"measured": c["samples_per_s"]}
-    ms, n = pace_matched(s["rounds_ms"], c["rounds_ms"], profiled_ms)
-    return {"measured": c["batch"] / (ms / 1e3) if ms else c["samples_per_s"],
-            "measured_all": c["samples_per_s"], "rounds": len(c["rounds_ms"]),
-            "rounds_at_pace": n, "pace_matched": ms is not None}
-
-
-def _controls(family: str, found: list[tuple[int, Any]]) -> list[dict[str, Any]]:
-    """The recorded precisions' step in the profiled run beside the same step timed in a
-    fresh process: the harness's own check that profiling left the source's timing alone,
-    and, timed in rounds, how far the host's pace moved and how often it was the profiled
-    one."""
-    from validation.predict.rounds import pace_matched
-
-    run = next((r for _i, (r, _s) in reversed(found) if r is not None), None)
-    out = []
-    for prof in run.op_profiles if run is not None else ():
-        cases = next((st["cases"] for _j, (_r, st) in reversed(found)
-                      if st["cases"].get(prof.precision, {}).get("step_ms")), None)
-        if cases:
-            mine = cases[prof.precision]
-            fresh = mine["step_ms"]
-            host = cases.get(f"{prof.precision} batch 1", {}).get("step_ms")
-            row = {"family": family, "precision": prof.precision,
-                   "profiled_run_ms": prof.step_ms, "fresh_ms": fresh,
-                   "ratio": round(prof.step_ms / fresh, 3),
-                   "host_recorded_ms": prof.host_step_ms, "host_fresh_ms": host}
-            if mine.get("rounds_ms"):
-                per = mine["rounds_ms"]
-                row.update(rounds_low_ms=min(per), rounds_high_ms=max(per),
-                           rounds_at_pace=pace_matched(per, per, prof.step_ms)[1],
-                           rounds=len(per))
-            else:  # recordings before the rounds: the first timed again after the others
-                row["fresh_again_ms"] = cases.get(f"{prof.precision} again", {}).get("step_ms")
-            out.append(row)
-    return out
-
-
-def control_table(controls: list[dict[str, Any]]) -> str:
-    from validation.predict.rounds import PACE_TOLERANCE
-
-    if not controls:
-        return ""
-    host = any(c.get("host_fresh_ms") for c in controls)  # recordings with batch-1 targets
-    again = any(c.get("fresh_again_ms") for c in controls)  # recordings before the rounds
-    rounds = any(c.get("rounds") for c in controls)
-    head = ["family", "precision", "profiled run", "fresh process"]
-    head += ["again"] if again else []
-    head += ["rounds (min–max)", "rounds at its pace"] if rounds else []
-    head += ["ratio"] + (["host, recorded", "host, fresh"] if host else [])
-    lines = ["**Timing controls** (the source's step in the profiled run ÷ the same step "
-             "timed in a fresh process"
-             + (", where timed again after the other targets" if again else "")
-             + (f"; timed in rounds, each round's median and the rounds within "
-                f"{PACE_TOLERANCE:.0%} of the profiled step" if rounds else "")
-             + ("; the host's time per step the profile recorded, its step at batch 1, beside "
-                "the same timed in the fresh process" if host else "") + "):", "",
-             "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for c in controls:
-        cells = [c["family"], c["precision"], _ms(c["profiled_run_ms"]), _ms(c["fresh_ms"])]
-        cells += [_ms(c.get("fresh_again_ms"))] if again else []
-        if rounds:
-            cells += ([f"{c['rounds_low_ms']:.2f}–{c['rounds_high_ms']:.2f} ms",
-                       f"{c['rounds_at_pace']} of {c['rounds']}"] if c.get("rounds")
-                      else ["", ""])
-        cells.append(f"{c['ratio']:.2f}")
-        cells += [_ms(c.get("host_recorded_ms")), _ms(c.get("host_fresh_ms"))] if host else []
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _ms(v: float | None) -> str:
-    return f"{v:.2f} ms" if v else ""
-
-
-def _num(v: float) -> str:
-    """Samples/s as the tables show them: 3 figures below 1,000, whole numbers above,
-    thousands as k past 100,000."""
-    if v >= 1e5:
-        return f"{v / 1e3:,.0f} k"
-    return f"{v:,.0f}" if v >= 999.5 else f"{v:.3g}"
-
-
-RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th",
-            "sixth": "6th"}
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    """The held-out and the development tables: each case's prediction, its band, the
-    measurement and the error, marked where it misses 10 % or its band."""
-    out = []
-    for which, title in (("held_out", "Held-out families"),
-                         ("development", "Development families")):
-        mine = [r for r in rows if r["set"] == which]
-        scored = [r for r in mine if "error_pct" in r]
-        within = sum(abs(r["error_pct"]) <= 10 for r in scored)
-        inside = sum(bool(r.get("in_band")) for r in scored)
-        both = sum(abs(r["error_pct"]) <= 10 and bool(r.get("in_band")) for r in scored)
-        refused = sum(1 for r in mine if "error_pct" not in r)
-        out += [f"**{title}** ({within} of {len(scored)} cases within 10 %, {inside} "
-                f"measurements inside their band; {both} both"
-                + (f"; {refused} refused or not recorded" if refused else "") + "):", "",
-                "| family | case | recorder | predicted | band | measured | error |",
-                "| --- | --- | --- | --- | --- | --- | --- |"]
-        for r in mine:
-            rec = RECORDER.get(str(r.get("recording")), str(r.get("recording", "")))
-            if "measured_fresh" in r and not r["measured_fresh"]:
-                rec += " ²"  # timed in the process that had profiled
-            if r.get("pace_matched") is False:
-                rec += " ³"  # the source never ran at its profiled pace
-            meas = _num(r["measured"]) if r.get("measured") else "not measured"
-            if "predicted" in r:
-                pred, band = _num(r["predicted"]), f"{_num(r['low'])}–{_num(r['high'])}"
-            else:
-                pred, band = "refused", ""
-            if "error_pct" in r:
-                e = r["error_pct"]
-                mark = ("" if abs(e) <= 10 and r.get("in_band") else
-                        " (in band)" if r.get("in_band") else
-                        " (out of band)" if abs(e) <= 10 else " (NO)")
-                err = f"**{e:+.1f} %**{mark}"
-            else:
-                err = str(r.get("refused") or r.get("error", "?"))[:100].replace("|", "/")
-            out.append(f"| {r['family']} | {r['case']} | {rec} | {pred} | {band} | {meas} | "
-                       f"{err} |")
-        out.append("")
-    if any("measured_fresh" in r and not r["measured_fresh"] for r in rows):
-        out += ["² measured in the process that had run the profiler, which times host-bound "
-                "steps long (the timing controls below); the others in a fresh process.", ""]
-    if any("pace_matched" in r for r in rows):
-        from validation.predict.rounds import MIN_MATCHED, PACE_TOLERANCE
-
-        out += [f"Targets timed in rounds beside their source are measured over the rounds "
-                f"where the source ran within {PACE_TOLERANCE:.0%} of its profiled step (the "
-                f"pace the prediction starts from); ³ marks those where fewer than "
-                f"{MIN_MATCHED} rounds did, measured over all rounds.", ""]
-    return "\n".join(out)
-
-
-def show(results: Path) -> int:
-    """The tables of a compare's results.json (the published one: the recorded zoo's)."""
-    try:
-        doc = json.loads(results.read_text())
-        rows = doc["rows"]
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"table: {results}: not a compare's results.json ({exc})", file=sys.stderr)
-        return 2
-    if doc.get("about"):
-        # the rates' figures, without the run id they came from
-        rates = [m[1] for b in doc.get("rates", {}).get("basis", [])
-                 if (m := re.search(r"\((matmul [^)]*)\)", b))]
-        print(f"{doc['about']}." + (f" Rates: {'; '.join(rates)}." if rates else "") + "\n")
-    print(table(rows) + control_table(doc.get("controls", [])), end="")
     return 0
 
 
@@ -631,6 +470,8 @@ def main() -> int:
     if args.what == "reparse":
         return reparse(out)
     if args.what == "table":
+        from validation.predict.zoo_tables import show
+
         return show(out)
     if args.what == "pack":
         return pack(out, Path(args.names[0]))

@@ -1,0 +1,99 @@
+"""The model zoo's targets are judged at the pace their source was profiled at: the rounds
+that count, the refusal to call a pace matched on too few, the tables' marks, and the
+timings of the recorded H200 rounds as they were published."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from validation.predict.rounds import (
+    MIN_MATCHED,
+    PACE_TOLERANCE,
+    at_pace,
+    judged,
+    pace_matched,
+    timing_controls,
+)
+from validation.predict.zoo_tables import control_table, table
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "tests" / "fixtures" / "predict" / "zoo-results.json"
+
+
+def test_a_round_is_at_pace_within_the_tolerance_on_either_side():
+    profiled = 20.0
+    edge = profiled * PACE_TOLERANCE
+    assert at_pace([20.0, 20.0 + edge * 0.99, 20.0 - edge * 0.99, 20.0 + edge * 1.01, 30.0],
+                   profiled) == [True, True, True, False, False]
+
+
+def test_the_target_is_the_median_of_the_rounds_whose_source_ran_at_pace():
+    source = [20.0, 26.0, 20.4, 19.8, 25.0]
+    target = [10.0, 13.0, 11.0, 12.0, 99.0]
+    assert pace_matched(source, target, 20.0) == (11.0, 3)
+
+
+def test_too_few_rounds_at_pace_is_no_measurement_at_pace():
+    source = [20.0] + [30.0] * 7
+    assert MIN_MATCHED > 1
+    assert pace_matched(source, [10.0] * 8, 20.0) == (None, 1)
+
+
+def test_judged_uses_the_rounds_at_pace_and_keeps_all_rounds_beside():
+    cases = {"bf16": {"rounds_ms": [20.0, 30.0, 20.0], "samples_per_s": 5000.0, "batch": 100},
+             "fp32": {"rounds_ms": [40.0, 60.0, 40.0], "samples_per_s": 2000.0, "batch": 100}}
+    got = judged(cases, "fp32", "bf16", SimpleNamespace(step_ms=20.0))
+    assert got["measured"] == pytest.approx(100 / 0.040)
+    assert got["measured_all"] == 2000.0
+    assert (got["rounds"], got["rounds_at_pace"], got["pace_matched"]) == (3, 2, True)
+
+
+def test_judged_falls_back_to_all_rounds_and_says_so():
+    cases = {"bf16": {"rounds_ms": [30.0, 31.0], "samples_per_s": 5000.0, "batch": 100},
+             "fp32": {"rounds_ms": [40.0, 41.0], "samples_per_s": 2000.0, "batch": 100}}
+    got = judged(cases, "fp32", "bf16", SimpleNamespace(step_ms=20.0))
+    assert got["measured"] == 2000.0 and got["pace_matched"] is False
+
+
+def test_a_recording_before_the_rounds_is_measured_as_it_was_timed():
+    cases = {"fp32": {"samples_per_s": 2000.0, "step_ms": 50.0}}
+    assert judged(cases, "fp32", "bf16", SimpleNamespace(step_ms=20.0)) == {"measured": 2000.0}
+
+
+def test_the_controls_count_the_rounds_at_the_profiled_pace():
+    prof = SimpleNamespace(precision="bf16", step_ms=20.0, host_step_ms=9.0)
+    run = SimpleNamespace(op_profiles=(prof,))
+    status = {"cases": {"bf16": {"step_ms": 21.0, "rounds_ms": [20.0, 24.0, 20.5, 19.2]},
+                        "bf16 batch 1": {"step_ms": 10.0}}}
+    (row,) = timing_controls("fam", [(0, (run, status))])
+    assert (row["rounds_low_ms"], row["rounds_high_ms"]) == (19.2, 24.0)
+    assert (row["rounds_at_pace"], row["rounds"]) == (3, 4)
+    text = control_table([row])
+    assert "19.20–24.00 ms" in text and "3 of 4" in text and "again" not in text
+
+
+def test_a_row_measured_off_pace_is_marked_and_the_mark_explained():
+    row = {"set": "held_out", "family": "fam", "case": "batch ×2", "recording": "seventh",
+           "predicted": 100.0, "low": 90.0, "high": 110.0, "measured": 104.0,
+           "error_pct": -3.8, "in_band": True, "pace_matched": False}
+    text = table([row])
+    assert "| 7th ³ |" in text
+    assert "³ marks" in text
+
+
+def test_the_published_zoo_rows_timed_in_rounds_are_judged_at_pace():
+    """The published held-out rows: where a row was measured at its source's pace, its
+    measurement is the target's median over those rounds, which lies within its rounds'
+    range; where none matched, it is the median of all."""
+    doc = json.loads(RESULTS.read_text())
+    rounds = [r for r in doc["rows"] if "rounds" in r]
+    assert rounds, "the published zoo has rows timed in rounds"
+    for r in rounds:
+        assert 0 <= r["rounds_at_pace"] <= r["rounds"]
+        assert r["pace_matched"] == (r["rounds_at_pace"] >= MIN_MATCHED)
+        if not r["pace_matched"]:
+            assert r["measured"] == r["measured_all"]

@@ -1,0 +1,96 @@
+"""How steady is the host's pace on this machine, pinned to one CPU or not? A pure-Python
+loop's rate per quarter second (15 s free, 15 s pinned to one CPU of the first NUMA node),
+then three host-bound zoo steps (ConvNeXt, the LSTM, the diffusion U-Net in bf16), each
+timed in three fresh processes (free, pinned with taskset, free): their median, quartiles
+and extremes.
+
+    PYTHONPATH=src:examples/predict python3 validation/predict/hostpace.py all   # on a GPU
+
+The figures of docs/predict.md's model-zoo evidence ("the lent machine's host changes its
+pace within a minute") come from it; its JSON goes to $OUT/hostpace.json (else /tmp).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+STEPS = (("zoo.convnext:build", "bf16", 128, 400), ("zoo.lstm:build", "bf16", 128, 300),
+         ("zoo.diffusion:build", "bf16", 64, 200))
+
+
+def cpu_pace(seconds: float) -> list[float]:
+    """A fixed piece of pure-Python work's rate (a second) in each quarter second."""
+    out = []
+    end = time.time() + seconds
+    while time.time() < end:
+        t, n = time.perf_counter(), 0
+        while time.perf_counter() - t < 0.25:
+            sum(range(20000))
+            n += 1
+        out.append(n / (time.perf_counter() - t))
+    return out
+
+
+def model_steps(entry: str, precision: str, batch: int, steps: int) -> dict[str, Any]:
+    """One zoo step timed back to back, as bench train times it."""
+    import torch
+
+    from gpuaudit.workloads.precision import TrainMode
+    from gpuaudit.workloads.train import measure_mode
+
+    torch.backends.cudnn.benchmark = True
+    r = measure_mode(entry, TrainMode(precision), torch.device("cuda"), batch_size=batch,
+                     steps=steps, warmup_steps=3, min_warmup_s=0.5, count=False)
+    if isinstance(r, str):
+        return {"error": r}
+    return {"steps_ms": [round(x * 1e3, 3) for x in r.step_times_s],
+            "cpus": len(os.sched_getaffinity(0))}
+
+
+def summary(v: list[float]) -> str:
+    q = statistics.quantiles(v, n=4)
+    return (f"median {statistics.median(v):.2f} quartiles {q[0]:.2f}–{q[2]:.2f} "
+            f"range {min(v):.2f}–{max(v):.2f}")
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["model"]:
+        entry, precision, batch, steps = sys.argv[2:6]
+        print(json.dumps(model_steps(entry, precision, int(batch), int(steps))))
+        return 0
+    from gpuaudit.hw.cpus import numa_cpus
+
+    allowed = sorted(os.sched_getaffinity(0))
+    first = next(iter(numa_cpus().values()), allowed)  # the lent machine has one node
+    core = first[min(2, len(first) - 1)]
+    res: dict[str, Any] = {"numa_node_cpus": first, "pinned_cpu": core}
+    res["cpu_free"] = cpu_pace(15)
+    os.sched_setaffinity(0, {core})
+    res["cpu_pinned"] = cpu_pace(15)
+    os.sched_setaffinity(0, set(allowed))
+    for k in ("cpu_free", "cpu_pinned"):
+        print(k, "loops/s", summary(res[k]), flush=True)
+    res["runs"] = []
+    for entry, precision, batch, steps in STEPS:
+        for pin in ("", f"taskset -c {core} ", ""):
+            p = subprocess.run(f"{pin}{sys.executable} {__file__} model {entry} {precision} "
+                               f"{batch} {steps}", shell=True, capture_output=True, text=True)
+            lines = p.stdout.strip().splitlines()
+            r = json.loads(lines[-1]) if lines else {"error": p.stderr[-800:]}
+            r.update(entry=entry, pinned=bool(pin))
+            res["runs"].append(r)
+            what = summary(r["steps_ms"]) + " ms" if "steps_ms" in r else r["error"]
+            print(entry, "pinned" if pin else "free", what, flush=True)
+    with open(os.path.join(os.environ.get("OUT", "/tmp"), "hostpace.json"), "w") as f:
+        json.dump(res, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

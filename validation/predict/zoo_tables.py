@@ -1,0 +1,127 @@
+"""The model zoo's comparison as markdown: the held-out and development tables (each case's
+prediction, band, measurement and error) and the timing controls; `show` prints them from a
+compare's results.json (`zoo.py table`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from validation.predict.rounds import MIN_MATCHED, PACE_TOLERANCE
+
+
+def control_table(controls: list[dict[str, Any]]) -> str:
+    if not controls:
+        return ""
+    host = any(c.get("host_fresh_ms") for c in controls)  # recordings with batch-1 targets
+    again = any(c.get("fresh_again_ms") for c in controls)  # recordings before the rounds
+    rounds = any(c.get("rounds") for c in controls)
+    head = ["family", "precision", "profiled run", "fresh process"]
+    head += ["again"] if again else []
+    head += ["rounds (min–max)", "rounds at its pace"] if rounds else []
+    head += ["ratio"] + (["host, recorded", "host, fresh"] if host else [])
+    lines = ["**Timing controls** (the source's step in the profiled run ÷ the same step "
+             "timed in a fresh process"
+             + (", where timed again after the other targets" if again else "")
+             + (f"; timed in rounds, each round's median and the rounds within "
+                f"{PACE_TOLERANCE * 100:.0f} % of the profiled step" if rounds else "")
+             + ("; the host's time per step the profile recorded, its step at batch 1, beside "
+                "the same timed in the fresh process" if host else "") + "):", "",
+             "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for c in controls:
+        cells = [c["family"], c["precision"], _ms(c["profiled_run_ms"]), _ms(c["fresh_ms"])]
+        cells += [_ms(c.get("fresh_again_ms"))] if again else []
+        if rounds:
+            cells += ([f"{c['rounds_low_ms']:.2f}–{c['rounds_high_ms']:.2f} ms",
+                       f"{c['rounds_at_pace']} of {c['rounds']}"] if c.get("rounds")
+                      else ["", ""])
+        cells.append(f"{c['ratio']:.2f}")
+        cells += [_ms(c.get("host_recorded_ms")), _ms(c.get("host_fresh_ms"))] if host else []
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _ms(v: float | None) -> str:
+    return f"{v:.2f} ms" if v else ""
+
+
+def _num(v: float) -> str:
+    """Samples/s as the tables show them: 3 figures below 1,000, whole numbers above,
+    thousands as k past 100,000."""
+    if v >= 1e5:
+        return f"{v / 1e3:,.0f} k"
+    return f"{v:,.0f}" if v >= 999.5 else f"{v:.3g}"
+
+
+RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th",
+            "sixth": "6th", "seventh": "7th"}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The held-out and the development tables: each case's prediction, its band, the
+    measurement and the error, marked where it misses 10 % or its band."""
+    out = []
+    for which, title in (("held_out", "Held-out families"),
+                         ("development", "Development families")):
+        mine = [r for r in rows if r["set"] == which]
+        scored = [r for r in mine if "error_pct" in r]
+        within = sum(abs(r["error_pct"]) <= 10 for r in scored)
+        inside = sum(bool(r.get("in_band")) for r in scored)
+        both = sum(abs(r["error_pct"]) <= 10 and bool(r.get("in_band")) for r in scored)
+        refused = sum(1 for r in mine if "error_pct" not in r)
+        out += [f"**{title}** ({within} of {len(scored)} cases within 10 %, {inside} "
+                f"measurements inside their band; {both} both"
+                + (f"; {refused} refused or not recorded" if refused else "") + "):", "",
+                "| family | case | recorder | predicted | band | measured | error |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in mine:
+            rec = RECORDER.get(str(r.get("recording")), str(r.get("recording", "")))
+            if "measured_fresh" in r and not r["measured_fresh"]:
+                rec += " ²"  # timed in the process that had profiled
+            if r.get("pace_matched") is False:
+                rec += " ³"  # the source never ran at its profiled pace
+            meas = _num(r["measured"]) if r.get("measured") else "not measured"
+            if "predicted" in r:
+                pred, band = _num(r["predicted"]), f"{_num(r['low'])}–{_num(r['high'])}"
+            else:
+                pred, band = "refused", ""
+            if "error_pct" in r:
+                e = r["error_pct"]
+                mark = ("" if abs(e) <= 10 and r.get("in_band") else
+                        " (in band)" if r.get("in_band") else
+                        " (out of band)" if abs(e) <= 10 else " (NO)")
+                err = f"**{e:+.1f} %**{mark}"
+            else:
+                err = str(r.get("refused") or r.get("error", "?"))[:100].replace("|", "/")
+            out.append(f"| {r['family']} | {r['case']} | {rec} | {pred} | {band} | {meas} | "
+                       f"{err} |")
+        out.append("")
+    if any("measured_fresh" in r and not r["measured_fresh"] for r in rows):
+        out += ["² measured in the process that had run the profiler, which times host-bound "
+                "steps long (the timing controls below); the others in a fresh process.", ""]
+    if any("pace_matched" in r for r in rows):
+        out += [f"Targets timed in rounds beside their source are measured over the rounds "
+                f"where the source ran within {PACE_TOLERANCE * 100:.0f} % of its profiled "
+                f"step (the host's pace the prediction starts from); ³ marks those where "
+                f"fewer than {MIN_MATCHED} rounds did, measured over all rounds.", ""]
+    return "\n".join(out) + "\n"
+
+
+def show(results: Path) -> int:
+    """The tables of a compare's results.json (the published one: the recorded zoo's)."""
+    try:
+        doc = json.loads(results.read_text())
+        rows = doc["rows"]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"table: {results}: not a compare's results.json ({exc})", file=sys.stderr)
+        return 2
+    if doc.get("about"):
+        # the rates' figures, without the run id they came from
+        rates = [m[1] for b in doc.get("rates", {}).get("basis", [])
+                 if (m := re.search(r"\((matmul [^)]*)\)", b))]
+        print(f"{doc['about']}." + (f" Rates: {'; '.join(rates)}." if rates else "") + "\n")
+    print(table(rows) + control_table(doc.get("controls", [])), end="")
+    return 0
