@@ -4,10 +4,11 @@ then three host-bound zoo steps (ConvNeXt, the LSTM, the diffusion U-Net in bf16
 timed in three fresh processes (free, pinned with taskset, free): their median, quartiles
 and extremes.
 
-    PYTHONPATH=src:examples/predict python3 validation/predict/hostpace.py all   # on a GPU
+    PYTHONPATH=src:examples/predict python3 validation/predict/hostpace.py all [OUTDIR]
 
 The figures of docs/predict.md's model-zoo evidence ("the lent machine's host changes its
-pace within a minute") come from it; its JSON goes to $OUT/hostpace.json (else /tmp).
+pace within a minute") come from it, on a GPU; its JSON goes to OUTDIR/hostpace.json
+(/tmp by default).
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def main() -> int:
             res["runs"].append(r)
             what = summary(r["steps_ms"]) + " ms" if "steps_ms" in r else r["error"]
             print(entry, "pinned" if pin else "free", what, flush=True)
-    with open(os.path.join(os.environ.get("OUT", "/tmp"), "hostpace.json"), "w") as f:
+    with open(os.path.join(sys.argv[2] if len(sys.argv) > 2 else "/tmp", "hostpace.json"),
+              "w") as f:
         json.dump(res, f)
     return 0
 
