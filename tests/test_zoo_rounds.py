@@ -97,3 +97,23 @@ def test_the_published_zoo_rows_timed_in_rounds_are_judged_at_pace():
         assert r["pace_matched"] == (r["rounds_at_pace"] >= MIN_MATCHED)
         if not r["pace_matched"]:
             assert r["measured"] == r["measured_all"]
+
+
+def test_every_target_is_timed_in_each_round_and_one_that_cannot_build_says_why(monkeypatch):
+    """On the CPU, the zoo's MLP at two batches beside an entry point that does not exist:
+    both real targets are timed in every round; the missing one carries its error."""
+    import torch
+
+    from validation.predict.rounds import time_in_rounds
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "predict"))
+    said: list[str] = []
+    got = time_in_rounds([("a", "zoo.mlp:build", "bf16", 2), ("b", "zoo.mlp:build", "bf16", 4),
+                          ("gone", "zoo.nothing:build", "bf16", 2)],
+                         torch.device("cpu"), True, said.append)
+    for label in ("a", "b"):
+        assert len(got[label]["rounds_ms"]) == 1 and len(got[label]["steps_ms"]) == 2
+        assert got[label]["samples_per_s"] == pytest.approx(
+            got[label]["batch"] / (got[label]["step_ms"] / 1e3), rel=1e-3)
+    assert "error" in got["gone"] and "rounds_ms" not in got["gone"]
+    assert any("round 1/1" in s for s in said)
