@@ -30,9 +30,13 @@ MIN_MATCHED = 2  # rounds at the profiled pace for a pace-matched measurement
 
 
 def time_in_rounds(configs: list[tuple[str, str, str, int]], device: Any, tiny: bool,
-                   log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+                   log: Callable[[str], None],
+                   save: Callable[[dict[str, dict[str, Any]]], None] = lambda _: None
+                   ) -> dict[str, dict[str, Any]]:
     """(label, model, precision, batch) each built, warmed up and timed in rounds: per label
-    its steps, each round's median step and the median of them all (ms), or its error."""
+    its steps, each round's median step and the median of them all (ms), or its error.
+    `save` gets what is timed so far after each round (a process stopped by its budget keeps
+    the rounds it finished)."""
     import torch
 
     from gpuaudit.bench.stats import reason_of
@@ -63,14 +67,18 @@ def time_in_rounds(configs: list[tuple[str, str, str, int]], device: Any, tiny: 
                 times[label].append([s * 1e3 for s in step_times_s(torch, device, t.step,
                                                                    steps)])
         log(f"  round {r + 1}/{rounds} timed")
-    for label, per_round in times.items():
-        flat = [s for chunk in per_round for s in chunk]
-        step = statistics.median(flat)
-        out[label].update(step_ms=round(step, 4),
-                          samples_per_s=round(out[label]["batch"] / (step / 1e3), 4),
-                          steps_ms=[round(s, 4) for s in flat],
-                          rounds_ms=[round(statistics.median(c), 4) for c in per_round])
+        for label, per_round in times.items():
+            out[label].update(_summary(out[label]["batch"], per_round))
+        save(out)
     return out
+
+
+def _summary(batch: int, per_round: list[list[float]]) -> dict[str, Any]:
+    flat = [s for chunk in per_round for s in chunk]
+    step = statistics.median(flat)
+    return {"step_ms": round(step, 4), "samples_per_s": round(batch / (step / 1e3), 4),
+            "steps_ms": [round(s, 4) for s in flat],
+            "rounds_ms": [round(statistics.median(c), 4) for c in per_round]}
 
 
 def at_pace(source_rounds_ms: list[float], profiled_ms: float) -> list[bool]:

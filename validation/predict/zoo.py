@@ -110,9 +110,12 @@ def measure_cases(out: Path, name: str, batch: int, tiny: bool) -> int:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # as bench train runs (workloads.plan.target)
     t0 = time.time()
-    found = time_in_rounds(case_list(fam, batch, tiny), device, tiny, lambda t: log(out, t))
-    found["wall_s"] = round(time.time() - t0, 1)
-    (out / "cases" / f"{name}.json").write_text(json.dumps(found, indent=1))
+
+    def save(found: dict[str, Any]) -> None:
+        (out / "cases" / f"{name}.json").write_text(
+            json.dumps({**found, "wall_s": round(time.time() - t0, 1)}, indent=1))
+
+    save(time_in_rounds(case_list(fam, batch, tiny), device, tiny, lambda t: log(out, t), save))
     return 0
 
 
