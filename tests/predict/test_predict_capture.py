@@ -180,6 +180,10 @@ def test_bench_train_records_the_op_profile():
                                                           "scaled_dot_product_attention")}
     assert p.alt_batch == 2 and all(g.alt_batch_bytes is not None for g in p.groups)
     assert p.host_step_ms is not None and p.host_step_ms > 0
+    # timed in rounds, each beside the same step with autocast switched on
+    assert len(p.host_rounds_ms) == len(p.alt_host_rounds_ms) == 8
+    assert min(p.host_rounds_ms) <= p.host_step_ms <= max(p.host_rounds_ms)
+    assert all(ms > 0 for ms in p.alt_host_rounds_ms)
     # Without the option nothing of it is recorded.
     plain = op_profile_run("gpt-tiny", op_profile=False)
     assert not plain.op_profiles and not [m for m in plain.measurements if "/op/" in m.name]
@@ -293,8 +297,8 @@ def test_what_an_op_profile_times_is_timed_before_any_kernel_profile(monkeypatch
             return fn(*a, **k)
         return run
 
-    monkeypatch.setattr(train, "host_step_ms", logged("host", opcapture.host_step_ms))
-    monkeypatch.setattr(opcapture, "host_step_ms", logged("host again", opcapture.host_step_ms))
+    monkeypatch.setattr(train, "host_time", logged("host", opcapture.host_time))
+    monkeypatch.setattr(opcapture, "host_time", logged("host again", opcapture.host_time))
     for name in ("phase_times_ms", "time_units", "profile_kernels"):
         monkeypatch.setattr(opcapture, name, logged(name, getattr(opcapture, name)))
     run = run_bench(["train"], machine=Machine.model_validate(

@@ -223,6 +223,35 @@ def test_switching_autocast_off_or_on_moves_the_hosts_work():
     assert not any("autocast switched" in b for b in same.basis)
 
 
+def test_the_hosts_cost_of_autocast_is_the_models_own_where_its_recording_timed_it():
+    prof = load_profile(zoo_run("mlp"), "tabular-mlp/fp32")
+    assert grouped.host_ratio(prof.record) is None  # recorded before the rounds
+    # planted: four rounds of the step at batch 1, each beside the same under autocast
+    rounds = (10.0, 12.0, 11.0, 10.0)
+
+    def planted(alt):
+        return dataclasses.replace(prof, record=prof.record.model_copy(update={
+            "host_rounds_ms": rounds, "alt_host_rounds_ms": alt}))
+
+    # ratios 1.5, 1.5, 1.2, 1.6: median 1.5; quartiles 1.425 and 1.525, half their
+    # distance ÷ 1.5 = 3.3 % under the floor
+    steady = planted((15.0, 18.0, 13.2, 16.0))
+    assert grouped.host_ratio(steady.record) == (pytest.approx(1.5), grouped.U_HOST_RATIO)
+    # ratios 1.5, 2.0, 1.0, 1.6: median 1.55; quartiles 1.375 and 1.7 → ±10.5 %
+    ratio, unc = grouped.host_ratio(planted((15.0, 24.0, 11.0, 16.0)).record)
+    assert ratio == pytest.approx(1.55) and unc == pytest.approx(0.1625 / 1.55)
+    # a pair with a round missing is dropped; fewer than two pairs time nothing
+    assert grouped.host_ratio(planted((15.0,)).record) is None
+    p = predict(steady, rates(), Change(precision="bf16"), SPECS)
+    assert any("× 1.50 ±5 %" in b and "switched on" in b and "round by round" in b
+               for b in p.basis)
+    # a host 2.5 × slower with autocast, not the families' 1.18: the step becomes
+    # host-bound and longer than the fitted ratio's
+    fitted = predict(prof, rates(), Change(precision="bf16"), SPECS)
+    slow = predict(planted((25.0, 30.0, 27.5, 25.0)), rates(), Change(precision="bf16"), SPECS)
+    assert slow.step_ms > fitted.step_ms * 1.1 and slow.step_ms_high > fitted.step_ms_high
+
+
 # --- the timeline replay ---------------------------------------------------------------------
 
 

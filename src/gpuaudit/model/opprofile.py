@@ -257,6 +257,11 @@ class OpProfile(Amounts):
     # the timed step at a batch so small that its kernels hide nothing: the host's own time
     # per step without the profiler (None where not measured or not host-bound there)
     host_step_ms: float | None = None
+    # the same step timed in rounds, each round's median (`workloads.hosttime`), and paired
+    # with them the step in the other precision family (autocast switched): the host's cost
+    # of autocast in this model, each pair a moment apart on a host whose pace drifts
+    host_rounds_ms: tuple[float, ...] = ()
+    alt_host_rounds_ms: tuple[float, ...] = ()
     buckets: tuple[DdpBucket, ...] = ()
     alt_precision: str | None = None
     alt_batch: int | None = None

@@ -7,6 +7,7 @@ group's low and high end."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -20,11 +21,15 @@ from .profile import StepProfile
 from .state import StepState
 
 # The host's own work per step when autocast is switched off (a 16-bit step → fp32 or tf32;
-# the inverse when it is switched on): every operator of a 16-bit step passes autocast's
-# dispatch and its casts' cache. The development families' profiled steps, fp32 ÷ bf16 host
-# time: 0.68–1.05, geometric mean 0.85; the band covers their spread.
+# the inverse when it is switched on), for recordings that did not time it (`host_ratio`):
+# every operator of a 16-bit step passes autocast's dispatch and its casts' cache. The
+# development families' profiled steps, fp32 ÷ bf16 host time: 0.68–1.05, geometric mean
+# 0.85; the band covers their spread.
 AUTOCAST_OFF_HOST = 0.85
 U_AUTOCAST_HOST = 0.22
+# The least uncertainty on a ratio the recording timed: the host's timing itself
+# (`timeline.U_ALPHA`).
+U_HOST_RATIO = 0.05
 
 
 @dataclass
@@ -141,12 +146,16 @@ def precision(g: Grouped, state: StepState, target: str) -> None:
     rates = (state.roofs.matmul(src) or 1.0, state.roofs.matmul(target) or 1.0)
     grp.precision_change(g.record, g.changes, src, target, rates, state.roofs.memory_gbps)
     state.notes.extend(n for n in g.notes if n not in state.notes)
-    if (_autocast(src), _autocast(target)) in ((True, False), (False, True)):
-        g.host_scale *= AUTOCAST_OFF_HOST if _autocast(src) else 1 / AUTOCAST_OFF_HOST
-        g.host_unc = math.hypot(g.host_unc, U_AUTOCAST_HOST)
-        state.basis.append(f"the host's work per step × {g.host_scale:.2f} ±"
-                           f"{100 * U_AUTOCAST_HOST:.0f} %: autocast switched "
-                           f"{'off' if _autocast(src) else 'on'}")
+    if _autocast(src) != _autocast(target):
+        timed = host_ratio(g.record)
+        how = "its step at batch 1 timed in both, round by round" if timed else \
+            "the development families' mean"
+        ratio, unc = timed or ((AUTOCAST_OFF_HOST if _autocast(src) else 1 / AUTOCAST_OFF_HOST),
+                               U_AUTOCAST_HOST)
+        g.host_scale *= ratio
+        g.host_unc = math.hypot(g.host_unc, unc)
+        state.basis.append(f"the host's work per step × {ratio:.2f} ±{100 * unc:.0f} %: "
+                           f"autocast switched {'off' if _autocast(src) else 'on'} ({how})")
     _refresh(g, state, f"{src} → {target}")
     _fallback_note(g, state, f"precision {src} → {target} change")
     width = ELEMENT_BYTES[target] / ELEMENT_BYTES[src]
@@ -165,6 +174,21 @@ def precision(g: Grouped, state: StepState, target: str) -> None:
     state.basis.append(f"precision {src} → {target}: each unit group by its units timed alone "
                        "in both precisions (matmul-bound, normalizations) or by its traffic "
                        "counted in both (the rest); the step replayed from its timeline")
+
+
+def host_ratio(record: OpProfile) -> tuple[float, float] | None:
+    """The host's time per step in the other precision family ÷ in its own, as the
+    recording timed it (`OpProfile.alt_host_rounds_ms`): the median of the rounds' ratios,
+    each pair a moment apart, and its uncertainty (their half interquartile range ÷ the
+    median, at least `U_HOST_RATIO`). None where it was not timed."""
+    pairs = [(a, b) for a, b in zip(record.host_rounds_ms, record.alt_host_rounds_ms,
+                                    strict=False) if a > 0 and b > 0]
+    if len(pairs) < 2:
+        return None
+    ratios = [b / a for a, b in pairs]
+    mid = statistics.median(ratios)
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return mid, max(U_HOST_RATIO, (q3 - q1) / 2 / mid)
 
 
 def _autocast(precision: str) -> bool:

@@ -15,7 +15,6 @@ On a CPU there are no kernels: the class times are the aten operators' own CPU t
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,6 +38,7 @@ from gpuaudit.model.opprofile import (
     UnknownOp,
 )
 from gpuaudit.workloads.buckets import ddp_buckets, phase_times_ms
+from gpuaudit.workloads.hosttime import HostTime, alt_precision, eager_step, host_time
 from gpuaudit.workloads.kernelview import KernelView, profile_kernels
 from gpuaudit.workloads.records import TRAIN, single
 from gpuaudit.workloads.tally import OpTally, count_ops
@@ -66,12 +66,7 @@ class Captured:
     batch_tally: OpTally | None = None
     timed: list[TimedUnit] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    host_step_ms: float | None = None
-
-
-def alt_precision(precision: str) -> str:
-    """The other precision family whose traffic is recorded too: fp32 ↔ 16-bit autocast."""
-    return "bf16" if precision in ("fp32", "tf32") else "fp32"
+    host: HostTime | None = None
 
 
 def other_batch(batch: int) -> int:
@@ -79,9 +74,9 @@ def other_batch(batch: int) -> int:
 
 
 def capture(trainer: Trainer, *, steps: int = 3, keep_trace: str | None = None,
-            host_ms: float | None = None) -> Captured:
-    """The whole profile of a ready, warmed-up Trainer (module docstring). `host_ms`: the
-    host's time per step as measured before (`host_step_ms`), else measured here.
+            host: HostTime | None = None) -> Captured:
+    """The whole profile of a ready, warmed-up Trainer (module docstring). `host`: the host's
+    own time per step as measured before (`hosttime.host_time`), else measured here.
 
     What is timed comes before the kernel profile: a process that has run a CUDA profile
     launches slower afterwards, and on an H200 a batch-1 step timed after the profile took
@@ -90,37 +85,21 @@ def capture(trainer: Trainer, *, steps: int = 3, keep_trace: str | None = None,
     import torch
 
     from gpuaudit.workloads.models import call_make_batch
-    from gpuaudit.workloads.precision import autocast_dtype, float32_matmuls
+    from gpuaudit.workloads.precision import float32_matmuls
     from gpuaudit.workloads.trainer import to_device
 
     device, mode = trainer.device, trainer.mode
     w = trainer.workload
-
-    def one_eager_step(precision: str, inputs: Any = None, target: Any = None
-                       ) -> Callable[[], None]:
-        amp = autocast_dtype(torch, precision)
-        inputs = trainer.inputs if inputs is None else inputs
-        target = trainer.target if inputs is trainer.inputs else target
-
-        def run() -> None:
-            ctx = (torch.autocast(device.type, dtype=amp) if amp is not None
-                   else contextlib.nullcontext())
-            with ctx:
-                loss = trainer.net(*inputs, target)
-            loss.backward()
-            trainer.opt.step()
-            trainer.opt.zero_grad(set_to_none=True)
-        return run
-
     notes: list[str] = []
     phases = phase_times_ms(torch, device, trainer, steps)
-    host_step = host_ms if host_ms is not None else host_step_ms(trainer, notes)
-    tally = count_ops(one_eager_step(mode.precision), record_calls=True)
+    if host is None:
+        host = host_time(trainer, notes)
+    tally = count_ops(eager_step(trainer, mode.precision), record_calls=True)
     alt: str | None = alt_precision(mode.precision)
     alt_tally: OpTally | None = None
     try:
         with float32_matmuls(torch, tf32=alt != "fp32"):
-            alt_tally = count_ops(one_eager_step(str(alt)), record_calls=True)
+            alt_tally = count_ops(eager_step(trainer, str(alt)), record_calls=True)
     except RuntimeError as exc:  # e.g. bf16 autocast unsupported here
         notes.append(f"no {alt} traffic: {str(exc).splitlines()[0][:80]}")
         alt = None
@@ -130,8 +109,8 @@ def capture(trainer: Trainer, *, steps: int = 3, keep_trace: str | None = None,
         from gpuaudit.workloads.entry import split_batch
 
         inputs, target = split_batch(call_make_batch(w.make_batch, half, device))
-        batch_tally = count_ops(one_eager_step(
-            mode.precision, to_device(torch, inputs, device, mode.channels_last),
+        batch_tally = count_ops(eager_step(
+            trainer, mode.precision, to_device(torch, inputs, device, mode.channels_last),
             to_device(torch, target, device, False)), record_calls=True)
     except (RuntimeError, ValueError, TypeError) as exc:
         notes.append(f"not counted at batch {half}: {str(exc).splitlines()[0][:80]}")
@@ -151,43 +130,7 @@ def capture(trainer: Trainer, *, steps: int = 3, keep_trace: str | None = None,
                     buckets=ddp_buckets(params), grad_bytes=grad_bytes,
                     params=sum(p.numel() for p in unique.values()), alt_precision=alt,
                     alt_tally=alt_tally, alt_batch=half if batch_tally else None,
-                    batch_tally=batch_tally, timed=timed, notes=notes,
-                    host_step_ms=host_step)
-
-
-HOST_BATCH = 1  # a batch whose kernels are too short to hide the host
-
-
-def host_step_ms(trainer: Trainer, notes: list[str], steps: int = 6) -> float | None:
-    """The timed step at batch `HOST_BATCH`, without the profiler: the host's own time per
-    step (the same operators at any batch), which a step whose device never waits on its host
-    cannot show. None where it fails (the model needs its batch)."""
-    import statistics
-
-    import torch
-
-    from gpuaudit.workloads.entry import split_batch
-    from gpuaudit.workloads.models import call_make_batch
-    from gpuaudit.workloads.timing import step_times_s, sync
-    from gpuaudit.workloads.trainer import to_device
-
-    w, device = trainer.workload, trainer.device
-    keep = trainer.inputs, trainer.target
-    try:
-        inputs, target = split_batch(call_make_batch(w.make_batch, HOST_BATCH, device))
-        trainer.inputs = to_device(torch, inputs, device, trainer.mode.channels_last)
-        trainer.target = to_device(torch, target, device, False)
-        for _ in range(2):
-            trainer.step()
-        sync(torch, device)
-        times = step_times_s(torch, device, trainer.step, steps)
-    except (RuntimeError, ValueError, TypeError) as exc:
-        notes.append(f"host time not measured at batch {HOST_BATCH}: "
-                     f"{str(exc).splitlines()[0][:80]}")
-        return None
-    finally:
-        trainer.inputs, trainer.target = keep
-    return round(1e3 * statistics.median(times), 4)
+                    batch_tally=batch_tally, timed=timed, notes=notes, host=host)
 
 
 # --- the record --------------------------------------------------------------------------
@@ -263,7 +206,9 @@ def op_profile(c: Captured, *, workload: str, model: str, mode: Any, batch: int,
         busy_ms=round(busy, 4), forward_ms=round(c.phases_ms.get("forward", 0.0), 4),
         backward_ms=round(c.phases_ms.get("backward", 0.0), 4),
         optimizer_ms=round(c.phases_ms.get("optimizer", 0.0), 4), grad_bytes=c.grad_bytes,
-        host_step_ms=c.host_step_ms,
+        host_step_ms=c.host.step_ms if c.host else None,
+        host_rounds_ms=c.host.rounds_ms if c.host else (),
+        alt_host_rounds_ms=c.host.alt_rounds_ms if c.host else (),
         param_count=c.params, ops_per_step=t.total_ops, peak_memory_gb=peak_memory_gb,
         buckets=tuple(DdpBucket(bytes=b, ready_fraction=round(f, 4)) for b, f in c.buckets),
         alt_precision=c.alt_precision, alt_batch=c.alt_batch,

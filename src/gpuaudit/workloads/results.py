@@ -28,4 +28,4 @@ class TrainResult:
     notes: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     ops: Any = None  # workloads.opcapture.Captured when the op profile was asked for
-    host_step_ms: float | None = None  # the host's own time per step, when asked for
+    host: Any = None  # workloads.hosttime.HostTime: the host's own time per step, when asked

@@ -135,7 +135,7 @@ def _train_model(ctx: BenchContext, tgt: Target, name: str, modes: list[TrainMod
             name, mode, tgt.device, batch_size=batch, steps=1, warmup_steps=warmup,
             min_warmup_s=min_warm, count=False, compile_backend=backend,
             compile_mode=str(compile_mode) if compile_mode else None, op_profile=True,
-            keep_trace=_trace_path(traces, name, mode), host_ms=result.host_step_ms)
+            keep_trace=_trace_path(traces, name, mode), host=result.host)
         if isinstance(captured, str) or captured.ops is None:
             why = captured if isinstance(captured, str) else "the profiler captured nothing"
             yield records.train_skipped(name, f"{mode.id}/op-profile", why,

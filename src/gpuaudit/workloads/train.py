@@ -7,8 +7,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from gpuaudit.workloads.hosttime import HostTime, host_time
 from gpuaudit.workloads.memory import in_use, is_oom, oom_reason, release
-from gpuaudit.workloads.opcapture import capture, host_step_ms
+from gpuaudit.workloads.opcapture import capture
 from gpuaudit.workloads.precision import TrainMode, float32_matmuls
 from gpuaudit.workloads.results import TrainResult
 from gpuaudit.workloads.timing import is_cuda, release_cupti_after_profiling, step_times_s, sync
@@ -20,10 +21,10 @@ def run_mode(model: str, mode: TrainMode, device: Any, *, batch_size: int | None
              compile_backend: str = "inductor", compile_mode: str | None = None,
              profile_to: str | None = None, op_profile: bool = False,
              keep_trace: str | None = None, host_step: bool = False,
-             host_ms: float | None = None) -> TrainResult:
+             host: HostTime | None = None) -> TrainResult:
     """One mode built, warmed up and timed. `host_step`: also the host's own time per step
-    (`opcapture.host_step_ms`), for an op profile taken later in the process; `op_profile`:
-    the op profile too, with `host_ms` as its host time where measured before."""
+    (`hosttime.host_time`), for an op profile taken later in the process; `op_profile`:
+    the op profile too, with `host` as its host time where measured before."""
     import torch
 
     with float32_matmuls(torch, tf32=mode.precision != "fp32"):
@@ -35,11 +36,11 @@ def run_mode(model: str, mode: TrainMode, device: Any, *, batch_size: int | None
         counted = t.count_flops() if count else None
         times = step_times_s(torch, device, t.step, steps)
         loss = float(t.last_loss.detach().float().item())
-        host = host_step_ms(t, t.notes) if host_step else None
+        host_now = host_time(t, t.notes) if host_step else None
         peak = int(torch.cuda.max_memory_allocated(device)) if is_cuda(device) else None
         if profile_to:
             kernel_table(torch, device, t.step, f"{model} {mode.id}", profile_to)
-        ops = capture(t, keep_trace=keep_trace, host_ms=host_ms) if op_profile else None
+        ops = capture(t, keep_trace=keep_trace, host=host) if op_profile else None
     w = t.workload
     per_step = (w.train_flops_per_sample * w.batch_size if w.train_flops_per_sample
                 else (counted.model if counted else None))
@@ -53,7 +54,7 @@ def run_mode(model: str, mode: TrainMode, device: Any, *, batch_size: int | None
                        final_loss=loss, model_flops_per_step=per_step, flops_source=source,
                        flop_count=counted, notes=notes, params=dict(w.params or {}),
                        expected_count_per_sample=w.expected_count_per_sample, ops=ops,
-                       host_step_ms=host)
+                       host=host_now)
 
 
 def measure_mode(model: str, mode: TrainMode, device: Any, **kwargs: Any) -> TrainResult | str:

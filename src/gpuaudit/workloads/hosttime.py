@@ -1,0 +1,121 @@
+"""The host's own time per step, for `gpuaudit predict`: the step at a batch so small that its
+kernels hide nothing (`HOST_BATCH`), timed without the profiler.
+
+It is timed in rounds (`HOST_ROUNDS` × `ROUND_STEPS` steps), each round beside the same step
+in the other precision family (fp32 ↔ 16-bit autocast). Two reasons:
+
+- the lent H200's host (a KVM guest) changes pace by tens of percent within a minute: a
+  handful of steps measured one moment's pace, and a prediction started from it missed
+  host-bound targets by as much; rounds spread over seconds measure the usual pace;
+- autocast's own host work (its dispatch, the casts and their cache) differs from model to
+  model: the ratio of the two precisions' host time measured round by round, each pair a
+  moment apart, is the model's own, where one ratio fitted on other models was off by up to
+  a third (ConvNeXt ×1.50 against ×1.18).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuaudit.workloads.trainer import Trainer
+
+HOST_BATCH = 1
+HOST_ROUNDS = 8
+ROUND_STEPS = 6
+
+
+@dataclass(frozen=True)
+class HostTime:
+    step_ms: float  # the median step over every round
+    rounds_ms: tuple[float, ...]  # each round's median step
+    alt_precision: str | None = None  # the other precision family, where it ran
+    alt_rounds_ms: tuple[float, ...] = ()  # its step each round, paired with `rounds_ms`
+
+
+def alt_precision(precision: str) -> str:
+    """The other precision family: fp32 ↔ 16-bit autocast."""
+    return "bf16" if precision in ("fp32", "tf32") else "fp32"
+
+
+def eager_step(trainer: Trainer, precision: str, inputs: Any = None,
+               target: Any = None) -> Callable[[], None]:
+    """One eager training step of `trainer`'s model in `precision` (autocast on for the
+    16-bit families), on its own batch or on `inputs`/`target`."""
+    import torch
+
+    from gpuaudit.workloads.precision import autocast_dtype
+
+    amp = autocast_dtype(torch, precision)
+    device = trainer.device
+    if inputs is None:
+        inputs, target = trainer.inputs, trainer.target
+
+    def run() -> None:
+        ctx = (torch.autocast(device.type, dtype=amp) if amp is not None
+               else contextlib.nullcontext())
+        with ctx:
+            loss = trainer.net(*inputs, target)
+        loss.backward()
+        trainer.opt.step()
+        trainer.opt.zero_grad(set_to_none=True)
+    return run
+
+
+def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
+              steps: int = ROUND_STEPS) -> HostTime | None:
+    """The step at `HOST_BATCH` in `rounds` rounds of `steps` steps, each round followed by the
+    same in the other precision family (an eager step: not for a compiled mode, whose host
+    work is inductor's). None where the model cannot run at that batch; the other family
+    left out, with a note, where it cannot run."""
+    import torch
+
+    from gpuaudit.workloads.entry import split_batch
+    from gpuaudit.workloads.models import call_make_batch
+    from gpuaudit.workloads.precision import float32_matmuls
+    from gpuaudit.workloads.timing import step_times_s, sync
+    from gpuaudit.workloads.trainer import to_device
+
+    w, device, mode = trainer.workload, trainer.device, trainer.mode
+    keep = trainer.inputs, trainer.target
+    alt = None if mode.compile else alt_precision(mode.precision)
+    mine: list[list[float]] = []
+    other: list[list[float]] = []
+    try:
+        inputs, target = split_batch(call_make_batch(w.make_batch, HOST_BATCH, device))
+        trainer.inputs = to_device(torch, inputs, device, mode.channels_last)
+        trainer.target = to_device(torch, target, device, False)
+        alt_step = eager_step(trainer, alt) if alt else None
+        for _ in range(2):
+            trainer.step()
+        if alt_step is not None:
+            try:
+                with float32_matmuls(torch, tf32=alt != "fp32"):
+                    for _ in range(2):
+                        alt_step()
+            except RuntimeError as exc:  # e.g. bf16 autocast unsupported here
+                notes.append(f"host time not measured in {alt}: "
+                             f"{str(exc).splitlines()[0][:80]}")
+                alt = alt_step = None
+        sync(torch, device)
+        for _ in range(rounds):
+            mine.append([1e3 * s for s in step_times_s(torch, device, trainer.step, steps)])
+            if alt_step is not None:
+                with float32_matmuls(torch, tf32=alt != "fp32"):
+                    other.append([1e3 * s for s in step_times_s(torch, device, alt_step,
+                                                                steps)])
+    except (RuntimeError, ValueError, TypeError) as exc:
+        notes.append(f"host time not measured at batch {HOST_BATCH}: "
+                     f"{str(exc).splitlines()[0][:80]}")
+        return None
+    finally:
+        trainer.inputs, trainer.target = keep
+    return HostTime(
+        step_ms=round(statistics.median([s for r in mine for s in r]), 4),
+        rounds_ms=tuple(round(statistics.median(r), 4) for r in mine),
+        alt_precision=alt if other else None,
+        alt_rounds_ms=tuple(round(statistics.median(r), 4) for r in other))
