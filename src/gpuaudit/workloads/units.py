@@ -9,9 +9,9 @@ step counted at the recorded batch and at another one).
 A precision or batch change moves a group's time by the ratio of these times (Σ count × time
 there ÷ Σ count × time here), as the convolutions' and batch norm's layers timed alone did on
 the H200 (within 2 % of their steps' own ratios). Calls are timed back to back with the host
-held out (`timing.held_call_ms`), a long call one at a time; within a wall-clock budget, the
-units that hold the most of the step's work first, every unit in every precision before any
-at another batch.
+held out (`timing.held_call_ms`), a long call one at a time; within a wall-clock budget
+shared out among the settings, the units that hold the most of the step's work first, the
+recorded precision first.
 """
 
 from __future__ import annotations
@@ -268,12 +268,17 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
     if budget_s is None:
         budget = max(budget, PER_TIMING_S[cuda] * len(chosen) * len(settings))
     each = budget / max(1, len(chosen) * len(settings))
-    deadline = time.perf_counter() + budget
+    start = time.perf_counter()
     times: dict[int, list[UnitTime]] = {i: [] for i in range(len(chosen))}
-    for p, scale in settings:
+    for k, (p, scale) in enumerate(settings):
+        # each setting by its share of the budget, what one leaves passed on: a slow one (a
+        # bf16 step's units in fp32, cuDNN autotuning) does not starve those after it
+        stop = start + budget * (k + 1) / len(settings)
         for i, (c, _n) in enumerate(chosen):
-            if time.perf_counter() > deadline:
+            if time.perf_counter() > stop:
                 break
+            if own and k > 0 and not times[i]:
+                continue  # not timed in its own precision: nothing to take a ratio to
             key = rank[id(c)]
             family = c if _family(p) == _family(precision) else \
                 families.get(_family(p), {}).get(key)
