@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaudit.workloads.flops import FlopCount
+from gpuaudit.workloads.hosttime import HostTime
 from gpuaudit.workloads.precision import TrainMode
 
 
@@ -28,4 +29,4 @@ class TrainResult:
     notes: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     ops: Any = None  # workloads.opcapture.Captured when the op profile was asked for
-    host: Any = None  # workloads.hosttime.HostTime: the host's own time per step, when asked
+    host: HostTime | None = None  # the host's own time per step, when asked for
