@@ -333,6 +333,24 @@ def test_a_step_the_device_hardly_waited_in_bounds_alpha_and_the_host_measured_s
     assert tlm.calibrate(tl, 62.0, host_step_us=90.0).alpha == pytest.approx(0.62, abs=1e-6)
 
 
+def test_the_devices_gap_between_queued_kernels_is_the_devices_and_kept_per_kernel():
+    # each step's second kernel, queued behind the first, starts 2 µs after it ends
+    tl = _timeline(start_us=(5.0, 37.0, 105.0, 137.0, 205.0, 237.0))
+    assert tlm.queued_gap_us(tl) == 2.0
+    # the host measured at 40 µs a step (α 0.4): the device binds, 60 µs of kernels and a
+    # gap before each (both queued at that pace); timed at 61 µs: a gap of 0.5 µs fills it,
+    # and α stays the host's measured pace
+    rep = tlm.calibrate(tl, 61.0, host_step_us=40.0)
+    assert rep.alpha == pytest.approx(0.4) and rep.gap_us == pytest.approx(0.5, abs=1e-4)
+    # kernels three times longer: 180 µs and the same two gaps, not the step × 61/60
+    assert tlm.period(tl, [90.0] * 6, rep.alpha, None, rep.gap_us)[0] == pytest.approx(181.0)
+    # a host measured slower than the timed step allows (70 µs): α is found instead, no gap
+    slow = tlm.calibrate(tl, 61.0, host_step_us=70.0)
+    assert slow.gap_us == 0.0 and slow.alpha < 0.7
+    # a step the trace's own gap cannot fill (timed at 70 µs, 64 at most): α is found
+    assert tlm.calibrate(tl, 70.0, host_step_us=40.0).gap_us == 0.0
+
+
 def test_host_time_blocked_in_a_full_queue_is_not_the_hosts():
     tl = _timeline(blocked_us=(0.0, 0.0, 60.0, 0.0, 60.0, 0.0))
     # 60 of each 100 µs between steps were spent waiting on the device: the host's own

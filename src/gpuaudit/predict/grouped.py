@@ -299,8 +299,9 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
     fix = rec.step_ms * 1e3 / rep.period_us if rep.period_us > 0 else 1.0
     alpha = rep.alpha * g.host_scale
     u = math.hypot(rep.alpha_unc, g.host_unc)
-    mid, share = tlm.period(tl, durs(0.0), alpha, lat)
-    low, _ = tlm.period(tl, durs(-1.0), alpha * (1 - u), lat)
-    high, _ = tlm.period(tl, durs(1.0), alpha * (1 + u), lat)
+    gap = rep.gap_us
+    mid, share = tlm.period(tl, durs(0.0), alpha, lat, gap)
+    low, _ = tlm.period(tl, durs(-1.0), alpha * (1 - u), lat, gap)
+    high, _ = tlm.period(tl, durs(1.0), alpha * (1 + u), lat, gap)
     return Step(mid * fix / 1e3, low * fix / 1e3, high * fix / 1e3, share, rep.alpha,
                 rep.identified)
