@@ -177,3 +177,38 @@ def test_bench_train_records_the_units_and_predict_moves_them_by_their_timing():
     p = predict(load_profile(run, "resnet-tiny/fp32"), rates, Change(precision="bf16"), specs)
     conv = next(c for c in p.classes if c.op_class == "conv")
     assert "conv2d its units timed alone" in conv.basis or "timing alone" in conv.basis
+
+
+def test_embedding_bags_are_timed_at_other_batches_their_offsets_continued(monkeypatch):
+    """An embedding's backward sorts its lookups: its time follows the batch where the
+    traffic counted (the tables' gradient) does not, so its calls are timed alone too; at
+    another batch its lookups repeat and its bags' offsets go on from where they ended
+    (repeated, they would start at 0 again: out of order, an error on a CPU, undefined on a
+    GPU)."""
+    from gpuaudit.workloads import units
+
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(1000, 16, mode="sum")
+
+    def tally(n):
+        ids, offsets = torch.randint(0, 1000, (n * 4,)), torch.arange(0, n * 4, 4)
+        return count_ops(lambda: bag(ids, offsets).sum().backward(), record_calls=True)
+
+    own, half = tally(8), tally(4)
+    (call,) = [c for c in own.calls if c.name == "embedding_bag"]
+    assert call.op_class == "embedding"
+    built = []
+    real = units._offsets_continued
+
+    def keep(t, c, args):
+        out = real(t, c, args)
+        built.append(out[2].tolist())
+        return out
+    monkeypatch.setattr(units, "_offsets_continued", keep)
+    units.replay(torch, torch.device("cpu"), call, call, half.calls[0], 8, 4, 2.0, None)()
+    assert built == [list(range(0, 64, 4))]
+    timed = time_units(torch, torch.device("cpu"), "fp32", own.calls, {}, half.calls, 8, 4,
+                       budget_s=2.0)
+    (unit,) = [u for u in timed if u.unit == "embedding_bag"]
+    assert {(t.precision, t.batch_scale) for t in unit.times} == {
+        ("fp32", 1.0), ("fp32", 0.5), ("fp32", 2.0)}

@@ -1,4 +1,4 @@
-"""The step's matmul-bound and normalization calls as the user's code made them (a
+"""The step's matmul-bound, normalization and embedding calls as the user's code made them (a
 `TorchFunctionMode`), kept as specs that `workloads.units` can replay alone: each call's
 function, its arguments with every tensor replaced by its shape, dtype, strides and whether
 it needed a gradient, and the integer tensors' values (indices, lengths: their values matter).
@@ -19,9 +19,10 @@ from typing import Any
 
 from gpuaudit.workloads.opclass import canonical, unit_class
 
-# The classes whose calls are kept for timing alone (matmul-bound, and normalizations: their
-# implementation changes with the precision).
-TIMED_CLASSES = ("gemm", "attention", "conv", "rnn", "norm")
+# The classes whose calls are kept for timing alone (matmul-bound; normalizations: their
+# implementation changes with the precision; embeddings: their backward sorts the lookups,
+# whose time follows the batch where the traffic counted, the tables' gradient, does not).
+TIMED_CLASSES = ("gemm", "attention", "conv", "rnn", "norm", "embedding")
 KEEP_VALUES = 1 << 20  # integer tensors up to this many elements keep their values
 _GUARDS = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
 _DUNDER = {"__matmul__": "matmul", "__rmatmul__": "matmul"}

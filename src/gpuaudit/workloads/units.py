@@ -1,10 +1,10 @@
-"""The step's matmul-bound and normalization units timed alone: each distinct call, forward +
-backward (the gradients its step took), replayed with fresh tensors of its shapes, strides
-and dtypes (its integer tensors' own values) in each precision of `TIMED_PRECISIONS` (each
-with the dtypes that precision family's own step fed it, under its autocast, TF32 as it has
-it: off for fp32) and at each batch size of `BATCH_SCALES` × the recorded one in the
-recorded precision (the dimensions that follow the batch are those that differ between the
-step counted at the recorded batch and at another one).
+"""The step's matmul-bound, normalization and embedding units timed alone: each distinct
+call, forward + backward (the gradients its step took), replayed with fresh tensors of its
+shapes, strides and dtypes (its integer tensors' own values) in each precision of
+`TIMED_PRECISIONS` (each with the dtypes that precision family's own step fed it, under its
+autocast, TF32 as it has it: off for fp32) and at each batch size of `BATCH_SCALES` × the
+recorded one in the recorded precision (the dimensions that follow the batch are those that
+differ between the step counted at the recorded batch and at another one).
 
 A precision or batch change moves a group's time by the ratio of these times (Σ count × time
 there ÷ Σ count × time here), as the convolutions' and batch norm's layers timed alone did on
@@ -135,6 +135,22 @@ def _first_tensor(out: Any, torch: Any) -> Any:
     return None
 
 
+def _offsets_continued(torch: Any, call: Call, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`embedding_bag(weight, input, offsets, …)` at another batch: its lookups' values are
+    repeated (`_tensor`), so each repeat of its bags' offsets starts where the lookups
+    before it end, not at 0 again (repeated offsets would fall back)."""
+    spec = call.args[2] if len(call.args) > 2 else None
+    if not isinstance(spec, TensorSpec) or spec.values is None or len(spec.shape) != 1 or \
+            not isinstance(call.args[1], TensorSpec) or len(call.args[1].shape) != 1:
+        raise ValueError("embedding_bag without 1-D offsets: not replayed at another batch")
+    offsets = args[2]
+    n, known = offsets.shape[0], spec.values
+    looked_up = call.args[1].shape[0]
+    tiles = [known + k * looked_up for k in range(math.ceil(n / known.shape[0]))]
+    offsets.copy_(torch.cat(tiles)[:n].to(offsets.device, offsets.dtype))
+    return args
+
+
 RNN_MODULES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
 
 
@@ -168,6 +184,8 @@ def replay(torch: Any, device: Any, call: Call, family: Call, alt_batch_call: Ca
     kwargs = _build(torch, device, call.kwargs, alt_kwargs, family.kwargs, batch, alt_batch,
                     scale, leaves)
     func = call.func
+    if call.name == "embedding_bag" and scale != 1.0:
+        args = _offsets_continued(torch, call, args)
     if call.name in RNN_MODULES:
         func, args = _rnn(torch, device, call, args)
         leaves = [t for t in (args[0], *func.parameters()) if t.requires_grad]
