@@ -138,7 +138,8 @@ def _first_tensor(out: Any, torch: Any) -> Any:
 def _offsets_continued(torch: Any, call: Call, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """`embedding_bag(weight, input, offsets, …)` at another batch: its lookups' values are
     repeated (`_tensor`), so each repeat of its bags' offsets starts where the lookups
-    before it end, not at 0 again (repeated offsets would fall back)."""
+    before it end (repeated as they are, the offsets would start at 0 again: out of order,
+    an error on a CPU and undefined on a GPU)."""
     spec = call.args[2] if len(call.args) > 2 else None
     if not isinstance(spec, TensorSpec) or spec.values is None or len(spec.shape) != 1 or \
             not isinstance(call.args[1], TensorSpec) or len(call.args[1].shape) != 1:
