@@ -231,7 +231,6 @@ def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None) 
     measured ratio (else `DEFAULT_ALPHA`) below the bound is taken."""
     lat = latency_us(tl)
     durs = tl.dur_us
-    full, share = period(tl, durs, 1.0, lat)
     recorded = host_us(tl, lat)
     # the host's own time per step measured without the profiler, as a share of the recorded
     measured = (min(1.0, max(ALPHA_RANGE[0], host_step_us / recorded))
@@ -240,6 +239,7 @@ def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None) 
         gapped = _gap_at(tl, durs, measured, lat, step_us)
         if gapped is not None:
             return gapped
+    full, share = period(tl, durs, 1.0, lat)
     if full <= step_us * 1.02:
         if measured is not None:
             return Replay(period(tl, durs, measured, lat)[0], measured, share, True)

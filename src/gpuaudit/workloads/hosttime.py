@@ -33,8 +33,9 @@ ROUND_STEPS = 6
 class HostTime:
     step_ms: float  # the median step over every round
     rounds_ms: tuple[float, ...]  # each round's median step
-    alt_precision: str | None = None  # the other precision family, where it ran
-    alt_rounds_ms: tuple[float, ...] = ()  # its step each round, paired with `rounds_ms`
+    # the same step in the other precision family (`alt_precision`) each round, paired with
+    # `rounds_ms`; empty where it could not run
+    alt_rounds_ms: tuple[float, ...] = ()
 
 
 def alt_precision(precision: str) -> str:
@@ -117,5 +118,4 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
     return HostTime(
         step_ms=round(statistics.median([s for r in mine for s in r]), 4),
         rounds_ms=tuple(round(statistics.median(r), 4) for r in mine),
-        alt_precision=alt if other else None,
         alt_rounds_ms=tuple(round(statistics.median(r), 4) for r in other))
