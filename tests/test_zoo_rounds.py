@@ -120,3 +120,22 @@ def test_every_target_is_timed_in_each_round_and_one_that_cannot_build_says_why(
             got[label]["batch"] / (got[label]["step_ms"] / 1e3), rel=1e-3)
     assert "error" in got["gone"] and "rounds_ms" not in got["gone"]
     assert any("round 1/1" in s for s in said)
+
+
+def test_two_recordings_of_a_set_get_a_table_each_with_their_own_counts():
+    def row(rec, err):
+        return {"set": "held_out", "family": "fam", "case": "size", "recording": rec,
+                "predicted": 100.0, "low": 95.0, "high": 105.0,
+                "measured": 100.0 / (1 + err / 100), "error_pct": err, "in_band": abs(err) < 5}
+
+    text = table([row("eighth", 2.0), row("tenth", 20.0)])
+    assert "**Held-out families, 8th recording** (1 of 1 cases within 10 %" in text
+    assert "**Held-out families, 10th recording** (0 of 1 cases within 10 %" in text
+    one = table([row("eighth", 2.0)])
+    assert "**Held-out families** (1 of 1" in one and "recording**" not in one
+    prof = SimpleNamespace(precision="bf16", step_ms=20.0, host_step_ms=9.0)
+    status = {"cases": {"bf16": {"step_ms": 21.0}}}
+    (c8,) = timing_controls("fam", [(0, (SimpleNamespace(op_profiles=(prof,)), status))])
+    c10 = dict(c8, recording="tenth")
+    assert "| fam | 10th | bf16 |" in control_table([dict(c8, recording="eighth"), c10])
+    assert "| fam | bf16 |" in control_table([c8])

@@ -4,6 +4,7 @@ precision family's (`workloads.hosttime`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import statistics
 
@@ -67,3 +68,25 @@ def test_each_recording_predicts_the_others_step(run, src, target):
     assert p.step_ms == pytest.approx(there.step_ms, rel=0.10)
     assert p.step_ms_low <= there.step_ms * 1.05 and p.step_ms_high >= there.step_ms * 0.95
     assert any("round by round" in b for b in p.basis)
+
+
+def test_a_host_that_moved_while_profiling_widens_the_band_and_says_so(run):
+    """The same recording with its host's rounds at batch 1 planted ±20 % apart (an unsteady
+    loan's host moved 4–34 % a recording): the fp32 → bf16 step keeps its figure, its band
+    takes the host's range where the host binds, and a note says why; the steady original
+    has no such note."""
+    steady = load_profile(run, "convnext-s/fp32")
+    rounds = steady.record.host_rounds_ms
+    mid = statistics.median(rounds)
+    moved = tuple(mid * (1.2 if i % 2 else 0.8) for i in range(len(rounds)))
+    assert tlm.rounds_moved(moved) == pytest.approx(0.2)
+    unsteady = dataclasses.replace(steady, record=steady.record.model_copy(
+        update={"host_rounds_ms": moved}))
+    a, b = (predict(p, rates(), Change(precision="bf16"), SPECS) for p in (steady, unsteady))
+    assert b.step_ms == pytest.approx(a.step_ms, rel=1e-6)
+    # a slower host lengthens the step where the host binds; a faster one cannot shorten
+    # it past the device's time, so only the high edge moves
+    assert b.step_ms_high > a.step_ms_high * 1.015
+    assert b.step_ms_low == pytest.approx(a.step_ms_low, rel=0.01)
+    assert any("pace moved ±20 %" in n for n in b.notes)
+    assert not any("pace moved" in n for n in a.notes)

@@ -19,7 +19,10 @@ def control_table(controls: list[dict[str, Any]]) -> str:
     host = any(c.get("host_fresh_ms") for c in controls)  # recordings with batch-1 targets
     again = any(c.get("fresh_again_ms") for c in controls)  # recordings before the rounds
     rounds = any(c.get("rounds") for c in controls)
-    head = ["family", "precision", "profiled run", "fresh process"]
+    # controls of several recordings (the published table's two loans) say whose they are
+    recs = len({c.get("recording") for c in controls}) > 1
+    head = ["family"] + (["recording"] if recs else []) + ["precision", "profiled run",
+                                                            "fresh process"]
     head += ["again"] if again else []
     head += ["rounds (min–max)", "rounds at its pace"] if rounds else []
     head += ["ratio"] + (["host, recorded", "host, fresh"] if host else [])
@@ -32,7 +35,8 @@ def control_table(controls: list[dict[str, Any]]) -> str:
                 "the same timed in the fresh process" if host else "") + "):", "",
              "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for c in controls:
-        cells = [c["family"], c["precision"], _ms(c["profiled_run_ms"]), _ms(c["fresh_ms"])]
+        cells = [c["family"]] + ([RECORDER.get(c.get("recording"), "")] if recs else [])
+        cells += [c["precision"], _ms(c["profiled_run_ms"]), _ms(c["fresh_ms"])]
         cells += [_ms(c.get("fresh_again_ms"))] if again else []
         if rounds:
             cells += ([f"{c['rounds_low_ms']:.2f}–{c['rounds_high_ms']:.2f} ms",
@@ -58,48 +62,26 @@ def _num(v: float) -> str:
 
 RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th",
             "sixth": "6th", "seventh": "7th", "eighth": "8th",
-            "ninth": "9th"}
+            "ninth": "9th", "tenth": "10th"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The held-out and the development tables: each case's prediction, its band, the
-    measurement and the error, marked where it misses 10 % or its band."""
+    measurement and the error, marked where it misses 10 % or its band; one table per
+    recording where a set holds several (the same cases recorded on two loans)."""
     out = []
     for which, title in (("held_out", "Held-out families"),
                          ("development", "Development families")):
         mine = [r for r in rows if r["set"] == which]
-        scored = [r for r in mine if "error_pct" in r]
-        within = sum(abs(r["error_pct"]) <= 10 for r in scored)
-        inside = sum(bool(r.get("in_band")) for r in scored)
-        both = sum(abs(r["error_pct"]) <= 10 and bool(r.get("in_band")) for r in scored)
-        refused = sum(1 for r in mine if "error_pct" not in r)
-        out += [f"**{title}** ({within} of {len(scored)} cases within 10 %, {inside} "
-                f"measurements inside their band; {both} both"
-                + (f"; {refused} refused or not recorded" if refused else "") + "):", "",
-                "| family | case | recorder | predicted | band | measured | error |",
-                "| --- | --- | --- | --- | --- | --- | --- |"]
-        for r in mine:
-            rec = RECORDER.get(str(r.get("recording")), str(r.get("recording", "")))
-            if "measured_fresh" in r and not r["measured_fresh"]:
-                rec += " ²"  # timed in the process that had profiled
-            if r.get("pace_matched") is False:
-                rec += " ³"  # the source never ran at its profiled pace
-            meas = _num(r["measured"]) if r.get("measured") else "not measured"
-            if "predicted" in r:
-                pred, band = _num(r["predicted"]), f"{_num(r['low'])}–{_num(r['high'])}"
-            else:
-                pred, band = "refused", ""
-            if "error_pct" in r:
-                e = r["error_pct"]
-                mark = ("" if abs(e) <= 10 and r.get("in_band") else
-                        " (in band)" if r.get("in_band") else
-                        " (out of band)" if abs(e) <= 10 else " (NO)")
-                err = f"**{e:+.1f} %**{mark}"
-            else:
-                err = str(r.get("refused") or r.get("error", "?"))[:100].replace("|", "/")
-            out.append(f"| {r['family']} | {r['case']} | {rec} | {pred} | {band} | {meas} | "
-                       f"{err} |")
-        out.append("")
+        recs = list(dict.fromkeys(r["recording"] for r in mine if r.get("recording")))
+        if len(recs) < 2:
+            out += _block(title, mine)
+            continue
+        for rec in recs:
+            out += _block(f"{title}, {RECORDER.get(rec, rec)} recording",
+                          [r for r in mine if r.get("recording") == rec])
+        if left := [r for r in mine if not r.get("recording")]:
+            out += _block(f"{title}, not recorded", left)
     if any("measured_fresh" in r and not r["measured_fresh"] for r in rows):
         out += ["² measured in the process that had run the profiler, which times host-bound "
                 "steps long (the timing controls below); the others in a fresh process.", ""]
@@ -111,6 +93,49 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _block(title: str, mine: list[dict[str, Any]]) -> list[str]:
+    """One set's table: its counts, then a row per case."""
+    scored = [r for r in mine if "error_pct" in r]
+    within = sum(abs(r["error_pct"]) <= 10 for r in scored)
+    inside = sum(bool(r.get("in_band")) for r in scored)
+    both = sum(abs(r["error_pct"]) <= 10 and bool(r.get("in_band")) for r in scored)
+    refused = sum(1 for r in mine if "error_pct" not in r)
+    out = [f"**{title}** ({within} of {len(scored)} cases within 10 %, {inside} "
+           f"measurements inside their band; {both} both"
+           + (f"; {refused} refused or not recorded" if refused else "") + "):", "",
+           "| family | case | recorder | predicted | band | measured | error |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in mine:
+        rec = RECORDER.get(str(r.get("recording")), str(r.get("recording", "")))
+        if "measured_fresh" in r and not r["measured_fresh"]:
+            rec += " ²"  # timed in the process that had profiled
+        if r.get("pace_matched") is False:
+            rec += " ³"  # the source never ran at its profiled pace
+        meas = _num(r["measured"]) if r.get("measured") else "not measured"
+        if "predicted" in r:
+            pred, band = _num(r["predicted"]), f"{_num(r['low'])}–{_num(r['high'])}"
+        else:
+            pred, band = "refused", ""
+        if "error_pct" in r:
+            e = r["error_pct"]
+            mark = ("" if abs(e) <= 10 and r.get("in_band") else
+                    " (in band)" if r.get("in_band") else
+                    " (out of band)" if abs(e) <= 10 else " (NO)")
+            err = f"**{e:+.1f} %**{mark}"
+        else:
+            err = str(r.get("refused") or r.get("error", "?"))[:100].replace("|", "/")
+        out.append(f"| {r['family']} | {r['case']} | {rec} | {pred} | {band} | {meas} | "
+                   f"{err} |")
+    out.append("")
+    return out
+
+
+def _rates(rates: dict[str, Any]) -> str:
+    """A rates run's figures, without the run id they came from."""
+    return "; ".join(m[1] for b in rates.get("basis", [])
+                     if (m := re.search(r"\((matmul [^)]*)\)", b)))
+
+
 def show(results: Path) -> int:
     """The tables of a compare's results.json (the published one: the recorded zoo's)."""
     try:
@@ -120,9 +145,11 @@ def show(results: Path) -> int:
         print(f"table: {results}: not a compare's results.json ({exc})", file=sys.stderr)
         return 2
     if doc.get("about"):
-        # the rates' figures, without the run id they came from
-        rates = [m[1] for b in doc.get("rates", {}).get("basis", [])
-                 if (m := re.search(r"\((matmul [^)]*)\)", b))]
-        print(f"{doc['about']}." + (f" Rates: {'; '.join(rates)}." if rates else "") + "\n")
+        rates = doc.get("rates", {})
+        # one recording's rates, or each recording's (recording → rates) where it holds several
+        each = {"": rates} if "basis" in rates else rates
+        said = [f"Rates{f', {RECORDER.get(k, k)} recording' if k else ''}: {figures}."
+                for k, r in each.items() if (figures := _rates(r))]
+        print(" ".join([f"{doc['about']}.", *said]) + "\n")
     print(table(rows) + control_table(doc.get("controls", [])), end="")
     return 0

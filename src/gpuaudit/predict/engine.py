@@ -54,6 +54,10 @@ U_PRECISION = precision_change.U_PRECISION
 U_GPU = {True: {"tensor": 0.12, "memory": 0.08}, False: {"tensor": 0.30, "memory": 0.15}}
 U_ALLREDUCE = 0.30
 U_IDLE = 0.50
+# Past this, a note says the host's pace moved while the run was profiled (the zoo's H200
+# recordings: its rounds at batch 1 moved ±0.1–5 % on a host that held its pace, ±4–34 % on
+# unsteady ones).
+HOST_MOVED_NOTE = 0.05
 
 # Where no all-reduce was measured: a ring reaches this share of one direction of the GPU's
 # link at large sizes, and this share of that at 1 MiB (both measured on 2 × H200, NV18:
@@ -319,6 +323,12 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
                            f"and waits kept (host time × {replayed.alpha:.2f}, {how}); the "
                            f"device waited on the host {replayed.host_bound_share:.0%} of the "
                            "replayed step")
+        if replayed.host_moved > HOST_MOVED_NOTE:
+            state.notes.append(
+                f"the host's pace moved ±{100 * replayed.host_moved:.0f} % while this run was "
+                "profiled (its step at batch 1, round by round): the band carries it, and a "
+                "host-bound figure holds only on a host at the profiled pace; profile again "
+                "on a quiet host for a narrower one")
     ar_ms = exposed = None
     if gpus > 1:
         ar = state.allreduce or spec_allreduce(state.roofs.gpu)

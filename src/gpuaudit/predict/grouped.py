@@ -269,6 +269,7 @@ class Step:
     host_bound_share: float
     alpha: float
     alpha_measured: bool = True
+    host_moved: float = 0.0  # the host's pace over its timed rounds (`tlm.rounds_moved`)
 
 
 def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
@@ -294,7 +295,8 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
         return out
 
     rep = tlm.calibrate(tl, rec.step_ms * 1e3,
-                        rec.host_step_ms * 1e3 if rec.host_step_ms else None, spread)
+                        rec.host_step_ms * 1e3 if rec.host_step_ms else None, spread,
+                        rec.host_rounds_ms)
     lat = tlm.latency_us(tl)
     fix = rec.step_ms * 1e3 / rep.period_us if rep.period_us > 0 else 1.0
     alpha = rep.alpha * g.host_scale
@@ -304,4 +306,4 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
     low, _ = tlm.period(tl, durs(-1.0), alpha * (1 - u), lat, gap)
     high, _ = tlm.period(tl, durs(1.0), alpha * (1 + u), lat, gap)
     return Step(mid * fix / 1e3, low * fix / 1e3, high * fix / 1e3, share, rep.alpha,
-                rep.identified)
+                rep.identified, tlm.rounds_moved(rec.host_rounds_ms))

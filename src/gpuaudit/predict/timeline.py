@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,9 +51,10 @@ class Replay:
     identified: bool = True  # α found from the recording (else assumed)
     gap_us: float = 0.0  # the device's time between kernels queued back to back
     # how far the host's pace moved while the recording was made: within its timed steps
-    # (half their interquartile range ÷ their median), or between its own measurements (its
+    # (half their interquartile range ÷ their median), between its own measurements (its
     # step at batch 1, the host alone, over its timed step at the batch, past 1 — a host
-    # alone slower than the whole step was slower at one of the two), the larger
+    # alone slower than the whole step was slower at one of the two), or over the rounds
+    # its step at batch 1 was timed in (half their range ÷ their median), the largest
     unsteady: float = 0.0
 
     @property
@@ -212,14 +214,28 @@ def host_us(tl: Timeline, latency: float | None = None) -> float:
 
 
 def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None,
-              spread: float = 0.0) -> Replay:
+              spread: float = 0.0, host_rounds_ms: Sequence[float] = ()) -> Replay:
     """`_calibrate` with the host's unsteadiness (`Replay.unsteady`; `spread`: the timed
-    steps' half interquartile range ÷ their median)."""
+    steps' half interquartile range ÷ their median; `host_rounds_ms`: the step at batch 1
+    timed round by round)."""
     rep = _calibrate(tl, step_us, host_step_us)
     apart = host_step_us / step_us - 1 if host_step_us and step_us > 0 else 0.0
-    if max(apart, spread) > 0:
-        rep = dataclasses.replace(rep, unsteady=max(apart, spread))
+    moved = max(apart, spread, rounds_moved(host_rounds_ms))
+    if moved > 0:
+        rep = dataclasses.replace(rep, unsteady=moved)
     return rep
+
+
+def rounds_moved(rounds_ms: Sequence[float]) -> float:
+    """How far the host's pace moved over the rounds its step at batch 1 was timed in: half
+    their range ÷ their median (0 with fewer than 2). The range, not the quartiles: on a
+    host whose pace wanders, a later process may run at any pace the rounds visited (the
+    lent machine's host went from 3.3 to 4.5 ms a round for one model while profiling, and
+    ran 30 % slower than profiled in the next process)."""
+    r = [x for x in rounds_ms if x > 0]
+    if len(r) < 2:
+        return 0.0
+    return (max(r) - min(r)) / 2 / statistics.median(r)
 
 
 def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None) -> Replay:
