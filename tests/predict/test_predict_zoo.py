@@ -680,3 +680,37 @@ def test_predicts_progress_lines_reach_stderr_only_while_it_runs():
     logger.info("after the command")
     assert buf.getvalue() == "predict.retarget: counting moe:build_large on the CPU\n"
     assert not logging.getLogger("gpuaudit.predict").handlers
+
+
+def test_a_batch_norm_far_below_its_roofline_moves_halfway_under_a_size_change(monkeypatch):
+    """ResNet-18 at half its width: its batch norm ran at a few % of its traffic's roofline
+    (one block per channel), so its time is not its traffic's. It moves by the square root
+    of its traffic's ratio, its band reaching both unchanged and the traffic's ratio, and a
+    note says so; the MLP's layer norm, near its roofline, keeps its traffic's ratio."""
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    prof = load_profile(zoo_run("cnn"), "resnet18-64px/bf16")
+    bn = next(g for g in prof.record.groups if g.unit == "batch_norm")
+    r = rates()
+    assert bn.bytes / (r.roofs.memory_gbps * 1e9) / (bn.kernel_us * 1e-6) < 0.10
+    p = predict(prof, r, Change(model="zoo.cnn:build_small"), SPECS)
+    assert any("batch_norm ran far below its traffic's roofline" in n for n in p.notes)
+    norm = next(c for c in p.classes if c.op_class == "norm")
+    # the traffic halves with the channels: the class lands near × √0.5, not × 0.5
+    assert norm.predicted_ms / norm.measured_ms == pytest.approx(math.sqrt(0.5), rel=0.08)
+    # and the band spans from its traffic's ratio to unchanged: far wider than ±8 %
+    assert p.step_ms_high - p.step_ms_low > 0.3 * p.step_ms
+    mlp = predict(load_profile(zoo_run("mlp"), "tabular-mlp/bf16"), r,
+                  Change(model="zoo.mlp:build_large"), SPECS)
+    assert not any("far below its traffic's roofline" in n for n in mlp.notes)
+
+
+def test_a_call_with_more_work_never_comes_out_faster_under_a_size_change():
+    from gpuaudit.predict.retarget import _monotone
+
+    assert _monotone(0.81, 2.25, 1, 1) == 1.0  # more work a call: at least as long
+    assert _monotone(1.3, 4.0, 19, 19) == 1.3  # slower already: kept
+    assert _monotone(0.9, 4.0, 10, 20) == 2.0  # twice the calls, each with twice the work
+    assert _monotone(1.2, 0.25, 1, 1) == 1.0  # less work a call: no longer
+    assert _monotone(0.3, 0.25, 1, 1) == 0.3
+    assert _monotone(0.5, 2.0, 0, 1) == 0.5  # calls not counted: nothing to bound by

@@ -172,8 +172,9 @@ def precision(g: Grouped, state: StepState, target: str) -> None:
     state.precision = target
     state.changes.append("precision")
     state.basis.append(f"precision {src} → {target}: each unit group by its units timed alone "
-                       "in both precisions (matmul-bound, normalizations) or by its traffic "
-                       "counted in both (the rest); the step replayed from its timeline")
+                       "in both precisions (matmul-bound, normalizations, embeddings) or by "
+                       "its traffic counted in both (the rest); the step replayed from its "
+                       "timeline")
 
 
 def host_ratio(record: OpProfile) -> tuple[float, float] | None:
@@ -209,8 +210,8 @@ def batch(g: Grouped, state: StepState, target: int) -> None:
     state.buckets = state.buckets  # the gradients do not follow the batch
     state.basis.append(f"batch {state.batch} → {target} per GPU: each unit group by its units "
                        f"timed at {', '.join(f'×{s:g}' for s in BATCH_SCALES)} the batch "
-                       "(matmul-bound, normalizations) or by its traffic counted at two "
-                       "batch sizes (the rest); the step replayed from its timeline")
+                       "(matmul-bound, normalizations, embeddings) or by its traffic counted "
+                       "at two batch sizes (the rest); the step replayed from its timeline")
     state.batch = target
     state.changes.append("batch")
 
@@ -219,8 +220,13 @@ def size(g: Grouped, state: StepState, profile: StepProfile, target: str) -> Non
     """The user's model at another size (`predict.retarget`)."""
     from .retarget import retarget
 
-    src, tgt, ops = retarget(profile, target, state.roofs, g.changes)
+    src, tgt, ops, off = retarget(profile, target, state.roofs, g.changes)
     _refresh(g, state, f"{src.name} → {target}")
+    if off:
+        state.notes.append(f"{', '.join(off)} ran far below its traffic's roofline (batch "
+                           "norm's reductions leave SMs idle below one block per SM): its "
+                           "time under a size change is not its traffic's; taken halfway "
+                           "between unchanged and its traffic, the band reaching both")
     for cls, c in state.classes.items():
         _recalibrate(state, cls, state.precision)
         del c
