@@ -689,12 +689,21 @@ def test_a_batch_norm_far_below_its_roofline_moves_halfway_under_a_size_change(m
     note says so; the MLP's layer norm, near its roofline, keeps its traffic's ratio."""
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(EXAMPLES))
+    from gpuaudit.predict import retarget as rt
+
     prof = load_profile(zoo_run("cnn"), "resnet18-64px/bf16")
     bn = next(g for g in prof.record.groups if g.unit == "batch_norm")
     r = rates()
-    assert bn.bytes / (r.roofs.memory_gbps * 1e9) / (bn.kernel_us * 1e-6) < 0.10
+    assert rt._traffic_share(bn, r.roofs) < rt.OFF_ROOFLINE
+    # a group of kernels of a few µs is as far below its roofline, but that is its launches
+    short = [g for g in prof.record.groups if g.op_class == "elementwise" and g.bytes > 0
+             and g.kernel_us > 0
+             and g.kernel_us / max(g.kernels, 1) < rt.LONG_KERNEL_US
+             and g.bytes / (r.roofs.memory_gbps * 1e9) / (g.kernel_us * 1e-6) < 0.10]
+    assert short and all(rt._traffic_share(g, r.roofs) == 1.0 for g in short)
     p = predict(prof, r, Change(model="zoo.cnn:build_small"), SPECS)
-    assert any("batch_norm ran far below its traffic's roofline" in n for n in p.notes)
+    assert any("batch_norm ran under 10 % of its traffic's roofline" in n for n in p.notes)
+    assert sum("traffic's roofline" in n for n in p.notes) == 1  # batch norm alone
     norm = next(c for c in p.classes if c.op_class == "norm")
     # the traffic halves with the channels: the class lands near × √0.5, not × 0.5
     assert norm.predicted_ms / norm.measured_ms == pytest.approx(math.sqrt(0.5), rel=0.08)
@@ -702,7 +711,7 @@ def test_a_batch_norm_far_below_its_roofline_moves_halfway_under_a_size_change(m
     assert p.step_ms_high - p.step_ms_low > 0.3 * p.step_ms
     mlp = predict(load_profile(zoo_run("mlp"), "tabular-mlp/bf16"), r,
                   Change(model="zoo.mlp:build_large"), SPECS)
-    assert not any("far below its traffic's roofline" in n for n in mlp.notes)
+    assert not any("of its traffic's roofline" in n for n in mlp.notes)
 
 
 def test_a_call_with_more_work_never_comes_out_faster_under_a_size_change():

@@ -223,9 +223,9 @@ def size(g: Grouped, state: StepState, profile: StepProfile, target: str) -> Non
     src, tgt, ops, off = retarget(profile, target, state.roofs, g.changes)
     _refresh(g, state, f"{src.name} → {target}")
     if off:
-        state.notes.append(f"{', '.join(off)} ran far below its traffic's roofline (batch "
-                           "norm's reductions leave SMs idle below one block per SM): its "
-                           "time under a size change is not its traffic's; taken halfway "
+        state.notes.append(f"{', '.join(off)} ran under 10 % of its traffic's roofline (as "
+                           "batch norm does: one block per channel leaves SMs idle), so its "
+                           "time under a size change is not its traffic's: taken halfway "
                            "between unchanged and its traffic, the band reaching both")
     for cls, c in state.classes.items():
         _recalibrate(state, cls, state.precision)

@@ -2,8 +2,9 @@
 since schema 3): each group's kernels get a new time, from what the recording measured of
 that group, and the timeline is replayed with them (`predict.timeline`).
 
-- Matmul-bound groups, normalizations and embeddings with units timed alone: their time × Σ count ×
-  time there ÷ Σ count × time here over the group's units timed in both (another precision:
+- Matmul-bound groups, normalizations and embeddings with units timed alone: their time ×
+  Σ count × time there ÷ Σ count × time here over the group's units timed in both (another
+  precision:
   its dtypes, autocast and TF32; another batch: interpolated between the batch sizes timed,
   log-log, and extrapolated along the last two beyond them). A group without its own timing
   takes its class's timed ratio; a class without any, the ratio of the measured matmul

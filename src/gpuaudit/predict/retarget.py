@@ -9,7 +9,8 @@ target's work ÷ the source's:
   it their kernels reach there: a share follows the ideal time of one call, as it does across
   precisions (`groups.DELTA`: ln share there = ln share here × (ideal per call here ÷ there)^δ,
   the same δ) — a wider layer amortizes its kernels' fixed costs over more work;
-- memory-bound groups by their traffic, past the kernels' fixed latency;
+- memory-bound groups by their traffic, past the kernels' fixed latency; one far below its
+  traffic's roofline (batch norm: `OFF_ROOFLINE`) halfway between unchanged and that;
 - the host's launches by the number of operators (a deeper model launches more).
 
 A model that cannot run on the meta device (data-dependent shapes: `nonzero`, routing by
@@ -37,12 +38,15 @@ log = logging.getLogger(__name__)
 
 U_SIZE = 0.08  # a unit group carried to another size by its counted work
 U_NEW_UNITS = 0.5
-# A memory-bound group that ran under this share of its traffic's roofline is bound by
-# something its count does not see: the zoo's batch norms ran at 5–7 % of theirs (PyTorch's
-# reductions, one block per channel, leave SMs idle below 132 channels), every other
-# memory-bound group of 200 µs or more at 17 % or more. A size change moves such a group
-# halfway (in log) between unchanged and its traffic, its band reaching both.
+# A memory-bound group whose kernels are long (`LONG_KERNEL_US` on average: not their
+# launches, which `FLOOR_US` takes) and that ran under this share of its traffic's roofline
+# is bound by something its count does not see: the zoo's batch norms ran at 5–7 % of theirs
+# (92–251 µs a kernel: PyTorch's reductions, one block per channel, leave SMs idle below 132
+# channels), every other memory-bound group of 200 µs or more at 17 % or more, and the
+# groups below 10 % were all of kernels under 7 µs. A size change moves such a group halfway
+# (in log) between unchanged and its traffic, its band reaching both.
 OFF_ROOFLINE = 0.10
+LONG_KERNEL_US = 20.0
 
 
 @dataclass(frozen=True)
@@ -223,10 +227,11 @@ def _monotone(moved: float, flops_ratio: float, calls_here: int, calls_there: in
 
 
 def _traffic_share(g: UnitGroup, roofs: Roofs) -> float:
-    """The group's counted traffic at the copy rate ÷ its time in the step (1 where either
-    is unknown)."""
+    """The group's counted traffic at the copy rate ÷ its time in the step; 1 where either
+    is unknown or its kernels are short (their time is their launches)."""
     took = g.kernel_us * 1e-6
-    if took <= 0 or g.bytes <= 0 or roofs.memory_gbps <= 0:
+    if took <= 0 or g.bytes <= 0 or roofs.memory_gbps <= 0 or \
+            g.kernel_us / max(g.kernels, 1) < LONG_KERNEL_US:
         return 1.0
     return g.bytes / (roofs.memory_gbps * 1e9) / took
 
