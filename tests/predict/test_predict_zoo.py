@@ -153,6 +153,18 @@ def test_a_units_time_at_another_batch_interpolates_log_log_and_extends_linearly
     assert grp.scaled_time(pts, 0.5) == (1.0, 0.0)
 
 
+def test_past_the_largest_batch_timed_timings_that_fell_extend_in_proportion():
+    # timings that fell as the batch grew say nothing of the slope: in proportion
+    t, past = grp.scaled_time([(0.5, 0.41), (1.0, 0.38)], 2.0)
+    assert t == pytest.approx(0.76) and past == pytest.approx(1.0)
+    # a rising line is kept, steeper than proportion or not
+    assert grp.scaled_time([(1.0, 1.0), (2.0, 3.0)], 4.0)[0] == pytest.approx(7.0)
+    assert grp.scaled_time([(1.0, 1.0), (2.0, 1.5)], 4.0)[0] == pytest.approx(2.5)
+    # below the smallest: no less than in proportion, as before
+    assert grp.scaled_time([(1.0, 1.0), (2.0, 3.0)], 0.25)[0] == pytest.approx(0.25 * 1.0 / 2)
+    assert grp.scaled_time([(1.0, 1.0), (2.0, 1.2)], 0.25)[0] == pytest.approx(0.85)
+
+
 def _unit(ms_by_setting, count=2.0, flops=10.0):
     return TimedUnit(op_class="gemm", unit="linear", signature="", count=count, flops=flops,
                      times=tuple(UnitTime(precision=p, batch_scale=s, ms=ms)

@@ -132,7 +132,13 @@ def _curve(u: TimedUnit, precision: str) -> list[tuple[float, float]]:
 
 def scaled_time(points: list[tuple[float, float]], scale: float) -> tuple[float, float] | None:
     """The time at `scale` × the batch from (scale, time) points: log-log between two, along
-    the last two beyond them (time = a + b × scale); and how many doublings past them."""
+    the last two beyond them (time = a + b × scale); and how many doublings past them.
+    Below them, no less than the nearest point's time in proportion (a smaller batch takes
+    no less time a sample). Above them, where the two timings fell as the batch grew (a
+    layer norm at ×0.5 slower than at ×1), they say nothing of the slope: the nearest
+    point's time in proportion (extended, they made ConvNeXt's norms at ×2 barely slower
+    than at ×1). A steeper line is kept: a larger batch can take more a sample (its tensors
+    past the L2 cache)."""
     if not points:
         return None
     if len(points) == 1:
@@ -142,12 +148,16 @@ def scaled_time(points: list[tuple[float, float]], scale: float) -> tuple[float,
         if s0 <= scale <= s1:
             f = math.log(scale / s0) / math.log(s1 / s0)
             return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0))), 0.0
-    (s0, t0), (s1, t1) = (points[:2] if scale < points[0][0] else points[-2:])
+    below = scale < points[0][0]
+    (s0, t0), (s1, t1) = (points[:2] if below else points[-2:])
     slope = (t1 - t0) / (s1 - s0)
-    edge = points[0][0] if scale < points[0][0] else points[-1][0]
+    edge, at_edge = points[0] if below else points[-1]
     t = t0 + slope * (scale - s0)
-    floor = min(t0, t1) * scale / max(s0, s1) if scale < points[0][0] else 0.0
-    return max(t, floor, 1e-6), abs(math.log2(scale / edge))
+    if below:
+        t = max(t, min(t0, t1) * scale / max(s0, s1))
+    elif slope <= 0:
+        t = at_edge * scale / edge
+    return max(t, 1e-6), abs(math.log2(scale / edge))
 
 
 def batch_ratio(units: Sequence[TimedUnit], precision: str, scale: float,
