@@ -96,8 +96,10 @@ def test_the_units_are_timed_alone_in_both_families_and_at_other_batches():
     net, x = _net()
     own, alt = _tally(net, x), _tally(net, x, torch.bfloat16)
     half = _tally(net, x[:2])
+    notes: list[str] = []
     timed = time_units(torch, torch.device("cpu"), "fp32", own.calls,
-                       {"bfloat16": alt.calls}, half.calls, 4, 2, budget_s=5.0)
+                       {"bfloat16": alt.calls}, half.calls, 4, 2, budget_s=5.0, notes=notes)
+    assert notes == []  # every setting reached every unit: nothing to say
     assert [(u.op_class, u.unit) for u in timed][:1] == [("conv", "conv2d")]
     for u in timed:
         settings = {(t.precision, t.batch_scale) for t in u.times}
@@ -124,12 +126,16 @@ def test_the_budget_is_shared_out_among_the_settings_the_recorded_precision_firs
         return 1.0
     monkeypatch.setattr(units.time, "perf_counter", lambda: now[0])
     monkeypatch.setattr(units, "_call_ms", one_second)
+    notes: list[str] = []
     timed = time_units(torch, torch.device("cpu"), "bf16", own.calls,
-                       {"float32": alt.calls}, None, 4, None, budget_s=3.0)
+                       {"float32": alt.calls}, None, 4, None, budget_s=3.0, notes=notes)
     settings = [[t.precision for t in u.times] for u in timed]
     # 3 s for two settings (bf16, fp32 on a CPU): bf16 until 1.5 s, fp32 until 3 s; each
     # timing a second: two units in each, the same two
     assert settings == [["bf16", "fp32"], ["bf16", "fp32"], [], []]
+    # and the record says which settings ran out, and what a timing took there
+    assert notes == ["units timed alone in 3 s, settings cut short: bf16 2 of 4 (1.00 s a "
+                     "timing); fp32 2 of 4 (1.00 s a timing)"]
 
 
 def test_calls_of_two_tallies_line_up_by_name_and_rank():

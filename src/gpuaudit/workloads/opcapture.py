@@ -121,7 +121,7 @@ def capture(trainer: Trainer, *, steps: int = 3, keep_trace: str | None = None,
         families = {ACTIVATION[alt]: alt_tally.calls} if alt and alt_tally else {}
         timed = time_units(torch, device, mode.precision, tally.calls, families,
                            batch_tally.calls if batch_tally else None, w.batch_size,
-                           half if batch_tally else None)
+                           half if batch_tally else None, notes=notes)
     kernels = profile_kernels(torch, device, trainer.step, steps, keep=keep_trace)
     params = list(trainer.net.parameters())
     unique = {id(p): p for p in params if p.requires_grad}

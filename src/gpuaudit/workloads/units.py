@@ -254,10 +254,12 @@ def ranks(calls: list[Call]) -> dict[tuple[str, int], Call]:
 def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
                family_calls: dict[str, list[Call]], alt_batch_calls: list[Call] | None,
                batch: int, alt_batch: int | None, *, budget_s: float | None = None,
-               max_units: int = MAX_UNITS) -> list[TimedUnit]:
+               max_units: int = MAX_UNITS, notes: list[str] | None = None) -> list[TimedUnit]:
     """The step's units timed alone (module docstring). `calls`: the recorded step's calls
     (matched, classes set); `family_calls`: each other precision family's calls (activation
-    dtype → its step's calls); `alt_batch_calls`: the calls counted at `alt_batch`."""
+    dtype → its step's calls); `alt_batch_calls`: the calls counted at `alt_batch`. A
+    setting its share of the budget ran out in is said in `notes`, with what a timing took
+    there (cuDNN tunes each new shape: on a slow host a timing at ×2 took about a second)."""
     from gpuaudit.workloads.precision import autocast_dtype, float32_matmuls
     from gpuaudit.workloads.timing import is_cuda
 
@@ -289,12 +291,17 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
     each = budget / max(1, len(chosen) * len(settings))
     start = time.perf_counter()
     times: dict[int, list[UnitTime]] = {i: [] for i in range(len(chosen))}
+    short: list[str] = []
     for k, (p, scale) in enumerate(settings):
         # each setting by its share of the budget, what one leaves passed on: a slow one (a
         # bf16 step's units in fp32, cuDNN autotuning) does not starve those after it
         stop = start + budget * (k + 1) / len(settings)
+        began, done = time.perf_counter(), 0
         for i, (c, _n) in enumerate(chosen):
             if time.perf_counter() > stop:
+                each_s = (time.perf_counter() - began) / max(done, 1)
+                at = f" ×{scale:g}" if scale != 1.0 else ""
+                short.append(f"{p}{at} {done} of {len(chosen)} ({each_s:.2f} s a timing)")
                 break
             if own and k > 0 and not times[i]:
                 continue  # not timed in its own precision: nothing to take a ratio to
@@ -314,6 +321,10 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
                     torch.cuda.empty_cache()
                 continue
             times[i].append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6)))
+            done += 1
+    if short and notes is not None:
+        notes.append(f"units timed alone in {budget:.0f} s, settings cut short: "
+                     + "; ".join(short))
     out = [TimedUnit(op_class=c.op_class, unit=c.name, signature=c.signature()[:200], count=n,
                      flops=c.flops, times=tuple(times[i])) for i, (c, n) in enumerate(chosen)]
     return out
