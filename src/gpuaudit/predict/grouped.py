@@ -218,15 +218,16 @@ def batch(g: Grouped, state: StepState, target: int) -> None:
 
 def size(g: Grouped, state: StepState, profile: StepProfile, target: str) -> None:
     """The user's model at another size (`predict.retarget`)."""
-    from .retarget import retarget
+    from .retarget import OFF_ROOFLINE, retarget
 
     src, tgt, ops, off = retarget(profile, target, state.roofs, g.changes)
     _refresh(g, state, f"{src.name} → {target}")
     if off:
-        state.notes.append(f"{', '.join(off)} ran under 10 % of its traffic's roofline (as "
-                           "batch norm does: one block per channel leaves SMs idle), so its "
-                           "time under a size change is not its traffic's: taken halfway "
-                           "between unchanged and its traffic, the band reaching both")
+        state.notes.append(f"{', '.join(off)} ran under {100 * OFF_ROOFLINE:.0f} % of its "
+                           "traffic's roofline (as batch norm does: one block per channel "
+                           "leaves SMs idle), so its time under a size change is not its "
+                           "traffic's: taken halfway between unchanged and its traffic, the "
+                           "band reaching both")
     for cls, c in state.classes.items():
         _recalibrate(state, cls, state.precision)
         del c
@@ -300,9 +301,10 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
             out.append(ch.apply(d) * g.class_factor[cls] * (1 + side * u))
         return out
 
+    moved = tlm.rounds_moved(rec.host_rounds_ms)
     rep = tlm.calibrate(tl, rec.step_ms * 1e3,
-                        rec.host_step_ms * 1e3 if rec.host_step_ms else None, spread,
-                        rec.host_rounds_ms)
+                        rec.host_step_ms * 1e3 if rec.host_step_ms else None,
+                        max(spread, moved))
     lat = tlm.latency_us(tl)
     fix = rec.step_ms * 1e3 / rep.period_us if rep.period_us > 0 else 1.0
     alpha = rep.alpha * g.host_scale
@@ -312,4 +314,4 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
     low, _ = tlm.period(tl, durs(-1.0), alpha * (1 - u), lat, gap)
     high, _ = tlm.period(tl, durs(1.0), alpha * (1 + u), lat, gap)
     return Step(mid * fix / 1e3, low * fix / 1e3, high * fix / 1e3, share, rep.alpha,
-                rep.identified, tlm.rounds_moved(rec.host_rounds_ms))
+                rep.identified, moved)

@@ -4,11 +4,10 @@ that group, and the timeline is replayed with them (`predict.timeline`).
 
 - Matmul-bound groups, normalizations and embeddings with units timed alone: their time ×
   Σ count × time there ÷ Σ count × time here over the group's units timed in both (another
-  precision:
-  its dtypes, autocast and TF32; another batch: interpolated between the batch sizes timed,
-  log-log, and extrapolated along the last two beyond them). A group without its own timing
-  takes its class's timed ratio; a class without any, the ratio of the measured matmul
-  rates (precision) or of its counted FLOPs (batch), with a wide band.
+  precision: its dtypes, autocast and TF32; another batch: interpolated between the batch
+  sizes timed, log-log, and extrapolated along the last two beyond them). A group without
+  its own timing takes its class's timed ratio; a class without any, the ratio of the
+  measured matmul rates (precision) or of its counted FLOPs (batch), with a wide band.
 - Memory-bound groups: their traffic there ÷ here (the step counted under the other
   precision family; at another batch size, the line through the two batch sizes counted),
   applied to each kernel past a fixed latency (`FLOOR_US`: a kernel of a few µs is its launch

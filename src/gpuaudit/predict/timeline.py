@@ -214,15 +214,14 @@ def host_us(tl: Timeline, latency: float | None = None) -> float:
 
 
 def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None,
-              spread: float = 0.0, host_rounds_ms: Sequence[float] = ()) -> Replay:
-    """`_calibrate` with the host's unsteadiness (`Replay.unsteady`; `spread`: the timed
-    steps' half interquartile range ÷ their median; `host_rounds_ms`: the step at batch 1
-    timed round by round)."""
+              spread: float = 0.0) -> Replay:
+    """`_calibrate` with the host's unsteadiness (`Replay.unsteady`; `spread`: how far the
+    host moved otherwise: the timed steps' half interquartile range ÷ their median, or its
+    rounds at batch 1 (`rounds_moved`), the larger)."""
     rep = _calibrate(tl, step_us, host_step_us)
     apart = host_step_us / step_us - 1 if host_step_us and step_us > 0 else 0.0
-    moved = max(apart, spread, rounds_moved(host_rounds_ms))
-    if moved > 0:
-        rep = dataclasses.replace(rep, unsteady=moved)
+    if max(apart, spread) > 0:
+        rep = dataclasses.replace(rep, unsteady=max(apart, spread))
     return rep
 
 

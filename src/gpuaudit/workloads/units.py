@@ -299,9 +299,9 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
         began, done = time.perf_counter(), 0
         for i, (c, _n) in enumerate(chosen):
             if time.perf_counter() > stop:
-                each_s = (time.perf_counter() - began) / max(done, 1)
+                took_s = (time.perf_counter() - began) / max(done, 1)
                 at = f" ×{scale:g}" if scale != 1.0 else ""
-                short.append(f"{p}{at} {done} of {len(chosen)} ({each_s:.2f} s a timing)")
+                short.append(f"{p}{at} {done} of {len(chosen)} ({took_s:.2f} s a timing)")
                 break
             if own and k > 0 and not times[i]:
                 continue  # not timed in its own precision: nothing to take a ratio to
