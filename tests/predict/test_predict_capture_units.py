@@ -138,6 +138,33 @@ def test_the_budget_is_shared_out_among_the_settings_the_recorded_precision_firs
                      "timing); fp32 2 of 4 (1.00 s a timing)"]
 
 
+def test_without_a_given_budget_the_settings_may_run_past_it_up_to_the_wall_cap(monkeypatch):
+    """A timing's own cost (cuDNN's autotuning of a new shape) can be many times what its
+    samples take: the default budget sets each timing's samples, the wall cap how long the
+    settings may take together."""
+    from gpuaudit.workloads import units
+
+    net, x = _net()
+    alt, own = _tally(net, x), _tally(net, x, torch.bfloat16)
+    now = [0.0]
+
+    def one_second(*_a, **_k):
+        now[0] += 1.0
+        return 1.0
+    monkeypatch.setattr(units.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(units, "_call_ms", one_second)
+    monkeypatch.setitem(units.BUDGET_S, False, 2.0)
+    monkeypatch.setitem(units.CAP_S, False, 6.0)
+    notes: list[str] = []
+    timed = time_units(torch, torch.device("cpu"), "bf16", own.calls,
+                       {"float32": alt.calls}, None, 4, None, notes=notes)
+    # 2 s would have timed two units in bf16 (until 1 s), one in fp32 (until 2 s); 6 s times
+    # all four in bf16 (until 3 s) and three in fp32 (until 6 s)
+    assert [len(u.times) for u in timed] == [2, 2, 2, 1]
+    assert notes == ["units timed alone in 6 s, settings cut short: fp32 3 of 4 (1.00 s a "
+                     "timing)"]
+
+
 def test_calls_of_two_tallies_line_up_by_name_and_rank():
     net, x = _net()
     own, half = _tally(net, x), _tally(net, x[:2])

@@ -38,6 +38,11 @@ MAX_UNITS = 32
 # untimed at one batch or both, their batch changes moved by counted traffic instead.
 BUDGET_S = {True: 15.0, False: 0.6}
 PER_TIMING_S = {True: 0.2, False: 0.0}  # the budget grows past BUDGET_S by this a timing
+# The wall clock the settings may take together, past that budget: a timing's own cost is
+# its replay's tensors and, for a shape the step never ran (another precision, another
+# batch), cuDNN's autotuning. On slow hosts a timing at ×2 took 1–1.4 s, and a budget of
+# 0.2 s a timing left ConvNeXt 3 of its 21 units timed at ×2 and 6 in tf32.
+CAP_S = {True: 60.0, False: 0.6}
 COVER = 0.98  # time units until this share of the estimated work is held
 LONG_CALL_MS = 1.0  # a call this long is timed one at a time (its launches are negligible)
 
@@ -288,14 +293,15 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
         settings += [(precision, s) for s in BATCH_SCALES]
     if budget_s is None:
         budget = max(budget, PER_TIMING_S[cuda] * len(chosen) * len(settings))
-    each = budget / max(1, len(chosen) * len(settings))
+    each = budget / max(1, len(chosen) * len(settings))  # a timing's samples
+    wall = budget if budget_s is not None else max(budget, CAP_S[cuda])
     start = time.perf_counter()
     times: dict[int, list[UnitTime]] = {i: [] for i in range(len(chosen))}
     short: list[str] = []
     for k, (p, scale) in enumerate(settings):
         # each setting by its share of the budget, what one leaves passed on: a slow one (a
         # bf16 step's units in fp32, cuDNN autotuning) does not starve those after it
-        stop = start + budget * (k + 1) / len(settings)
+        stop = start + wall * (k + 1) / len(settings)
         began, done = time.perf_counter(), 0
         for i, (c, _n) in enumerate(chosen):
             if time.perf_counter() > stop:
@@ -323,7 +329,7 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
             times[i].append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6)))
             done += 1
     if short and notes is not None:
-        notes.append(f"units timed alone in {budget:.0f} s, settings cut short: "
+        notes.append(f"units timed alone in {wall:.0f} s, settings cut short: "
                      + "; ".join(short))
     out = [TimedUnit(op_class=c.op_class, unit=c.name, signature=c.signature()[:200], count=n,
                      flops=c.flops, times=tuple(times[i])) for i, (c, n) in enumerate(chosen)]
