@@ -139,3 +139,16 @@ def test_two_recordings_of_a_set_get_a_table_each_with_their_own_counts():
     c10 = dict(c8, recording="tenth")
     assert "| fam | 10th | bf16 |" in control_table([dict(c8, recording="eighth"), c10])
     assert "| fam | bf16 |" in control_table([c8])
+
+
+def test_the_summary_counts_apart_the_cases_measured_at_their_sources_pace():
+    def row(err, paced):
+        return {"set": "held_out", "family": "fam", "case": "size", "recording": "eighth",
+                "predicted": 100.0, "low": 95.0, "high": 105.0, "pace_matched": paced,
+                "measured": 100.0 / (1 + err / 100), "error_pct": err, "in_band": abs(err) < 5}
+
+    text = table([row(2.0, True), row(20.0, False), row(8.0, True)])
+    assert ("(2 of 3 cases within 10 %, 1 measurements inside their band; 1 both; of the 2 "
+            "measured at their source's profiled pace, 2 within 10 % and 1 both)") in text
+    # every case at its pace: nothing more to say
+    assert "profiled pace" not in table([row(2.0, True)]).split("\n\n")[0]

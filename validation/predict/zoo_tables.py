@@ -62,7 +62,7 @@ def _num(v: float) -> str:
 
 RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th",
             "sixth": "6th", "seventh": "7th", "eighth": "8th",
-            "ninth": "9th", "tenth": "10th"}
+            "ninth": "9th", "tenth": "10th", "eleventh": "11th"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -100,8 +100,15 @@ def _block(title: str, mine: list[dict[str, Any]]) -> list[str]:
     inside = sum(bool(r.get("in_band")) for r in scored)
     both = sum(abs(r["error_pct"]) <= 10 and bool(r.get("in_band")) for r in scored)
     refused = sum(1 for r in mine if "error_pct" not in r)
+    # the cases whose source ran at its profiled pace in the rounds (not ³): where a
+    # prediction made at that pace can be held to its measurement
+    paced = [r for r in scored if r.get("pace_matched") is not False]
+    paced_note = "" if len(paced) == len(scored) else (
+        f"; of the {len(paced)} measured at their source's profiled pace, "
+        f"{sum(abs(r['error_pct']) <= 10 for r in paced)} within 10 % and "
+        f"{sum(abs(r['error_pct']) <= 10 and bool(r.get('in_band')) for r in paced)} both")
     out = [f"**{title}** ({within} of {len(scored)} cases within 10 %, {inside} "
-           f"measurements inside their band; {both} both"
+           f"measurements inside their band; {both} both" + paced_note
            + (f"; {refused} refused or not recorded" if refused else "") + "):", "",
            "| family | case | recorder | predicted | band | measured | error |",
            "| --- | --- | --- | --- | --- | --- | --- |"]

@@ -218,7 +218,7 @@ def batch(g: Grouped, state: StepState, target: int) -> None:
 
 def size(g: Grouped, state: StepState, profile: StepProfile, target: str) -> None:
     """The user's model at another size (`predict.retarget`)."""
-    from .retarget import OFF_ROOFLINE, retarget
+    from .retarget import OFF_EXPONENT, OFF_ROOFLINE, retarget
 
     src, tgt, ops, off = retarget(profile, target, state.roofs, g.changes)
     _refresh(g, state, f"{src.name} → {target}")
@@ -226,8 +226,9 @@ def size(g: Grouped, state: StepState, profile: StepProfile, target: str) -> Non
         state.notes.append(f"{', '.join(off)} ran under {100 * OFF_ROOFLINE:.0f} % of its "
                            "traffic's roofline (as batch norm does: one block per channel "
                            "leaves SMs idle), so its time under a size change is not its "
-                           "traffic's: taken halfway between unchanged and its traffic, the "
-                           "band reaching both")
+                           "traffic's: more channels fill idle SMs first (taken as its "
+                           f"traffic to a power of at most {OFF_EXPONENT:g}, the band "
+                           "reaching unchanged and its traffic's square root)")
     for cls, c in state.classes.items():
         _recalibrate(state, cls, state.precision)
         del c

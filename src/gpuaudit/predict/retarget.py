@@ -9,8 +9,11 @@ target's work ÷ the source's:
   it their kernels reach there: a share follows the ideal time of one call, as it does across
   precisions (`groups.DELTA`: ln share there = ln share here × (ideal per call here ÷ there)^δ,
   the same δ) — a wider layer amortizes its kernels' fixed costs over more work;
+- convolution groups by a latency, an activation and a FLOP term fitted to their own units
+  timed alone (`predict.convfit`: cuDNN's convolutions follow neither their FLOPs nor their
+  traffic when the width changes), each moved by its own ratio;
 - memory-bound groups by their traffic, past the kernels' fixed latency; one far below its
-  traffic's roofline (batch norm: `OFF_ROOFLINE`) halfway between unchanged and that;
+  traffic's roofline (batch norm: `OFF_ROOFLINE`) by a low power of it (`OFF_EXPONENT`);
 - the host's launches by the number of operators (a deeper model launches more).
 
 A model that cannot run on the meta device (data-dependent shapes: `nonzero`, routing by
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.opprofile import OPAQUE_CLASSES, TENSOR_CLASSES, UnitGroup
 
+from . import convfit
 from .groups import DELTA, FLOOR_US, GroupChange
 from .hardware import Roofs
 from .ideal import matmul_rate, model_rate
@@ -38,14 +42,24 @@ log = logging.getLogger(__name__)
 
 U_SIZE = 0.08  # a unit group carried to another size by its counted work
 U_NEW_UNITS = 0.5
+# A convolution group moved by its units' fitted terms (`predict.convfit`): in one H200's
+# steps the zoo's convolution classes moved within −15 … +9 % of what these predicted (a
+# U-Net, a diffusion U-Net, ConvNeXt; ResNet-18 at half its width the −15 %).
+U_CONV_FIT = 0.15
 # A memory-bound group whose kernels are long (`LONG_KERNEL_US` on average: not their
 # launches, which `FLOOR_US` takes) and that ran under this share of its traffic's roofline
 # is bound by something its count does not see: the zoo's batch norms ran at 5–7 % of theirs
-# (92–251 µs a kernel: PyTorch's reductions, one block per channel, leave SMs idle below 132
-# channels), every other memory-bound group of 200 µs or more at 17 % or more, and the
-# groups below 10 % were all of kernels under 7 µs. A size change moves such a group halfway
-# (in log) between unchanged and its traffic, its band reaching both.
+# (92–251 µs a kernel), every other memory-bound group of 200 µs or more at 17 % or more, and
+# the groups below 10 % were all of kernels under 7 µs. PyTorch's batch norm reduces each
+# channel in blocks of its own, serially over its N·H·W values: more channels fill idle SMs
+# before they take longer. Swept alone on one H200 (forward + backward, 16–256 channels, bf16
+# and fp32), × 16 the channels took × 1.0 the time at 65,536 values a channel and × 2.0 at
+# 262,144: time ∝ channels^0.25 at most. A size change moves such a group by its
+# traffic^`OFF_EXPONENT`, its band reaching unchanged and the square root of its traffic (a
+# U-Net's and ResNet-18's batch norms in their steps moved × 1.18 and × 0.93 where their
+# traffic said × 2 and × 0.5).
 OFF_ROOFLINE = 0.10
+OFF_EXPONENT = 0.25
 LONG_KERNEL_US = 20.0
 
 
@@ -184,6 +198,9 @@ def retarget(profile: StepProfile, target: str, roofs: Roofs,
         elif g.op_class == "optimizer":
             ratio = tgt.params / src.params if src.params else 1.0
             c.then(ratio, FLOOR_US, U_SIZE, f"{how}: its parameters ×{ratio:.3g}")
+        elif g.op_class == "conv" and src.flops.get(key) and \
+                (fitted := _conv_fitted(profile, src, tgt, key)) is not None:
+            c.then(fitted[0], 0.0, U_CONV_FIT, f"{how}: {fitted[1]}")
         elif g.op_class in TENSOR_CLASSES and src.flops.get(key):
             flops_ratio = tgt.flops.get(key, 0.0) / src.flops[key]
             ideal = ratio_cls.get(g.op_class, flops_ratio)
@@ -200,16 +217,39 @@ def retarget(profile: StepProfile, target: str, roofs: Roofs,
             ratio = tgt.bytes.get(key, 0.0) / src.bytes[key]
             share = _traffic_share(g, roofs)
             if share < OFF_ROOFLINE and ratio > 0 and abs(math.log(ratio)) > 0.05:
-                mid = math.sqrt(ratio)
-                c.then(mid, FLOOR_US, max(U_SIZE, max(ratio, 1.0) / mid - 1),
+                mid = ratio ** OFF_EXPONENT
+                # the band: from unchanged to the traffic's square root, mid in log
+                c.then(mid, FLOOR_US, max(U_SIZE, max(mid, 1 / mid) - 1),
                        f"{how}: its traffic ×{ratio:.3g}, but it ran at {share:.0%} of its "
-                       f"traffic's roofline: ×{mid:.3g}, halfway to unchanged")
+                       f"traffic's roofline: ×{mid:.3g} (its traffic^{OFF_EXPONENT:g}), its "
+                       "blocks filling idle SMs")
                 off.append(f"{g.op_class}/{g.unit}")
             else:
                 c.then(ratio, FLOOR_US, U_SIZE, f"{how}: its traffic ×{ratio:.3g}")
         else:
             c.then(1.0, 0.0, U_SIZE, f"{how}: nothing counted: kept")
     return src, tgt, (tgt.ops / src.ops if src.ops else 1.0), off
+
+
+def _conv_fitted(profile: StepProfile, src: Counted, tgt: Counted,
+                 key: tuple[str, str]) -> tuple[float, str] | None:
+    """A convolution group moved by the latency, activation and FLOP terms fitted to its
+    units timed alone (`predict.convfit`), and what it says; None where they cannot be."""
+    units = [u for u in (profile.record.timed if profile.record else ())
+             if (u.op_class, u.unit) == key]
+    cost = convfit.fit(units, profile.precision)
+    calls_here = (src.calls or {}).get(key, 0)
+    if cost is None or calls_here <= 0 or not src.bytes.get(key):
+        return None
+    calls = (tgt.calls or {}).get(key, 0) / calls_here
+    traffic = tgt.bytes.get(key, 0.0) / src.bytes[key]
+    flops = tgt.flops.get(key, 0.0) / src.flops[key]
+    parts = convfit.parts_here(cost, units)
+    ratio = parts[0] * calls + parts[1] * traffic + parts[2] * flops
+    return ratio, (f"its calls ×{calls:.3g}, activations ×{traffic:.3g}, FLOPs ×{flops:.3g}, "
+                   f"weighed by its units' fitted latency, activation and FLOP terms "
+                   f"({parts[0]:.0%}, {parts[1]:.0%}, {parts[2]:.0%} of their time here): "
+                   f"×{ratio:.3g}")
 
 
 def _monotone(moved: float, flops_ratio: float, calls_here: int, calls_there: int) -> float:

@@ -1,0 +1,102 @@
+"""A convolution group under a size change: its latency, activation and FLOP terms fitted to
+its units timed alone (`predict.convfit`), checked on planted terms and against the class
+times measured in the zoo's own steps on an H200."""
+
+import gzip
+import json
+
+import pytest
+
+from gpuaudit.model import load_run
+from gpuaudit.model.opprofile import TimedUnit, UnitTime
+from gpuaudit.predict import Change, convfit, load_profile, machine_rates, predict
+from gpuaudit.specs.catalog import load_catalog
+from tests.conftest import FIXTURES
+
+ZOO = FIXTURES / "predict" / "zoo"
+SPECS = load_catalog()
+
+
+def _unit(n, c_in, hw, c_out, k, stride=1, passes=3, count=1.0, times=()):
+    out = (hw // stride) ** 2
+    flops = passes * 2 * n * out * c_out * c_in * k * k
+    sig = f"bf16[{n},{c_in},{hw},{hw}] · fp32[{c_out},{c_in},{k},{k}] · fp32[{c_out}]"
+    return TimedUnit(op_class="conv", unit="conv2d", signature=sig, count=count, flops=flops,
+                     times=times)
+
+
+def test_activations_are_the_input_and_output_the_flops_say():
+    assert convfit.activations(_unit(8, 16, 32, 32, 3)) == 8 * 16 * 32 * 32 + 8 * 32 * 32 * 32
+    # stride 2: a quarter of the pixels out; a first layer: no input gradient (2 passes)
+    assert convfit.activations(_unit(8, 16, 32, 32, 3, stride=2)) == \
+        8 * 16 * 32 * 32 + 8 * 32 * 16 * 16
+    assert convfit.activations(_unit(8, 3, 32, 64, 3, passes=2)) == \
+        8 * 3 * 32 * 32 + 8 * 64 * 32 * 32
+    odd = _unit(8, 16, 32, 32, 3).model_copy(update={"flops": 12345.0})
+    assert convfit.activations(odd) is None
+    assert convfit.activations(_unit(8, 16, 32, 32, 3).model_copy(
+        update={"signature": "bf16[8,16,1024] · fp32[32,16]"})) is None
+
+
+def test_planted_terms_are_found_and_move_the_group():
+    latency, per_gel, per_tf = 0.05, 4.0, 2.0  # ms a call, ms per 1e9 elements, per 1e12 FLOPs
+    units = []
+    for n, c, hw, k in ((64, 64, 64, 3), (64, 128, 32, 3), (64, 256, 16, 3), (64, 128, 64, 1),
+                        (64, 512, 8, 3)):
+        base = _unit(n, c, hw, c, k, count=2.0)
+        a = convfit.activations(base)
+        times = tuple(UnitTime(precision="bf16", batch_scale=s,
+                               ms=latency + per_gel * a * s / 1e9 + per_tf * base.flops * s / 1e12)
+                      for s in (0.5, 1.0, 2.0))
+        units.append(base.model_copy(update={"times": times}))
+    cost = convfit.fit(units, "bf16")
+    assert cost is not None and cost.points == 15
+    assert cost.latency_ms == pytest.approx(latency, rel=1e-6)
+    assert cost.ms_per_gelement == pytest.approx(per_gel, rel=1e-6)
+    assert cost.ms_per_tflop == pytest.approx(per_tf, rel=1e-6)
+    # each term's share of the units' time per step, as planted
+    per_step = (sum(latency * u.count for u in units),
+                sum(per_gel * convfit.activations(u) * u.count / 1e9 for u in units),
+                sum(per_tf * u.flops * u.count / 1e12 for u in units))
+    assert convfit.parts_here(cost, units) == pytest.approx(
+        tuple(p / sum(per_step) for p in per_step), rel=1e-6)
+    # timings in another precision, or too few, fit nothing
+    assert convfit.fit(units, "fp32") is None and convfit.fit(units[:1], "bf16") is None
+
+
+def _rates():
+    return machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
+                                  .read_text()), SPECS)
+
+
+@pytest.mark.parametrize(("family", "workload", "target"), [
+    ("diffusion", "diffusion-unet/bf16", "zoo.diffusion:build_large"),
+    ("unet", "unet-seg/bf16", "zoo.unet:build_large"),
+])
+def test_the_zoos_convolutions_move_as_their_steps_did(monkeypatch, family, workload, target):
+    """The diffusion U-Net at 1.5× and the U-Net at 2× their width, recorded on an H200: the
+    convolutions' class moves within its band of what the same models' steps measured on that
+    machine (× 1.81 and × 1.94, where their FLOPs said × 2.25 and × 4); the U-Net's batch
+    norm within its band of × 1.17 (its traffic said × 2)."""
+    pytest.importorskip("torch")
+    from tests.predict.test_predict_zoo import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    run = load_run(gzip.decompress((ZOO / f"{family}-h200-run.json.gz").read_bytes()).decode())
+    measured = json.loads((ZOO / "size-class-times-h200.json").read_text())["models"]
+    source = measured[f"zoo.{family}:build"]["class_ms"]
+    there = measured[target]["class_ms"]
+    p = predict(load_profile(run, workload), _rates(), Change(model=target), SPECS)
+    by = {c.op_class: c for c in p.classes}
+    conv = by["conv"]
+    assert "fitted latency, activation and FLOP terms" in conv.basis
+    want = there["conv"] / source["conv"]
+    got = conv.predicted_ms / conv.measured_ms
+    assert got == pytest.approx(want, rel=conv.uncertainty_pct / 100)
+    flops = {"diffusion": 2.25, "unet": 3.99}[family]
+    assert abs(got / want - 1) < abs(flops / want - 1) / 4
+    if family == "unet":
+        norm = by["norm"]
+        got = norm.predicted_ms / norm.measured_ms
+        assert got == pytest.approx(there["norm"] / source["norm"], rel=norm.uncertainty_pct
+                                    / 100)
