@@ -576,6 +576,8 @@ def test_the_docs_tables_counts_are_the_recorded_results():
     for title, which in (("Held-out families", "held_out"),
                          ("Development families", "development")):
         for rec in recs:  # a table per recording where there are several
+            if not any(r["set"] == which and r["recording"] == rec for r in rows):
+                continue  # a recording of one set only
             mine = [r for r in rows if r["set"] == which and "error_pct" in r
                     and r["recording"] == rec]
             within = sum(abs(r["error_pct"]) <= 10 for r in mine)
@@ -585,11 +587,12 @@ def test_the_docs_tables_counts_are_the_recorded_results():
                              r"(\d+) (?:measurements )?inside their band", doc)
             assert said is not None and tuple(map(int, said.groups())) == (within, len(mine),
                                                                            inside)
-    # each recording holds every held-out family, every case predicted or refused with the
-    # reason
+    # each recording holds 8 held-out families or more (a ninth was declared later), each
+    # with its 7 cases predicted or refused with the reason
     for rec in recs:
         held = [r for r in rows if r["set"] == "held_out" and r["recording"] == rec]
-        assert len({r["family"] for r in held}) == 8 and len(held) == 8 * 7
+        families = {r["family"] for r in held}
+        assert len(families) >= 8 and len(held) == 7 * len(families)
         assert all("error_pct" in r or r.get("refused") for r in held)
 
 
