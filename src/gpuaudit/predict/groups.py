@@ -8,6 +8,13 @@ that group, and the timeline is replayed with them (`predict.timeline`).
   sizes timed, log-log, and extrapolated along the last two beyond them). A group without
   its own timing takes its class's timed ratio; a class without any, the ratio of the
   measured matmul rates (precision) or of its counted FLOPs (batch), with a wide band.
+- cuDNN's RNNs run their directions and layers on streams of their own: the step's kernels
+  overlap, and the group's time is their union. Timed alone, a GRU's and an LSTM's call
+  came out 9–18 % above that union in bf16 and 2–5 % above it in fp32 (one H200, two
+  recordings each), so the ratio of two timings alone carried a bf16 step's RNN to fp32
+  short by up to 10 %: from a 16-bit step an RNN group takes its units' time alone in the
+  other precision for its union here (`RNN_CLASSES`); from fp32, whose timing alone is
+  near its union, the ratio of the two.
 - Memory-bound groups: their traffic there ÷ here (the step counted under the other
   precision family; at another batch size, the line through the two batch sizes counted),
   applied to each kernel past a fixed latency (`FLOOR_US`: a kernel of a few µs is its launch
@@ -33,6 +40,8 @@ from gpuaudit.model.opprofile import (
 )
 
 FLOOR_US = 2.5  # of every kernel's time, what does not follow its traffic
+RNN_CLASSES = ("rnn",)  # groups whose kernels overlap on streams of their own (above)
+U_RNN_ALONE = 0.05  # an RNN's time alone against its union in the step, in fp32: 2–5 %
 U_TIMED = 0.06  # a ratio of units timed alone, carried into the step
 U_CLASS_TIMED = 0.12  # a group moved by the timed ratio of its class's other units
 U_UNTIMED = 0.5  # a matmul-bound group moved by its counted FLOPs alone (batch changes)
@@ -87,6 +96,21 @@ class GroupChange:
         self.ratio *= ratio
         self.unc = math.sqrt(self.unc**2 + unc**2)
         self.basis.append(why)
+
+
+def union_ms(p: OpProfile, index: int) -> float | None:
+    """The time a step the group's kernels covered (their intervals' union, overlaps once),
+    from the recorded timeline; None without one."""
+    tl = p.timeline
+    if tl is None or not tl.steps:
+        return None
+    spans = sorted((s, s + d) for s, d, g in zip(tl.start_us, tl.dur_us, tl.group, strict=True)
+                   if g == index)
+    covered, end = 0.0, -math.inf
+    for a, b in spans:
+        covered += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return covered / tl.steps / 1e3 if covered > 0 else None
 
 
 def _units(p: OpProfile, g: UnitGroup) -> list[TimedUnit]:
@@ -247,6 +271,13 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
         timed_kind = compute or g.op_class == "norm"
         if g.op_class in OPAQUE_CLASSES:
             c.then(1.0, 0.0, U_OPAQUE, f"{src} → {target}: not understood, carried ±50 %")
+        elif timed_kind and own is not None and g.op_class in RNN_CLASSES and \
+                _width(src) != "float32" and own[1] >= 0.999 and (covered := union_ms(p, i)):
+            there = sum(u.count * (_time(u, target) or 0.0) for u in _units(p, g))
+            c.then(there / covered, 0.0, math.hypot(U_TIMED, U_RNN_ALONE),
+                   f"{src} → {target}: its units timed alone there ({there:.3g} ms a step) "
+                   f"for the union of its kernels here ({covered:.3g} ms: its streams "
+                   f"overlap), ×{there / covered:.3g}")
         elif timed_kind and own is not None:
             ratio, held = own
             c.then(ratio, 0.0, math.hypot(U_TIMED, (1 - held) * 2 * U_CLASS_TIMED),
