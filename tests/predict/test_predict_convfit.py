@@ -32,6 +32,14 @@ def test_activations_are_the_input_and_output_the_flops_say():
         8 * 16 * 32 * 32 + 8 * 32 * 16 * 16
     assert convfit.activations(_unit(8, 3, 32, 64, 3, passes=2)) == \
         8 * 3 * 32 * 32 + 8 * 64 * 32 * 32
+    # a 1-D convolution (audio) and a 3-D one (video), stride 1 and 2
+    wave = TimedUnit(op_class="conv", unit="conv1d", signature="bf16[8,16,1000] · "
+                     "fp32[32,16,5] · fp32[32]", count=1, flops=3 * 2 * 8 * 1000 * 32 * 16 * 5)
+    assert convfit.activations(wave) == 8 * 16 * 1000 + 8 * 32 * 1000
+    clip = TimedUnit(op_class="conv", unit="conv3d", signature="bf16[2,8,8,16,16] · "
+                     "fp32[16,8,3,3,3] · fp32[16]", count=1,
+                     flops=3 * 2 * 2 * (4 * 8 * 8) * 16 * 8 * 27)
+    assert convfit.activations(clip) == 2 * 8 * 8 * 16 * 16 + 2 * 16 * 4 * 8 * 8
     odd = _unit(8, 16, 32, 32, 3).model_copy(update={"flops": 12345.0})
     assert convfit.activations(odd) is None
     assert convfit.activations(_unit(8, 16, 32, 32, 3).model_copy(

@@ -17,6 +17,7 @@ there ÷ here (its calls, its traffic, its FLOPs: `predict.retarget`).
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass
 
@@ -48,20 +49,22 @@ def shapes(signature: str) -> list[tuple[int, ...]]:
 
 
 def activations(unit: TimedUnit) -> float | None:
-    """Elements of a 2-D convolution's input and output, from its signature (input, weight
-    shapes) and its counted forward + backward FLOPs (which give the output's size: 2 or 3
-    passes of 2·N·Ho·Wo·Cout·Cin/groups·kh·kw); None where they do not fit one."""
+    """Elements of a convolution's input and output (1-, 2- or 3-D), from its signature
+    (input, weight shapes) and its counted forward + backward FLOPs, which give the output's
+    size (2 or 3 passes of 2·N·outputs·Cout·Cin/groups·kernel); None where they do not fit
+    one stride."""
     found = shapes(unit.signature)[:2]
-    if len(found) < 2 or len(found[0]) != 4 or len(found[1]) != 4 or unit.flops <= 0:
+    if len(found) < 2 or len(found[0]) != len(found[1]) or len(found[0]) not in (3, 4, 5) \
+            or unit.flops <= 0:
         return None
-    (n, c_in, h, w), (c_out, c_group, kh, kw) = found
-    per_pixel = 2 * n * c_out * c_group * kh * kw
+    (n, c_in, *space), (c_out, c_group, *kernel) = found
+    per_output = 2 * n * c_out * c_group * math.prod(kernel)
     for passes in (3, 2):
-        pixels = unit.flops / (passes * per_pixel)
+        outputs = unit.flops / (passes * per_output)
         for s in _STRIDES:
-            expect = h * w / (s * s)
-            if abs(pixels - expect) <= 0.02 * expect + 1:
-                return float(n * c_in * h * w + n * c_out * pixels)
+            expect = math.prod(space) / s ** len(space)
+            if abs(outputs - expect) <= 0.02 * expect + 1:
+                return float(n * c_in * math.prod(space) + n * c_out * outputs)
     return None
 
 
