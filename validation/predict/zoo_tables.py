@@ -93,20 +93,26 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _block(title: str, mine: list[dict[str, Any]]) -> list[str]:
-    """One set's table: its counts, then a row per case."""
-    scored = [r for r in mine if "error_pct" in r]
+def _counts(scored: list[dict[str, Any]]) -> tuple[int, int, int]:
+    """Cases within 10 %, measurements inside their band, both."""
     within = sum(abs(r["error_pct"]) <= 10 for r in scored)
     inside = sum(bool(r.get("in_band")) for r in scored)
     both = sum(abs(r["error_pct"]) <= 10 and bool(r.get("in_band")) for r in scored)
+    return within, inside, both
+
+
+def _block(title: str, mine: list[dict[str, Any]]) -> list[str]:
+    """One set's table: its counts, then a row per case."""
+    scored = [r for r in mine if "error_pct" in r]
+    within, inside, both = _counts(scored)
     refused = sum(1 for r in mine if "error_pct" not in r)
     # the cases whose source ran at its profiled pace in the rounds (not ³): where a
     # prediction made at that pace can be held to its measurement
     paced = [r for r in scored if r.get("pace_matched") is not False]
+    p_within, _, p_both = _counts(paced)
     paced_note = "" if len(paced) == len(scored) else (
         f"; of the {len(paced)} measured at their source's profiled pace, "
-        f"{sum(abs(r['error_pct']) <= 10 for r in paced)} within 10 % and "
-        f"{sum(abs(r['error_pct']) <= 10 and bool(r.get('in_band')) for r in paced)} both")
+        f"{p_within} within 10 % and {p_both} both")
     out = [f"**{title}** ({within} of {len(scored)} cases within 10 %, {inside} "
            f"measurements inside their band; {both} both" + paced_note
            + (f"; {refused} refused or not recorded" if refused else "") + "):", "",
