@@ -108,3 +108,23 @@ def test_the_zoos_convolutions_move_as_their_steps_did(monkeypatch, family, work
         got = norm.predicted_ms / norm.measured_ms
         assert got == pytest.approx(there["norm"] / source["norm"], rel=norm.uncertainty_pct
                                     / 100)
+
+
+def test_batch_norms_power_of_its_channels_is_the_sweeps():
+    """`retarget.OFF_EXPONENT` against batch norm swept alone on an H200: at 262,144 values a
+    channel, 32 → 256 channels took × 1.5 (bf16) and × 1.75 (fp32) the time, a power of
+    0.21–0.27 of the channels; the rule's 0.25 lies in it."""
+    import math
+
+    from gpuaudit.predict.retarget import OFF_EXPONENT
+
+    rows = json.loads((ZOO / "norm-sweep-h200.json").read_text())["rows"]
+    powers = []
+    for dtype in ("torch.bfloat16", "torch.float32"):
+        ms = {r["c"]: r["ms"] for r in rows if r["kind"] == "bn" and r["dtype"] == dtype
+              and (r["n"], r["hw"]) == (256, 1024)}
+        assert ms[256] > 0.8  # well above the host's launches (about 0.3 ms)
+        powers.append(math.log(ms[256] / ms[32]) / math.log(8))
+    assert powers[0] == pytest.approx(0.21, abs=0.01)
+    assert powers[1] == pytest.approx(0.27, abs=0.01)
+    assert min(powers) <= OFF_EXPONENT <= max(powers)

@@ -52,9 +52,10 @@ U_CONV_FIT = 0.15
 # (92–251 µs a kernel), every other memory-bound group of 200 µs or more at 17 % or more, and
 # the groups below 10 % were all of kernels under 7 µs. PyTorch's batch norm reduces each
 # channel in blocks of its own, serially over its N·H·W values: more channels fill idle SMs
-# before they take longer. Swept alone on one H200 (forward + backward, 16–256 channels, bf16
-# and fp32), × 16 the channels took × 1.0 the time at 65,536 values a channel and × 2.0 at
-# 262,144: time ∝ channels^0.25 at most. A size change moves such a group by its
+# before they take longer. Swept alone on one H200 (forward + backward at 262,144 values a
+# channel; validation/predict/layer_sweeps.py), 32 → 256 channels took × 1.5 (bf16) and
+# × 1.75 (fp32) the time: time ∝ channels^0.21–0.27 (at 65,536 values a channel the sweep's
+# calls sat on its host's launches and say nothing). A size change moves such a group by its
 # traffic^`OFF_EXPONENT`, its band reaching unchanged and the square root of its traffic (a
 # U-Net's and ResNet-18's batch norms in their steps moved × 1.18 and × 0.93 where their
 # traffic said × 2 and × 0.5).

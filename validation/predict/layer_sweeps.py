@@ -1,0 +1,101 @@
+"""Plain layers swept alone on a GPU: how batch norm's and a convolution's forward + backward
+time follows their channels at a fixed N·H·W (`predict.retarget`'s batch-norm power and
+`predict.convfit`'s terms cite these; tests/fixtures/predict/zoo/norm-sweep-h200.json).
+
+Each configuration runs 3 times to warm up, then 20 (norm) or 10 (conv) times between two
+CUDA events, the host in the loop: a configuration under about 0.3 ms (norm) or 0.6 ms (conv)
+a call measures the host's launches, not the device, on the lent H200's host.
+
+    python3 validation/predict/layer_sweeps.py norm OUT.json
+    python3 validation/predict/layer_sweeps.py conv OUT.json [SECONDS]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CHANNELS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def _ms(torch: Any, fn: Callable[[], None], n: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / n
+
+
+def norm(torch: Any) -> list[dict[str, Any]]:
+    """BatchNorm2d and GroupNorm(32) forward + backward, bf16 (autocast) and fp32."""
+    dev, rows = torch.device("cuda"), []
+    for kind in ("bn", "gn"):
+        for n, h in ((64, 32), (256, 32), (64, 64)):
+            for c in CHANNELS[:-1]:
+                if kind == "gn" and c % 32:
+                    continue
+                for dt in (torch.bfloat16, torch.float32):
+                    x = torch.randn(n, c, h, h, device=dev, dtype=dt, requires_grad=True)
+                    m = (torch.nn.BatchNorm2d(c) if kind == "bn" else
+                         torch.nn.GroupNorm(32, c)).to(dev)
+                    g = torch.randn_like(x)
+
+                    def step(x: Any = x, m: Any = m, g: Any = g, dt: Any = dt) -> None:
+                        with torch.autocast("cuda", dtype=torch.bfloat16,
+                                            enabled=dt == torch.bfloat16):
+                            y = m(x)
+                        y.backward(g)
+                    rows.append({"kind": kind, "n": n, "c": c, "hw": h * h, "dtype": str(dt),
+                                 "ms": round(_ms(torch, step, 20), 5),
+                                 "elems": n * c * h * h})
+    return rows
+
+
+def conv(torch: Any, seconds: float) -> list[dict[str, Any]]:
+    """Conv2d forward + backward (C → C channels, 3×3, 1×1 and 7×7 depthwise), bf16 autocast."""
+    dev, rows, t0 = torch.device("cuda"), [], time.time()
+    torch.backends.cudnn.benchmark = True
+    for n, hw in ((64, 64), (64, 32), (64, 16), (256, 16), (128, 56), (128, 28), (128, 14),
+                  (128, 7)):
+        for k in (3, 1, 7):
+            for c in CHANNELS[:1] + CHANNELS[2:]:  # 24 left out
+                depthwise = k == 7
+                if time.time() - t0 > seconds or (depthwise and hw < 14):
+                    continue
+                x = torch.randn(n, c, hw, hw, device=dev, requires_grad=True)
+                layer = torch.nn.Conv2d(c, c, k, padding=k // 2,
+                                        groups=c if depthwise else 1).to(dev)
+                g = torch.randn(n, c, hw, hw, device=dev, dtype=torch.bfloat16)
+
+                def step(x: Any = x, layer: Any = layer, g: Any = g) -> None:
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        y = layer(x)
+                    y.backward(g)
+                rows.append({"n": n, "hw": hw, "k": k, "c": c, "dw": depthwise,
+                             "ms": round(_ms(torch, step, 10), 5),
+                             "flops": 3 * 2 * n * hw * hw * c * (1 if depthwise else c) * k * k})
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    import torch
+
+    what, out = argv[0], Path(argv[1])
+    rows = norm(torch) if what == "norm" else conv(torch, float(argv[2]) if len(argv) > 2
+                                                    else 240.0)
+    out.write_text(json.dumps(rows, indent=0))
+    print(f"{what}: {len(rows)} configurations")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
