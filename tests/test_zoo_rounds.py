@@ -120,6 +120,22 @@ def test_every_target_is_timed_in_each_round_and_one_that_cannot_build_says_why(
             got[label]["batch"] / (got[label]["step_ms"] / 1e3), rel=1e-3)
     assert "error" in got["gone"] and "rounds_ms" not in got["gone"]
     assert any("round 1/1" in s for s in said)
+    assert "settle_ms" not in got["a"]  # a tiny run does not settle
+
+
+def test_the_rounds_first_run_untimed_for_their_settling_time_and_keep_its_medians(monkeypatch):
+    import torch
+
+    from validation.predict.rounds import time_in_rounds
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "predict"))
+    said: list[str] = []
+    got = time_in_rounds([("a", "zoo.mlp:build", "bf16", 2), ("b", "zoo.mlp:build", "bf16", 4)],
+                         torch.device("cpu"), True, said.append, settle_s=0.3)
+    n = len(got["a"]["settle_ms"])
+    assert n >= 1 and len(got["b"]["settle_ms"]) == n  # whole rounds: every target in each
+    assert any(f"{n} rounds untimed to settle" in s for s in said)
+    assert len(got["a"]["rounds_ms"]) == 1  # the timed rounds are not counted among them
 
 
 def test_two_recordings_of_a_set_get_a_table_each_with_their_own_counts():

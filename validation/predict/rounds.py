@@ -15,11 +15,18 @@ host-bound target of it (fp32 → bf16 of a step that autocast makes host-bound)
 at whatever pace its rounds had. The source's step at batch 1 (the host's own time) was
 tried as a second control: six steps of it moved too much a round to match in more than one
 or two of eight, even for steps the GPU binds.
+
+A fresh process runs host-bound steps slower for its first seconds after building its
+targets: on one loan a ConvNeXt bf16 step took 15–20 ms in the first 2 s after the build and
+12–14 ms after, a GRU bf16 step 16 ms for its first 10 s and 12.3 ms after, while the
+GPU-bound fp32 steps held to 0.1 %. So the rounds are first run untimed for `SETTLE_S`
+(their source's medians kept as `settle_ms`, to show the drift).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,16 +34,18 @@ ROUNDS = 8
 ROUND_STEPS = 6
 PACE_TOLERANCE = 0.05  # a round's source step within ±5 % of its profiled step
 MIN_MATCHED = 2  # rounds at the profiled pace for a pace-matched measurement
+SETTLE_S = 15.0  # untimed rounds after the build, before the timed ones
 
 
 def time_in_rounds(configs: list[tuple[str, str, str, int]], device: Any, tiny: bool,
                    log: Callable[[str], None],
-                   save: Callable[[dict[str, dict[str, Any]]], None] = lambda _: None
-                   ) -> dict[str, dict[str, Any]]:
-    """(label, model, precision, batch) each built, warmed up and timed in rounds: per label
-    its steps, each round's median step and the median of them all (ms), or its error.
-    `save` gets what is timed so far after each round (a process stopped by its budget keeps
-    the rounds it finished)."""
+                   save: Callable[[dict[str, dict[str, Any]]], None] = lambda _: None,
+                   settle_s: float | None = None) -> dict[str, dict[str, Any]]:
+    """(label, model, precision, batch) each built, warmed up, run untimed in rounds for
+    `settle_s` (`SETTLE_S`; none for a tiny run) and timed in rounds: per label its steps, each
+    round's median step and the median of them all (ms), or its error. `save` gets what is
+    timed so far after each round (a process stopped by its budget keeps the rounds it
+    finished)."""
     import torch
 
     from gpuaudit.bench.stats import reason_of
@@ -56,16 +65,28 @@ def time_in_rounds(configs: list[tuple[str, str, str, int]], device: Any, tiny: 
             trainers[label] = (t, precision)
         except Exception as exc:  # one target that cannot run leaves the others timed
             out[label]["error"] = reason_of(exc)[:300]
-    rounds = 1 if tiny else ROUNDS
     steps = 2 if tiny else ROUND_STEPS
-    times: dict[str, list[list[float]]] = {label: [] for label in trainers}
     order = list(trainers)
-    for r in range(rounds if order else 0):
+
+    def one_round(r: int, into: dict[str, list[list[float]]]) -> None:
         for label in order[r % len(order):] + order[:r % len(order)]:
             t, precision = trainers[label]
             with float32_matmuls(torch, tf32=precision != "fp32"):
-                times[label].append([s * 1e3 for s in step_times_s(torch, device, t.step,
-                                                                   steps)])
+                ms = [s * 1e3 for s in step_times_s(torch, device, t.step, steps)]
+            into.setdefault(label, []).append(ms)
+
+    settle: dict[str, list[list[float]]] = {}
+    end = time.monotonic() + (settle_s if settle_s is not None else 0.0 if tiny else SETTLE_S)
+    while order and time.monotonic() < end:
+        one_round(len(settle.get(order[0], ())), settle)
+    if settle:
+        log(f"  {len(settle[order[0]])} rounds untimed to settle")
+    for label, per_round in settle.items():
+        out[label]["settle_ms"] = [round(statistics.median(c), 4) for c in per_round]
+    rounds = 1 if tiny else ROUNDS
+    times: dict[str, list[list[float]]] = {label: [] for label in trainers}
+    for r in range(rounds if order else 0):
+        one_round(r, times)
         log(f"  round {r + 1}/{rounds} timed")
         for label, per_round in times.items():
             out[label].update(_summary(out[label]["batch"], per_round))
