@@ -6,8 +6,10 @@ pure-Python loop's rate per quarter second ranged 2,800–4,150 a second on one 
 host-bound ConvNeXt step took 13–32 ms within one run of 400 steps (`hostpace.py`). A
 host-bound target timed alone measures its moment's
 host, not the one its source was profiled with. So every target is built and warmed up in
-one fresh process and timed in rounds: `ROUNDS` rounds of `ROUND_STEPS` steps of each target
-in turn (the order turned by one each round), the recorded precisions among them. A
+one fresh process and timed in rounds: `ROUND_STEPS` steps of each target in turn (the order
+turned by one each round), the recorded precisions among them, for at least `ROUNDS` rounds
+and more (up to `MAX_ROUNDS`) while they have taken less than `ROUNDS_S`: a family whose
+steps are short gets more rounds for its source to meet its profiled pace in. A
 prediction is then judged against its target's steps in the rounds where its source ran
 within `PACE_TOLERANCE` of its profiled step: there the host ran at the pace the prediction
 starts from. A source the GPU binds matches in every round and controls nothing: a
@@ -16,11 +18,12 @@ at whatever pace its rounds had. The source's step at batch 1 (the host's own ti
 tried as a second control: six steps of it moved too much a round to match in more than one
 or two of eight, even for steps the GPU binds.
 
-A fresh process runs host-bound steps slower for its first seconds after building its
+A fresh process can run host-bound steps slower for its first seconds after building its
 targets: on one loan a ConvNeXt bf16 step took 15–20 ms in the first 2 s after the build and
 12–14 ms after, a GRU bf16 step 16 ms for its first 10 s and 12.3 ms after, while the
-GPU-bound fp32 steps held to 0.1 %. So the rounds are first run untimed for `SETTLE_S`
-(their source's medians kept as `settle_ms`, to show the drift).
+GPU-bound fp32 steps held to 0.1 % (on the next loan the DLRM's step sped up so, 6.5 to 4.7
+ms, and ConvNeXt's slowed, 18 to 26 ms: the host's pace moves both ways). So the rounds are
+first run untimed for `SETTLE_S` (their medians kept as `settle_ms`, to show the drift).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-ROUNDS = 8
+ROUNDS = 8  # at least; more while the timed rounds have taken less than ROUNDS_S
+ROUNDS_S = 30.0
+MAX_ROUNDS = 48
 ROUND_STEPS = 6
 PACE_TOLERANCE = 0.05  # a round's source step within ±5 % of its profiled step
 MIN_MATCHED = 2  # rounds at the profiled pace for a pace-matched measurement
@@ -83,11 +88,14 @@ def time_in_rounds(configs: list[tuple[str, str, str, int]], device: Any, tiny: 
         log(f"  {len(settle[order[0]])} rounds untimed to settle")
     for label, per_round in settle.items():
         out[label]["settle_ms"] = [round(statistics.median(c), 4) for c in per_round]
-    rounds = 1 if tiny else ROUNDS
+    least, most = (1, 1) if tiny else (ROUNDS, MAX_ROUNDS)
     times: dict[str, list[list[float]]] = {label: [] for label in trainers}
-    for r in range(rounds if order else 0):
+    start, r = time.monotonic(), 0
+    while order and (r < least or (r < most and time.monotonic() - start < ROUNDS_S)):
         one_round(r, times)
-        log(f"  round {r + 1}/{rounds} timed")
+        r += 1
+        if r <= least or r % 8 == 0:
+            log(f"  round {r} timed")
         for label, per_round in times.items():
             out[label].update(_summary(out[label]["batch"], per_round))
         save(out)
