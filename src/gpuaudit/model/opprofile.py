@@ -262,6 +262,10 @@ class OpProfile(Amounts):
     # of autocast in this model, each pair a moment apart on a host whose pace drifts
     host_rounds_ms: tuple[float, ...] = ()
     alt_host_rounds_ms: tuple[float, ...] = ()
+    # per precision, the host's time to issue one step at the recorded batch with the device
+    # held, one a round (`hosttime.held_host`): the host's work at this batch, where the
+    # step at batch 1 can take less (empty: not timed, or the step waits on its device)
+    host_held_ms: dict[str, tuple[float, ...]] = Field(default_factory=dict)
     buckets: tuple[DdpBucket, ...] = ()
     alt_precision: str | None = None
     alt_batch: int | None = None

@@ -146,7 +146,15 @@ def precision(g: Grouped, state: StepState, target: str) -> None:
     rates = (state.roofs.matmul(src) or 1.0, state.roofs.matmul(target) or 1.0)
     grp.precision_change(g.record, g.changes, src, target, rates, state.roofs.memory_gbps)
     state.notes.extend(n for n in g.notes if n not in state.notes)
-    if _autocast(src) != _autocast(target):
+    held = held_ratio(g.record, src, target)
+    if held is not None:
+        ratio, unc = held
+        g.host_scale *= ratio
+        g.host_unc = math.hypot(g.host_unc, unc)
+        state.basis.append(f"the host's work per step × {ratio:.2f} ±{100 * unc:.0f} %: its "
+                           "step at this batch issued with the device held, in both, round "
+                           "by round")
+    elif _autocast(src) != _autocast(target):
         timed = host_ratio(g.record)
         how = "its step at batch 1 timed in both, round by round" if timed else \
             "the development families' mean"
@@ -182,8 +190,32 @@ def host_ratio(record: OpProfile) -> tuple[float, float] | None:
     recording timed it (`OpProfile.alt_host_rounds_ms`): the median of the rounds' ratios,
     each pair a moment apart, and its uncertainty (their half interquartile range ÷ the
     median, at least `U_HOST_RATIO`). None where it was not timed."""
-    pairs = [(a, b) for a, b in zip(record.host_rounds_ms, record.alt_host_rounds_ms,
-                                    strict=False) if a > 0 and b > 0]
+    return _paired_ratio(record.host_rounds_ms, record.alt_host_rounds_ms)
+
+
+def held_ratio(record: OpProfile, src: str, target: str) -> tuple[float, float] | None:
+    """The host's work of a step at the recorded batch in `target` ÷ in `src`, each issued
+    with the device held (`OpProfile.host_held_ms`): the median of the rounds' ratios and
+    its uncertainty, as `host_ratio`. None where either was not timed. Where it was, it
+    replaces the step at batch 1: a tf32 LSTM's host work grew with the batch (15 ms to issue
+    at batch 1, 21 at 128) where its fp32 one hardly did, and a prediction from batch 1
+    missed its host-bound step by a third."""
+    return _paired_ratio(record.host_held_ms.get(src, ()), record.host_held_ms.get(target, ()))
+
+
+def source_host_ms(record: OpProfile) -> float | None:
+    """The host's time per step of the recorded step: its issue with the device held at the
+    recorded batch where timed (the median of its rounds), else its step at batch 1: the
+    base `held_ratio` scales, where a step at batch 1 can take less."""
+    held = record.host_held_ms.get(record.precision, ())
+    return statistics.median(held) if held else record.host_step_ms
+
+
+def _paired_ratio(here: tuple[float, ...], there: tuple[float, ...]
+                  ) -> tuple[float, float] | None:
+    """The median of the rounds' ratios there ÷ here, each pair a moment apart, and its
+    uncertainty: their half interquartile range ÷ the median, at least `U_HOST_RATIO`."""
+    pairs = [(a, b) for a, b in zip(here, there, strict=False) if a > 0 and b > 0]
     if len(pairs) < 2:
         return None
     ratios = [b / a for a, b in pairs]
@@ -303,8 +335,8 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
         return out
 
     moved = tlm.rounds_moved(rec.host_rounds_ms)
-    rep = tlm.calibrate(tl, rec.step_ms * 1e3,
-                        rec.host_step_ms * 1e3 if rec.host_step_ms else None,
+    host_ms = source_host_ms(rec)
+    rep = tlm.calibrate(tl, rec.step_ms * 1e3, host_ms * 1e3 if host_ms else None,
                         max(spread, moved))
     lat = tlm.latency_us(tl)
     fix = rec.step_ms * 1e3 / rep.period_us if rep.period_us > 0 else 1.0

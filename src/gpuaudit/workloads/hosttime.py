@@ -11,14 +11,22 @@ in the other precision family (fp32 ↔ 16-bit autocast). Two reasons:
   model: the ratio of the two precisions' host time measured round by round, each pair a
   moment apart, is the model's own, where one ratio fitted on other models was off by up to
   a third (ConvNeXt ×1.50 against ×1.18).
+
+On a GPU it also times the host's work of a step at the recorded batch: the step issued
+while a spin kernel holds the device, so that no launch waits on a kernel (`held_host`), in
+the recorded precision and the others a prediction may ask for, round by round. At batch 1
+the host's work can differ from the whole batch's: a bidirectional LSTM's tf32 step took
+about 15 ms to issue at batch 1 and 21 at 128 on one H200's host (fp32: 16 and 18 ms), and
+its tf32 step ran at the larger figure.
 """
 
 from __future__ import annotations
 
 import contextlib
 import statistics
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,6 +35,8 @@ if TYPE_CHECKING:
 HOST_BATCH = 1
 HOST_ROUNDS = 8
 ROUND_STEPS = 6
+HELD_PRECISIONS = ("fp32", "tf32", "bf16")  # beside the recorded one
+HOLD_MAX_S = 1.0  # a step that is not all issued within this hold waits on the device
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,9 @@ class HostTime:
     # the same step in the other precision family (`alt_precision`) each round, paired with
     # `rounds_ms`; empty where it could not run
     alt_rounds_ms: tuple[float, ...] = ()
+    # per precision, the host's time to issue one step at the recorded batch with the device
+    # held, one a round (`held_host`); empty off a GPU or for a step that waits on its device
+    held_ms: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 def alt_precision(precision: str) -> str:
@@ -115,7 +128,68 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
         return None
     finally:
         trainer.inputs, trainer.target = keep
+    step_ms = statistics.median([s for r in mine for s in r])
+    held = held_host(trainer, notes, 2 * step_ms, rounds) if not mode.compile else {}
     return HostTime(
-        step_ms=round(statistics.median([s for r in mine for s in r]), 4),
+        step_ms=round(step_ms, 4),
         rounds_ms=tuple(round(statistics.median(r), 4) for r in mine),
-        alt_rounds_ms=tuple(round(statistics.median(r), 4) for r in other))
+        alt_rounds_ms=tuple(round(statistics.median(r), 4) for r in other), held_ms=held)
+
+
+def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
+              rounds: int = HOST_ROUNDS) -> dict[str, tuple[float, ...]]:
+    """Per precision (the recorded one, then `HELD_PRECISIONS`), the host's time to issue one
+    eager step at the recorded batch while a spin kernel holds the device, one step a
+    precision a round: the host's own work at that batch, with no launch waiting on a kernel.
+    A step not all issued before its hold ended is issued again with a 4× longer one, up to
+    `HOLD_MAX_S`; past that the step waits on its device (a sync) and none is kept, with a
+    note. Off a GPU: nothing (the host's work and the device's are one)."""
+    import torch
+
+    from gpuaudit.bench.timing import spin_cycles_per_us
+    from gpuaudit.workloads.precision import float32_matmuls
+    from gpuaudit.workloads.timing import is_cuda, sync
+
+    device, own = trainer.device, trainer.mode.precision
+    if not is_cuda(device):
+        return {}
+    cycles = spin_cycles_per_us(torch)
+    steps: dict[str, Callable[[], None]] = {}
+    for p in (own, *(q for q in HELD_PRECISIONS if q != own)):
+        step = trainer.step if p == own else eager_step(trainer, p)
+        try:
+            with float32_matmuls(torch, tf32=p != "fp32"):
+                for _ in range(2):  # cuDNN's autotuning and autocast's caches, first
+                    step()
+            steps[p] = step
+        except RuntimeError as exc:
+            notes.append(f"host work not timed in {p}: {str(exc).splitlines()[0][:80]}")
+    sync(torch, device)
+    hold = [max(hold_ms, 1.0) / 1e3]
+
+    def issued_ms(p: str) -> float | None:
+        while hold[0] <= HOLD_MAX_S:
+            torch.cuda._sleep(int(hold[0] * 1e6 * cycles))
+            held = torch.cuda.Event()
+            held.record()  # fires when the hold ends
+            t0 = time.perf_counter()
+            with float32_matmuls(torch, tf32=p != "fp32"):
+                steps[p]()
+            ms = (time.perf_counter() - t0) * 1e3
+            ended = held.query()
+            sync(torch, device)
+            if not ended:
+                return ms
+            hold[0] *= 4
+        return None
+
+    out: dict[str, list[float]] = {p: [] for p in steps}
+    for _ in range(rounds):
+        for p in steps:
+            ms = issued_ms(p)
+            if ms is None:
+                notes.append(f"host work at batch {trainer.workload.batch_size} not timed "
+                             "with the device held: the step waits on its device")
+                return {}
+            out[p].append(round(ms, 4))
+    return {p: tuple(v) for p, v in out.items()}

@@ -1,0 +1,144 @@
+"""The host's work of a step at its recorded batch, issued with the device held
+(`workloads.hosttime.held_host`), and how a precision change takes it
+(`predict.grouped.held_ratio`, `source_host_ms`): checked on the bidirectional LSTM recorded
+in bf16 and fp32 on an H200 (its recording predates the held timing: the rounds are planted),
+and, on a GPU, on real steps."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import statistics
+
+import pytest
+
+from gpuaudit.model import load_run
+from gpuaudit.predict import Change, grouped, load_profile, machine_rates, predict
+from gpuaudit.specs.catalog import load_catalog
+from tests.conftest import FIXTURES
+
+ROOT = FIXTURES.parents[1]
+RUN = FIXTURES / "predict" / "zoo" / "lstm-h200-run.json.gz"
+SPECS = load_catalog()
+# each round's issue time (ms) of one step at batch 128, as the held timing keeps them
+BF16 = (20.0, 21.0, 19.0, 22.0, 20.5, 21.5, 19.5, 20.0)
+TF32 = tuple(b * r for b, r in zip(BF16, (1.0, 1.1, 0.9, 1.05, 1.0, 0.95, 1.0, 1.2),
+                                   strict=True))
+FP32 = tuple(0.85 * b for b in BF16)
+
+
+@pytest.fixture(scope="module")
+def run():
+    return load_run(gzip.decompress(RUN.read_bytes()).decode())
+
+
+def _rates():
+    return machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
+                                  .read_text()), SPECS)
+
+
+def _planted(run, precision, held):
+    prof = load_profile(run, f"lstm-tagger/{precision}")
+    return dataclasses.replace(prof, record=prof.record.model_copy(
+        update={"host_held_ms": held}))
+
+
+def test_the_ratio_is_the_median_of_the_rounds_and_the_base_their_median(run):
+    rec = _planted(run, "bf16", {"bf16": BF16, "tf32": TF32}).record
+    ratio, unc = grouped.held_ratio(rec, "bf16", "tf32")
+    ratios = sorted(t / b for b, t in zip(BF16, TF32, strict=True))
+    assert ratio == pytest.approx(statistics.median(ratios))
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    assert unc == pytest.approx(max(grouped.U_HOST_RATIO, (q3 - q1) / 2 / ratio))
+    assert grouped.source_host_ms(rec) == pytest.approx(statistics.median(BF16))
+    # one side untimed: no ratio; nothing timed: the base is the step at batch 1
+    assert grouped.held_ratio(rec, "bf16", "fp32") is None
+    plain = load_profile(run, "lstm-tagger/bf16").record
+    assert grouped.source_host_ms(plain) == plain.host_step_ms
+
+
+def test_a_tf32_step_whose_host_work_does_not_fall_keeps_the_hosts_time(run):
+    """From the bf16 recording, the batch-1 steps say the host's work falls × 0.77 without
+    autocast (fp32 at batch 1), and the tf32 step comes out at the device's time; where the
+    step at batch 128 issues as slowly in tf32 as in bf16, the host binds it at about the bf16
+    step's own time, and the basis says which timing set it."""
+    plain = predict(load_profile(run, "lstm-tagger/bf16"), _rates(), Change(precision="tf32"),
+                    SPECS)
+    held = predict(_planted(run, "bf16", {"bf16": BF16, "tf32": TF32}), _rates(),
+                   Change(precision="tf32"), SPECS)
+    bf16_step = load_profile(run, "lstm-tagger/bf16").record.step_ms
+    assert any("autocast switched off" in b for b in plain.basis)
+    assert any("issued with the device held" in b for b in held.basis)
+    assert not any("autocast switched" in b for b in held.basis)
+    assert held.step_ms > 1.2 * plain.step_ms
+    assert held.step_ms == pytest.approx(bf16_step, rel=0.05)
+    assert held.step_ms_low < held.step_ms < held.step_ms_high
+
+
+def test_fp32_to_tf32_takes_the_host_change_that_batch_1_cannot_see(run):
+    """fp32 → tf32 keeps the host as it is where only the step at batch 1 was timed (both
+    are one precision family there); with the held rounds its host work moves by their
+    ratio, from the held fp32 step's issue time as the base."""
+    timed = {"fp32": FP32, "tf32": TF32}
+    a = predict(load_profile(run, "lstm-tagger/fp32"), _rates(), Change(precision="tf32"),
+                SPECS)
+    b = predict(_planted(run, "fp32", timed), _rates(), Change(precision="tf32"), SPECS)
+    assert not any("host's work per step" in x for x in a.basis)
+    ratio, _ = grouped.held_ratio(_planted(run, "fp32", timed).record, "fp32", "tf32")
+    assert any(f"host's work per step × {ratio:.2f}" in x for x in b.basis)
+    assert b.step_ms > a.step_ms
+
+
+def test_off_a_gpu_nothing_is_held_and_the_profile_keeps_the_batch_1_step(monkeypatch):
+    """On the CPU a step's host work and its device's are one: nothing is timed held, and
+    the recording falls back to its step at batch 1."""
+    torch = pytest.importorskip("torch")
+    from gpuaudit.workloads.hosttime import held_host
+    from gpuaudit.workloads.precision import TrainMode
+    from gpuaudit.workloads.trainer import Trainer
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "predict"))
+    t = Trainer("zoo.mlp:build", TrainMode("fp32"), torch.device("cpu"), batch_size=2)
+    notes: list[str] = []
+    assert held_host(t, notes, 1.0) == {} and not notes
+
+
+@pytest.mark.gpu
+def test_held_host_times_each_precision_and_refuses_a_step_that_syncs(tmp_path, monkeypatch):
+    """On a GPU: the zoo's MLP issues a step in the recorded precision and the three others,
+    every round; a model whose forward reads a value back (`.item()`) waits on the held
+    device, and none is kept, with a note."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from gpuaudit.workloads.hosttime import HELD_PRECISIONS, held_host
+    from gpuaudit.workloads.precision import TrainMode
+    from gpuaudit.workloads.trainer import Trainer
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "predict"))
+    (tmp_path / "syncing.py").write_text(
+        "import torch\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(64, 8)\n"
+        "    def forward(self, x, y):\n"
+        "        out = self.fc(x)\n"
+        "        if out.sum().item() > 1e30:\n"
+        "            out = out * 0\n"
+        "        return torch.nn.functional.cross_entropy(out, y)\n"
+        "def build():\n"
+        "    return {'model': Net(), 'batch_size': 32, 'make_batch': lambda n: "
+        "((torch.randn(n, 64),), torch.randint(0, 8, (n,)))}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    device = torch.device("cuda", 0)
+    t = Trainer("zoo.mlp:build", TrainMode("bf16"), device, batch_size=64)
+    t.warm_up(2, 0.0)
+    notes: list[str] = []
+    got = held_host(t, notes, 5.0, rounds=3)
+    assert set(got) == {"bf16", *HELD_PRECISIONS} and not notes
+    assert all(len(v) == 3 and min(v) > 0 for v in got.values())
+    s = Trainer("syncing:build", TrainMode("fp32"), device, batch_size=32)
+    s.warm_up(2, 0.0)
+    assert held_host(s, notes, 1.0, rounds=2) == {}
+    assert any("waits on its device" in n for n in notes)
