@@ -156,13 +156,15 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     cycles = spin_cycles_per_us(torch)
     steps: dict[str, Callable[[], None]] = {}
     for p in (own, *(q for q in HELD_PRECISIONS if q != own)):
-        step = trainer.step if p == own else eager_step(trainer, p)
+        # eager, without fp16's loss scaler: its check for overflows reads a value back
+        step = eager_step(trainer, p)
         try:
             with float32_matmuls(torch, tf32=p != "fp32"):
                 for _ in range(2):  # cuDNN's autotuning and autocast's caches, first
                     step()
             steps[p] = step
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # out of memory in fp32 at this batch, say
+            torch.cuda.empty_cache()
             notes.append(f"host work not timed in {p}: {str(exc).splitlines()[0][:80]}")
     sync(torch, device)
     hold = [max(hold_ms, 1.0) / 1e3]
