@@ -198,7 +198,7 @@ def held_ratio(record: OpProfile, src: str, target: str) -> tuple[float, float] 
     with the device held (`OpProfile.host_held_ms`): the median of the rounds' ratios and
     its uncertainty, as `host_ratio`. None where either was not timed. Where it was, it
     replaces the step at batch 1: a tf32 LSTM's host work grew with the batch (15 ms to issue
-    at batch 1, 21 at 128) where its fp32 one hardly did, and a prediction from batch 1
+    at batch 1, 21 at 128) more than its fp32 one (16 and 18), and a prediction from batch 1
     missed its host-bound step by a third."""
     return _paired_ratio(record.host_held_ms.get(src, ()), record.host_held_ms.get(target, ()))
 
