@@ -144,9 +144,9 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     Two steps are queued behind each hold and the second is timed, as a training loop issues
     a step after the last, not after a sync (a step issued right after one took 6–8 % longer
     than the same step's pace in a loop on one H200's host). A step not all issued before its
-    hold ended is issued again with a 4× longer one, up to
-    `HOLD_MAX_S`; past that the step waits on its device (a sync) and none is kept, with a
-    note. Off a GPU: nothing (the host's work and the device's are one)."""
+    hold ended is issued again with a 4× longer one, up to `HOLD_MAX_S`; past that the step
+    waits on its device (a sync) and none is kept, with a note. Off a GPU: nothing (the
+    host's work and the device's are one)."""
     import torch
 
     from gpuaudit.bench.timing import spin_cycles_per_us
@@ -170,11 +170,12 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             torch.cuda.empty_cache()
             notes.append(f"host work not timed in {p}: {str(exc).splitlines()[0][:80]}")
     sync(torch, device)
-    hold = [max(hold_ms, 1.0) / 1e3]
+    hold_s = max(hold_ms, 1.0) / 1e3  # grows for every later step once one outlasts it
 
     def issued_ms(p: str) -> float | None:
-        while hold[0] <= HOLD_MAX_S:
-            torch.cuda._sleep(int(hold[0] * 1e6 * cycles))
+        nonlocal hold_s
+        while hold_s <= HOLD_MAX_S:
+            torch.cuda._sleep(int(hold_s * 1e6 * cycles))
             held = torch.cuda.Event()
             held.record()  # fires when the hold ends
             with float32_matmuls(torch, tf32=p != "fp32"):
@@ -186,7 +187,7 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             sync(torch, device)
             if not ended:
                 return ms
-            hold[0] *= 4
+            hold_s *= 4
         return None
 
     out: dict[str, list[float]] = {p: [] for p in steps}
