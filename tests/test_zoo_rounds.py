@@ -175,7 +175,7 @@ def test_a_fresh_process_runs_host_bound_steps_slower_at_first_after_its_build()
     """The H200 probe behind `SETTLE_S` (`validation/predict/fresh_process.py`): in a fresh
     process with its targets built, ConvNeXt's and the GRU's host-bound bf16 steps ran
     slower alone first than in the rounds that followed and alone again after them; the
-    GPU-bound fp32 steps held within 1.5 %; and a turn's first step was the DLRM's slowest.
+    GPU-bound fp32 steps held within 2 %; and a turn's first step was the DLRM's slowest.
     (Whether the rounds themselves cost a source anything it does not say: the GRU's and the
     DLRM's ran at the pace of alone again, the LSTM's and ConvNeXt's 12–25 % slower.)"""
     fams = json.loads((ROOT / "tests" / "fixtures" / "predict" / "zoo" /
@@ -191,6 +191,6 @@ def test_a_fresh_process_runs_host_bound_steps_slower_at_first_after_its_build()
     for name in ("gru", "lstm", "convnext", "mlp"):
         f = fams[name]["fp32"]
         every = f["alone"] + f["rounds"] + f["rounds_warm"] + f["alone_again"]
-        assert max(every) / min(every) < 1.015
+        assert max(every) / min(every) < 1.02
     pos = fams["recsys"]["bf16"]["by_position"]
     assert pos[0] > 1.3 * med(pos[1:])  # a turn's first step, the DLRM's slowest

@@ -21,7 +21,7 @@ or two of eight, even for steps the GPU binds.
 A fresh process can run host-bound steps slower for its first seconds after building its
 targets: on one loan a ConvNeXt bf16 step took 15–20 ms in the first 2 s after the build and
 12–15 ms after, a GRU bf16 step 16 ms for its first 10 s and 12.3 ms after, while the
-GPU-bound fp32 steps held within 1.5 % (`fresh_process.py`; on the next loan the DLRM's
+GPU-bound fp32 steps held within 2 % (`fresh_process.py`; on the next loan the DLRM's
 step sped up so, 6.5 to 4.7 ms, and ConvNeXt's slowed, 18 to 26 ms: the host's pace moves
 both ways). So the rounds are first run untimed for `SETTLE_S` (their medians kept as
 `settle_ms`, to show the drift).
