@@ -179,8 +179,9 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
         """The first step's issue time, and the second's where the queue held both."""
         nonlocal hold_s
         while hold_s <= HOLD_MAX_S:
+            begin, held = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            begin.record()
             torch.cuda._sleep(int(hold_s * 1e6 * cycles))
-            held = torch.cuda.Event()
             held.record()  # fires when the hold ends
             with float32_matmuls(torch, tf32=p != "fp32"):
                 t0 = time.perf_counter()
@@ -194,9 +195,9 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             first_ms = (t1 - t0) * 1e3
             if first_held and second_held:
                 return first_ms, (t2 - t1) * 1e3
-            # a hold 8× the first step's issue time (about 4× at the boost clock, the spin's
-            # cycles being counted at the idle one) had room for two: the queue was full
-            if first_held and hold_s * 1e3 >= 8 * first_ms:
+            # the hold as it ran (the spin's cycles may have been counted at another clock)
+            # had room for two first steps: the launch queue was full
+            if first_held and begin.elapsed_time(held) >= 3 * first_ms:
                 return first_ms, None
             hold_s *= 4
         return None
