@@ -178,7 +178,7 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     def issued_ms(p: str) -> tuple[float, float | None] | None:
         """The first step's issue time, and the second's where the queue held both."""
         nonlocal hold_s
-        while hold_s <= HOLD_MAX_S:
+        while True:
             begin, held = (torch.cuda.Event(enable_timing=True) for _ in range(2))
             begin.record()
             torch.cuda._sleep(int(hold_s * 1e6 * cycles))
@@ -199,8 +199,9 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             # had room for two first steps: the launch queue was full
             if first_held and begin.elapsed_time(held) >= 3 * first_ms:
                 return first_ms, None
-            hold_s *= 4
-        return None
+            if hold_s >= HOLD_MAX_S:
+                return None
+            hold_s = min(4 * hold_s, HOLD_MAX_S)
 
     timed: dict[str, list[tuple[float, float | None]]] = {p: [] for p in steps}
     for _ in range(rounds):
