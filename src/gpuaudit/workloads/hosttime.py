@@ -143,10 +143,11 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     precision a round: the host's own work at that batch, with no launch waiting on a kernel.
     Two steps are queued behind each hold and the second is timed, as a training loop issues
     a step after the last, not after a sync (a step issued right after one took 6–8 % longer
-    than the same step's pace in a loop on one H200's host). The device's launch queue holds a
-    few thousand kernels: where it cannot hold two steps (the second's launches wait for the
-    hold to end: a bidirectional LSTM's 2,700 kernels a step on an H200), every precision's
-    first step is timed instead, with a note. A step not all issued before its hold ended is
+    than the same step's pace in a loop on one H200's host). Where the second step waits for
+    the hold to end though the hold, as the device ran it, had room for both (a full launch
+    queue: on an H200 a bidirectional LSTM's fp32 step, 2,700 kernels, and ConvNeXt's bf16
+    step, 730), every precision's first step is timed instead, with a note, so that the
+    precisions' ratios stay like for like. A first step not all issued before its hold ended is
     issued again with a 4× longer one, up to `HOLD_MAX_S`; past that the step waits on its
     device (a sync) and none is kept, with a note. Off a GPU: nothing (the host's work and the
     device's are one)."""
