@@ -192,11 +192,9 @@ def test_the_timing_takes_two_warm_ups_and_3_to_25_calls(budget_s, calls):
 
 
 def test_bench_train_records_the_units_and_predict_moves_them_by_their_timing():
-    from gpuaudit.model import load_run
-    from gpuaudit.predict import Change, load_profile, machine_rates, predict
+    from gpuaudit.predict import Change, load_profile, predict
     from gpuaudit.specs.catalog import load_catalog
-    from tests.conftest import FIXTURES
-    from tests.support.predict import op_profile_run
+    from tests.support.predict import h200_rates, op_profile_run
 
     run = op_profile_run("resnet-tiny")
     (record,) = run.op_profiles
@@ -205,8 +203,7 @@ def test_bench_train_records_the_units_and_predict_moves_them_by_their_timing():
     timed = {u.unit for u in record.timed if u.times}
     assert "conv2d" in timed
     specs = load_catalog()
-    rates = machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
-                                   .read_text()), specs)
+    rates = h200_rates(specs)
     p = predict(load_profile(run, "resnet-tiny/fp32"), rates, Change(precision="bf16"), specs)
     conv = next(c for c in p.classes if c.op_class == "conv")
     assert "conv2d its units timed alone" in conv.basis or "timing alone" in conv.basis

@@ -2,19 +2,19 @@
 its units timed alone (`predict.convfit`), checked on planted terms and against the class
 times measured in the zoo's own steps on an H200."""
 
-import gzip
 import json
 
 import pytest
 
-from gpuaudit.model import load_run
 from gpuaudit.model.opprofile import TimedUnit, UnitTime
-from gpuaudit.predict import Change, convfit, load_profile, machine_rates, predict
+from gpuaudit.predict import Change, convfit, load_profile, predict
 from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
+from tests.support.predict import h200_rates, zoo_run
 
 ZOO = FIXTURES / "predict" / "zoo"
 SPECS = load_catalog()
+RATES = h200_rates(SPECS)
 
 
 def _unit(n, c_in, hw, c_out, k, stride=1, passes=3, count=1.0, times=()):
@@ -72,10 +72,6 @@ def test_planted_terms_are_found_and_move_the_group():
     assert convfit.fit(units, "fp32") is None and convfit.fit(units[:1], "bf16") is None
 
 
-def _rates():
-    return machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
-                                  .read_text()), SPECS)
-
 
 @pytest.mark.parametrize(("family", "workload", "target"), [
     ("diffusion", "diffusion-unet/bf16", "zoo.diffusion:build_large"),
@@ -90,11 +86,11 @@ def test_the_zoos_convolutions_move_as_their_steps_did(monkeypatch, family, work
     from tests.predict.test_predict_zoo import EXAMPLES
 
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    run = load_run(gzip.decompress((ZOO / f"{family}-h200-run.json.gz").read_bytes()).decode())
+    run = zoo_run(f"{family}-h200-run")
     measured = json.loads((ZOO / "size-class-times-h200.json").read_text())["models"]
     source = measured[f"zoo.{family}:build"]["class_ms"]
     there = measured[target]["class_ms"]
-    p = predict(load_profile(run, workload), _rates(), Change(model=target), SPECS)
+    p = predict(load_profile(run, workload), RATES, Change(model=target), SPECS)
     by = {c.op_class: c for c in p.classes}
     conv = by["conv"]
     assert "fitted latency, activation and FLOP terms" in conv.basis

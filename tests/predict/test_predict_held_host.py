@@ -8,19 +8,18 @@ steps."""
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import statistics
 
 import pytest
 
-from gpuaudit.model import load_run
-from gpuaudit.predict import Change, grouped, load_profile, machine_rates, predict
+from gpuaudit.predict import Change, grouped, load_profile, predict
 from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
+from tests.support.predict import h200_rates, zoo_run
 
 ROOT = FIXTURES.parents[1]
-RUN = FIXTURES / "predict" / "zoo" / "lstm-h200-run.json.gz"
 SPECS = load_catalog()
+RATES = h200_rates(SPECS)
 # each round's issue time (ms) of one step at batch 128, as the held timing keeps them
 BF16 = (20.0, 21.0, 19.0, 22.0, 20.5, 21.5, 19.5, 20.0)
 TF32 = tuple(b * r for b, r in zip(BF16, (1.0, 1.1, 0.9, 1.05, 1.0, 0.95, 1.0, 1.2),
@@ -30,12 +29,8 @@ FP32 = tuple(0.85 * b for b in BF16)
 
 @pytest.fixture(scope="module")
 def run():
-    return load_run(gzip.decompress(RUN.read_bytes()).decode())
+    return zoo_run("lstm-h200-run")
 
-
-def _rates():
-    return machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
-                                  .read_text()), SPECS)
 
 
 def _planted(run, precision, held):
@@ -63,9 +58,9 @@ def test_a_tf32_step_whose_host_work_does_not_fall_keeps_the_hosts_time(run):
     autocast (fp32 at batch 1), and the tf32 step comes out at the device's time; where the
     step at batch 128 issues as slowly in tf32 as in bf16, the host binds it at about the bf16
     step's own time, and the basis says which timing set it."""
-    plain = predict(load_profile(run, "lstm-tagger/bf16"), _rates(), Change(precision="tf32"),
+    plain = predict(load_profile(run, "lstm-tagger/bf16"), RATES, Change(precision="tf32"),
                     SPECS)
-    held = predict(_planted(run, "bf16", {"bf16": BF16, "tf32": TF32}), _rates(),
+    held = predict(_planted(run, "bf16", {"bf16": BF16, "tf32": TF32}), RATES,
                    Change(precision="tf32"), SPECS)
     bf16_step = load_profile(run, "lstm-tagger/bf16").record.step_ms
     assert any("autocast switched off" in b for b in plain.basis)
@@ -81,9 +76,9 @@ def test_fp32_to_tf32_takes_the_host_change_that_batch_1_cannot_see(run):
     are one precision family there); with the held rounds its host work moves by their
     ratio, from the held fp32 step's issue time as the base."""
     timed = {"fp32": FP32, "tf32": TF32}
-    a = predict(load_profile(run, "lstm-tagger/fp32"), _rates(), Change(precision="tf32"),
+    a = predict(load_profile(run, "lstm-tagger/fp32"), RATES, Change(precision="tf32"),
                 SPECS)
-    b = predict(_planted(run, "fp32", timed), _rates(), Change(precision="tf32"), SPECS)
+    b = predict(_planted(run, "fp32", timed), RATES, Change(precision="tf32"), SPECS)
     assert not any("host's work per step" in x for x in a.basis)
     ratio, _ = grouped.held_ratio(_planted(run, "fp32", timed).record, "fp32", "tf32")
     assert any(f"host's work per step × {ratio:.2f}" in x for x in b.basis)
@@ -188,8 +183,7 @@ def test_the_lstms_tf32_cases_recorded_with_the_held_timing_meet_their_measureme
     rule) predicts them over a quarter too fast, as every earlier slow host's did."""
     import json
 
-    run = load_run(gzip.decompress((FIXTURES / "predict" / "zoo" / "lstm-held-h200-run.json.gz")
-                                   .read_bytes()).decode())
+    run = zoo_run("lstm-held-h200-run")
     rows = {r["case"]: r for r in json.loads((FIXTURES / "predict" / "zoo-results.json")
                                              .read_text())["rows"]
             if r["recording"] == "fourteenth" and r.get("measured")}
@@ -199,8 +193,8 @@ def test_the_lstms_tf32_cases_recorded_with_the_held_timing_meet_their_measureme
         bare = dataclasses.replace(prof, record=prof.record.model_copy(
             update={"host_held_ms": {}}))
         row = rows[f"{src} → tf32"]
-        held = predict(prof, _rates(), Change(precision="tf32"), SPECS)
-        old = predict(bare, _rates(), Change(precision="tf32"), SPECS)
+        held = predict(prof, RATES, Change(precision="tf32"), SPECS)
+        old = predict(bare, RATES, Change(precision="tf32"), SPECS)
         per_s = 128 * 1e3 / held.step_ms
         assert abs(per_s / row["measured"] - 1) < 0.105
         assert row["low"] <= row["measured"] <= row["high"]

@@ -5,29 +5,23 @@ precision family's (`workloads.hosttime`)."""
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import statistics
 
 import pytest
 
-from gpuaudit.model import load_run
-from gpuaudit.predict import Change, grouped, load_profile, machine_rates, predict
+from gpuaudit.predict import Change, grouped, load_profile, predict
 from gpuaudit.predict import timeline as tlm
 from gpuaudit.specs.catalog import load_catalog
-from tests.conftest import FIXTURES
+from tests.support.predict import h200_rates, zoo_run
 
-RUN = FIXTURES / "predict" / "zoo" / "convnext-h200-run.json.gz"
 SPECS = load_catalog()
+RATES = h200_rates(SPECS)
 
 
 @pytest.fixture(scope="module")
 def run():
-    return load_run(gzip.decompress(RUN.read_bytes()).decode())
+    return zoo_run("convnext-h200-run")
 
-
-def rates():
-    return machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
-                                  .read_text()), SPECS)
 
 
 def test_the_rounds_hold_the_hosts_pace_and_the_two_families_agree(run):
@@ -63,7 +57,7 @@ def test_each_recording_predicts_the_others_step(run, src, target):
     precision's own recorded step (ConvNeXt fp32 → bf16 was +44.6 % on another recording
     with the development families' autocast ratio)."""
     there = load_profile(run, f"convnext-s/{target}").record
-    p = predict(load_profile(run, f"convnext-s/{src}"), rates(), Change(precision=target),
+    p = predict(load_profile(run, f"convnext-s/{src}"), RATES, Change(precision=target),
                 SPECS)
     assert p.step_ms == pytest.approx(there.step_ms, rel=0.10)
     assert p.step_ms_low <= there.step_ms * 1.05 and p.step_ms_high >= there.step_ms * 0.95
@@ -82,7 +76,7 @@ def test_a_host_that_moved_while_profiling_widens_the_band_and_says_so(run):
     assert tlm.rounds_moved(moved) == pytest.approx(0.2)
     unsteady = dataclasses.replace(steady, record=steady.record.model_copy(
         update={"host_rounds_ms": moved}))
-    a, b = (predict(p, rates(), Change(precision="bf16"), SPECS) for p in (steady, unsteady))
+    a, b = (predict(p, RATES, Change(precision="bf16"), SPECS) for p in (steady, unsteady))
     assert b.step_ms == pytest.approx(a.step_ms, rel=1e-6)
     # a slower host lengthens the step where the host binds; a faster one cannot shorten
     # it past the device's time, so only the high edge moves

@@ -2,23 +2,18 @@
 from a 16-bit step the group takes its units' time alone in the other precision for the
 union of its kernels (`predict.groups`), checked on an LSTM recorded on an H200."""
 
-import gzip
 
 import pytest
 
-from gpuaudit.model import load_run
-from gpuaudit.predict import Change, load_profile, machine_rates, predict
+from gpuaudit.predict import Change, load_profile, predict
 from gpuaudit.predict.groups import union_ms
 from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
+from tests.support.predict import h200_rates, zoo_run
 
 ZOO = FIXTURES / "predict" / "zoo"
 SPECS = load_catalog()
-
-
-def _rates():
-    return machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
-                                  .read_text()), SPECS)
+RATES = h200_rates(SPECS)
 
 
 def test_an_rnns_overlapping_kernels_take_its_time_alone_in_the_other_precision():
@@ -27,7 +22,7 @@ def test_an_rnns_overlapping_kernels_take_its_time_alone_in_the_other_precision(
     that union. To fp32 its group takes the fp32 call's time alone for that union, and the
     step comes out near the fp32 step the same recording profiled (the ratio of the two
     timings alone made it 16.7 % fast on a steady host); from fp32 the ratio stays."""
-    run = load_run(gzip.decompress((ZOO / "lstm-h200-run.json.gz").read_bytes()).decode())
+    run = zoo_run("lstm-h200-run")
     prof = load_profile(run, "lstm-tagger/bf16")
     record = prof.record
     i, group = next((i, g) for i, g in enumerate(record.groups) if g.op_class == "rnn")
@@ -36,13 +31,13 @@ def test_an_rnns_overlapping_kernels_take_its_time_alone_in_the_other_precision(
     (unit,) = [u for u in record.timed if u.op_class == "rnn"]
     alone = {t.precision: t.ms for t in unit.times if t.batch_scale == 1.0}
     assert alone["bf16"] > covered  # alone, slower than its union in the step
-    p = predict(prof, _rates(), Change(precision="fp32"), SPECS)
+    p = predict(prof, RATES, Change(precision="fp32"), SPECS)
     rnn = next(c for c in p.classes if c.op_class == "rnn")
     assert rnn.predicted_ms / rnn.measured_ms == pytest.approx(alone["fp32"] / covered,
                                                                rel=1e-3)
     fp32 = next(o for o in run.op_profiles if o.precision == "fp32")
     assert p.step_ms == pytest.approx(fp32.step_ms, rel=0.05)
-    back = predict(load_profile(run, "lstm-tagger/fp32"), _rates(), Change(precision="bf16"),
+    back = predict(load_profile(run, "lstm-tagger/fp32"), RATES, Change(precision="bf16"),
                    SPECS)
     assert "its units timed alone ×" in next(c for c in back.classes
                                              if c.op_class == "rnn").basis

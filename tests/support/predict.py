@@ -23,3 +23,21 @@ def op_profile_run(model: str, op_profile: bool = True) -> Any:
     return run_bench(["train"], machine=machine, profile=Profile.STANDARD,
                      options={"models": [model], "modes": ["fp32"], "steps": 2,
                               "parts": ["modes"], "op_profile": op_profile})
+
+
+def h200_rates(specs: Any) -> Any:
+    """The recorded H200 machine's rates (`H200_2GPU`), as `predict` takes them."""
+    from gpuaudit.model import load_run
+    from gpuaudit.predict import machine_rates
+
+    return machine_rates(load_run(H200_2GPU.read_text()), specs)
+
+
+def zoo_run(name: str) -> Any:
+    """A zoo family's run recorded on an H200 (`tests/fixtures/predict/zoo/NAME.json.gz`)."""
+    import gzip
+
+    from gpuaudit.model import load_run
+
+    return load_run(gzip.decompress((PREDICT / "zoo" / f"{name}.json.gz").read_bytes())
+                    .decode())
