@@ -337,7 +337,7 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
     moved = tlm.rounds_moved(rec.host_rounds_ms)
     host_ms = source_host_ms(rec)
     rep = tlm.calibrate(tl, rec.step_ms * 1e3, host_ms * 1e3 if host_ms else None,
-                        max(spread, moved))
+                        max(spread, moved), held=bool(rec.host_held_ms.get(rec.precision)))
     lat = tlm.latency_us(tl)
     fix = rec.step_ms * 1e3 / rep.period_us if rep.period_us > 0 else 1.0
     alpha = rep.alpha * g.host_scale
