@@ -297,6 +297,46 @@ def test_the_hold_covers_the_hosts_queueing_of_the_whole_batch():
     assert hold_us(30.0, 101) > hold_us(30.0, 21)
 
 
+def test_the_spins_clock_leaves_out_its_first_launch_and_a_rising_clock(monkeypatch):
+    """A simulated device whose spin kernel's first launch loads its module for 40 ms (the
+    event before it has fired) and whose clock runs at 900 cycles a µs until its first spin
+    ends, 1,980 after: the clock measured is the running one, where a first spin timed alone
+    counted 1M cycles in 41.1 ms (24 a µs: holds 80× shorter than counted)."""
+    import types
+
+    from gpuaudit.bench import timing
+
+    class Dev:
+        now = 0.0  # ms, the device's clock
+        loaded = False
+        clock = 900.0
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.at = 0.0
+
+        def record(self):
+            self.at = Dev.now
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return other.at - self.at
+
+    def sleep(cycles):
+        if not Dev.loaded:
+            Dev.now += 40.0
+            Dev.loaded = True
+        Dev.now += cycles / Dev.clock / 1e3
+        Dev.clock = 1980.0
+
+    cuda = types.SimpleNamespace(current_device=lambda: 7, _sleep=sleep, Event=Event,
+                                 synchronize=lambda: None)
+    monkeypatch.setattr(timing, "_SPIN_CYCLES_PER_US", {})
+    assert timing.spin_cycles_per_us(types.SimpleNamespace(cuda=cuda)) == pytest.approx(1980.0)
+
+
 # --- the suite end to end on CPU (gloo, real processes) -----------------------------------------
 
 def test_cpu_gloo_end_to_end():

@@ -97,19 +97,29 @@ def rate(amount: float, times_ms: Sequence[float], scale: float = 1e9) -> list[f
 
 
 _SPIN_CYCLES_PER_US: dict[int, float] = {}
+SPIN_CYCLES = 4_000_000  # about 2 ms at an H200's clock
+SPIN_TRIES = 3
 
 
 def spin_cycles_per_us(torch: Any) -> float:
     """The clock of `torch.cuda._sleep` on the current device (its hold is given in cycles),
-    measured once per device."""
+    measured once per device: the fastest of `SPIN_TRIES` spins of `SPIN_CYCLES`, after one
+    untimed. A first spin timed alone counts more than its cycles: its launch loads the
+    kernel's module (CUDA's lazy loading) after the event before it has fired, and an idle
+    GPU's clock is still rising. Timed so, a hold on an H200 ran at half its counted length."""
     dev = torch.cuda.current_device()
     if dev not in _SPIN_CYCLES_PER_US:
-        a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        a.record()
-        torch.cuda._sleep(1_000_000)
-        b.record()
-        b.synchronize()
-        _SPIN_CYCLES_PER_US[dev] = 1_000_000 / max(a.elapsed_time(b) * 1e3, 1.0)
+        torch.cuda._sleep(SPIN_CYCLES)
+        torch.cuda.synchronize()
+        fastest = 0.0
+        for _ in range(SPIN_TRIES):
+            a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            a.record()
+            torch.cuda._sleep(SPIN_CYCLES)
+            b.record()
+            b.synchronize()
+            fastest = max(fastest, SPIN_CYCLES / max(a.elapsed_time(b) * 1e3, 1.0))
+        _SPIN_CYCLES_PER_US[dev] = fastest
     return _SPIN_CYCLES_PER_US[dev]
 
 
