@@ -102,8 +102,9 @@ def test_off_a_gpu_nothing_is_held_and_the_profile_keeps_the_batch_1_step(monkey
 @pytest.mark.gpu
 def test_held_host_times_each_precision_and_refuses_a_step_that_syncs(tmp_path, monkeypatch):
     """On a GPU: the zoo's MLP issues a step in the recorded precision and the three others,
-    every round; a model whose forward reads a value back (`.item()`) waits on the held
-    device, and none is kept, with a note."""
+    every round; a step of about 1,800 launches on one stream (900 in its forward, 900 in its
+    backward) is timed in its phases; a model whose forward reads a value back (`.item()`)
+    waits on the held device, and none is kept, with a note."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
@@ -123,9 +124,18 @@ def test_held_host_times_each_precision_and_refuses_a_step_that_syncs(tmp_path, 
         "        if out.sum().item() > 1e30:\n"
         "            out = out * 0\n"
         "        return out\n"
+        "class Chain(Net):\n"
+        "    def forward(self, x):\n"
+        "        out = self.fc(x)\n"
+        "        for _ in range(900):\n"
+        "            out = out * 1.0001\n"
+        "        return out\n"
+        "def _batch(n):\n"
+        "    return (torch.randn(n, 64),), torch.randint(0, 8, (n,))\n"
         "def build():\n"
-        "    return {'model': Net(), 'batch_size': 32, 'make_batch': lambda n: "
-        "((torch.randn(n, 64),), torch.randint(0, 8, (n,)))}\n")
+        "    return {'model': Net(), 'batch_size': 32, 'make_batch': _batch}\n"
+        "def build_chain():\n"
+        "    return {'model': Chain(), 'batch_size': 32, 'make_batch': _batch}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     device = torch.device("cuda", 0)
     t = Trainer("zoo.mlp:build", TrainMode("bf16"), device, batch_size=64)
@@ -143,6 +153,13 @@ def test_held_host_times_each_precision_and_refuses_a_step_that_syncs(tmp_path, 
     assert set(got) == {"bf16", *HELD_PRECISIONS}
     assert all(len(v) == 2 and 1.0 < min(v) < 200.0 for v in got.values())
     assert all("waits on its device" not in n for n in queued)
+    chain = Trainer("syncing:build_chain", TrainMode("bf16"), device, batch_size=32)
+    chain.warm_up(2, 0.0)
+    parted: list[str] = []
+    got = held_host(chain, parted, 20.0, rounds=2)
+    assert set(got) == {"bf16", *HELD_PRECISIONS}
+    assert any("each timed after a sync" in n for n in parted)
+    assert all(len(v) == 2 and 1.0 < min(v) < 500.0 for v in got.values())
     s = Trainer("syncing:build", TrainMode("fp32"), device, batch_size=32)
     s.warm_up(2, 0.0)
     assert held_host(s, notes, 1.0, rounds=2) == {}
@@ -203,29 +220,42 @@ def test_the_lstms_tf32_cases_recorded_with_the_held_timing_meet_their_measureme
 
 class _Device:
     """A held device on a virtual clock: a hold ends `hold_ms` of virtual time after it is
-    queued; a step's launches take `issue_ms` of host time, and block until the hold ends
-    where the queue holds fewer than `queue_steps` steps past it or the step syncs."""
+    queued. A step is three phases (forward, backward, optimizer) of `LAUNCHES` launches
+    each, issued in `issue_ms` of host time all told; the launch queue holds `queue_steps`
+    steps' launches past a hold, and a launch that finds it full waits for the hold to end
+    (the device then runs what was queued at once), as does a step that syncs."""
 
-    def __init__(self, issue_ms: float, queue_steps: int = 2, syncs: bool = False,
+    LAUNCHES = 100
+
+    def __init__(self, issue_ms: float, queue_steps: float = 2, syncs: bool = False,
                  clock: float = 1.0):
         self.now = 0.0
         self.hold_end = 0.0
         self.queued = 0
-        self.issue_ms, self.queue_steps, self.syncs, self.clock = (
-            issue_ms, queue_steps, syncs, clock)
+        self.issue_ms, self.syncs, self.clock = issue_ms, syncs, clock
+        self.capacity = queue_steps * 3 * self.LAUNCHES
+        self.phases = tuple(self._phase for _ in range(3))
 
     def sleep(self, cycles: int) -> None:  # cycles at 1,000 a µs: ms = cycles / 1e6 / clock
         self.hold_end = self.now + cycles / 1e6 / self.clock
         self.queued = 0
 
-    def step(self) -> None:
-        self.now += self.issue_ms
-        self.queued += 1
-        if self.syncs or self.queued > self.queue_steps:
+    def _phase(self) -> None:
+        per = self.issue_ms / 3 / self.LAUNCHES
+        held = self.now < self.hold_end
+        room = max(0, int(self.capacity - self.queued)) if held else self.LAUNCHES
+        if room >= self.LAUNCHES:
+            self.now += per * self.LAUNCHES
+            self.queued += self.LAUNCHES
+        else:  # fill the queue, wait for the hold, then issue the rest
+            self.now = max(self.now + per * room, self.hold_end) + per * (self.LAUNCHES - room)
+            self.queued = 0
+        if self.syncs:
             self.now = max(self.now, self.hold_end)
 
     def sync(self, *_: object) -> None:
         self.now = max(self.now, self.hold_end)
+        self.queued = 0
 
 
 def _held_on(monkeypatch, dev: _Device, hold_ms: float):
@@ -255,7 +285,7 @@ def _held_on(monkeypatch, dev: _Device, hold_ms: float):
     monkeypatch.setattr(timing, "is_cuda", lambda _: True)
     monkeypatch.setattr(timing, "sync", dev.sync)
     monkeypatch.setattr(precision, "float32_matmuls", lambda *a, **k: contextlib.nullcontext())
-    monkeypatch.setattr(hosttime, "eager_step", lambda t, p: dev.step)
+    monkeypatch.setattr(hosttime, "eager_phases", lambda t, p: dev.phases)
     monkeypatch.setattr(hosttime, "time", types.SimpleNamespace(
         perf_counter=lambda: dev.now / 1e3))
     trainer = types.SimpleNamespace(device="cuda", mode=types.SimpleNamespace(precision="bf16"),
@@ -280,6 +310,19 @@ def test_a_full_launch_queue_times_the_first_step_and_says_so(monkeypatch):
     assert set(got) == {"bf16", "fp32", "tf32"}
     assert all(v == (100.0, 100.0, 100.0) for v in got.values())
     assert any("launch queue does not hold two steps" in n for n in notes)
+
+
+def test_a_step_longer_than_the_launch_queue_is_timed_in_its_phases(monkeypatch):
+    """A step of more launches than the queue holds waits for any hold: its forward,
+    backward and optimizer step are each issued behind a hold of their own after a sync, and
+    their times summed, in every precision, with a note; a phase longer than the queue too
+    keeps nothing."""
+    got, notes = _held_on(monkeypatch, _Device(issue_ms=30.0, queue_steps=0.8), hold_ms=15.0)
+    assert set(got) == {"bf16", "fp32", "tf32"}
+    assert all(v == pytest.approx((30.0, 30.0, 30.0)) for v in got.values())
+    assert any("each timed after a sync" in n for n in notes)
+    got, notes = _held_on(monkeypatch, _Device(issue_ms=30.0, queue_steps=0.2), hold_ms=15.0)
+    assert got == {} and any("waits on its device" in n for n in notes)
 
 
 def test_a_step_that_syncs_keeps_nothing(monkeypatch):

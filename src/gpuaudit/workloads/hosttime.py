@@ -56,10 +56,11 @@ def alt_precision(precision: str) -> str:
     return "bf16" if precision in ("fp32", "tf32") else "fp32"
 
 
-def eager_step(trainer: Trainer, precision: str, inputs: Any = None,
-               target: Any = None) -> Callable[[], None]:
+def eager_phases(trainer: Trainer, precision: str, inputs: Any = None,
+                 target: Any = None) -> tuple[Callable[[], None], ...]:
     """One eager training step of `trainer`'s model in `precision` (autocast on for the
-    16-bit families), on its own batch or on `inputs`/`target`."""
+    16-bit families), on its own batch or on `inputs`/`target`, as its phases: the forward
+    and loss, the backward, the optimizer's step; each issued after the one before."""
     import torch
 
     from gpuaudit.workloads.precision import autocast_dtype
@@ -68,15 +69,31 @@ def eager_step(trainer: Trainer, precision: str, inputs: Any = None,
     device = trainer.device
     if inputs is None:
         inputs, target = trainer.inputs, trainer.target
+    loss: list[Any] = []
 
-    def run() -> None:
+    def forward() -> None:
         ctx = (torch.autocast(device.type, dtype=amp) if amp is not None
                else contextlib.nullcontext())
         with ctx:
-            loss = trainer.net(*inputs, target)
-        loss.backward()
+            loss.append(trainer.net(*inputs, target))
+
+    def backward() -> None:
+        loss.pop().backward()
+
+    def optimizer() -> None:
         trainer.opt.step()
         trainer.opt.zero_grad(set_to_none=True)
+    return forward, backward, optimizer
+
+
+def eager_step(trainer: Trainer, precision: str, inputs: Any = None,
+               target: Any = None) -> Callable[[], None]:
+    """One eager training step of `trainer`'s model in `precision` (`eager_phases` in turn)."""
+    phases = eager_phases(trainer, precision, inputs, target)
+
+    def run() -> None:
+        for phase in phases:
+            phase()
     return run
 
 
@@ -148,9 +165,14 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     queue: on an H200 a bidirectional LSTM's fp32 step, 2,700 kernels, and ConvNeXt's bf16
     step, 730), every precision's first step is timed instead, with a note, so that the
     precisions' ratios stay like for like. A first step not all issued before its hold ended is
-    issued again with a 4× longer one, up to `HOLD_MAX_S`; past that the step waits on its
-    device (a sync) and none is kept, with a note. Off a GPU: nothing (the host's work and the
-    device's are one)."""
+    issued again with a 4× longer one, up to `HOLD_MAX_S`. Past that, in any precision, the
+    step's phases (`eager_phases`) are each issued after a sync behind a hold of their own
+    and summed, in every precision, with a note: a step of more launches than the queue
+    holds waits for a hold however long (on an H200, BERT's and the diffusion U-Net's steps
+    waited so, 950–1,900 kernels on one stream, where ConvNeXt's fp32 step, 980, was issued
+    whole: the queue's size or a sync, which the phases tell apart). A phase that still waits
+    on its device (a sync: a value read back) keeps none, with a note. Off a GPU: nothing
+    (the host's work and the device's are one)."""
     import torch
 
     from gpuaudit.bench.timing import spin_cycles_per_us
@@ -161,35 +183,43 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     if not is_cuda(device):
         return {}
     cycles = spin_cycles_per_us(torch)
-    steps: dict[str, Callable[[], None]] = {}
+    phases: dict[str, tuple[Callable[[], None], ...]] = {}
     for p in (own, *(q for q in HELD_PRECISIONS if q != own)):
         # eager, without fp16's loss scaler: its check for overflows reads a value back
-        step = eager_step(trainer, p)
+        parts = eager_phases(trainer, p)
         try:
             with float32_matmuls(torch, tf32=p != "fp32"):
                 for _ in range(2):  # cuDNN's autotuning and autocast's caches, first
-                    step()
-            steps[p] = step
+                    for part in parts:
+                        part()
+            phases[p] = parts
         except RuntimeError as exc:  # out of memory in fp32 at this batch, say
             torch.cuda.empty_cache()
             notes.append(f"host work not timed in {p}: {str(exc).splitlines()[0][:80]}")
     sync(torch, device)
     hold_s = max(hold_ms, 1.0) / 1e3  # grows for every later step once one outlasts it
 
+    def hold() -> tuple[Any, Any]:
+        """A spin of `hold_s` queued, between timing events (`held` fires when it ends)."""
+        begin, held = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        begin.record()
+        torch.cuda._sleep(int(hold_s * 1e6 * cycles))
+        held.record()
+        return begin, held
+
     def issued_ms(p: str) -> tuple[float, float | None] | None:
         """The first step's issue time, and the second's where the queue held both."""
         nonlocal hold_s
         while True:
-            begin, held = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            begin.record()
-            torch.cuda._sleep(int(hold_s * 1e6 * cycles))
-            held.record()  # fires when the hold ends
+            begin, held = hold()
             with float32_matmuls(torch, tf32=p != "fp32"):
                 t0 = time.perf_counter()
-                steps[p]()
+                for part in phases[p]:
+                    part()
                 t1 = time.perf_counter()
                 first_held = not held.query()
-                steps[p]()
+                for part in phases[p]:
+                    part()
                 t2 = time.perf_counter()
             second_held = not held.query()
             sync(torch, device)
@@ -204,18 +234,53 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
                 return None
             hold_s = min(4 * hold_s, HOLD_MAX_S)
 
-    timed: dict[str, list[tuple[float, float | None]]] = {p: [] for p in steps}
-    for _ in range(rounds):
-        for p in steps:
-            got = issued_ms(p)
-            if got is None:
-                notes.append(f"host work at batch {trainer.workload.batch_size} not timed "
-                             "with the device held: the step waits on its device")
-                return {}
-            timed[p].append(got)
+    def phased_ms(p: str) -> tuple[float, float | None] | None:
+        """The step's phases each issued after a sync behind a hold of its own: their sum."""
+        nonlocal hold_s
+        while True:
+            total, all_held = 0.0, True
+            with float32_matmuls(torch, tf32=p != "fp32"):
+                for part in phases[p]:
+                    sync(torch, device)
+                    _, held = hold()
+                    t0 = time.perf_counter()
+                    part()
+                    total += (time.perf_counter() - t0) * 1e3
+                    all_held = all_held and not held.query()
+            sync(torch, device)
+            if all_held:
+                return total, None
+            if hold_s >= HOLD_MAX_S:
+                return None
+            hold_s = min(4 * hold_s, HOLD_MAX_S)
+
+    def every_round(issue: Callable[[str], tuple[float, float | None] | None]
+                    ) -> dict[str, list[tuple[float, float | None]]] | None:
+        timed: dict[str, list[tuple[float, float | None]]] = {p: [] for p in phases}
+        for _ in range(rounds):
+            for p in phases:
+                got = issue(p)
+                if got is None:
+                    return None
+                timed[p].append(got)
+        return timed
+
+    batch = trainer.workload.batch_size
+    timed = every_round(issued_ms)
+    if timed is None:
+        hold_s = max(hold_ms, 1.0) / 1e3  # a phase is shorter than the step
+        timed = every_round(phased_ms)
+        if timed is None:
+            notes.append(f"host work at batch {batch} not timed with the device held: the "
+                         "step waits on its device")
+            return {}
+        notes.append(f"host work at batch {batch}: a step's launches overfill the launch "
+                     "queue; its forward, backward and optimizer step are each timed after a "
+                     "sync, behind a hold of their own")
+    elif any(second is None for v in timed.values() for _, second in v):
+        notes.append(f"host work at batch {batch}: the launch queue does not hold two steps; "
+                     "the first step after a sync is timed")
+    # like for like: the second step in every precision, or the first (or phases) in all
     both = all(second is not None for v in timed.values() for _, second in v)
-    if not both:
-        notes.append(f"host work at batch {trainer.workload.batch_size}: the launch queue "
-                     "does not hold two steps; the first step after a sync is timed")
     return {p: tuple(round(second if both and second is not None else first, 4)
                      for first, second in v) for p, v in timed.items()}
