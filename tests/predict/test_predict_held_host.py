@@ -15,7 +15,7 @@ import pytest
 from gpuaudit.predict import Change, grouped, load_profile, predict
 from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
-from tests.support.predict import h200_rates, zoo_run
+from tests.support.predict import h200_rates, zoo_rows, zoo_run
 
 ROOT = FIXTURES.parents[1]
 SPECS = load_catalog()
@@ -198,12 +198,9 @@ def test_the_lstms_tf32_cases_recorded_with_the_held_timing_meet_their_measureme
     held. Its tf32 predictions land within 10.5 % of the tf32 step measured on that loan,
     inside their band; the same recording without the held rounds (the batch-1 steps'
     rule) predicts them over a quarter too fast, as every earlier slow host's did."""
-    import json
 
     run = zoo_run("lstm-held-h200-run")
-    rows = {r["case"]: r for r in json.loads((FIXTURES / "predict" / "zoo-results.json")
-                                             .read_text())["rows"]
-            if r["recording"] == "fourteenth" and r.get("measured")}
+    rows = {r["case"]: r for r in zoo_rows("fourteenth") if r.get("measured")}
     for src in ("bf16", "fp32"):
         prof = load_profile(run, f"lstm-tagger/{src}")
         assert set(prof.record.host_held_ms) == {"bf16", "fp32", "tf32"}
@@ -338,16 +335,13 @@ def test_a_step_held_at_its_batch_keeps_its_hosts_pace_and_fills_the_rest_with_g
     then meets the tf32 step measured on that loan, inside its band. Where the held pace was
     doubted as a step at batch 1 is (α raised until the replay lasts the step), the host came
     out at 25 ms, and tf32 was predicted slower than fp32, a fifth slower than measured."""
-    import json
 
     from gpuaudit.predict import timeline as tlm
 
     prof = load_profile(zoo_run("mobilenet-held-h200-run"), "mobilenet-v2/fp32")
     rec = prof.record
-    row = next(r for r in json.loads((FIXTURES / "predict" / "zoo-results.json")
-                                     .read_text())["rows"]
-               if r["recording"] == "fifteenth" and r["case"] == "fp32 → tf32"
-               and r["family"].startswith("MobileNetV2"))
+    row = next(r for r in zoo_rows("fifteenth")
+               if r["case"] == "fp32 → tf32" and r["family"].startswith("MobileNetV2"))
     held_ms = statistics.median(rec.host_held_ms["fp32"])
     rep = tlm.calibrate(rec.timeline, rec.step_ms * 1e3, held_ms * 1e3, held=True)
     assert rep.alpha == pytest.approx(held_ms * 1e3 / tlm.host_us(rec.timeline))

@@ -41,3 +41,12 @@ def zoo_run(name: str) -> Any:
 
     return load_run(gzip.decompress((PREDICT / "zoo" / f"{name}.json.gz").read_bytes())
                     .decode())
+
+
+def zoo_rows(recording: str) -> list[dict[str, Any]]:
+    """The zoo's compared cases of one recording (`tests/fixtures/predict/zoo-results.json`,
+    its `recording` label: "fifteenth")."""
+    import json
+
+    rows = json.loads((PREDICT / "zoo-results.json").read_text())["rows"]
+    return [r for r in rows if r.get("recording") == recording]

@@ -184,16 +184,20 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
         return {}
     cycles = spin_cycles_per_us(torch)
     phases: dict[str, tuple[Callable[[], None], ...]] = {}
+
+    def whole(p: str) -> None:
+        for part in phases[p]:
+            part()
+
     for p in (own, *(q for q in HELD_PRECISIONS if q != own)):
         # eager, without fp16's loss scaler: its check for overflows reads a value back
-        parts = eager_phases(trainer, p)
+        phases[p] = eager_phases(trainer, p)
         try:
             with float32_matmuls(torch, tf32=p != "fp32"):
                 for _ in range(2):  # cuDNN's autotuning and autocast's caches, first
-                    for part in parts:
-                        part()
-            phases[p] = parts
+                    whole(p)
         except RuntimeError as exc:  # out of memory in fp32 at this batch, say
+            del phases[p]
             torch.cuda.empty_cache()
             notes.append(f"host work not timed in {p}: {str(exc).splitlines()[0][:80]}")
     sync(torch, device)
@@ -207,19 +211,24 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
         held.record()
         return begin, held
 
+    def longer() -> bool:
+        """The hold 4× longer for the tries after, up to `HOLD_MAX_S`; False past it."""
+        nonlocal hold_s
+        if hold_s >= HOLD_MAX_S:
+            return False
+        hold_s = min(4 * hold_s, HOLD_MAX_S)
+        return True
+
     def issued_ms(p: str) -> tuple[float, float | None] | None:
         """The first step's issue time, and the second's where the queue held both."""
-        nonlocal hold_s
         while True:
             begin, held = hold()
             with float32_matmuls(torch, tf32=p != "fp32"):
                 t0 = time.perf_counter()
-                for part in phases[p]:
-                    part()
+                whole(p)
                 t1 = time.perf_counter()
                 first_held = not held.query()
-                for part in phases[p]:
-                    part()
+                whole(p)
                 t2 = time.perf_counter()
             second_held = not held.query()
             sync(torch, device)
@@ -230,13 +239,11 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             # had room for two first steps: the launch queue was full
             if first_held and begin.elapsed_time(held) >= 3 * first_ms:
                 return first_ms, None
-            if hold_s >= HOLD_MAX_S:
+            if not longer():
                 return None
-            hold_s = min(4 * hold_s, HOLD_MAX_S)
 
     def phased_ms(p: str) -> tuple[float, float | None] | None:
         """The step's phases each issued after a sync behind a hold of its own: their sum."""
-        nonlocal hold_s
         while True:
             total, all_held = 0.0, True
             with float32_matmuls(torch, tf32=p != "fp32"):
@@ -250,9 +257,8 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             sync(torch, device)
             if all_held:
                 return total, None
-            if hold_s >= HOLD_MAX_S:
+            if not longer():
                 return None
-            hold_s = min(4 * hold_s, HOLD_MAX_S)
 
     def every_round(issue: Callable[[str], tuple[float, float | None] | None]
                     ) -> dict[str, list[tuple[float, float | None]]] | None:
@@ -267,6 +273,7 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
 
     batch = trainer.workload.batch_size
     timed = every_round(issued_ms)
+    phased = timed is None
     if timed is None:
         hold_s = max(hold_ms, 1.0) / 1e3  # a phase is shorter than the step
         timed = every_round(phased_ms)
@@ -274,13 +281,14 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             notes.append(f"host work at batch {batch} not timed with the device held: the "
                          "step waits on its device")
             return {}
+    # like for like: the second step in every precision, or the first (or phases) in all
+    both = all(second is not None for v in timed.values() for _, second in v)
+    if phased:
         notes.append(f"host work at batch {batch}: a step's launches overfill the launch "
                      "queue; its forward, backward and optimizer step are each timed after a "
                      "sync, behind a hold of their own")
-    elif any(second is None for v in timed.values() for _, second in v):
+    elif not both:
         notes.append(f"host work at batch {batch}: the launch queue does not hold two steps; "
                      "the first step after a sync is timed")
-    # like for like: the second step in every precision, or the first (or phases) in all
-    both = all(second is not None for v in timed.values() for _, second in v)
     return {p: tuple(round(second if both and second is not None else first, 4)
                      for first, second in v) for p, v in timed.items()}
