@@ -168,10 +168,11 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     issued again with a 4× longer one, up to `HOLD_MAX_S`. Past that, in any precision, the
     step's phases (`eager_phases`) are each issued after a sync behind a hold of their own
     and summed, in every precision, with a note: a step of more launches than the queue
-    holds waits for a hold however long (on an H200, BERT's and the diffusion U-Net's steps
-    waited so, 950–1,900 kernels on one stream, where ConvNeXt's fp32 step, 980, was issued
-    whole: the queue's size or a sync, which the phases tell apart). A phase that still waits
-    on its device (a sync: a value read back) keeps none, with a note. Off a GPU: nothing
+    holds waits for a hold however long (the queue's size or a sync, which the phases tell
+    apart: on an H200, ConvNeXt's fp32 step, 980 kernels, and BERT's, 950–1,120, were issued
+    whole). A phase that still waits on its device keeps none, with a note: a sync (a value
+    read back), or a phase itself longer than the queue (the diffusion U-Net's backward on an
+    H200, about 1,150 launches). Off a GPU: nothing
     (the host's work and the device's are one)."""
     import torch
 
