@@ -194,3 +194,28 @@ def test_a_fresh_process_runs_host_bound_steps_slower_at_first_after_its_build()
         assert max(every) / min(every) < 1.02
     pos = fams["recsys"]["bf16"]["by_position"]
     assert pos[0] > 1.3 * med(pos[1:])  # a turn's first step, the DLRM's slowest
+
+
+def test_pack_makes_its_destination_and_puts_results_before_traces(tmp_path):
+    """The device machine's records packed for the trip back: a destination that does not
+    exist yet is made (records were once lost to it), the results go in the first tar and
+    the traces after, and a tar holds no more of the files' bytes than its limit."""
+    import tarfile
+
+    from validation.predict.zoo import pack
+
+    rec = tmp_path / "rec"
+    (rec / "traces" / "bert").mkdir(parents=True)
+    (rec / "cases").mkdir()
+    (rec / "cases" / "bert.json").write_text("{}")
+    for i in range(3):
+        (rec / "traces" / "bert" / f"t{i}.json").write_bytes(b"x" * 600)
+    dest = tmp_path / "out" / "packed"
+    assert pack(rec, dest, limit=1000) == 0
+    tars = sorted(dest.glob("zoo-*.tar"))
+    names = [tarfile.open(t).getnames() for t in tars]
+    assert names[0][0] == "rec/cases/bert.json"
+    assert sorted(n for group in names for n in group) == [
+        "rec/cases/bert.json", *(f"rec/traces/bert/t{i}.json" for i in range(3))]
+    # 1,000 bytes of files a tar at most: the results with one trace, then a trace each
+    assert [len(group) for group in names] == [2, 1, 1]

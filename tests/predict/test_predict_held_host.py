@@ -7,7 +7,9 @@ steps."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import statistics
 
 import pytest
@@ -103,7 +105,8 @@ def test_off_a_gpu_nothing_is_held_and_the_profile_keeps_the_batch_1_step(monkey
 def test_held_host_times_each_precision_and_refuses_a_step_that_syncs(tmp_path, monkeypatch):
     """On a GPU: the zoo's MLP issues a step in the recorded precision and the three others,
     every round; a step of about 1,800 launches on one stream (900 in its forward, 900 in its
-    backward) is timed in its phases; a model whose forward reads a value back (`.item()`)
+    backward) is timed in its phases, and one whose backward alone is longer than the launch
+    queue, with its backward cut in parts; a model whose forward reads a value back (`.item()`)
     waits on the held device, and none is kept, with a note."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
@@ -130,12 +133,24 @@ def test_held_host_times_each_precision_and_refuses_a_step_that_syncs(tmp_path, 
         "        for _ in range(900):\n"
         "            out = out * 1.0001\n"
         "        return out\n"
+        "class Scaled(Net):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.ws = torch.nn.ParameterList(\n"
+        "            torch.nn.Parameter(torch.ones(8)) for _ in range(500))\n"
+        "    def forward(self, x):\n"
+        "        out = self.fc(x)\n"
+        "        for w in self.ws:\n"
+        "            out = out * w\n"
+        "        return out\n"
         "def _batch(n):\n"
         "    return (torch.randn(n, 64),), torch.randint(0, 8, (n,))\n"
         "def build():\n"
         "    return {'model': Net(), 'batch_size': 32, 'make_batch': _batch}\n"
         "def build_chain():\n"
-        "    return {'model': Chain(), 'batch_size': 32, 'make_batch': _batch}\n")
+        "    return {'model': Chain(), 'batch_size': 32, 'make_batch': _batch}\n"
+        "def build_scaled():\n"
+        "    return {'model': Scaled(), 'batch_size': 32, 'make_batch': _batch}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     device = torch.device("cuda", 0)
     t = Trainer("zoo.mlp:build", TrainMode("bf16"), device, batch_size=64)
@@ -159,6 +174,15 @@ def test_held_host_times_each_precision_and_refuses_a_step_that_syncs(tmp_path, 
     got = held_host(chain, parted, 20.0, rounds=2)
     assert set(got) == {"bf16", *HELD_PRECISIONS}
     assert any("each timed after a sync" in n for n in parted)
+    assert all(len(v) == 2 and 1.0 < min(v) < 500.0 for v in got.values())
+    # 500 scalings by a parameter each: a forward of about 500 launches, a backward of
+    # about 1,500 (a product and a reduction for each scale's gradient), cut in parts
+    scaled = Trainer("syncing:build_scaled", TrainMode("bf16"), device, batch_size=32)
+    scaled.warm_up(2, 0.0)
+    cut: list[str] = []
+    got = held_host(scaled, cut, 20.0, rounds=2)
+    assert set(got) == {"bf16", *HELD_PRECISIONS}, cut
+    assert any("the backward in" in n for n in cut), cut
     assert all(len(v) == 2 and 1.0 < min(v) < 500.0 for v in got.values())
     s = Trainer("syncing:build", TrainMode("fp32"), device, batch_size=32)
     s.warm_up(2, 0.0)
@@ -217,36 +241,55 @@ def test_the_lstms_tf32_cases_recorded_with_the_held_timing_meet_their_measureme
 
 class _Device:
     """A held device on a virtual clock: a hold ends `hold_ms` of virtual time after it is
-    queued. A step is three phases (forward, backward, optimizer) of `LAUNCHES` launches
-    each, issued in `issue_ms` of host time all told; the launch queue holds `queue_steps`
-    steps' launches past a hold, and a launch that finds it full waits for the hold to end
-    (the device then runs what was queued at once), as does a step that syncs."""
-
-    LAUNCHES = 100
+    queued. A step is three phases (forward, backward, optimizer) of `launches` launches,
+    issued in `issue_ms` of host time all told; the launch queue holds `queue_steps` steps'
+    launches past a hold, and a launch that finds it full waits for the hold to end (the
+    device then runs what was queued at once), as does a step that syncs. The backward is
+    issued in as many parts as `backward_cuts` asks, calling its `cut` between them."""
 
     def __init__(self, issue_ms: float, queue_steps: float = 2, syncs: bool = False,
-                 clock: float = 1.0):
+                 clock: float = 1.0, launches: tuple[int, int, int] = (100, 100, 100)):
         self.now = 0.0
         self.hold_end = 0.0
         self.queued = 0
-        self.issue_ms, self.syncs, self.clock = issue_ms, syncs, clock
-        self.capacity = queue_steps * 3 * self.LAUNCHES
-        self.phases = tuple(self._phase for _ in range(3))
+        self.syncs, self.clock, self.launches = syncs, clock, launches
+        self.per_ms = issue_ms / sum(launches)
+        self.capacity = queue_steps * sum(launches)
+        self.phases = tuple(functools.partial(self._phase, i) for i in range(3))
+        self.parts, self.cut = 1, None
+        self.parts_asked: list[int] = []
 
     def sleep(self, cycles: int) -> None:  # cycles at 1,000 a µs: ms = cycles / 1e6 / clock
         self.hold_end = self.now + cycles / 1e6 / self.clock
         self.queued = 0
 
-    def _phase(self) -> None:
-        per = self.issue_ms / 3 / self.LAUNCHES
+    @contextlib.contextmanager
+    def cuts(self, trainer, parts, cut):
+        self.parts, self.cut = parts, cut
+        self.parts_asked.append(parts)
+        try:
+            yield
+        finally:
+            self.parts, self.cut = 1, None
+
+    def _issue(self, n: int) -> None:
         held = self.now < self.hold_end
-        room = max(0, int(self.capacity - self.queued)) if held else self.LAUNCHES
-        if room >= self.LAUNCHES:
-            self.now += per * self.LAUNCHES
-            self.queued += self.LAUNCHES
+        room = max(0, int(self.capacity - self.queued)) if held else n
+        if room >= n:
+            self.now += self.per_ms * n
+            self.queued += n
         else:  # fill the queue, wait for the hold, then issue the rest
-            self.now = max(self.now + per * room, self.hold_end) + per * (self.LAUNCHES - room)
+            self.now = max(self.now + self.per_ms * room, self.hold_end) \
+                + self.per_ms * (n - room)
             self.queued = 0
+
+    def _phase(self, i: int) -> None:
+        n = self.launches[i]
+        parts = self.parts if i == 1 else 1
+        for k in range(parts):
+            if k:
+                self.cut()
+            self._issue(n * (k + 1) // parts - n * k // parts)
         if self.syncs:
             self.now = max(self.now, self.hold_end)
 
@@ -257,7 +300,6 @@ class _Device:
 
 def _held_on(monkeypatch, dev: _Device, hold_ms: float):
     torch = pytest.importorskip("torch")
-    import contextlib
     import types
 
     from gpuaudit.bench import timing as bench_timing
@@ -283,6 +325,7 @@ def _held_on(monkeypatch, dev: _Device, hold_ms: float):
     monkeypatch.setattr(timing, "sync", dev.sync)
     monkeypatch.setattr(precision, "float32_matmuls", lambda *a, **k: contextlib.nullcontext())
     monkeypatch.setattr(hosttime, "eager_phases", lambda t, p: dev.phases)
+    monkeypatch.setattr(hosttime, "backward_cuts", dev.cuts)
     monkeypatch.setattr(hosttime, "time", types.SimpleNamespace(
         perf_counter=lambda: dev.now / 1e3))
     trainer = types.SimpleNamespace(device="cuda", mode=types.SimpleNamespace(precision="bf16"),
@@ -320,6 +363,57 @@ def test_a_step_longer_than_the_launch_queue_is_timed_in_its_phases(monkeypatch)
     assert any("each timed after a sync" in n for n in notes)
     got, notes = _held_on(monkeypatch, _Device(issue_ms=30.0, queue_steps=0.2), hold_ms=15.0)
     assert got == {} and any("waits on its device" in n for n in notes)
+
+
+def test_a_backward_longer_than_the_launch_queue_is_cut_where_gradients_accumulate(
+        monkeypatch):
+    """A backward of more launches than the queue holds (the diffusion U-Net's on an H200),
+    behind a forward that fits: it is cut into 2, then 4 parts, each issued after a sync
+    behind its own hold, and the parts' times summed, the same cut in every precision; one
+    still longer than the queue in `BACKWARD_PARTS_MAX` parts keeps nothing; a forward longer
+    than the queue is not helped by cutting the backward, and is not tried so."""
+    from gpuaudit.workloads.hosttime import BACKWARD_PARTS_MAX
+
+    dev = _Device(issue_ms=60.0, queue_steps=250 / 750, launches=(100, 600, 50))
+    got, notes = _held_on(monkeypatch, dev, hold_ms=15.0)
+    assert set(got) == {"bf16", "fp32", "tf32"}
+    assert all(v == pytest.approx((60.0, 60.0, 60.0)) for v in got.values())
+    assert dev.parts_asked[0] == 1 and dev.parts_asked[-1] == 4
+    assert set(dev.parts_asked[dev.parts_asked.index(4):]) == {4}
+    assert any("the backward in 4 parts" in n for n in notes)
+    dev = _Device(issue_ms=60.0, queue_steps=250 / 2550, launches=(100, 2400, 50))
+    got, notes = _held_on(monkeypatch, dev, hold_ms=15.0)
+    assert got == {} and max(dev.parts_asked) == BACKWARD_PARTS_MAX
+    assert any("waits on its device" in n for n in notes)
+    dev = _Device(issue_ms=60.0, queue_steps=250 / 750, launches=(300, 400, 50))
+    got, notes = _held_on(monkeypatch, dev, hold_ms=15.0)
+    assert got == {} and set(dev.parts_asked) == {1}
+
+
+def test_backward_cuts_fire_between_a_real_backwards_layers_and_are_removed():
+    """On a CPU model of eight linear layers (16 parameters), 4 parts: a cut once the
+    gradients of parameters 12, 8 and 4 are accumulated, in that order, each when the layers
+    after it have their gradients and the ones before it none; none once the block ends."""
+    torch = pytest.importorskip("torch")
+    import types
+
+    from gpuaudit.workloads.hosttime import backward_cuts
+
+    net = torch.nn.Sequential(*(torch.nn.Linear(4, 4) for _ in range(8)))
+    params = list(net.parameters())
+    seen: list[int] = []
+
+    def cut() -> None:
+        seen.append(sum(q.grad is not None for q in params))
+
+    with backward_cuts(types.SimpleNamespace(net=net), 4, cut):
+        net(torch.randn(2, 4)).sum().backward()
+    # at the cut on parameter 12 (layer 6's weight), layers 6 and 7 have their gradients
+    assert seen == [4, 8, 12]
+    for q in params:
+        q.grad = None
+    net(torch.randn(2, 4)).sum().backward()
+    assert len(seen) == 3
 
 
 def test_a_step_that_syncs_keeps_nothing(monkeypatch):

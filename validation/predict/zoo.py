@@ -431,6 +431,7 @@ def pack(out: Path, dest: Path, limit: int = 15 * 2**20, most: int = 7) -> int:
             size = 0
         bins[-1].append(f)
         size += n
+    dest.mkdir(parents=True, exist_ok=True)
     for i, group in enumerate(bins[:most]):
         with tarfile.open(dest / f"zoo-{i}.tar", "w") as tar:
             for f in group:

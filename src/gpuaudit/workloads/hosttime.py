@@ -23,9 +23,10 @@ its tf32 step ran at the larger figure.
 from __future__ import annotations
 
 import contextlib
+import functools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ HOST_ROUNDS = 8
 ROUND_STEPS = 6
 HELD_PRECISIONS = ("fp32", "tf32", "bf16")  # beside the recorded one
 HOLD_MAX_S = 1.0  # a step that is not all issued within this hold waits on the device
+BACKWARD_PARTS_MAX = 8  # a backward still longer than the launch queue in this many waits
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,22 @@ def eager_phases(trainer: Trainer, precision: str, inputs: Any = None,
         trainer.opt.step()
         trainer.opt.zero_grad(set_to_none=True)
     return forward, backward, optimizer
+
+
+@contextlib.contextmanager
+def backward_cuts(trainer: Trainer, parts: int, cut: Callable[[], None]) -> Iterator[None]:
+    """`cut()` called at `parts - 1` points of each backward of `trainer`'s model: once the
+    gradient of every (n / `parts`)-th of its n trained parameters is accumulated. A backward
+    reaches the parameters about in the reverse of their order, so the cuts split it into
+    parts of about as many layers each."""
+    params = [q for q in trainer.net.parameters() if q.requires_grad]
+    at = sorted({len(params) * i // parts for i in range(1, parts)} - {0})
+    handles = [params[i].register_post_accumulate_grad_hook(lambda _: cut()) for i in at]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def eager_step(trainer: Trainer, precision: str, inputs: Any = None,
@@ -170,10 +188,12 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     and summed, in every precision, with a note: a step of more launches than the queue
     holds waits for a hold however long (the queue's size or a sync, which the phases tell
     apart: on an H200, ConvNeXt's fp32 step, 980 kernels, and BERT's, 950–1,120, were issued
-    whole). A phase that still waits on its device keeps none, with a note: a sync (a value
-    read back), or a phase itself longer than the queue (the diffusion U-Net's backward on an
-    H200, about 1,150 launches). Off a GPU: nothing
-    (the host's work and the device's are one)."""
+    whole). A backward that still waits, itself longer than the queue (the diffusion U-Net's
+    on an H200, about 1,150 launches), is cut into 2, then 4, up to `BACKWARD_PARTS_MAX`
+    parts where parameters' gradients are accumulated (`backward_cuts`), each issued after a
+    sync behind a hold of its own. A step that waits however it is cut (a sync: a value read
+    back) keeps none, with a note. Off a GPU: nothing (the host's work and the device's are
+    one)."""
     import torch
 
     from gpuaudit.bench.timing import spin_cycles_per_us
@@ -243,20 +263,40 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             if not longer():
                 return None
 
-    def phased_ms(p: str) -> tuple[float, float | None] | None:
-        """The step's phases each issued after a sync behind a hold of its own: their sum."""
-        while True:
-            total, all_held = 0.0, True
-            with float32_matmuls(torch, tf32=p != "fp32"):
-                for part in phases[p]:
-                    sync(torch, device)
-                    _, held = hold()
-                    t0 = time.perf_counter()
-                    part()
-                    total += (time.perf_counter() - t0) * 1e3
-                    all_held = all_held and not held.query()
+    waited: set[int] = set()  # the phases that waited in the last phased try
+
+    def phased_ms(p: str, parts: int) -> tuple[float, float | None] | None:
+        """The step's phases each issued after a sync behind a hold of their own, the backward
+        in `parts` parts (`backward_cuts`) each behind its own: the sum of their times."""
+        total, t0, held = 0.0, 0.0, None
+
+        def start() -> None:
+            nonlocal t0, held
             sync(torch, device)
-            if all_held:
+            _, held = hold()
+            t0 = time.perf_counter()
+
+        def stop(phase: int) -> None:
+            nonlocal total
+            total += (time.perf_counter() - t0) * 1e3
+            if held is not None and held.query():
+                waited.add(phase)
+
+        def cut() -> None:  # inside the backward (phase 1), on autograd's thread
+            stop(1)
+            start()
+
+        while True:
+            total = 0.0
+            waited.clear()
+            with (float32_matmuls(torch, tf32=p != "fp32"),
+                  backward_cuts(trainer, parts, cut)):
+                for phase, part in enumerate(phases[p]):
+                    start()
+                    part()
+                    stop(phase)
+            sync(torch, device)
+            if not waited:
                 return total, None
             if not longer():
                 return None
@@ -274,20 +314,25 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
 
     batch = trainer.workload.batch_size
     timed = every_round(issued_ms)
-    phased = timed is None
-    if timed is None:
+    phased, parts = timed is None, 1
+    while timed is None:
         hold_s = max(hold_ms, 1.0) / 1e3  # a phase is shorter than the step
-        timed = every_round(phased_ms)
+        timed = every_round(functools.partial(phased_ms, parts=parts))
         if timed is None:
-            notes.append(f"host work at batch {batch} not timed with the device held: the "
-                         "step waits on its device")
-            return {}
+            # only the backward waited: cut it finer, unless it is cut as finely as it goes
+            if waited != {1} or parts >= BACKWARD_PARTS_MAX:
+                notes.append(f"host work at batch {batch} not timed with the device held: "
+                             "the step waits on its device")
+                return {}
+            parts *= 2
     # like for like: the second step in every precision, or the first (or phases) in all
     both = all(second is not None for v in timed.values() for _, second in v)
     if phased:
+        cuts = (f" (the backward in {parts} parts, cut where parameters' gradients are "
+                "accumulated)" if parts > 1 else "")
         notes.append(f"host work at batch {batch}: a step's launches overfill the launch "
                      "queue; its forward, backward and optimizer step are each timed after a "
-                     "sync, behind a hold of their own")
+                     f"sync, behind a hold of their own{cuts}")
     elif not both:
         notes.append(f"host work at batch {batch}: the launch queue does not hold two steps; "
                      "the first step after a sync is timed")
