@@ -64,7 +64,8 @@ RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "f
             "sixth": "6th", "seventh": "7th", "eighth": "8th",
             "ninth": "9th", "tenth": "10th", "eleventh": "11th", "twelfth": "12th",
             "thirteenth": "13th", "fourteenth": "14th",
-            "fifteenth": "15th", "sixteenth": "16th"}
+            "fifteenth": "15th", "sixteenth": "16th",
+            "seventeenth": "17th"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
