@@ -213,7 +213,10 @@ def test_pack_makes_its_destination_and_puts_results_before_traces(tmp_path):
     dest = tmp_path / "out" / "packed"
     assert pack(rec, dest, limit=1000) == 0
     tars = sorted(dest.glob("zoo-*.tar"))
-    names = [tarfile.open(t).getnames() for t in tars]
+    names = []
+    for t in tars:
+        with tarfile.open(t) as tar:
+            names.append(tar.getnames())
     assert names[0][0] == "rec/cases/bert.json"
     assert sorted(n for group in names for n in group) == [
         "rec/cases/bert.json", *(f"rec/traces/bert/t{i}.json" for i in range(3))]

@@ -452,3 +452,29 @@ def test_a_step_held_at_its_batch_keeps_its_hosts_pace_and_fills_the_rest_with_g
     doubted = predict(prof, RATES, Change(precision="tf32"), SPECS)
     assert doubted.step_ms > rec.step_ms
     assert 256e3 / doubted.step_ms < 0.85 * row["measured"]
+
+
+def test_the_diffusion_unets_step_held_with_its_backward_cut_predicts_as_published():
+    """The 17th zoo recording: the diffusion U-Net's backward, longer than an H200's launch
+    queue, was cut in two and its step held in every precision (it was refused whole and in
+    its phases before). Its predictions from the fixture are the published ones; from bf16
+    they land within 5 % of the measured steps, and from fp32 the host-bound bf16 target
+    is the miss the docs give with its cause: the held rounds in the fp32 source's process
+    put bf16's host work × 1.2 above fp32's, round by round."""
+    run = zoo_run("diffusion-held-h200-run")
+    assert sum("the backward in 2 parts" in n for m in run.measurements for n in m.notes) == 2
+    rows = {r["case"]: r for r in zoo_rows("seventeenth")
+            if r["family"].startswith("diffusion") and r.get("measured")}
+    for src, target in (("bf16", "fp32"), ("bf16", "tf32"), ("fp32", "bf16")):
+        prof = load_profile(run, f"diffusion-unet/{src}")
+        assert set(prof.record.host_held_ms) == {"bf16", "fp32", "tf32"}
+        assert all(len(v) == 8 for v in prof.record.host_held_ms.values())
+        got = predict(prof, RATES, Change(precision=target), SPECS)
+        row = rows[f"{src} → {target}"]
+        assert 64e3 / got.step_ms == pytest.approx(row["predicted"], rel=1e-6)
+        assert any("issued with the device held" in b for b in got.basis)
+        error = 64e3 / got.step_ms / row["measured"] - 1
+        assert abs(error) < 0.05 if src == "bf16" else -0.2 < error < -0.15
+    ratio, _ = grouped.held_ratio(load_profile(run, "diffusion-unet/fp32").record,
+                                  "fp32", "bf16")
+    assert 1.15 < ratio < 1.25
