@@ -242,3 +242,35 @@ def test_embedding_bags_are_timed_at_other_batches_their_offsets_continued(monke
     (unit,) = [u for u in timed if u.unit == "embedding_bag"]
     assert {(t.precision, t.batch_scale) for t in unit.times} == {
         ("fp32", 1.0), ("fp32", 0.5), ("fp32", 2.0)}
+
+
+def test_a_layers_gradient_is_replayed_in_the_memory_format_the_step_brought(monkeypatch):
+    """A convolution whose output the step permutes to channels-last (ConvNeXt's stem, before
+    its layer norm) gets its gradient channels-last though its output is not: the recorded
+    call keeps the gradient's strides, and timed alone it is fed a gradient of that memory
+    format, at other batches too. A gradient expanded from a sum (the layer norm's, the
+    step's last) is not one to copy: the output's own format stands."""
+    from gpuaudit.workloads.units import _grad_like, replay
+
+    torch.manual_seed(0)
+    conv, norm = torch.nn.Conv2d(3, 8, 4, 4), torch.nn.LayerNorm(8)
+    x = torch.randn(2, 3, 16, 16)
+
+    def step():
+        norm(conv(x).permute(0, 2, 3, 1)).sum().backward()
+    calls = count_ops(step, record_calls=True).calls
+    c = next(c for c in calls if c.name == "conv2d")
+    ln = next(c for c in calls if c.name == "layer_norm")
+    assert c.grad_stride == (128, 1, 32, 8)  # [2, 8, 4, 4] channels-last; its output NCHW
+    assert 0 in ln.grad_stride
+    assert _grad_like(torch, torch.empty(6, 8, 4, 4), c.grad_stride).stride() == \
+        (128, 1, 32, 8)
+    assert _grad_like(torch, torch.empty(2, 4, 4, 8), ln.grad_stride).is_contiguous()
+    assert _grad_like(torch, torch.empty(2, 8, 4, 4), None).is_contiguous()
+    # the call replayed alone is fed it, and its weight's and bias's gradients come back
+    fed, real = [], torch.autograd.grad
+    monkeypatch.setattr(torch.autograd, "grad", lambda y, leaves, g, **k: (
+        fed.append(g.stride()), real(y, leaves, g, **k))[1])
+    grads = replay(torch, torch.device("cpu"), c, c, None, 2, 2, 1.0, None)()
+    assert fed == [(128, 1, 32, 8)]
+    assert [g.shape for g in grads if g is not None][-2:] == [(8, 3, 4, 4), (8,)]

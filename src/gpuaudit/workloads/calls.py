@@ -12,6 +12,7 @@ reach the mode one by one, as the profiler's operators do.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -57,6 +58,10 @@ class Call:
     flops: int = 0  # forward + backward, the dispatch tally's, once matched
     count: int = 1
     unit_key: int | None = None  # the matched unit's (id of its trace event)
+    # the strides of the gradient the step's backward brought to the call's output: a layer
+    # may get it in another memory format than its output's (a convolution followed by a
+    # permute to channels-last), and cuDNN then converts, or runs another kernel
+    grad_stride: tuple[int, ...] | None = None
 
     def tensors(self) -> list[TensorSpec]:
         return list(_leaves((self.args, self.kwargs)))
@@ -66,7 +71,7 @@ class Call:
 
     def key(self) -> tuple[Any, ...]:
         """What makes two calls the same to time: name, tensors and the other arguments."""
-        return (self.name, _frozen(self.args), _frozen(self.kwargs))
+        return (self.name, _frozen(self.args), _frozen(self.kwargs), self.grad_stride)
 
 
 def _leaves(value: Any) -> Iterator[TensorSpec]:
@@ -128,9 +133,15 @@ def recording(calls: list[Call]) -> Iterator[None]:
                                kwargs: dict[str, Any] | None = None) -> Any:
             kwargs = kwargs or {}
             name = call_name(func)
-            if torch.is_grad_enabled() and unit_class(name) in TIMED_CLASSES:
-                calls.append(Call(name, func, spec_of(args, torch), spec_of(kwargs, torch)))
-            return func(*args, **kwargs)
+            if not (torch.is_grad_enabled() and unit_class(name) in TIMED_CLASSES):
+                return func(*args, **kwargs)
+            call = Call(name, func, spec_of(args, torch), spec_of(kwargs, torch))
+            calls.append(call)
+            out = func(*args, **kwargs)
+            first = first_tensor(out, torch)
+            if first is not None and first.requires_grad:
+                first.register_hook(functools.partial(_keep_grad_stride, call))
+            return out
 
     originals = {g: getattr(ov, g) for g in _GUARDS}
     patched: list[tuple[Any, str, Any]] = []
@@ -152,6 +163,22 @@ def recording(calls: list[Call]) -> Iterator[None]:
 
 def _never(*_args: Any, **_kwargs: Any) -> bool:
     return False
+
+
+def _keep_grad_stride(call: Call, grad: Any) -> None:
+    call.grad_stride = tuple(int(s) for s in grad.stride())
+
+
+def first_tensor(out: Any, torch: Any) -> Any:
+    """A call's first tensor output (an RNN's output before its states), or None."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, list | tuple):
+        for v in out:
+            found = first_tensor(v, torch)
+            if found is not None:
+                return found
+    return None
 
 
 @dataclass

@@ -29,7 +29,7 @@ from gpuaudit.model.opprofile import (
     TimedUnit,
     UnitTime,
 )
-from gpuaudit.workloads.calls import Call, TensorSpec
+from gpuaudit.workloads.calls import Call, TensorSpec, first_tensor
 
 MAX_UNITS = 32
 # all units, all settings, at least; GPU, CPU. On one H200 a unit's timing took about 0.2 s
@@ -80,6 +80,22 @@ def _contiguous_like(shape: tuple[int, ...], spec: TensorSpec) -> tuple[int, ...
     return tuple(out)
 
 
+def _grad_like(torch: Any, out: Any, stride: tuple[int, ...] | None) -> Any:
+    """A random gradient for `out` in the memory format the step's backward brought (the
+    order of `stride`, dense at `out`'s shape), or `out`'s own where it brought none or an
+    expanded one (a sum's)."""
+    if stride is None or len(stride) != out.dim() or 0 in stride:
+        return torch.randn_like(out)
+    order = sorted(range(out.dim()), key=lambda i: stride[i])
+    dense = [0] * out.dim()
+    step = 1
+    for i in order:
+        dense[i] = step
+        step *= out.shape[i]
+    return torch.empty_strided(tuple(out.shape), tuple(dense), dtype=out.dtype,
+                               device=out.device).normal_()
+
+
 def _tensor(torch: Any, device: Any, spec: TensorSpec, shape: tuple[int, ...], dtype: str
             ) -> Any:
     dt = getattr(torch, dtype)
@@ -127,17 +143,6 @@ def _build(torch: Any, device: Any, tree: Any, alt_tree: Any, dtypes: Any, batch
             isinstance(tree, int | list | tuple):
         raise ValueError("a non-tensor argument follows the batch")
     return tree
-
-
-def _first_tensor(out: Any, torch: Any) -> Any:
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, list | tuple):
-        for v in out:
-            found = _first_tensor(v, torch)
-            if found is not None:
-                return found
-    return None
 
 
 def _offsets_continued(torch: Any, call: Call, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -202,13 +207,13 @@ def replay(torch: Any, device: Any, call: Call, family: Call, alt_batch_call: Ca
         with ctx:
             return func(*args, **kwargs)
 
-    out = _first_tensor(forward(), torch)
+    out = first_tensor(forward(), torch)
     if out is None or not out.requires_grad or not leaves:
         return lambda: forward()
-    grad = torch.randn_like(out)
+    grad = _grad_like(torch, out, call.grad_stride)
 
     def step() -> Any:
-        y = _first_tensor(forward(), torch)
+        y = first_tensor(forward(), torch)
         return torch.autograd.grad(y, leaves, grad, allow_unused=True)
     return step
 
