@@ -222,7 +222,8 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             torch.cuda.empty_cache()
             notes.append(f"host work not timed in {p}: {str(exc).splitlines()[0][:80]}")
     sync(torch, device)
-    hold_s = max(hold_ms, 1.0) / 1e3  # grows for every later step once one outlasts it
+    first_hold_s = max(hold_ms, 1.0) / 1e3
+    hold_s = first_hold_s  # grows for every later step once one outlasts it
 
     def hold() -> tuple[Any, Any]:
         """A spin of `hold_s` queued, between timing events (`held` fires when it ends)."""
@@ -316,7 +317,7 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     timed = every_round(issued_ms)
     phased, parts = timed is None, 1
     while timed is None:
-        hold_s = max(hold_ms, 1.0) / 1e3  # a phase is shorter than the step
+        hold_s = first_hold_s  # a phase is shorter than the step
         timed = every_round(functools.partial(phased_ms, parts=parts))
         if timed is None:
             # only the backward waited: cut it finer, unless it is cut as finely as it goes
