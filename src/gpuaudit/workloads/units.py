@@ -69,37 +69,32 @@ def _scaled_shape(spec: TensorSpec, alt: TensorSpec | None, batch: int, alt_batc
     return tuple(out)
 
 
-def _contiguous_like(shape: tuple[int, ...], spec: TensorSpec) -> tuple[int, ...]:
-    """Strides for `shape` in the order of `spec`'s (its memory format kept)."""
-    order = sorted(range(len(spec.shape)), key=lambda i: spec.stride[i])
+def _contiguous_like(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
+    """Dense strides for `shape` in the order of `stride` (its memory format kept; a dimension
+    expanded there, stride 0, stays expanded)."""
+    order = sorted(range(len(stride)), key=lambda i: stride[i])
     out = [0] * len(shape)
     step = 1
     for i in order:
-        out[i] = step if spec.stride[i] else 0
-        step *= shape[i] if spec.stride[i] else 1
+        out[i] = step if stride[i] else 0
+        step *= shape[i] if stride[i] else 1
     return tuple(out)
 
 
 def _grad_like(torch: Any, out: Any, stride: tuple[int, ...] | None) -> Any:
-    """A random gradient for `out` in the memory format the step's backward brought (the
-    order of `stride`, dense at `out`'s shape), or `out`'s own where it brought none or an
+    """A random gradient for `out` in the memory format the step's backward brought
+    (`stride`'s order, dense at `out`'s shape), or `out`'s own where it brought none or an
     expanded one (a sum's)."""
     if stride is None or len(stride) != out.dim() or 0 in stride:
         return torch.randn_like(out)
-    order = sorted(range(out.dim()), key=lambda i: stride[i])
-    dense = [0] * out.dim()
-    step = 1
-    for i in order:
-        dense[i] = step
-        step *= out.shape[i]
-    return torch.empty_strided(tuple(out.shape), tuple(dense), dtype=out.dtype,
-                               device=out.device).normal_()
+    return torch.empty_strided(tuple(out.shape), _contiguous_like(tuple(out.shape), stride),
+                               dtype=out.dtype, device=out.device).normal_()
 
 
 def _tensor(torch: Any, device: Any, spec: TensorSpec, shape: tuple[int, ...], dtype: str
             ) -> Any:
     dt = getattr(torch, dtype)
-    stride = spec.stride if shape == spec.shape else _contiguous_like(shape, spec)
+    stride = spec.stride if shape == spec.shape else _contiguous_like(shape, spec.stride)
     t = torch.empty_strided(shape, stride, dtype=dt, device=device)
     if spec.values is not None:
         v = spec.values
