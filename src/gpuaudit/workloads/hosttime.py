@@ -39,6 +39,7 @@ ROUND_STEPS = 6
 HELD_PRECISIONS = ("fp32", "tf32", "bf16")  # beside the recorded one
 HOLD_MAX_S = 1.0  # a step that is not all issued within this hold waits on the device
 BACKWARD_PARTS_MAX = 8  # a backward still longer than the launch queue in this many waits
+BACKWARD = 1  # the backward's place among `eager_phases`
 
 
 @dataclass(frozen=True)
@@ -283,8 +284,8 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             if held is not None and held.query():
                 waited.add(phase)
 
-        def cut() -> None:  # inside the backward (phase 1), on autograd's thread
-            stop(1)
+        def cut() -> None:  # inside the backward, on autograd's thread
+            stop(BACKWARD)
             start()
 
         while True:
@@ -321,7 +322,7 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
         timed = every_round(functools.partial(phased_ms, parts=parts))
         if timed is None:
             # only the backward waited: cut it finer, unless it is cut as finely as it goes
-            if waited != {1} or parts >= BACKWARD_PARTS_MAX:
+            if waited != {BACKWARD} or parts >= BACKWARD_PARTS_MAX:
                 notes.append(f"host work at batch {batch} not timed with the device held: "
                              "the step waits on its device")
                 return {}
