@@ -150,6 +150,42 @@ def test_the_trace_parser_charges_each_kernel_to_the_unit_that_launched_it():
     assert t.timeline.start_us == [10.0, 110.0, 220.0, 290.0]
 
 
+def test_kernels_of_one_unit_run_side_by_side_share_their_time():
+    # cuDNN's grouped convolution as one kernel per group on three streams (made up, the
+    # shape of ConvNeXt's fp32 depthwise backward on the H200): the unit is charged the
+    # time its kernels held the device, not their sum; an all-reduce beside it keeps its own.
+    def launch(corr, ts):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts,
+                "dur": 1, "tid": 1, "args": {"correlation": corr}}
+
+    def kernel(corr, name, ts, dur):
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur,
+                "args": {"correlation": corr, "grid": [64, 1, 1]}}
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::convolution_backward", "ts": 0,
+         "dur": 10, "tid": 1, "args": {}},
+        *(launch(c, c) for c in (1, 2, 3)),
+        {"ph": "X", "cat": "cpu_op", "name": "nccl:all_reduce", "ts": 20, "dur": 5, "tid": 1,
+         "args": {}},
+        launch(4, 21),
+        kernel(1, "sm90_xmma_wgrad_nhwc_group", 100, 30),  # alone for 10, three for 20
+        kernel(2, "sm90_xmma_wgrad_nhwc_group", 110, 20),
+        kernel(3, "sm90_xmma_wgrad_nhwc_group", 110, 40),  # alone for its last 20
+        kernel(4, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 50),
+    ]
+    t = kernelview.parse_trace(events, steps=1)
+    conv = [key for key in t.group_us if key[0] == "conv"]
+    assert len(conv) == 1 and t.group_us[conv[0]] == pytest.approx(50.0)  # 10 + 20 + 20 …
+    assert t.us["conv"] == pytest.approx(50.0)  # … the span its kernels held, not 90
+    assert t.group_count[conv[0]] == 3
+    assert sum(t.us.values()) == pytest.approx(50.0 + 50.0)
+    grid = t.grids[("sm90_xmma_wgrad_nhwc_group", 64, 0.0)]
+    assert grid == [3, pytest.approx(50.0)]
+    # the timeline keeps each kernel as it ran
+    assert sorted(t.timeline.dur_us) == [20.0, 30.0, 40.0, 50.0]
+
+
 def test_ddp_buckets_follow_registration_order_reversed_and_the_caps():
     params = [torch.nn.Parameter(torch.empty(n // 4)) for n in (30 * MB, 2 * MB, MB // 2, 8)]
     shared = params[0]
