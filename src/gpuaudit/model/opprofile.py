@@ -175,6 +175,10 @@ class UnitTime(Amounts):
     precision: str
     batch_scale: float = 1.0
     ms: float
+    # its kernels' own time a call (the union of their intervals, under the profiler): the
+    # device's gaps between kernels queued back to back left out, as a step's group times
+    # leave them out (None: not profiled; a CPU, or a recording before it was kept)
+    busy_ms: float | None = None
 
 
 class TimedUnit(Amounts):

@@ -117,9 +117,19 @@ def _units(p: OpProfile, g: UnitGroup) -> list[TimedUnit]:
     return [u for u in p.timed if u.op_class == g.op_class and u.unit == g.unit]
 
 
-def _time(u: TimedUnit, precision: str, scale: float = 1.0) -> float | None:
-    return next((t.ms for t in u.times if t.precision == precision
-                 and abs(t.batch_scale - scale) < 1e-9), None)
+def _time(u: TimedUnit, precision: str, scale: float = 1.0, busy: bool = False
+          ) -> float | None:
+    """The unit's time in `precision` at `scale`: its kernels' own (`busy`) or back to
+    back."""
+    t = next((t for t in u.times if t.precision == precision
+              and abs(t.batch_scale - scale) < 1e-9), None)
+    return None if t is None else (t.busy_ms if busy else t.ms)
+
+
+def _busy(units: Sequence[TimedUnit]) -> bool:
+    """Whether every timing of `units` has its kernels' own time: ratios take those (a
+    step's group times hold no gaps between kernels), never a mix of the two."""
+    return all(t.busy_ms for u in units for t in u.times)
 
 
 def _trusted(before_ms: float, held: float, in_step_us: float | None) -> bool:
@@ -134,7 +144,8 @@ def timed_ratio(units: Sequence[TimedUnit], src: str, target: str,
     """(Σ count × time in `target` ÷ Σ count × time in `src` over the units timed in both,
     the share of the units' counted FLOPs those hold), or None (none timed in both, or their
     timing not trusted: `TRUST`)."""
-    both = [(u, _time(u, src), _time(u, target)) for u in units]
+    busy = _busy(units)
+    both = [(u, _time(u, src, busy=busy), _time(u, target, busy=busy)) for u in units]
     both = [(u, a, b) for u, a, b in both if a and b]
     if not both:
         return None
@@ -148,9 +159,10 @@ def timed_ratio(units: Sequence[TimedUnit], src: str, target: str,
     return after / before, held
 
 
-def _curve(u: TimedUnit, precision: str) -> list[tuple[float, float]]:
-    pts = {t.batch_scale: t.ms for t in u.times if t.precision == precision and t.ms > 0}
-    return sorted(pts.items())
+def _curve(u: TimedUnit, precision: str, busy: bool = False) -> list[tuple[float, float]]:
+    pts = {t.batch_scale: (t.busy_ms if busy else t.ms) for t in u.times
+           if t.precision == precision and t.ms > 0}
+    return sorted((s, v) for s, v in pts.items() if v)
 
 
 def scaled_time(points: list[tuple[float, float]], scale: float) -> tuple[float, float] | None:
@@ -190,8 +202,9 @@ def batch_ratio(units: Sequence[TimedUnit], precision: str, scale: float,
     before = after = 0.0
     held = 0.0
     past = 0.0
+    busy = _busy(units)
     for u in units:
-        pts = _curve(u, precision)
+        pts = _curve(u, precision, busy)
         if len(pts) < 2 or not any(abs(s - 1.0) < 1e-9 for s, _ in pts):
             continue
         at = scaled_time(pts, scale)
@@ -273,7 +286,8 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
             c.then(1.0, 0.0, U_OPAQUE, f"{src} → {target}: not understood, carried ±50 %")
         elif timed_kind and own is not None and g.op_class in RNN_CLASSES and \
                 _width(src) != "float32" and own[1] >= 0.999 and (covered := union_ms(p, i)):
-            there = sum(u.count * (_time(u, target) or 0.0) for u in _units(p, g))
+            units = _units(p, g)
+            there = sum(u.count * (_time(u, target, busy=_busy(units)) or 0.0) for u in units)
             c.then(there / covered, 0.0, math.hypot(U_TIMED, U_RNN_ALONE),
                    f"{src} → {target}: its units timed alone there ({there:.3g} ms a step) "
                    f"for the union of its kernels here ({covered:.3g} ms: its streams "

@@ -15,6 +15,7 @@ children's) is charged to its unit.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import math
@@ -302,14 +303,87 @@ def _profiled_events(torch: Any, device: Any, fn: Callable[[], Any], steps: int,
             with record_function(f"{optrace.STEP_MARK}#{i}"):
                 fn()
         sync(torch, device)
+    return _exported(prof)
+
+
+def _exported(prof: Any) -> list[dict[str, Any]]:
+    """A finished torch.profiler session's chrome trace events."""
     fd, path = tempfile.mkstemp(suffix=".json", prefix="gpuaudit-trace-")
     os.close(fd)
     try:
         prof.export_chrome_trace(path)
         with open(path) as f:
-            return json.load(f).get("traceEvents", [])
+            return list(json.load(f).get("traceEvents", []))
     finally:
         os.unlink(path)
+
+
+MARK = "gpuaudit.mark:"
+
+
+def marked_busy_us(events: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Per `MARK`ed range (its label): the union of the intervals of the kernels and copies
+    launched while it was open, on any thread (a backward's kernels are launched by
+    autograd's device thread while the marked call waits for it)."""
+    events = list(events)
+    marks = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)),
+                    str(e["name"])[len(MARK):]) for e in events
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith(MARK))
+    starts = [m[0] for m in marks]
+    launches = {(e.get("args") or {}).get("correlation"): float(e["ts"])
+                for e in events if e.get("ph") == "X" and e.get("cat") in RUNTIME_CATS}
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X" or str(e.get("cat", "")).lower() not in DEVICE_CATS:
+            continue
+        launch = launches.get((e.get("args") or {}).get("correlation"))
+        at = bisect.bisect_right(starts, launch) - 1 if launch is not None else -1
+        if at >= 0 and launch is not None and launch <= marks[at][1]:
+            ts = float(e.get("ts", 0.0))
+            spans[marks[at][2]].append((ts, ts + float(e.get("dur", 0.0))))
+    return {label: _union_us(s) for label, s in spans.items()}
+
+
+def busy_per_call_us(torch: Any, device: Any,
+                     calls: list[tuple[str, Callable[[], Callable[[], Any]]]],
+                     repeat: int = 3) -> dict[str, float]:
+    """Each labelled call's kernels' own time a call (`marked_busy_us` over `repeat` calls,
+    after one unmarked), under one profiler session: the device's gaps between its kernels
+    left out. Each call is made by its maker inside the session, one at a time (their
+    tensors are not all held at once); one whose maker or call fails is left out. A session
+    that caught no device activity is taken once more (`profile_kernels`: the first one of
+    a process came back with CPU operators only on torch 2.11 on an H200)."""
+    from gpuaudit.workloads.timing import release_cupti_after_profiling
+
+    release_cupti_after_profiling()
+    events = _marked_events(torch, device, calls, repeat)
+    if not any(e.get("cat") in DEVICE_CATS for e in events):
+        events = _marked_events(torch, device, calls, repeat)
+    return {label: us / repeat for label, us in marked_busy_us(events).items()}
+
+
+def _marked_events(torch: Any, device: Any,
+                   calls: list[tuple[str, Callable[[], Callable[[], Any]]]],
+                   repeat: int) -> list[dict[str, Any]]:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from gpuaudit.workloads.timing import sync
+
+    sync(torch, device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for label, make in calls:
+            try:
+                fn = make()
+                fn()
+                for _ in range(repeat):
+                    with record_function(MARK + label):
+                        fn()
+            except (RuntimeError, ValueError, TypeError, IndexError):
+                continue
+            finally:
+                fn = None
+        sync(torch, device)
+    return _exported(prof)
 
 
 def save_trace(events: list[dict[str, Any]], path: str) -> None:

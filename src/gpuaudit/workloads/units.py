@@ -17,6 +17,7 @@ recorded precision first.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -229,6 +230,22 @@ def _call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: float) ->
     return held_call_ms(torch, device, fn, budget_s)
 
 
+def _busy_ms(torch: Any, device: Any, precision: str,
+             timed: list[tuple[int, float, Callable[[], Callable[[], Any]]]]) -> dict[int, float]:
+    """The units just timed, their kernels' own time a call (`kernelview.busy_per_call_us`):
+    what a step's group time holds of them. Timed back to back, a unit's call also holds the
+    device's gaps between its kernels (1–2.5 µs each on the H200), which a step's group
+    times leave out: ConvNeXt's bf16 linear layers, about ten kernels a call with autocast's
+    casts, took 0.85 of their time alone in their step, its fp32 ones (five kernels) 0.97,
+    and their ratio alone made the fp32 step 12 % short of its measured matmul time."""
+    from gpuaudit.workloads.kernelview import busy_per_call_us
+    from gpuaudit.workloads.precision import float32_matmuls
+
+    with float32_matmuls(torch, tf32=precision != "fp32"):
+        us = busy_per_call_us(torch, device, [(str(i), make) for i, _, make in timed])
+    return {int(label): round(v / 1e3, 6) for label, v in us.items() if v > 0}
+
+
 def distinct(calls: list[Call]) -> list[tuple[Call, int, int]]:
     """(call, calls like it, its position in `calls`) per distinct key, in order."""
     seen: dict[Any, list[Any]] = {}
@@ -259,12 +276,17 @@ def ranks(calls: list[Call]) -> dict[tuple[str, int], Call]:
 def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
                family_calls: dict[str, list[Call]], alt_batch_calls: list[Call] | None,
                batch: int, alt_batch: int | None, *, budget_s: float | None = None,
-               max_units: int = MAX_UNITS, notes: list[str] | None = None) -> list[TimedUnit]:
+               max_units: int = MAX_UNITS, notes: list[str] | None = None,
+               kernel_times: bool = False) -> list[TimedUnit]:
     """The step's units timed alone (module docstring). `calls`: the recorded step's calls
     (matched, classes set); `family_calls`: each other precision family's calls (activation
     dtype → its step's calls); `alt_batch_calls`: the calls counted at `alt_batch`. A
     setting its share of the budget ran out in is said in `notes`, with what a timing took
-    there (cuDNN tunes each new shape: on a slow host a timing at ×2 took about a second)."""
+    there (cuDNN tunes each new shape: on a slow host a timing at ×2 took about a second).
+    `kernel_times`: each setting's units also profiled for their kernels' own time
+    (`_busy_ms`); off where not asked for: its profiler sessions beside a step's profile in
+    one process are yet to be shown to end on a GPU (two such tests in one process on the
+    H200 ran past ten minutes once; each alone took seconds)."""
     from gpuaudit.workloads.precision import autocast_dtype, float32_matmuls
     from gpuaudit.workloads.timing import is_cuda
 
@@ -303,6 +325,7 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
         # bf16 step's units in fp32, cuDNN autotuning) does not starve those after it
         stop = start + wall * (k + 1) / len(settings)
         began, done = time.perf_counter(), 0
+        timed_here: list[tuple[int, float, Callable[[], Callable[[], Any]]]] = []
         for i, (c, _n) in enumerate(chosen):
             if time.perf_counter() > stop:
                 took_s = (time.perf_counter() - began) / max(done, 1)
@@ -317,17 +340,21 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
             alt = at_batch.get(key) if scale != 1.0 else None
             if family is None or (scale != 1.0 and alt is None):
                 continue
+            make = functools.partial(replay, torch, device, c, family, alt, batch,
+                                     alt_batch or batch, scale, autocast_dtype(torch, p))
             try:
                 with float32_matmuls(torch, tf32=p != "fp32"):
-                    fn = replay(torch, device, c, family, alt, batch, alt_batch or batch,
-                                scale, autocast_dtype(torch, p))
-                    ms = _call_ms(torch, device, fn, each)
+                    ms = _call_ms(torch, device, make(), each)
             except (RuntimeError, ValueError, TypeError, IndexError) as exc:
                 if cuda and "out of memory" in str(exc).lower():
                     torch.cuda.empty_cache()
                 continue
-            times[i].append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6)))
+            timed_here.append((i, ms, make))
             done += 1
+        busy = _busy_ms(torch, device, p, timed_here) if cuda and kernel_times else {}
+        for i, ms, _make in timed_here:
+            times[i].append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6),
+                                     busy_ms=busy.get(i)))
     if short and notes is not None:
         notes.append(f"units timed alone in {wall:.0f} s, settings cut short: "
                      + "; ".join(short))
