@@ -45,6 +45,11 @@ class Grouped:
     host_unc: float = 0.0  # the relative uncertainty on it
     notes: list[str] = field(default_factory=list)  # said with the prediction
 
+    def recorded_us(self, i: int) -> float:
+        """A group's recorded time per step (µs): its kernels' as `group_us` reads them."""
+        ks = self.kernels.get(i)
+        return sum(ks) if ks is not None else self.changes[i].group.kernel_us
+
     def group_us(self, i: int) -> float:
         """A group's new time per step (µs), its kernels each changed."""
         c = self.changes[i]
@@ -95,9 +100,13 @@ def start(record: OpProfile | None) -> Grouped | None:
         out.notes.append(note)
     tl = record.timeline
     if tl is not None and tl.dur_us:
+        from gpuaudit.workloads.kernelview import shared_us
+
+        # each kernel's share of the time its group's kernels held the device (those that
+        # ran side by side share it), as the group's time was read from the trace
         steps = max(1, tl.steps)
         per: dict[int, list[float]] = defaultdict(list)
-        for d, gi in zip(tl.dur_us, tl.group, strict=True):
+        for d, gi in zip(shared_us(tl.start_us, tl.dur_us, tl.group), tl.group, strict=True):
             per[gi].append(d / steps)
         out.kernels = dict(per)
     return out
@@ -129,7 +138,7 @@ def _refresh(g: Grouped, state: StepState, why: str) -> None:
             continue
         new = [g.group_us(i) for i in idx]
         total = sum(new)
-        recorded = sum(g.changes[i].group.kernel_us for i in idx) / 1e3
+        recorded = sum(g.recorded_us(i) for i in idx) / 1e3
         # the start's trim of a profile that outlasted the timed step (engine._start)
         scale = min(1.0, c.measured_ms / recorded) if recorded > 0 else 1.0
         c.ms = total / 1e3 * scale * g.class_factor[cls]

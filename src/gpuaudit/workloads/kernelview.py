@@ -22,7 +22,7 @@ import math
 import os
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,20 +81,21 @@ def _union_us(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _shared_us(rows: list[tuple[float, float, float, GroupKey]]) -> list[float]:
+def shared_us(starts: Sequence[float], durs: Sequence[float], keys: Sequence[Any]
+              ) -> list[float]:
     """Each kernel's charge: its duration, the time it ran beside other kernels of its own
-    group shared out equally among them. cuDNN runs some grouped convolutions as one kernel
-    per group on several streams at once: on the H200 an fp32 depthwise 7×7 backward of
-    ConvNeXt's first stage launched 259 kernels that summed to 7.5 ms in a call of 2.6 ms.
+    group (`keys`) shared out equally among them. cuDNN runs some grouped convolutions as one
+    kernel per group on several streams at once: on the H200 an fp32 depthwise 7×7 backward
+    of ConvNeXt's first stage launched 259 kernels that summed to 7.5 ms in a call of 2.6 ms.
     Kernels of different groups keep their whole time (a DDP all-reduce beside the
     backward's compute takes both their times)."""
-    charged = [0.0] * len(rows)
-    by_group: dict[GroupKey, list[int]] = defaultdict(list)
-    for i, (_, _, _, key) in enumerate(rows):
+    charged = [0.0] * len(durs)
+    by_group: dict[Any, list[int]] = defaultdict(list)
+    for i, key in enumerate(keys):
         by_group[key].append(i)
     for members in by_group.values():
-        edges = sorted([(rows[i][1], 1, i) for i in members] +
-                       [(rows[i][1] + rows[i][2], 0, i) for i in members])
+        edges = sorted([(starts[i], 1, i) for i in members] +
+                       [(starts[i] + durs[i], 0, i) for i in members])
         running: set[int] = set()
         last = 0.0
         for t, opens, i in edges:  # at a tie, ends before starts
@@ -185,7 +186,8 @@ def parse_trace(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
             grid_key = (short(name), blocks, round(per_sm, 3))
             view.grid_class.setdefault(grid_key, cls)
         grid_of.append(grid_key)
-    for (_, _, _, key), grid_key, charged in zip(rows, grid_of, _shared_us(rows), strict=True):
+    charges = shared_us([r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows])
+    for (_, _, _, key), grid_key, charged in zip(rows, grid_of, charges, strict=True):
         view.us[key[0]] += charged
         view.count[key[0]] += 1
         view.group_us[key] += charged
