@@ -101,3 +101,33 @@ def test_on_a_gpu_each_unit_timing_has_its_kernels_own_time_within_its_time():
     assert times and all(t.busy_ms and 0 < t.busy_ms <= 1.05 * t.ms for t in times)
     # a bf16 linear layer's call, autocast's casts among its kernels, has gaps between them
     assert any(t.busy_ms < 0.95 * t.ms for t in times if t.precision == "bf16")
+
+
+def test_every_timing_is_profiled_once_in_its_own_precision_and_kept_in_order(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from gpuaudit.workloads import units
+
+    seen = []
+
+    def fake(torch_, device, calls, repeat=3):  # one session: every labelled call, in order
+        out = {}
+        for label, make in calls:
+            fn = make()
+            fn()
+            out[label] = 1000.0 * (int(label) + 1)
+        return out
+
+    def maker(name):
+        def make():
+            seen.append((name, "made", torch.get_float32_matmul_precision()))
+            return lambda: seen.append((name, "ran", torch.get_float32_matmul_precision()))
+        return make
+
+    monkeypatch.setattr(kernelview, "busy_per_call_us", fake)
+    busy = units._busy_ms(torch, torch.device("cpu"),
+                          [("fp32", maker("a")), ("tf32", maker("b")), ("bf16", maker("c"))])
+    assert busy == {0: 1.0, 1: 2.0, 2: 3.0}
+    # TF32 off for fp32 while its replay is made and run, on for the others
+    assert seen == [("a", "made", "highest"), ("a", "ran", "highest"),
+                    ("b", "made", "high"), ("b", "ran", "high"),
+                    ("c", "made", "high"), ("c", "ran", "high")]

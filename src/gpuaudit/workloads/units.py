@@ -230,19 +230,36 @@ def _call_ms(torch: Any, device: Any, fn: Callable[[], Any], budget_s: float) ->
     return held_call_ms(torch, device, fn, budget_s)
 
 
-def _busy_ms(torch: Any, device: Any, precision: str,
-             timed: list[tuple[int, float, Callable[[], Callable[[], Any]]]]) -> dict[int, float]:
-    """The units just timed, their kernels' own time a call (`kernelview.busy_per_call_us`):
-    what a step's group time holds of them. Timed back to back, a unit's call also holds the
-    device's gaps between its kernels (1–2.5 µs each on the H200), which a step's group
-    times leave out: ConvNeXt's bf16 linear layers, about ten kernels a call with autocast's
-    casts, took 0.85 of their time alone in their step, its fp32 ones (five kernels) 0.97,
-    and their ratio alone made the fp32 step 12 % short of its measured matmul time."""
+Maker = Callable[[], Callable[[], Any]]
+
+
+def _busy_ms(torch: Any, device: Any, timed: list[tuple[str, Maker]]) -> dict[int, float]:
+    """Every timing's unit, its kernels' own time a call (`kernelview.busy_per_call_us`), in
+    one profiler session after all the timings (`timed`: each timing's precision and its
+    replay's maker, in order). Timed back to back, a unit's call also holds the device's
+    gaps between its kernels (1–2.5 µs each on the H200), which a step's group times leave
+    out: ConvNeXt's bf16 linear layers, about ten kernels a call with autocast's casts, took
+    0.85 of their time alone in their step, its fp32 ones (five kernels) 0.97, and their
+    ratio alone made the fp32 step 12 % short of its measured matmul time. One session, long
+    after the step's own profile: a session started while the last one's CUPTI teardown
+    runs can catch no device activity (kineto tears down on a later CUDA call, on a thread
+    of its own)."""
     from gpuaudit.workloads.kernelview import busy_per_call_us
     from gpuaudit.workloads.precision import float32_matmuls
 
-    with float32_matmuls(torch, tf32=precision != "fp32"):
-        us = busy_per_call_us(torch, device, [(str(i), make) for i, _, make in timed])
+    def in_precision(precision: str, make: Maker) -> Maker:
+        def made() -> Callable[[], Any]:
+            with float32_matmuls(torch, tf32=precision != "fp32"):
+                fn = make()
+
+            def call() -> Any:
+                with float32_matmuls(torch, tf32=precision != "fp32"):
+                    return fn()
+            return call
+        return made
+
+    us = busy_per_call_us(torch, device, [(str(j), in_precision(precision, make))
+                                          for j, (precision, make) in enumerate(timed)])
     return {int(label): round(v / 1e3, 6) for label, v in us.items() if v > 0}
 
 
@@ -283,10 +300,10 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
     dtype → its step's calls); `alt_batch_calls`: the calls counted at `alt_batch`. A
     setting its share of the budget ran out in is said in `notes`, with what a timing took
     there (cuDNN tunes each new shape: on a slow host a timing at ×2 took about a second).
-    `kernel_times`: each setting's units also profiled for their kernels' own time
-    (`_busy_ms`); off where not asked for: its profiler sessions beside a step's profile in
-    one process are yet to be shown to end on a GPU (two such tests in one process on the
-    H200 ran past ten minutes once; each alone took seconds)."""
+    `kernel_times`: every timing's unit also profiled for its kernels' own time (`_busy_ms`);
+    off where not asked for: its profiler session beside a step's profile in one process is
+    yet to be shown to end on a GPU (two such tests in one process on the H200, each setting
+    in a session of its own then, ran past ten minutes once; each alone took seconds)."""
     from gpuaudit.workloads.precision import autocast_dtype, float32_matmuls
     from gpuaudit.workloads.timing import is_cuda
 
@@ -318,14 +335,14 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
     each = budget / max(1, len(chosen) * len(settings))  # a timing's samples
     wall = budget if budget_s is not None else max(budget, CAP_S[cuda])
     start = time.perf_counter()
-    times: dict[int, list[UnitTime]] = {i: [] for i in range(len(chosen))}
+    # per unit its timings (precision, batch scale, ms, the replay's maker), in order
+    times: dict[int, list[tuple[str, float, float, Maker]]] = {i: [] for i in range(len(chosen))}
     short: list[str] = []
     for k, (p, scale) in enumerate(settings):
         # each setting by its share of the budget, what one leaves passed on: a slow one (a
         # bf16 step's units in fp32, cuDNN autotuning) does not starve those after it
         stop = start + wall * (k + 1) / len(settings)
         began, done = time.perf_counter(), 0
-        timed_here: list[tuple[int, float, Callable[[], Callable[[], Any]]]] = []
         for i, (c, _n) in enumerate(chosen):
             if time.perf_counter() > stop:
                 took_s = (time.perf_counter() - began) / max(done, 1)
@@ -349,15 +366,18 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
                 if cuda and "out of memory" in str(exc).lower():
                     torch.cuda.empty_cache()
                 continue
-            timed_here.append((i, ms, make))
+            times[i].append((p, scale, ms, make))
             done += 1
-        busy = _busy_ms(torch, device, p, timed_here) if cuda and kernel_times else {}
-        for i, ms, _make in timed_here:
-            times[i].append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6),
-                                     busy_ms=busy.get(i)))
     if short and notes is not None:
         notes.append(f"units timed alone in {wall:.0f} s, settings cut short: "
                      + "; ".join(short))
+    every = [(i, t) for i in range(len(chosen)) for t in times[i]]
+    busy = _busy_ms(torch, device, [(t[0], t[3]) for _, t in every]) \
+        if cuda and kernel_times and every else {}
+    made: dict[int, list[UnitTime]] = {i: [] for i in range(len(chosen))}
+    for j, (i, (p, scale, ms, _make)) in enumerate(every):
+        made[i].append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6),
+                                busy_ms=busy.get(j)))
     out = [TimedUnit(op_class=c.op_class, unit=c.name, signature=c.signature()[:200], count=n,
-                     flops=c.flops, times=tuple(times[i])) for i, (c, n) in enumerate(chosen)]
+                     flops=c.flops, times=tuple(made[i])) for i, (c, n) in enumerate(chosen)]
     return out
