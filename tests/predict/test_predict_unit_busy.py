@@ -54,14 +54,20 @@ def test_ratios_take_the_kernels_own_times_where_every_timing_has_one():
     assert batch_ratio([mixed], "bf16", 0.5)[0] == pytest.approx(0.06 / 0.10)
 
 
-@pytest.mark.gpu
-def test_on_a_gpu_a_calls_own_time_leaves_out_the_hosts_gaps_between_its_kernels():
+@pytest.fixture
+def cuda():
+    """(torch, the first CUDA device), or the test skipped."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
+    return torch, torch.device("cuda", 0)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_calls_own_time_leaves_out_the_hosts_gaps_between_its_kernels(cuda):
     from gpuaudit.workloads import timing
 
-    device = torch.device("cuda", 0)
+    torch, device = cuda
     cycles = timing.spin_cycles_per_us(torch)
 
     def spaced() -> None:  # four 50 µs kernels, the host 1 ms late for each
@@ -74,14 +80,11 @@ def test_on_a_gpu_a_calls_own_time_leaves_out_the_hosts_gaps_between_its_kernels
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_each_unit_timing_has_its_kernels_own_time_within_its_time():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
+def test_on_a_gpu_each_unit_timing_has_its_kernels_own_time_within_its_time(cuda):
     from gpuaudit.workloads.tally import count_ops
     from gpuaudit.workloads.units import time_units
 
-    device = torch.device("cuda", 0)
+    torch, device = cuda
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
                               torch.nn.Linear(1024, 256), torch.nn.LayerNorm(256)).to(device)

@@ -287,7 +287,8 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
         elif timed_kind and own is not None and g.op_class in RNN_CLASSES and \
                 _width(src) != "float32" and own[1] >= 0.999 and (covered := union_ms(p, i)):
             units = _units(p, g)
-            there = sum(u.count * (_time(u, target, busy=_busy(units)) or 0.0) for u in units)
+            busy = _busy(units)
+            there = sum(u.count * (_time(u, target, busy=busy) or 0.0) for u in units)
             c.then(there / covered, 0.0, math.hypot(U_TIMED, U_RNN_ALONE),
                    f"{src} → {target}: its units timed alone there ({there:.3g} ms a step) "
                    f"for the union of its kernels here ({covered:.3g} ms: its streams "

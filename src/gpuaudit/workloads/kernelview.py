@@ -285,8 +285,8 @@ def profile_kernels(torch: Any, device: Any, fn: Callable[[], Any], steps: int, 
     cuda = is_cuda(device)
     release_cupti_after_profiling()
     events = _profiled_events(torch, device, fn, steps, cuda)
-    if cuda and not any(e.get("cat") in DEVICE_CATS for e in events):
-        events = _profiled_events(torch, device, fn, steps, cuda)
+    if cuda:
+        events = _retaken(events, lambda: _profiled_events(torch, device, fn, steps, cuda))
     if keep:
         save_trace(events, keep)
     return parse_trace(events, steps) if cuda else cpu_view(events, steps)
@@ -306,6 +306,13 @@ def _profiled_events(torch: Any, device: Any, fn: Callable[[], Any], steps: int,
                 fn()
         sync(torch, device)
     return _exported(prof)
+
+
+def _retaken(events: list[dict[str, Any]], again: Callable[[], list[dict[str, Any]]]
+             ) -> list[dict[str, Any]]:
+    """`events`, or a session taken once more where they hold no device activity (a session
+    started while an earlier one's CUPTI teardown ran: `profile_kernels`)."""
+    return events if any(e.get("cat") in DEVICE_CATS for e in events) else again()
 
 
 def _exported(prof: Any) -> list[dict[str, Any]]:
@@ -358,9 +365,8 @@ def busy_per_call_us(torch: Any, device: Any,
     from gpuaudit.workloads.timing import release_cupti_after_profiling
 
     release_cupti_after_profiling()
-    events = _marked_events(torch, device, calls, repeat)
-    if not any(e.get("cat") in DEVICE_CATS for e in events):
-        events = _marked_events(torch, device, calls, repeat)
+    events = _retaken(_marked_events(torch, device, calls, repeat),
+                      lambda: _marked_events(torch, device, calls, repeat))
     return {label: us / repeat for label, us in marked_busy_us(events).items()}
 
 
