@@ -333,11 +333,15 @@ MARK = "gpuaudit.mark:"
 def marked_busy_us(events: Iterable[dict[str, Any]]) -> dict[str, float]:
     """Per `MARK`ed range (its label): the union of the intervals of the kernels and copies
     launched while it was open, on any thread (a backward's kernels are launched by
-    autograd's device thread while the marked call waits for it)."""
+    autograd's device thread while the marked call waits for it). The host's ranges only:
+    kineto also draws each range on the device's timeline ("gpu_user_annotation", in the
+    device's time), and those, taken for the host's, sent a ConvNeXt's kernels to whichever
+    range the device was in and read its units at a quarter of their time."""
     events = list(events)
     marks = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)),
                     str(e["name"])[len(MARK):]) for e in events
-                   if e.get("ph") == "X" and str(e.get("name", "")).startswith(MARK))
+                   if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                   and str(e.get("name", "")).startswith(MARK))
     starts = [m[0] for m in marks]
     launches = {(e.get("args") or {}).get("correlation"): float(e["ts"])
                 for e in events if e.get("ph") == "X" and e.get("cat") in RUNTIME_CATS}

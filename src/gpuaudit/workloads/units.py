@@ -293,17 +293,14 @@ def ranks(calls: list[Call]) -> dict[tuple[str, int], Call]:
 def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
                family_calls: dict[str, list[Call]], alt_batch_calls: list[Call] | None,
                batch: int, alt_batch: int | None, *, budget_s: float | None = None,
-               max_units: int = MAX_UNITS, notes: list[str] | None = None,
-               kernel_times: bool = False) -> list[TimedUnit]:
+               max_units: int = MAX_UNITS, notes: list[str] | None = None
+               ) -> list[TimedUnit]:
     """The step's units timed alone (module docstring). `calls`: the recorded step's calls
     (matched, classes set); `family_calls`: each other precision family's calls (activation
     dtype → its step's calls); `alt_batch_calls`: the calls counted at `alt_batch`. A
     setting its share of the budget ran out in is said in `notes`, with what a timing took
     there (cuDNN tunes each new shape: on a slow host a timing at ×2 took about a second).
-    `kernel_times`: every timing's unit also profiled for its kernels' own time (`_busy_ms`);
-    off where not asked for: its profiler session beside a step's profile in one process is
-    yet to be shown to end on a GPU (two such tests in one process on the H200, each setting
-    in a session of its own then, ran past ten minutes once; each alone took seconds)."""
+    On a GPU every timing's unit is then profiled for its kernels' own time (`_busy_ms`)."""
     from gpuaudit.workloads.precision import autocast_dtype, float32_matmuls
     from gpuaudit.workloads.timing import is_cuda
 
@@ -373,11 +370,13 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
                      + "; ".join(short))
     every = [(i, t) for i in range(len(chosen)) for t in times[i]]
     busy = _busy_ms(torch, device, [(t[0], t[3]) for _, t in every]) \
-        if cuda and kernel_times and every else {}
+        if cuda and every else {}
     made: dict[int, list[UnitTime]] = {i: [] for i in range(len(chosen))}
     for j, (i, (p, scale, ms, _make)) in enumerate(every):
+        # kernels that read longer than the calls back to back are not the call's own
+        own = busy.get(j)
         made[i].append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6),
-                                busy_ms=busy.get(j)))
+                                busy_ms=own if own is not None and own <= 1.1 * ms else None))
     out = [TimedUnit(op_class=c.op_class, unit=c.name, signature=c.signature()[:200], count=n,
                      flops=c.flops, times=tuple(made[i])) for i, (c, n) in enumerate(chosen)]
     return out
