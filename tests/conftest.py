@@ -5,6 +5,7 @@ import functools
 import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -90,6 +91,29 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+EXIT_STATUS = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    session.config.stash[EXIT_STATUS] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """A run whose tests ran torch's profiler on a GPU ends once pytest is done, without the
+    interpreter's teardown: there kineto's CUPTI detach (TEARDOWN_CUPTI, which our profiling
+    sets) was left pending, and on an H200 the process stayed past its summary for minutes
+    with no Python left to show (as `gpuaudit run` and `bench` end, `cli/entry.py`)."""
+    torch = sys.modules.get("torch")
+    if os.environ.get("TEARDOWN_CUPTI") != "1" or torch is None \
+            or not torch.cuda.is_initialized():
+        return
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(config.stash.get(EXIT_STATUS, 1))
 
 
 def load_fixture(name: str, file: str = "inspect.json") -> dict:
