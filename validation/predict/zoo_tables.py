@@ -65,7 +65,8 @@ RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "f
             "ninth": "9th", "tenth": "10th", "eleventh": "11th", "twelfth": "12th",
             "thirteenth": "13th", "fourteenth": "14th",
             "fifteenth": "15th", "sixteenth": "16th",
-            "seventeenth": "17th", "eighteenth": "18th"}
+            "seventeenth": "17th", "eighteenth": "18th", "nineteenth": "19th",
+            "twentieth": "20th"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
