@@ -99,17 +99,15 @@ class GroupChange:
 
 
 def union_ms(p: OpProfile, index: int) -> float | None:
-    """The time a step the group's kernels covered (their intervals' union, overlaps once),
-    from the recorded timeline; None without one."""
+    """The time a step the group's kernels covered (their shares of it, `shared_us`: their
+    intervals' union), from the recorded timeline; None without one."""
+    from gpuaudit.workloads.kernelview import shared_us
+
     tl = p.timeline
     if tl is None or not tl.steps:
         return None
-    spans = sorted((s, s + d) for s, d, g in zip(tl.start_us, tl.dur_us, tl.group, strict=True)
-                   if g == index)
-    covered, end = 0.0, -math.inf
-    for a, b in spans:
-        covered += max(0.0, b - max(a, end))
-        end = max(end, b)
+    covered = sum(s for s, g in zip(shared_us(tl.start_us, tl.dur_us, tl.group), tl.group,
+                                    strict=True) if g == index)
     return covered / tl.steps / 1e3 if covered > 0 else None
 
 
