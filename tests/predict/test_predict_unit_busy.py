@@ -139,3 +139,12 @@ def test_every_timing_is_profiled_once_in_its_own_precision_and_kept_in_order(mo
     assert seen == [("a", "made", "highest"), ("a", "ran", "highest"),
                     ("b", "made", "high"), ("b", "ran", "high"),
                     ("c", "made", "high"), ("c", "ran", "high")]
+
+
+def test_kernels_reading_longer_than_the_calls_back_to_back_are_not_kept_as_their_own():
+    from gpuaudit.workloads.units import own_time
+
+    assert own_time(0.08, 0.10) == 0.08
+    assert own_time(0.105, 0.10) == 0.105  # the profiler's noise
+    assert own_time(0.2, 0.10) is None
+    assert own_time(None, 0.10) is None

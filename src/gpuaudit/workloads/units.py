@@ -263,6 +263,15 @@ def _busy_ms(torch: Any, device: Any, timed: list[tuple[str, Maker]]) -> dict[in
     return {int(label): round(v / 1e3, 6) for label, v in us.items() if v > 0}
 
 
+OWN_MAX = 1.1  # a call's kernels' own time over its time back to back: past it, not its own
+
+
+def own_time(busy_ms: float | None, ms: float) -> float | None:
+    """A timing's kernels' own time, kept where it can be the call's: kernels that read longer
+    than the calls back to back (past `OWN_MAX`, the profiler's noise) were not all its."""
+    return busy_ms if busy_ms is not None and busy_ms <= OWN_MAX * ms else None
+
+
 def distinct(calls: list[Call]) -> list[tuple[Call, int, int]]:
     """(call, calls like it, its position in `calls`) per distinct key, in order."""
     seen: dict[Any, list[Any]] = {}
@@ -373,10 +382,8 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
         if cuda and every else {}
     made: dict[int, list[UnitTime]] = {i: [] for i in range(len(chosen))}
     for j, (i, (p, scale, ms, _make)) in enumerate(every):
-        # kernels that read longer than the calls back to back are not the call's own
-        own = busy.get(j)
         made[i].append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6),
-                                busy_ms=own if own is not None and own <= 1.1 * ms else None))
+                                busy_ms=own_time(busy.get(j), ms)))
     out = [TimedUnit(op_class=c.op_class, unit=c.name, signature=c.signature()[:200], count=n,
                      flops=c.flops, times=tuple(made[i])) for i, (c, n) in enumerate(chosen)]
     return out
