@@ -51,6 +51,27 @@ def test_the_device_binds_at_the_hosts_pace_and_the_gap_fills_the_step(run):
     assert rep.period_us == pytest.approx(rec.step_ms * 1e3, rel=0.02)
 
 
+def test_a_device_bound_step_longer_than_the_median_gap_fills_keeps_the_hosts_pace(run):
+    """Planted: the bf16 step timed 7 % longer than its replay at the trace's median gap. The
+    device never waits on the host there, so the rest is the device's, between its kernels
+    (up to the largest median seen): the host keeps its measured pace and a host-bound
+    target is not made longer with the device's time (an LSTM's fp32 step, 3 % past its
+    median's reach, had scaled its bf16 prediction, host-bound, by 1.07)."""
+    rec = load_profile(run, "convnext-s/bf16").record
+    tl = rec.timeline
+    lat = tlm.latency_us(tl)
+    measured = rec.host_step_ms * 1e3 / tlm.host_us(tl, lat)
+    median = tlm.queued_gap_us(tl)
+    step = tlm.period(tl, tl.dur_us, measured, lat, median)[0] * 1.07
+    rep = tlm.calibrate(tl, step, rec.host_step_ms * 1e3)
+    assert rep.alpha == pytest.approx(measured)
+    assert median < rep.gap_us <= tlm.GAP_MAX_US
+    assert rep.period_us == pytest.approx(step, rel=0.02)
+    # past what the largest gap fills, the gap is not stretched further
+    far = tlm.period(tl, tl.dur_us, measured, lat, tlm.GAP_MAX_US)[0] * 1.1
+    assert tlm.calibrate(tl, far, rec.host_step_ms * 1e3).gap_us == 0.0
+
+
 @pytest.mark.parametrize(("src", "target"), [("fp32", "bf16"), ("bf16", "fp32")])
 def test_each_recording_predicts_the_others_step(run, src, target):
     """Each precision predicted from the other recording lands within 10 % of that
