@@ -66,7 +66,8 @@ RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "f
             "thirteenth": "13th", "fourteenth": "14th",
             "fifteenth": "15th", "sixteenth": "16th",
             "seventeenth": "17th", "eighteenth": "18th", "nineteenth": "19th",
-            "twentieth": "20th"}
+            "twentieth": "20th", "twenty-first": "21st", "twenty-second": "22nd",
+            "twenty-third": "23rd"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
