@@ -222,3 +222,30 @@ def test_pack_makes_its_destination_and_puts_results_before_traces(tmp_path):
         "rec/cases/bert.json", *(f"rec/traces/bert/t{i}.json" for i in range(3))]
     # 1,000 bytes of files a tar at most: the results with one trace, then a trace each
     assert [len(group) for group in names] == [2, 1, 1]
+
+
+def test_a_family_profiled_within_the_budget_keeps_time_for_its_targets(tmp_path, monkeypatch):
+    """The targets of a family whose profile ended with 5 s of the budget left still get
+    `TARGETS_MIN_S`, and with more left, all of it; a family whose recording failed gets
+    none."""
+    import json
+
+    from validation.predict import zoo
+
+    given: list[float | None] = []
+
+    def child(out, name, batch, tiny, timeout_s=None):
+        given.append(timeout_s)
+        return {"bf16": {"step_ms": 1.0}}
+
+    monkeypatch.setattr(zoo, "_cases_in_child", child)
+    (tmp_path / "status").mkdir()
+    status = tmp_path / "status" / "mlp.json"
+    status.write_text(json.dumps({"batch": 8, "recorded": {"wall_s": 1.0}}))
+    zoo._cases_after(tmp_path, "mlp", True, 5.0)
+    zoo._cases_after(tmp_path, "mlp", True, 400.0)
+    assert given == [zoo.TARGETS_MIN_S, 400.0]
+    assert json.loads(status.read_text())["cases"] == {"bf16": {"step_ms": 1.0}}
+    status.write_text(json.dumps({"batch": 8, "recorded": {"error": "RuntimeError: x"}}))
+    zoo._cases_after(tmp_path, "mlp", True, 400.0)
+    assert len(given) == 2

@@ -17,7 +17,8 @@ exited, in a fresh one, each target timed in rounds beside the others (bf16 and 
 tf32, bf16 at ×0.5 and ×2 the batch, bf16 of the size variant: `rounds`) in
 OUTDIR/cases/NAME.json: a process that ran the profiler times host-bound steps long, and the
 host's pace moves within a minute. A family that would start after the budget is
-left out (said in status.json). `--cases-only`: the targets alone, to compare beside an
+left out (said in status.json); one that started keeps at least `TARGETS_MIN_S` for its
+targets, past the budget if need be. `--cases-only`: the targets alone, to compare beside an
 earlier recording's profiles (`compare EARLIER --also THIS`).
 
 compare: every case predicted from its recording (`gpuaudit.predict`, the size change from
@@ -72,6 +73,10 @@ def log(out: Path, text: str) -> None:
 # A host-bound step on the lent H200 moved within one run (an MoE step 76-140 ms over ten
 # steps): the profiled run's step is the median of 30.
 TIMED_STEPS = 30
+# A family profiled within the budget keeps at least this long for its targets past it: a
+# profile whose targets the budget cut compares its two precisions only (on one H200 a
+# Mixer's targets, given the 23 s left, timed no round; a family's took 23–90 s).
+TARGETS_MIN_S = 120.0
 
 
 def _bench(options: dict[str, Any], machine: Any, out: Path) -> Any:
@@ -138,14 +143,16 @@ def _cases_in_child(out: Path, name: str, batch: int, tiny: bool,
 
 def _cases_after(out: Path, name: str, tiny: bool, left_s: float) -> None:
     """The family's targets, timed in a fresh process after its worker has exited, into its
-    status (a family whose recording failed has none to compare)."""
+    status (a family whose recording failed has none to compare), within what is left of the
+    budget and at least `TARGETS_MIN_S`."""
     path = out / "status" / f"{name}.json"
     info = json.loads(path.read_text())
-    if "error" in info.get("recorded", {}) or left_s < 20:
+    if "error" in info.get("recorded", {}):
         return
     t0 = time.time()
     try:
-        info["cases"] = _cases_in_child(out, name, info["batch"], tiny, timeout_s=left_s)
+        info["cases"] = _cases_in_child(out, name, info["batch"], tiny,
+                                        timeout_s=max(left_s, TARGETS_MIN_S))
     except subprocess.TimeoutExpired:
         info["cases"] = {**_read_cases(out, name), "error": "the budget ran out"}
     info["cases_process"] = "fresh, after the profiling process exited"
