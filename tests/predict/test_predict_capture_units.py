@@ -274,3 +274,39 @@ def test_a_layers_gradient_is_replayed_in_the_memory_format_the_step_brought(mon
     grads = replay(torch, torch.device("cpu"), c, c, None, 2, 2, 1.0, None)()
     assert fed == [(128, 1, 32, 8)]
     assert [g.shape for g in grads if g is not None][-2:] == [(8, 3, 4, 4), (8,)]
+
+
+def test_a_models_few_units_are_all_timed_and_many_by_their_launches_too():
+    """A DLRM-like step: an embedding bag whose traffic outweighs four small linear layers
+    (13 → 64, 64 → 32, 32 → 16, 16 → 1). With no more units than `MAX_UNITS` all are timed,
+    the costliest first; past it, the costliest until `COVER` of their cost or the cap,
+    where a layer costs at least its launches (`UNIT_FLOOR_S`): the smallest layers, a
+    fraction of a microsecond of FLOPs each, still hold 10 µs a call."""
+    from gpuaudit.workloads import units
+
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(200_000, 64, mode="sum")
+    mlp = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in
+                              ((13, 64), (64, 32), (32, 16), (16, 1)))
+    ids, offsets = torch.randint(0, 200_000, (4096 * 8,)), torch.arange(0, 4096 * 8, 8)
+    dense = torch.randn(4096, 13)
+
+    def step():
+        x = dense
+        for layer in mlp:
+            x = layer(x)
+        (bag(ids, offsets).sum() + x.sum()).backward()
+
+    calls = count_ops(step, record_calls=True).calls
+    got = units.choose(calls)
+    assert [c.name for c, _ in got] == ["embedding_bag", "linear", "linear", "linear",
+                                       "linear"]
+    floor = [units._cost(c) for c, _ in got if c.name == "linear"]
+    assert all(units.UNIT_FLOOR_S <= f < 1.5 * units.UNIT_FLOOR_S for f in floor), floor
+    # past the cap: the costliest, at most the cap (the bag holds two thirds of the cost,
+    # short of COVER), the cheapest layer left out
+    assert [c.name for c, _ in units.choose(calls, max_units=2)] == ["embedding_bag",
+                                                                    "linear"]
+    assert units.choose(calls, max_units=4) == got[:4]
+    assert min(floor) == units._cost(got[4][0])
+    assert units.choose(calls, max_units=4)[0][0].name == "embedding_bag"
