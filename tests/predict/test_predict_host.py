@@ -105,3 +105,24 @@ def test_a_host_that_moved_while_profiling_widens_the_band_and_says_so(run):
     assert b.step_ms_low == pytest.approx(a.step_ms_low, rel=0.01)
     assert any("pace moved ±20 %" in n for n in b.notes)
     assert not any("pace moved" in n for n in a.notes)
+
+
+def test_held_rounds_that_wandered_widen_the_band_as_batch_1_rounds_do():
+    """The MobileNetV2 recording whose fp32 host base is its work held at its batch: its
+    held rounds planted ±20 % apart (their median kept) leave the tf32 figure as it was and
+    widen its band where the host binds, as the same spread in its batch-1 rounds does; the
+    note says the host's pace moved."""
+    from tests.support.predict import zoo_run
+
+    prof = load_profile(zoo_run("mobilenet-held-h200-run"), "mobilenet-v2/fp32")
+    held = prof.record.host_held_ms
+    mid = statistics.median(held["fp32"])
+    wide = tuple(mid * (1.2 if i % 2 else 0.8) for i in range(len(held["fp32"])))
+    assert statistics.median(wide) == pytest.approx(mid)
+    moved = dataclasses.replace(prof, record=prof.record.model_copy(
+        update={"host_held_ms": {**held, "fp32": wide}}))
+    a, b = (predict(p, RATES, Change(precision="tf32"), SPECS) for p in (prof, moved))
+    assert b.step_ms == pytest.approx(a.step_ms, rel=1e-6)
+    assert b.step_ms_high > a.step_ms_high * 1.01
+    assert b.step_ms_low <= a.step_ms_low
+    assert any("pace moved ±20 %" in n for n in b.notes)

@@ -343,10 +343,11 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
             out.append(ch.apply(d) * g.class_factor[cls] * (1 + side * u))
         return out
 
-    moved = tlm.rounds_moved(rec.host_rounds_ms)
+    held = rec.host_held_ms.get(rec.precision, ())
+    moved = max(tlm.rounds_moved(rec.host_rounds_ms), tlm.rounds_moved(held))
     host_ms = source_host_ms(rec)
     rep = tlm.calibrate(tl, rec.step_ms * 1e3, host_ms * 1e3 if host_ms else None,
-                        max(spread, moved), held=bool(rec.host_held_ms.get(rec.precision)))
+                        max(spread, moved), held=bool(held))
     lat = tlm.latency_us(tl)
     fix = rec.step_ms * 1e3 / rep.period_us if rep.period_us > 0 else 1.0
     alpha = rep.alpha * g.host_scale
