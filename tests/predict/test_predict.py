@@ -362,6 +362,7 @@ def test_the_recorded_run_predicted_on_the_real_h200_rates():
     assert p.samples_per_s == pytest.approx(2 * 4 * 1000 / p.step_ms)
     assert p.allreduce_ms and p.allreduce_ms > 0
     assert any("CPU" in n for n in p.notes)  # a CPU recording is said to be a dry run
+    assert p.dry_run
 
 
 # --- the CLI ---------------------------------------------------------------------------------
@@ -377,6 +378,7 @@ def test_cli_predicts_a_run_file_as_json():
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["schema_version"] == 1 and doc["target"]["precision"] == "bf16"
+    assert doc["dry_run"] is True
     run = load_run(CPU_PROFILE.read_text())
     want = predict(load_profile(run, "gpt-tiny/fp32"), machine_rates(h200_rates_run(), SPECS),
                    Change(precision="bf16"), SPECS)
@@ -391,6 +393,8 @@ def test_cli_terminal_view_fits_80_columns():
     assert r.returncode == 0, r.stderr
     assert "all-reduce" in r.stdout and "Per operator class" in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    # a CPU recording's figures are flagged before any of them: the first line says so
+    assert r.stdout.splitlines()[0].startswith("DRY RUN") and "(CPU times)" in r.stdout
 
 
 @pytest.mark.parametrize(("args", "message"), [

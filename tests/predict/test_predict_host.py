@@ -122,6 +122,7 @@ def test_held_rounds_that_wandered_widen_the_band_as_batch_1_rounds_do():
     moved = dataclasses.replace(prof, record=prof.record.model_copy(
         update={"host_held_ms": {**held, "fp32": wide}}))
     a, b = (predict(p, RATES, Change(precision="tf32"), SPECS) for p in (prof, moved))
+    assert not a.dry_run  # recorded on the H200
     assert b.step_ms == pytest.approx(a.step_ms, rel=1e-6)
     assert b.step_ms_high > a.step_ms_high * 1.01
     assert b.step_ms_low <= a.step_ms_low

@@ -376,7 +376,8 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
         idle_ms=round(state.idle_ms, 6),
         allreduce_ms=round(ar_ms, 6) if ar_ms is not None else None,
         exposed_allreduce_ms=round(exposed, 6) if exposed is not None else None,
-        classes=classes, basis=tuple(state.basis), notes=tuple(state.notes))
+        classes=classes, basis=tuple(state.basis), notes=tuple(state.notes),
+        dry_run=profile.device == "cpu")
 
 
 def _mode_of(profile: StepProfile, precision: str) -> str:

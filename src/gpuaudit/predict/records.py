@@ -64,3 +64,6 @@ class Prediction(Record):
     classes: tuple[ClassTime, ...] = ()
     basis: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    # recorded on a CPU: its operator times are the CPU's, only scaled by the GPU's rates;
+    # the figures show the arithmetic, not what the GPU will do
+    dry_run: bool = False

@@ -26,7 +26,11 @@ def summary(p: Prediction) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("recorded", _scenario(p.source))
+    if p.dry_run:
+        table.add_row(Text("DRY RUN", style="bold red"),
+                      "recorded on a CPU: its operator times scaled by the GPU's rates, "
+                      "not a forecast; record on the GPU for one")
+    table.add_row("recorded", _scenario(p.source) + (" (CPU times)" if p.dry_run else ""))
     table.add_row("predicted", _scenario(p.target))
     table.add_row("changes", ", ".join(p.changes))
     band = f"{p.step_ms_low:,.4g}–{p.step_ms_high:,.4g}, ±{p.uncertainty_pct:.3g} %"
