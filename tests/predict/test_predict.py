@@ -33,7 +33,7 @@ from gpuaudit.predict.profile import Gemm, OpWork, StepProfile, Timed
 from gpuaudit.predict.rates import AllReduce, MachineRates
 from gpuaudit.specs.catalog import load_catalog
 from tests.support import cli
-from tests.support.predict import CPU_PROFILE, H200_2GPU
+from tests.support.predict import CPU_PROFILE, H200_2GPU, PREDICT
 
 SPECS = load_catalog()
 
@@ -432,13 +432,14 @@ def test_recommend_from_run_ranks_offers_by_the_predicted_rate(tmp_path):
         "x,h200x1,r,h200-sxm,1,4.0,USD,test,2026-11-30\n"
         "x,h100x2,r,h100-sxm,2,5.0,USD,test,2026-11-30\n"
         "x,a100x1,r,a100-sxm4-80gb,1,1.5,USD,test,2026-11-30\n")
-    r = gpuaudit("recommend", "--from-run", str(CPU_PROFILE), "--workload", "gpt-tiny/fp32",
-                 "--rates", str(H200_2GPU), "--samples", "1M", "--catalog", str(catalog),
+    h200 = PREDICT / "zoo" / "mlp-run.json"  # an MLP's profile on an H200
+    r = gpuaudit("recommend", "--from-run", str(h200), "--workload", "tabular-mlp/bf16",
+                 "--rates", str(H200_2GPU), "--samples", "1G", "--catalog", str(catalog),
                  "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    run = load_run(CPU_PROFILE.read_text())
-    prof = load_profile(run, "gpt-tiny/fp32")
+    run = load_run(h200.read_text())
+    prof = load_profile(run, "tabular-mlp/bf16")
     rates = predicted_rates(prof, machine_rates(h200_rates_run(), SPECS), SPECS,
                             [("h200-sxm", 1), ("h100-sxm", 2), ("a100-sxm4-80gb", 1)])
     per_gpu = {(m, c): rate for m, c, rate, _ in rates}
@@ -447,11 +448,16 @@ def test_recommend_from_run_ranks_offers_by_the_predicted_rate(tmp_path):
     for rec in doc["ranked"]:
         key = (rec["offer"]["gpu_model"], rec["offer"]["gpu_count"])
         assert rec["rate"] == pytest.approx(per_gpu[key] * key[1], rel=1e-6)
-        assert rec["hours"] >= 1e6 / rec["rate"] / 3600 * 0.999
+        assert rec["hours"] >= 1e9 / rec["rate"] / 3600 * 0.999
     assert any("predicted" in n for n in doc["notes"])
-    bad = gpuaudit("recommend", "--from-run", str(CPU_PROFILE), "--workload", "gpt-tiny/fp32",
+    bad = gpuaudit("recommend", "--from-run", str(h200), "--workload", "tabular-mlp/bf16",
                    "--rates", str(H200_2GPU), "--catalog", str(catalog))
     assert bad.returncode == 2 and "--run with an op profile needs one of --hours" in bad.stderr
+    # a CPU recording's times would price every offer: refused, in one line
+    cpu = gpuaudit("recommend", "--from-run", str(CPU_PROFILE), "--workload", "gpt-tiny/fp32",
+                   "--rates", str(H200_2GPU), "--samples", "1M", "--catalog", str(catalog))
+    assert cpu.returncode == 2 and "was recorded on a CPU" in cpu.stderr
+    assert len(cpu.stderr.strip().splitlines()) == 1
 
 
 def test_cli_finds_the_rates_in_the_newest_stored_run_of_that_gpu(tmp_path):

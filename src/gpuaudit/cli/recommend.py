@@ -322,6 +322,10 @@ def _predicted_task(from_run: str, workload: str | None, rates: str | None,
     stored = load_run_arg(from_run, db)
     with taking_apart(f"run {stored.id}'s op profile"):
         profile = load_profile(stored, workload)
+    if profile.device == "cpu":  # its times would price every offer: a CPU's, not a GPU's
+        raise BadInputError(f"run {stored.id}: {profile.workload} was recorded on a CPU, so no "
+                            "GPU offer can be priced by its times; record it on a GPU "
+                            "(`gpuaudit bench train --op-profile` there)")
     with taking_apart(f"the rates of run {rates or stored.id}"):
         machine = resolve_rates(stored, rates, db, specs, (profile.precision,))
     rate = profile.samples_per_s
