@@ -19,7 +19,7 @@ from validation.predict.rounds import (
     pace_matched,
     timing_controls,
 )
-from validation.predict.zoo_tables import control_table, table
+from validation.predict.zoo_tables import control_table, current_table, table
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "tests" / "fixtures" / "predict" / "zoo-results.json"
@@ -156,6 +156,24 @@ def test_two_recordings_of_a_set_get_a_table_each_with_their_own_counts():
     c10 = dict(c8, recording="tenth")
     assert "| fam | 10th | bf16 |" in control_table([dict(c8, recording="eighth"), c10])
     assert "| fam | bf16 |" in control_table([c8])
+
+
+def test_the_current_table_takes_each_familys_latest_full_recording():
+    """Family a: the 8th measured two cases, the 10th both (one missed), the 12th only one (a
+    budget cut its targets): the 10th is its current one, its miss named. Family b, measured
+    on the 8th alone, keeps it; one recording's rows have no current table."""
+    def row(fam, rec, case, err):
+        return {"set": "held_out", "family": fam, "case": case, "recording": rec,
+                "predicted": 100.0, "low": 95.0, "high": 105.0,
+                "measured": 100.0 / (1 + err / 100), "error_pct": err, "in_band": abs(err) < 5}
+
+    rows = [row("a", "eighth", "size", 1.0), row("a", "eighth", "batch ×2", 1.0),
+            row("b", "eighth", "size", 3.0), row("a", "tenth", "size", 2.0),
+            row("a", "tenth", "batch ×2", 20.0), row("a", "twelfth", "size", 0.5)]
+    text = current_table(rows)
+    assert "| held-out | a | 10th | 1 of 2 | 1 of 2 | batch ×2 +20.0 % (out of band) |" in text
+    assert "| held-out | b | 8th | 1 of 1 | 1 of 1 | — |" in text
+    assert current_table([r for r in rows if r["recording"] == "eighth"]) == ""
 
 
 def test_the_summary_counts_apart_the_cases_measured_at_their_sources_pace():

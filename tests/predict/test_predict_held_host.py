@@ -459,8 +459,8 @@ def test_the_diffusion_unets_step_held_with_its_backward_cut_predicts_as_publish
     queue, was cut in two and its step held in every precision (it was refused whole and in
     its phases before). Its predictions from the fixture are the published ones; from bf16
     they land within 5 % of the measured steps, and from fp32 the host-bound bf16 target
-    is the miss the docs give with its cause: the held rounds in the fp32 source's process
-    put bf16's host work × 1.2 above fp32's, round by round."""
+    misses as its table shows it, for this cause: the held rounds in the fp32 source's
+    process put bf16's host work × 1.2 above fp32's, round by round."""
     run = zoo_run("diffusion-held-h200-run")
     assert sum("the backward in 2 parts" in n for m in run.measurements for n in m.notes) == 2
     rows = {r["case"]: r for r in zoo_rows("seventeenth")

@@ -98,6 +98,39 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def current_table(rows: list[dict[str, Any]]) -> str:
+    """Per family, its latest recording (`RECORDER`'s order) that measured as many of its
+    cases as any did (a recording whose budget cut the targets measures two): how many came
+    within 10 % and inside their band, and the ones that did not. Empty for the rows of one
+    recording."""
+    order = list(RECORDER)
+    if len({r.get("recording") for r in rows}) < 2:
+        return ""
+    out = ["**Current, per family** (each family's latest recording that measured all the "
+           "cases any did; every recording's own table follows):", "",
+           "| set | family | recording | within 10 % | inside their band | missed |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for which, name in (("held_out", "held-out"), ("development", "development")):
+        for fam in dict.fromkeys(r["family"] for r in rows if r["set"] == which):
+            mine = [r for r in rows if r["set"] == which and r["family"] == fam
+                    and "error_pct" in r and r.get("recording") in order]
+            if not mine:
+                continue
+            per = {rec: [r for r in mine if r["recording"] == rec]
+                   for rec in dict.fromkeys(r["recording"] for r in mine)}
+            most = max(len(c) for c in per.values())
+            last = max((rec for rec, c in per.items() if len(c) == most), key=order.index)
+            cases = per[last]
+            within, inside, _ = _counts(cases)
+            missed = "; ".join(
+                f"{r['case']} {r['error_pct']:+.1f} %"
+                + ("" if r.get("in_band") else " (out of band)") for r in cases
+                if abs(r["error_pct"]) > 10 or not r.get("in_band"))
+            out.append(f"| {name} | {fam} | {RECORDER[last]} | {within} of {len(cases)} | "
+                       f"{inside} of {len(cases)} | {missed or '—'} |")
+    return "\n".join(out) + "\n\n"
+
+
 def _counts(scored: list[dict[str, Any]]) -> tuple[int, int, int]:
     """Cases within 10 %, measurements inside their band, both."""
     within = sum(abs(r["error_pct"]) <= 10 for r in scored)
@@ -169,5 +202,5 @@ def show(results: Path) -> int:
         said = [f"Rates{f', {RECORDER.get(k, k)} recording' if k else ''}: {figures}."
                 for k, r in each.items() if (figures := _rates(r))]
         print(" ".join([f"{doc['about']}.", *said]) + "\n")
-    print(table(rows) + control_table(doc.get("controls", [])), end="")
+    print(current_table(rows) + table(rows) + control_table(doc.get("controls", [])), end="")
     return 0
