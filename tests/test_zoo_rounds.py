@@ -160,8 +160,9 @@ def test_two_recordings_of_a_set_get_a_table_each_with_their_own_counts():
 
 def test_the_current_table_takes_each_familys_latest_full_recording():
     """Family a: the 8th measured two cases, the 10th both (one missed), the 12th only one (a
-    budget cut its targets): the 10th is its current one, its miss named. Family b, measured
-    on the 8th alone, keeps it; one recording's rows have no current table."""
+    budget cut its targets): the 10th is its current one, its miss named and marked as the
+    recording's own table marks it. Family b, measured on the 8th alone, keeps it; one
+    recording's rows have no current table."""
     def row(fam, rec, case, err):
         return {"set": "held_out", "family": fam, "case": case, "recording": rec,
                 "predicted": 100.0, "low": 95.0, "high": 105.0,
@@ -171,7 +172,8 @@ def test_the_current_table_takes_each_familys_latest_full_recording():
             row("b", "eighth", "size", 3.0), row("a", "tenth", "size", 2.0),
             row("a", "tenth", "batch ×2", 20.0), row("a", "twelfth", "size", 0.5)]
     text = current_table(rows)
-    assert "| held-out | a | 10th | 1 of 2 | 1 of 2 | batch ×2 +20.0 % (out of band) |" in text
+    assert "| held-out | a | 10th | 1 of 2 | 1 of 2 | batch ×2 +20.0 % (NO) |" in text
+    assert "| a | batch ×2 | 10th | 100 | 95–105 | 83.3 | **+20.0 %** (NO) |" in table(rows)
     assert "| held-out | b | 8th | 1 of 1 | 1 of 1 | — |" in text
     assert current_table([r for r in rows if r["recording"] == "eighth"]) == ""
 
@@ -212,6 +214,37 @@ def test_a_fresh_process_runs_host_bound_steps_slower_at_first_after_its_build()
         assert max(every) / min(every) < 1.02
     pos = fams["recsys"]["bf16"]["by_position"]
     assert pos[0] > 1.3 * med(pos[1:])  # a turn's first step, the DLRM's slowest
+
+
+def test_the_launch_probe_follows_the_host_only_in_part():
+    """The H200 probe behind docs/predict.md's "a launch probe as a control"
+    (`validation/predict/launch_probe.py`): round by round a probe and a host-bound step at
+    batch 1 moved together only loosely (correlation 0.29–0.73), and dividing each process's
+    median step by its median probe brought the processes together for the diffusion U-Net
+    but not for MobileNetV2, whose processes it spread further."""
+    from validation.predict.launch_probe import summarize
+
+    runs = json.loads((ROOT / "tests" / "fixtures" / "predict" / "zoo" /
+                       "launch-probe-h200.json").read_text())
+    got = summarize(runs)
+    rs = [p["r"] for m in got.values() for p in m["processes"]]
+    assert min(rs) > 0.25 and max(rs) < 0.75
+    assert got["diffusion"]["step_spread"] > 0.25 > 0.05 > got["diffusion"]["normalized_spread"]
+    assert got["mobilenet"]["normalized_spread"] > got["mobilenet"]["step_spread"] > 0.1
+    assert got["bert"]["step_spread"] == pytest.approx(32.13 / 27.03 - 1, abs=0.01)
+
+
+def test_the_launch_probe_summary_divides_out_a_pace_it_explains():
+    """Two processes whose steps are the probe's pace times 4: 50 % apart, none once
+    normalized; a round's step that follows its probe correlates fully."""
+    from validation.predict.launch_probe import summarize
+
+    runs = [{"model": "m", "rows": [(p, p, 4 * p) for p in (6.0, 6.5, 7.0)]},
+            {"model": "m", "rows": [(p, p, 4 * p) for p in (9.0, 9.75, 10.5)]}]
+    got = summarize(runs)["m"]
+    assert got["step_spread"] == pytest.approx(0.5)
+    assert got["normalized_spread"] == pytest.approx(0.0)
+    assert all(p["r"] == pytest.approx(1.0) for p in got["processes"])
 
 
 def test_pack_makes_its_destination_and_puts_results_before_traces(tmp_path):

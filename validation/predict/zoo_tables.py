@@ -67,7 +67,8 @@ RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "f
             "fifteenth": "15th", "sixteenth": "16th",
             "seventeenth": "17th", "eighteenth": "18th", "nineteenth": "19th",
             "twentieth": "20th", "twenty-first": "21st", "twenty-second": "22nd",
-            "twenty-third": "23rd"}
+            "twenty-third": "23rd", "twenty-fourth": "24th",
+            "twenty-fifth": "25th", "twenty-sixth": "26th"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -122,13 +123,19 @@ def current_table(rows: list[dict[str, Any]]) -> str:
             last = max((rec for rec, c in per.items() if len(c) == most), key=order.index)
             cases = per[last]
             within, inside, _ = _counts(cases)
-            missed = "; ".join(
-                f"{r['case']} {r['error_pct']:+.1f} %"
-                + ("" if r.get("in_band") else " (out of band)") for r in cases
-                if abs(r["error_pct"]) > 10 or not r.get("in_band"))
+            missed = "; ".join(f"{r['case']} {r['error_pct']:+.1f} %{_miss(r)}" for r in cases
+                               if _miss(r))
             out.append(f"| {name} | {fam} | {RECORDER[last]} | {within} of {len(cases)} | "
                        f"{inside} of {len(cases)} | {missed or '—'} |")
     return "\n".join(out) + "\n\n"
+
+
+def _miss(r: dict[str, Any]) -> str:
+    """How a scored case missed: empty where within 10 % and inside its band."""
+    within, inside = abs(r["error_pct"]) <= 10, bool(r.get("in_band"))
+    if within and inside:
+        return ""
+    return " (in band)" if inside else " (out of band)" if within else " (NO)"
 
 
 def _counts(scored: list[dict[str, Any]]) -> tuple[int, int, int]:
@@ -168,11 +175,7 @@ def _block(title: str, mine: list[dict[str, Any]]) -> list[str]:
         else:
             pred, band = "refused", ""
         if "error_pct" in r:
-            e = r["error_pct"]
-            mark = ("" if abs(e) <= 10 and r.get("in_band") else
-                    " (in band)" if r.get("in_band") else
-                    " (out of band)" if abs(e) <= 10 else " (NO)")
-            err = f"**{e:+.1f} %**{mark}"
+            err = f"**{r['error_pct']:+.1f} %**{_miss(r)}"
         else:
             err = str(r.get("refused") or r.get("error", "?"))[:100].replace("|", "/")
         out.append(f"| {r['family']} | {r['case']} | {rec} | {pred} | {band} | {meas} | "

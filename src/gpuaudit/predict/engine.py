@@ -126,9 +126,6 @@ def _start(profile: StepProfile, rates: MachineRates) -> StepState:
                        "capped by their roofline; attention's matmuls (causal work), "
                        "exponentials and traffic; memory classes at the copy bandwidth")
     state.basis.extend(roofs.basis)
-    if profile.device == "cpu":
-        state.notes.append("recorded on the CPU: its operator times are the CPU's, the GPU "
-                           "rates only scale them (a dry run, not a forecast)")
     if scale < 1.0:
         state.notes.append(f"profiled kernels summed to {total:.3g} ms, more than the timed "
                            f"step: scaled by {scale:.3f}")
