@@ -98,9 +98,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def main() -> int:
-    what, path = sys.argv[1], sys.argv[2]
+    what, arg = sys.argv[1], sys.argv[2]  # arg: a zoo model for "one", else the JSON file
     if what == "one":
-        print(json.dumps({"model": path, "rows": one_process(path)}), flush=True)
+        print(json.dumps({"model": arg, "rows": one_process(arg)}), flush=True)
         return 0
     if what == "record":
         runs = []
@@ -112,10 +112,10 @@ def main() -> int:
                     runs.append(dict(json.loads(p.stdout.splitlines()[-1]), process=n + 1))
                 else:
                     print(name, "failed:", p.stderr[-400:], file=sys.stderr)
-        with open(path, "w") as f:
+        with open(arg, "w") as f:
             json.dump(runs, f)
         return 0
-    with open(path) as f:
+    with open(arg) as f:
         print(json.dumps(summarize(json.load(f)), indent=1))
     return 0
 
