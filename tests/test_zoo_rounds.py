@@ -279,8 +279,6 @@ def test_a_family_profiled_within_the_budget_keeps_time_for_its_targets(tmp_path
     """The targets of a family whose profile ended with 5 s of the budget left still get
     `TARGETS_MIN_S`, and with more left, all of it; a family whose recording failed gets
     none."""
-    import json
-
     from validation.predict import zoo
 
     given: list[float | None] = []
