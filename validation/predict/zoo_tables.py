@@ -68,7 +68,9 @@ RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "f
             "seventeenth": "17th", "eighteenth": "18th", "nineteenth": "19th",
             "twentieth": "20th", "twenty-first": "21st", "twenty-second": "22nd",
             "twenty-third": "23rd", "twenty-fourth": "24th",
-            "twenty-fifth": "25th", "twenty-sixth": "26th"}
+            "twenty-fifth": "25th", "twenty-sixth": "26th",
+            "twenty-seventh": "27th", "twenty-eighth": "28th", "twenty-ninth": "29th",
+            "thirtieth": "30th", "thirty-first": "31st"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
