@@ -298,3 +298,40 @@ def test_a_family_profiled_within_the_budget_keeps_time_for_its_targets(tmp_path
     status.write_text(json.dumps({"batch": 8, "recorded": {"error": "RuntimeError: x"}}))
     zoo._cases_after(tmp_path, "mlp", True, 400.0)
     assert len(given) == 2
+
+
+def test_a_host_bound_sources_rounds_barely_tell_its_targets_pace():
+    """The H200 rounds behind docs/predict.md's "the rounds control what they can"
+    (`validation/predict/round_pace.py`, the 19th–31st recordings): where the bf16 source's
+    round medians moved more than 5 % (the host binds it), they correlated with its
+    targets' at a median r near 0.27 (−0.51 to +0.94, above 0.5 in under a quarter); where
+    the source held, near 0."""
+    from validation.predict.round_pace import summarize
+
+    entries = json.loads((ROOT / "tests" / "fixtures" / "predict" / "zoo" /
+                          "round-pace-h200.json").read_text())
+    got = summarize(entries)
+    moving, steady = got["moving_source"], got["steady_source"]
+    assert moving["n"] == 64 and steady["n"] == 28
+    assert moving["median"] == pytest.approx(0.27, abs=0.01)
+    assert (round(moving["min"], 2), round(moving["max"], 2)) == (-0.51, 0.94)
+    assert moving["share_above_half"] < 0.25
+    assert abs(steady["median"]) < 0.1
+    lstm = next(e for e in got["entries"] if (e["recording"], e["family"]) == ("thirtieth", "lstm"))
+    assert lstm["source_cv"] > 0.1 and max(lstm["r"].values()) < 0.5
+
+
+def test_round_pace_reads_a_shared_pace_as_one_and_skips_short_recordings():
+    """Targets whose rounds follow the source's exactly correlate fully and the source counts
+    as moving; a recording of fewer than 6 rounds is left out."""
+    from validation.predict.round_pace import summarize
+
+    src = [10.0, 12.0, 11.0, 13.0, 10.5, 12.5]
+    follow = {"recording": "a", "family": "m",
+              "rounds_ms": {"bf16": src, "bf16 x2": [2 * x for x in src],
+                            "size": [x + 3 for x in src]}}
+    short = {"recording": "b", "family": "m", "rounds_ms": {"bf16": src[:5], "size": src[:5]}}
+    got = summarize([follow, short])
+    assert [e["recording"] for e in got["entries"]] == ["a"]
+    assert got["moving_source"]["n"] == 2 and got["steady_source"] == {"n": 0}
+    assert got["moving_source"]["median"] == pytest.approx(1.0)

@@ -4,15 +4,17 @@ the timing controls that show how far that pace moved.
 The lent H200 is a KVM guest whose vCPUs change pace by tens of percent within a minute: a
 pure-Python loop's rate per quarter second ranged 2,800–4,150 a second on one vCPU, and a
 host-bound ConvNeXt step took 13–32 ms within one run of 400 steps (`hostpace.py`). A
-host-bound target timed alone measures its moment's
-host, not the one its source was profiled with. So every target is built and warmed up in
-one fresh process and timed in rounds: `ROUND_STEPS` steps of each target in turn (the order
-turned by one each round), the recorded precisions among them, for at least `ROUNDS` rounds
-and more (up to `MAX_ROUNDS`) while they have taken less than `ROUNDS_S`: a family whose
-steps are short gets more rounds for its source to meet its profiled pace in. A
-prediction is then judged against its target's steps in the rounds where its source ran
-within `PACE_TOLERANCE` of its profiled step: there the host ran at the pace the prediction
-starts from. A source the GPU binds matches in every round and controls nothing: a
+host-bound target timed alone measures its moment's host, not the one its source was
+profiled with. So every target is built and warmed up in one fresh process and timed in
+rounds: `ROUND_STEPS` steps of each target in turn (the order turned by one each round), the
+recorded precisions among them, for at least `ROUNDS` rounds and more (up to `MAX_ROUNDS`)
+while they have taken less than `ROUNDS_S`: a family whose steps are short gets more rounds
+for its source to meet its profiled pace in. A prediction is then judged against its
+target's steps in the rounds where its source ran within `PACE_TOLERANCE` of its profiled
+step, the pace the prediction starts from. The host's pace moves faster than a round,
+though: a host-bound source's round medians follow its targets' only loosely
+(`round_pace.py`), so those rounds leave out the source's far-off ones more than they pick
+the host's pace. A source the GPU binds matches in every round and controls nothing: a
 host-bound target of it (fp32 → bf16 of a step that autocast makes host-bound) is measured
 at whatever pace its rounds had. The source's step at batch 1 (the host's own time) was
 tried as a second control: six steps of it moved too much a round to match in more than one

@@ -1,0 +1,80 @@
+"""Do a family's targets share its source's pace round by round? The recorder judges a
+target over the rounds where its source ran at its profiled pace (`rounds.py`), on the
+assumption that a round's host pace is common to the steps timed in it. This reads the raw
+recordings' rounds back and gives, per family and recording, how much the bf16 source's
+round medians moved (coefficient of variation) and how they correlated with those of the
+targets timed from it (batch ×0.5 and ×2, the size variant, fp32).
+
+    python3 validation/predict/round_pace.py collect OUT.json REC_DIR...   # raw recordings
+    python3 validation/predict/round_pace.py summarize OUT.json
+
+docs/predict.md's figures come from tests/fixtures/predict/zoo/round-pace-h200.json.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+SOURCE = "bf16"
+TARGETS = ("bf16 x0.5", "bf16 x2", "size", "fp32")
+# A source whose round medians move more than this is one the host binds: rounds where it
+# meets its profiled pace are then a choice among rounds, not every round.
+MOVING_CV = 0.05
+
+
+def collect(recordings: list[Path]) -> list[dict[str, Any]]:
+    """Per recording and family: each of the source's and targets' round medians (ms)."""
+    out = []
+    for rec in recordings:
+        for path in sorted((rec / "cases").glob("*.json")):
+            cases = json.loads(path.read_text())
+            rounds = {k: [round(x, 2) for x in v["rounds_ms"]] for k, v in cases.items()
+                      if k in (SOURCE, *TARGETS) and isinstance(v, dict) and v.get("rounds_ms")}
+            if SOURCE in rounds:
+                out.append({"recording": rec.name, "family": path.stem, "rounds_ms": rounds})
+    return out
+
+
+def summarize(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per entry the source's coefficient of variation over its rounds and its correlation
+    with each target; over the entries, the correlations' median, range and share above 0.5,
+    apart for sources that moved (above `MOVING_CV`) and those that held."""
+    rows, moved, held = [], [], []
+    for e in entries:
+        r = e["rounds_ms"]
+        n = min(len(v) for v in r.values())
+        if n < 6:  # too few rounds for a correlation worth reading
+            continue
+        src = r[SOURCE][:n]
+        cv = statistics.pstdev(src) / statistics.fmean(src)
+        corr = {t: statistics.correlation(src, r[t][:n]) for t in TARGETS
+                if t in r and len(set(r[t][:n])) > 1 and len(set(src)) > 1}
+        rows.append({"recording": e["recording"], "family": e["family"], "rounds": n,
+                     "source_cv": cv, "r": corr})
+        (moved if cv > MOVING_CV else held).extend(corr.values())
+
+    def spread(rs: list[float]) -> dict[str, Any]:
+        if not rs:
+            return {"n": 0}
+        return {"n": len(rs), "median": statistics.median(rs), "min": min(rs), "max": max(rs),
+                "share_above_half": sum(x > 0.5 for x in rs) / len(rs)}
+
+    return {"entries": rows, "moving_source": spread(moved), "steady_source": spread(held)}
+
+
+def main() -> int:
+    what, out = sys.argv[1], Path(sys.argv[2])
+    if what == "collect":
+        out.write_text(json.dumps(collect([Path(p) for p in sys.argv[3:]])))
+        return 0
+    got = summarize(json.loads(out.read_text()))
+    print(json.dumps({k: got[k] for k in ("moving_source", "steady_source")}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
