@@ -277,8 +277,8 @@ def test_pack_makes_its_destination_and_puts_results_before_traces(tmp_path):
 
 def test_a_family_profiled_within_the_budget_keeps_time_for_its_targets(tmp_path, monkeypatch):
     """The targets of a family whose profile ended with 5 s of the budget left still get
-    `TARGETS_MIN_S`, and with more left, all of it; a family whose recording failed gets
-    none."""
+    `TARGETS_MIN_S`, and with more left, all of it; a family whose recording failed, or
+    whose profile the budget cut before any precision, gets none."""
     from validation.predict import zoo
 
     given: list[float | None] = []
@@ -298,6 +298,17 @@ def test_a_family_profiled_within_the_budget_keeps_time_for_its_targets(tmp_path
     status.write_text(json.dumps({"batch": 8, "recorded": {"error": "RuntimeError: x"}}))
     zoo._cases_after(tmp_path, "mlp", True, 400.0)
     assert len(given) == 2
+    # the budget cut the profile before either precision: nothing to predict, nothing timed
+    status.write_text(json.dumps({"batch": 8, "recorded": {"wall_s": 120.0, "status": "partial",
+                                                           "op_profiles": []}}))
+    zoo._cases_after(tmp_path, "mlp", True, 400.0)
+    assert len(given) == 2 and "cases" not in json.loads(status.read_text())
+    assert "no op profile recorded (partial)" in (tmp_path / "log.txt").read_text()
+    # one precision profiled: its cases can still be predicted, so its targets are timed
+    status.write_text(json.dumps({"batch": 8, "recorded": {"wall_s": 120.0, "status": "partial",
+                                                           "op_profiles": ["bf16"]}}))
+    zoo._cases_after(tmp_path, "mlp", True, 400.0)
+    assert len(given) == 3
 
 
 def test_a_host_bound_sources_rounds_barely_tell_its_targets_pace():

@@ -18,7 +18,8 @@ tf32, bf16 at ×0.5 and ×2 the batch, bf16 of the size variant: `rounds`) in
 OUTDIR/cases/NAME.json: a process that ran the profiler times host-bound steps long, and the
 host's pace moves within a minute. A family that would start after the budget is
 left out (said in status.json); one that started keeps at least `TARGETS_MIN_S` for its
-targets, past the budget if need be. `--cases-only`: the targets alone, to compare beside an
+targets, past the budget if need be, unless the budget stopped its profile before either
+precision (nothing to predict them from). `--cases-only`: the targets alone, to compare beside an
 earlier recording's profiles (`compare EARLIER --also THIS`).
 
 compare: every case predicted from its recording (`gpuaudit.predict`, the size change from
@@ -147,7 +148,14 @@ def _cases_after(out: Path, name: str, tiny: bool, left_s: float) -> None:
     budget and at least `TARGETS_MIN_S`."""
     path = out / "status" / f"{name}.json"
     info = json.loads(path.read_text())
-    if "error" in info.get("recorded", {}):
+    recorded = info.get("recorded", {})
+    if "error" in recorded:
+        return
+    if recorded.get("op_profiles") == []:
+        # the budget stopped the profile before its first precision: no case can be
+        # predicted, so its targets would spend device time on nothing
+        log(out, f"family {name}: no op profile recorded ({recorded.get('status')}): "
+                 f"targets not timed")
         return
     t0 = time.time()
     try:
@@ -184,7 +192,8 @@ def record_family(fam: dict[str, Any], out: Path, machine: Any, tiny: bool,
                           "min_warmup_s": 0.0 if tiny else 0.5,
                           "warmup_steps": 1 if tiny else 3}, machine, out)
             (out / "runs" / f"{name}.json").write_text(run.model_dump_json())
-            info["recorded"] = {"wall_s": round(time.time() - t0, 1),
+            info["recorded"] = {"wall_s": round(time.time() - t0, 1), "status": run.status,
+                                "op_profiles": [p.precision for p in run.op_profiles],
                                 "skipped": [m.skipped_reason for m in run.measurements
                                             if m.skipped_reason]}
         except Exception as exc:  # the family's recording failed: its cases cannot be predicted
