@@ -346,3 +346,33 @@ def test_round_pace_reads_a_shared_pace_as_one_and_skips_short_recordings():
     assert [e["recording"] for e in got["entries"]] == ["a"]
     assert got["moving_source"]["n"] == 2 and got["steady_source"] == {"n": 0}
     assert got["moving_source"]["median"] == pytest.approx(1.0)
+
+
+def test_knowing_the_measuring_processs_host_pace_helps_host_bound_cases_only_in_part():
+    """docs/predict.md's "even the measuring process's own pace": over every published
+    host-bound case, dividing the prediction by that process's host pace at batch 1 moves
+    more cases inside 10 % than out, but moves many out: the pace at batch 1 is itself a
+    loose reading of the pace the targets ran at."""
+    from validation.predict.round_pace import rescaled
+
+    got = rescaled(json.loads((ROOT / "tests" / "fixtures" / "predict" /
+                               "zoo-results.json").read_text()))
+    assert got["n"] == 176
+    assert (got["within_published"], got["within_rescaled"]) == (94, 111)
+    assert got["moved_in"] == 41 and got["moved_out"] == 24
+    assert got["median_abs_rescaled"] < got["median_abs_published"] < 10
+
+
+def test_rescaled_divides_a_host_bound_prediction_by_its_processs_pace_and_leaves_the_rest():
+    """A host-bound case (step 3× its device time) predicted 20 % fast, measured in a process
+    whose host ran 1.2× slower, comes to 0 %; a device-bound one is not counted."""
+    from validation.predict.round_pace import rescaled
+
+    ctl = {"recording": "a", "family": "m", "precision": "bf16",
+           "host_fresh_ms": 12.0, "host_recorded_ms": 10.0}
+    row = {"recording": "a", "family": "m", "to": "m/bf16 batch 4", "error_pct": 20.0,
+           "step_ms": 9.0, "classes": {"gemm": [2.0, 3.0]}}
+    bound = dict(row, step_ms=3.5)
+    got = rescaled({"controls": [ctl], "rows": [row, bound]})
+    assert got["n"] == 1 and got["moved_in"] == 1 and got["within_published"] == 0
+    assert got["median_abs_rescaled"] == pytest.approx(0.0, abs=1e-9)

@@ -3,10 +3,14 @@ target over the rounds where its source ran at its profiled pace (`rounds.py`), 
 assumption that a round's host pace is common to the steps timed in it. This reads the raw
 recordings' rounds back and gives, per family and recording, how much the bf16 source's
 round medians moved (coefficient of variation) and how they correlated with those of the
-targets timed from it (batch ×0.5 and ×2, the size variant, fp32).
+targets timed from it (batch ×0.5 and ×2, the size variant, fp32). `rescaled` asks the
+published results a second question: had each host-bound prediction known the measuring
+process's own host pace (its step at batch 1 there ÷ in the profiling process), would it
+have come closer?
 
     python3 validation/predict/round_pace.py collect OUT.json REC_DIR...   # raw recordings
     python3 validation/predict/round_pace.py summarize OUT.json
+    python3 validation/predict/round_pace.py rescaled tests/fixtures/predict/zoo-results.json
 
 docs/predict.md's figures come from tests/fixtures/predict/zoo/round-pace-h200.json.
 """
@@ -24,6 +28,9 @@ TARGETS = ("bf16 x0.5", "bf16 x2", "size", "fp32")
 # A source whose round medians move more than this is one the host binds: rounds where it
 # meets its profiled pace are then a choice among rounds, not every round.
 MOVING_CV = 0.05
+# A predicted step this much longer than its classes' predicted device time is one the host
+# binds (the rest is the host's launches and waits the replay kept).
+HOST_BOUND = 1.3
 
 
 def collect(recordings: list[Path]) -> list[dict[str, Any]]:
@@ -66,8 +73,38 @@ def summarize(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return {"entries": rows, "moving_source": spread(moved), "steady_source": spread(held)}
 
 
+def rescaled(results: dict[str, Any]) -> dict[str, Any]:
+    """Over the scored cases whose predicted step the host binds (`HOST_BOUND`): how many came
+    within 10 % as published, and had the prediction been divided by the measuring process's
+    host pace (the target's precision family's step at batch 1, fresh ÷ profiled, from the
+    timing controls); how many that moved inside 10 % and how many out."""
+    pace = {(c["recording"], c["family"], c["precision"]):
+            c["host_fresh_ms"] / c["host_recorded_ms"]
+            for c in results["controls"] if c.get("host_fresh_ms") and c.get("host_recorded_ms")}
+    rows = []
+    for r in results["rows"]:
+        if "error_pct" not in r or not r.get("classes") or not r.get("step_ms"):
+            continue
+        device_ms = sum(after for _, after in r["classes"].values())
+        family = "fp32" if any(f"/{p}" in r["to"] for p in ("fp32", "tf32")) else "bf16"
+        ratio = pace.get((r["recording"], r["family"], family))
+        if ratio is None or r["step_ms"] <= HOST_BOUND * device_ms:
+            continue
+        rows.append((r["error_pct"], ((1 + r["error_pct"] / 100) / ratio - 1) * 100))
+    within = [(abs(a) <= 10, abs(b) <= 10) for a, b in rows]
+    return {"n": len(rows), "within_published": sum(a for a, _ in within),
+            "within_rescaled": sum(b for _, b in within),
+            "moved_in": sum(b and not a for a, b in within),
+            "moved_out": sum(a and not b for a, b in within),
+            "median_abs_published": statistics.median(abs(a) for a, _ in rows) if rows else None,
+            "median_abs_rescaled": statistics.median(abs(b) for _, b in rows) if rows else None}
+
+
 def main() -> int:
     what, out = sys.argv[1], Path(sys.argv[2])
+    if what == "rescaled":
+        print(json.dumps(rescaled(json.loads(out.read_text())), indent=1))
+        return 0
     if what == "collect":
         out.write_text(json.dumps(collect([Path(p) for p in sys.argv[3:]])))
         return 0
