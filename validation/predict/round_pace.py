@@ -12,7 +12,8 @@ have come closer?
     python3 validation/predict/round_pace.py summarize OUT.json
     python3 validation/predict/round_pace.py rescaled tests/fixtures/predict/zoo-results.json
 
-docs/predict.md's figures come from tests/fixtures/predict/zoo/round-pace-h200.json.
+docs/predict.md's figures come from tests/fixtures/predict/zoo/round-pace-h200.json (the
+rounds) and tests/fixtures/predict/zoo-results.json (`rescaled`).
 """
 
 from __future__ import annotations
