@@ -13,7 +13,6 @@ docs/predict.md's figures come from tests/fixtures/predict/zoo/launch-probe-h200
 
 from __future__ import annotations
 
-import importlib
 import json
 import statistics
 import subprocess
@@ -32,22 +31,18 @@ def one_process(name: str) -> list[tuple[float, float, float]]:
     """(probe before, probe after, median step at batch 1 in ms) per round, in this process."""
     import torch
 
-    spec = importlib.import_module(f"zoo.{name}").build()
-    model = spec["model"].cuda()
+    from gpuaudit.workloads.entry import default_loss, load, split_batch
+
+    w = load(f"zoo.{name}:build")
+    model = w.model.cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    inputs, target = spec["make_batch"](1)
+    inputs, target = split_batch(w.make_batch(1))
     inputs, target = tuple(t.cuda() for t in inputs), target.cuda()
+    loss_fn = w.loss or default_loss  # as `bench train` trains it
 
     def step() -> None:
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(*inputs)
-            if out.dim() == 3 and target.dim() == 2:  # a token model: a class per position
-                loss = torch.nn.functional.cross_entropy(out.flatten(0, 1).float(),
-                                                         target.flatten())
-            elif out.shape == target.shape:  # a denoiser: the noise it predicts
-                loss = torch.nn.functional.mse_loss(out.float(), target.float())
-            else:
-                loss = torch.nn.functional.cross_entropy(out.float(), target)
+            loss = loss_fn(model(*inputs), target)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
