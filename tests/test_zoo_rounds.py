@@ -311,6 +311,21 @@ def test_a_family_profiled_within_the_budget_keeps_time_for_its_targets(tmp_path
     assert len(given) == 3
 
 
+def test_record_refuses_a_family_name_it_does_not_know_before_it_starts(tmp_path, monkeypatch,
+                                                                        capsys):
+    """A name that is no family of the set (the DLRM's module is `recsys`) is one line and
+    exit 2 before any folder is made or any device time spent, naming the families."""
+    from validation.predict import zoo
+
+    monkeypatch.setattr("sys.argv", ["zoo.py", "record", str(tmp_path / "rec"), "--set",
+                                     "held_out", "--only", "recsys,dlrm"])
+    with pytest.raises(SystemExit) as exc:
+        zoo.main()
+    assert exc.value.code == 2 and not (tmp_path / "rec").exists()
+    err = capsys.readouterr().err
+    assert "no family dlrm in held_out" in err and "recsys" in err.splitlines()[-1]
+
+
 def test_a_host_bound_sources_rounds_barely_tell_its_targets_pace():
     """The H200 rounds behind docs/predict.md's "the rounds control what they can"
     (`validation/predict/round_pace.py`, the 19th–31st recordings): where the bf16 source's
@@ -357,9 +372,9 @@ def test_knowing_the_measuring_processs_host_pace_helps_host_bound_cases_only_in
 
     got = rescaled(json.loads((ROOT / "tests" / "fixtures" / "predict" /
                                "zoo-results.json").read_text()))
-    assert got["n"] == 176
-    assert (got["within_published"], got["within_rescaled"]) == (94, 111)
-    assert got["moved_in"] == 41 and got["moved_out"] == 24
+    assert got["n"] == 191
+    assert (got["within_published"], got["within_rescaled"]) == (102, 116)
+    assert got["moved_in"] == 41 and got["moved_out"] == 27
     assert got["median_abs_rescaled"] < got["median_abs_published"] < 10
 
 

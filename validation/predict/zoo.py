@@ -484,6 +484,11 @@ def main() -> int:
     if args.what == "cases":
         return measure_cases(out, args.names[0], args.batch, args.tiny)
     if args.what == "record":
+        known = {slug(f["entry"]) for _, f in families(args.set)}
+        if unknown := [n for n in (args.only or "").split(",") + sorted(skip_cases)
+                       if n and n not in known]:
+            ap.error(f"--only/--profiles-only: no family {', '.join(unknown)} in "
+                     f"{args.set or 'either set'} (families: {', '.join(sorted(known))})")
         return record(out, args.set, args.budget_s, args.tiny,
                       args.only.split(",") if args.only else None, skip_cases,
                       not args.no_rates, args.cases_only)

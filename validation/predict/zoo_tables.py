@@ -70,7 +70,9 @@ RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "f
             "twenty-third": "23rd", "twenty-fourth": "24th",
             "twenty-fifth": "25th", "twenty-sixth": "26th",
             "twenty-seventh": "27th", "twenty-eighth": "28th", "twenty-ninth": "29th",
-            "thirtieth": "30th", "thirty-first": "31st"}
+            "thirtieth": "30th", "thirty-first": "31st", "thirty-second": "32nd",
+            "thirty-third": "33rd", "thirty-fourth": "34th", "thirty-fifth": "35th",
+            "thirty-sixth": "36th", "thirty-seventh": "37th"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
