@@ -298,7 +298,7 @@ class _Device:
         self.queued = 0
 
 
-def _held_on(monkeypatch, dev: _Device, hold_ms: float):
+def _held_on(monkeypatch, dev: _Device, hold_ms: float, between=None):
     torch = pytest.importorskip("torch")
     import types
 
@@ -331,7 +331,7 @@ def _held_on(monkeypatch, dev: _Device, hold_ms: float):
     trainer = types.SimpleNamespace(device="cuda", mode=types.SimpleNamespace(precision="bf16"),
                                     workload=types.SimpleNamespace(batch_size=128))
     notes: list[str] = []
-    return hosttime.held_host(trainer, notes, hold_ms, rounds=3), notes
+    return hosttime.held_host(trainer, notes, hold_ms, rounds=3, between=between), notes
 
 
 def test_held_timing_keeps_the_second_step_where_the_queue_holds_both(monkeypatch):
@@ -350,6 +350,56 @@ def test_a_full_launch_queue_times_the_first_step_and_says_so(monkeypatch):
     assert set(got) == {"bf16", "fp32", "tf32"}
     assert all(v == (100.0, 100.0, 100.0) for v in got.values())
     assert any("launch queue does not hold two steps" in n for n in notes)
+
+
+def test_each_held_round_follows_its_round_at_batch_1_and_a_retry_times_them_again(
+        monkeypatch):
+    """`between(i)` runs before round i's held steps (the rounds at batch 1 interleaved, so
+    both are read at one pace); where the whole step waits and the phases are timed instead,
+    the rounds start over and round 0 at batch 1 is timed again, so the pairs stay a moment
+    apart."""
+    calls: list[int] = []
+    got, _ = _held_on(monkeypatch, _Device(issue_ms=20.0), hold_ms=60.0, between=calls.append)
+    assert calls == [0, 1, 2] and all(len(v) == 3 for v in got.values())
+    calls.clear()
+    got, notes = _held_on(monkeypatch, _Device(issue_ms=30.0, queue_steps=0.8), hold_ms=15.0,
+                          between=calls.append)
+    assert any("each timed after a sync" in n for n in notes)
+    assert calls[-3:] == [0, 1, 2] and calls.count(0) == 2
+
+
+def test_paired_held_rounds_give_the_base_as_batch_1_times_their_ratio(run):
+    """Held rounds timed beside the rounds at batch 1: the base is the step at batch 1 × the
+    median of the rounds' ratios, so a pace that slowed for the last rounds (both read
+    slower) leaves it where the rounds' ratio puts it; unpaired, the held median."""
+    plain = load_profile(run, "lstm-tagger/bf16").record
+    b1 = (10.0, 10.0, 10.0, 10.0, 14.0, 14.0, 14.0, 14.0)
+    held = tuple(1.1 * b for b in b1)
+    rec = plain.model_copy(update={"host_rounds_ms": b1, "host_step_ms": 10.5,
+                                   "host_held_ms": {"bf16": held}})
+    assert grouped.source_host_ms(rec) == pytest.approx(statistics.median(held))
+    paired = rec.model_copy(update={"host_held_paired": True})
+    assert grouped.source_host_ms(paired) == pytest.approx(10.5 * 1.1)
+    # paired, but with too few rounds at batch 1 to pair: the held median
+    short = paired.model_copy(update={"host_rounds_ms": (10.0,)})
+    assert grouped.source_host_ms(short) == pytest.approx(statistics.median(held))
+
+
+def test_host_time_times_every_round_at_batch_1_off_a_gpu_and_pairs_nothing(monkeypatch):
+    """On the CPU nothing is held, so the rounds at batch 1 are all timed by `host_time`
+    itself, each beside the other precision family, and the recorded batch is put back."""
+    torch = pytest.importorskip("torch")
+    from gpuaudit.workloads.hosttime import host_time
+    from gpuaudit.workloads.precision import TrainMode
+    from gpuaudit.workloads.trainer import Trainer
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "predict"))
+    t = Trainer("zoo.mlp:build", TrainMode("fp32"), torch.device("cpu"), batch_size=4)
+    keep = t.inputs
+    got = host_time(t, [], rounds=3, steps=2)
+    assert got is not None and not got.paired and got.held_ms == {}
+    assert len(got.rounds_ms) == 3 and len(got.alt_rounds_ms) in (0, 3)
+    assert got.step_ms > 0 and t.inputs is keep
 
 
 def test_a_step_longer_than_the_launch_queue_is_timed_in_its_phases(monkeypatch):

@@ -270,6 +270,9 @@ class OpProfile(Amounts):
     # held, one a round (`hosttime.held_host`): the host's work at this batch, where the
     # step at batch 1 can take less (empty: not timed, or the step waits on its device)
     host_held_ms: dict[str, tuple[float, ...]] = Field(default_factory=dict)
+    # each held round timed right after the round of `host_rounds_ms` of its index, at one
+    # pace (False: all the rounds at batch 1 first, the held ones after)
+    host_held_paired: bool = False
     buckets: tuple[DdpBucket, ...] = ()
     alt_precision: str | None = None
     alt_batch: int | None = None

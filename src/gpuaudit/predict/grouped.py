@@ -214,10 +214,18 @@ def held_ratio(record: OpProfile, src: str, target: str) -> tuple[float, float] 
 
 def source_host_ms(record: OpProfile) -> float | None:
     """The host's time per step of the recorded step: its issue with the device held at the
-    recorded batch where timed (the median of its rounds), else its step at batch 1: the
-    base `held_ratio` scales, where a step at batch 1 can take less."""
+    recorded batch where timed, else its step at batch 1: the base `held_ratio` scales, where
+    a step at batch 1 can take less. Held rounds each timed beside a round at batch 1
+    (`OpProfile.host_held_paired`) give it as the step at batch 1 × the median of the rounds'
+    ratios, the host's work at the batch over its work at batch 1 read at one pace; others,
+    as the median of the held rounds."""
     held = record.host_held_ms.get(record.precision, ())
-    return statistics.median(held) if held else record.host_step_ms
+    if not held:
+        return record.host_step_ms
+    paired = _paired_ratio(record.host_rounds_ms, held) if record.host_held_paired else None
+    if paired is not None and record.host_step_ms:
+        return record.host_step_ms * paired[0]
+    return statistics.median(held)
 
 
 def _paired_ratio(here: tuple[float, ...], there: tuple[float, ...]

@@ -18,6 +18,12 @@ the recorded precision and the others a prediction may ask for, round by round. 
 the host's work can differ from the whole batch's: a bidirectional LSTM's tf32 step took
 about 15 ms to issue at batch 1 and 21 at 128 on one H200's host (fp32: 16 and 18 ms), and
 its tf32 step ran at the larger figure.
+
+The held rounds are interleaved with the rounds at batch 1 (`HostTime.paired`): each round
+times the step at batch 1, then the held steps, so that the two are read at one pace. Timed
+one after the other, they were read at two: on one H200 the U-Net's held step came out 1.40×
+its step at batch 1 (12.8 against 9.1 ms) after batch-1 rounds that had slowed from 8.0 to
+12.0 ms, where its host-bound step at half the batch then ran at 1.02× its step at batch 1.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ class HostTime:
     # per precision, the host's time to issue one step at the recorded batch with the device
     # held, one a round (`held_host`); empty off a GPU or for a step that waits on its device
     held_ms: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # the held rounds were timed each right after the round of `rounds_ms` of its index
+    paired: bool = False
 
 
 def alt_precision(precision: str) -> str:
@@ -120,8 +128,9 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
               steps: int = ROUND_STEPS) -> HostTime | None:
     """The step at `HOST_BATCH` in `rounds` rounds of `steps` steps, each round followed by the
     same in the other precision family (an eager step: not for a compiled mode, whose host
-    work is inductor's). None where the model cannot run at that batch; the other family
-    left out, with a note, where it cannot run."""
+    work is inductor's), and on a GPU by the held rounds (`held_host`, module docstring).
+    None where the model cannot run at that batch; the other family left out, with a note,
+    where it cannot run."""
     import torch
 
     from gpuaudit.workloads.entry import split_batch
@@ -131,17 +140,35 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
     from gpuaudit.workloads.trainer import to_device
 
     w, device, mode = trainer.workload, trainer.device, trainer.mode
-    keep = trainer.inputs, trainer.target
     alt = None if mode.compile else alt_precision(mode.precision)
-    mine: list[list[float]] = []
-    other: list[list[float]] = []
+    mine: dict[int, list[float]] = {}
+    other: dict[int, list[float]] = {}
+
+    @contextlib.contextmanager
+    def at_batch_1() -> Iterator[None]:
+        keep = trainer.inputs, trainer.target
+        trainer.inputs, trainer.target = small
+        try:
+            yield
+        finally:
+            trainer.inputs, trainer.target = keep
+
+    def one_round(i: int) -> None:
+        """Round `i` at batch 1 (again, where the held timing starts over)."""
+        with at_batch_1():
+            mine[i] = [1e3 * s for s in step_times_s(torch, device, trainer.step, steps)]
+            if alt_step is not None:
+                with float32_matmuls(torch, tf32=alt != "fp32"):
+                    other[i] = [1e3 * s for s in step_times_s(torch, device, alt_step, steps)]
+
     try:
         inputs, target = split_batch(call_make_batch(w.make_batch, HOST_BATCH, device))
-        trainer.inputs = to_device(torch, inputs, device, mode.channels_last)
-        trainer.target = to_device(torch, target, device, False)
-        alt_step = eager_step(trainer, alt) if alt else None
-        for _ in range(2):
-            trainer.step()
+        small = (to_device(torch, inputs, device, mode.channels_last),
+                 to_device(torch, target, device, False))
+        alt_step = eager_step(trainer, alt, *small) if alt else None
+        with at_batch_1():
+            for _ in range(2):
+                trainer.step()
         if alt_step is not None:
             try:
                 with float32_matmuls(torch, tf32=alt != "fp32"):
@@ -152,28 +179,27 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
                              f"{str(exc).splitlines()[0][:80]}")
                 alt = alt_step = None
         sync(torch, device)
-        for _ in range(rounds):
-            mine.append([1e3 * s for s in step_times_s(torch, device, trainer.step, steps)])
-            if alt_step is not None:
-                with float32_matmuls(torch, tf32=alt != "fp32"):
-                    other.append([1e3 * s for s in step_times_s(torch, device, alt_step,
-                                                                steps)])
+        one_round(0)  # sets the hold's length
+        held = (held_host(trainer, notes, 3 * statistics.median(mine[0]), rounds,
+                          between=one_round) if not mode.compile else {})
+        for i in range(rounds):  # those the held timing did not run
+            if i not in mine:
+                one_round(i)
     except (RuntimeError, ValueError, TypeError) as exc:
         notes.append(f"host time not measured at batch {HOST_BATCH}: "
                      f"{str(exc).splitlines()[0][:80]}")
         return None
-    finally:
-        trainer.inputs, trainer.target = keep
-    step_ms = statistics.median([s for r in mine for s in r])
-    held = held_host(trainer, notes, 3 * step_ms, rounds) if not mode.compile else {}
+    order = sorted(mine)
     return HostTime(
-        step_ms=round(step_ms, 4),
-        rounds_ms=tuple(round(statistics.median(r), 4) for r in mine),
-        alt_rounds_ms=tuple(round(statistics.median(r), 4) for r in other), held_ms=held)
+        step_ms=round(statistics.median([s for i in order for s in mine[i]]), 4),
+        rounds_ms=tuple(round(statistics.median(mine[i]), 4) for i in order),
+        alt_rounds_ms=tuple(round(statistics.median(other[i]), 4) for i in order
+                            if i in other), held_ms=held, paired=bool(held))
 
 
 def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
-              rounds: int = HOST_ROUNDS) -> dict[str, tuple[float, ...]]:
+              rounds: int = HOST_ROUNDS, between: Callable[[int], None] | None = None
+              ) -> dict[str, tuple[float, ...]]:
     """Per precision (the recorded one, then `HELD_PRECISIONS`), the host's time to issue one
     eager step at the recorded batch while a spin kernel holds the device, one step a
     precision a round: the host's own work at that batch, with no launch waiting on a kernel.
@@ -194,7 +220,8 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     parts where parameters' gradients are accumulated (`backward_cuts`), each issued after a
     sync behind a hold of its own. A step that waits however it is cut (a sync: a value read
     back) keeps none, with a note. Off a GPU: nothing (the host's work and the device's are
-    one)."""
+    one). `between(i)`: called before round i's held steps, each time round i is timed (the
+    rounds at batch 1 interleaved, `host_time`)."""
     import torch
 
     from gpuaudit.bench.timing import spin_cycles_per_us
@@ -306,7 +333,9 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     def every_round(issue: Callable[[str], tuple[float, float | None] | None]
                     ) -> dict[str, list[tuple[float, float | None]]] | None:
         timed: dict[str, list[tuple[float, float | None]]] = {p: [] for p in phases}
-        for _ in range(rounds):
+        for i in range(rounds):
+            if between is not None:
+                between(i)
             for p in phases:
                 got = issue(p)
                 if got is None:
