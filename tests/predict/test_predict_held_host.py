@@ -528,3 +528,24 @@ def test_the_diffusion_unets_step_held_with_its_backward_cut_predicts_as_publish
     ratio, _ = grouped.held_ratio(load_profile(run, "diffusion-unet/fp32").record,
                                   "fp32", "bf16")
     assert 1.15 < ratio < 1.25
+
+
+def test_the_zoo_compare_reads_paired_rounds_apart_only_when_asked(run, monkeypatch):
+    """`zoo.py compare --unpaired` predicts a paired recording as an unpaired one (its held
+    rounds' median the host's base), so the two readings of one recording can be set side by
+    side; without it the recording is predicted as it is."""
+    import gpuaudit.predict as predict_pkg
+    from validation.predict import zoo
+
+    b1 = (20.0, 20.0, 20.0, 20.0, 28.0, 28.0, 28.0, 28.0)
+    held = tuple(1.1 * b for b in b1)
+    rec = _planted(run, "bf16", {"bf16": held}).record.model_copy(
+        update={"host_rounds_ms": b1, "host_step_ms": 20.0, "host_held_paired": True})
+    paired_run = run.model_copy(update={"op_profiles": tuple(
+        rec if p.workload == rec.workload else p for p in run.op_profiles)})
+    bases: list[float | None] = []
+    monkeypatch.setattr(predict_pkg, "predict",
+                        lambda prof, *a: bases.append(grouped.source_host_ms(prof.record)))
+    for unpaired in (False, True):
+        zoo._predict_case(paired_run, rec, {"precision": "tf32"}, {}, RATES, SPECS, unpaired)
+    assert bases == [pytest.approx(22.0), pytest.approx(statistics.median(held))]

@@ -31,6 +31,7 @@ held-out and development tables, `zoo_tables`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -295,10 +296,13 @@ CASES = (
 
 
 def _predict_case(run: Any, prof: Any, change: dict[str, Any], status: dict[str, Any],
-                  rates: Any, specs: Any) -> Any:
+                  rates: Any, specs: Any, unpaired: bool = False) -> Any:
     from gpuaudit.predict import Change, load_profile, predict
 
     profile = load_profile(run, prof.workload)
+    if unpaired:  # the held rounds' median as the host's base, as if timed apart
+        profile = dataclasses.replace(profile, record=profile.record.model_copy(
+            update={"host_held_paired": False}))
     if "batch" in change:
         return predict(profile, rates, Change(batch=max(1, round(prof.batch * change["batch"]))),
                        specs)
@@ -324,11 +328,14 @@ def _caught(prof: Any) -> bool:
     return any(c.ms_per_step > 0 for c in prof.classes)
 
 
-def compare(outs: list[Path], rates_path: str | None, which: str | None = None) -> int:
+def compare(outs: list[Path], rates_path: str | None, which: str | None = None,
+            unpaired: bool = False) -> int:
     """Each case predicted from its recording beside its measurement. With several recording
     folders, the source profile comes from the last one that holds it, and the measurement
     from the last one that timed the target (a targets-only recording, `--cases-only`, times
-    them again beside an earlier profile); the folders must be of one machine model."""
+    them again beside an earlier profile); the folders must be of one machine model.
+    `unpaired`: held rounds timed beside the rounds at batch 1 read as if timed apart (their
+    median the host's base), written apart, to compare the two readings on one recording."""
     from gpuaudit.errors import GpuauditError
     from gpuaudit.model import load_run
     from gpuaudit.predict import machine_rates
@@ -377,7 +384,7 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None) 
                         **judged(timed[1], key, src, profs[src])})
             measured = row["measured"]
             try:
-                p = _predict_case(run, profs[src], change, status, rates, specs)
+                p = _predict_case(run, profs[src], change, status, rates, specs, unpaired)
             except (GpuauditError, ValueError, KeyError, TypeError) as exc:
                 row["refused"] = str(exc)[:300]
                 rows.append(row)
@@ -394,7 +401,7 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None) 
             rows.append(row)
     doc = {"rates": {"run_id": rates.run_id, "basis": list(rates.roofs.basis)}, "rows": rows,
            "controls": controls}
-    tail = f"-{which}" if which else ""
+    tail = (f"-{which}" if which else "") + ("-unpaired" if unpaired else "")
     out = outs[-1]
     (out / f"results{tail}.json").write_text(json.dumps(doc, indent=1))
     text = table(rows) + control_table(controls)
@@ -471,6 +478,8 @@ def main() -> int:
     ap.add_argument("--profiles-only", default="",
                     help="families whose target cases are not measured again (NAME,NAME)")
     ap.add_argument("--no-rates", action="store_true")
+    ap.add_argument("--unpaired", action="store_true",
+                    help="compare: paired held rounds read as their median (results-*-unpaired)")
     ap.add_argument("--cases-only", action="store_true",
                     help="record: the targets only, no profiles (compare with --also)")
     ap.add_argument("--batch", type=int, help="cases: the family's batch")
@@ -500,7 +509,7 @@ def main() -> int:
         return show(out)
     if args.what == "pack":
         return pack(out, Path(args.names[0]))
-    return compare([out, *map(Path, args.also)], args.rates, args.set)
+    return compare([out, *map(Path, args.also)], args.rates, args.set, args.unpaired)
 
 
 if __name__ == "__main__":
