@@ -391,3 +391,45 @@ def test_rescaled_divides_a_host_bound_prediction_by_its_processs_pace_and_leave
     got = rescaled({"controls": [ctl], "rows": [row, bound]})
     assert got["n"] == 1 and got["moved_in"] == 1 and got["within_published"] == 0
     assert got["median_abs_rescaled"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_held_work_read_apart_from_batch_1_strays_where_one_pace_holds_it_near():
+    """docs/predict.md's "read at one pace": over the raw 19th–37th H200 recordings whose
+    bf16 source the host binds in the fresh process (12), that process's source ÷ its step
+    at batch 1, round by round, stood at 0.97–1.25 (median 1.03); the profiling process's
+    held rounds ÷ its batch-1 rounds, timed one after the other, at 0.95–1.62, up to 57 %
+    from the one-pace reading (the diffusion U-Net on the 20th)."""
+    from validation.predict.held_pace import summarize
+
+    got = summarize(json.loads((ROOT / "tests" / "fixtures" / "predict" / "zoo" /
+                                "held-pace-h200.json").read_text()))
+    fresh, apart = got["fresh"], got["unpaired"]
+    assert fresh["n"] == apart["n"] == 12 and got["paired"] == {"n": 0}
+    assert (round(fresh["min"], 2), round(fresh["median"], 2), round(fresh["max"], 2)) == \
+        (0.97, 1.03, 1.25)
+    assert (round(apart["min"], 2), round(apart["median"], 2), round(apart["max"], 2)) == \
+        (0.95, 1.12, 1.62)
+    assert round(got["apart_unpaired"]["max"], 2) == 0.57
+    worst = max((r for r in got["entries"] if r["host_bound"]),
+                key=lambda r: abs(r["profiled"] / r["fresh"] - 1))
+    assert (worst["recording"], worst["family"]) == ("twentieth", "diffusion")
+
+
+def test_held_pace_pairs_rounds_where_the_recording_paired_them():
+    """A paired recording's held ÷ batch-1 ratio is the median of its rounds' ratios, so a
+    pace that slowed for the last rounds (both read slower) does not move it; read apart
+    (medians) it would. A source whose device time is most of its step is not host-bound."""
+    from validation.predict.held_pace import summarize
+
+    b1 = [10.0, 10.0, 10.0, 14.0, 14.0, 14.0]
+    e = {"recording": "a", "family": "m", "held_ms": [1.1 * b for b in b1],
+         "batch_1_rounds_ms": b1, "batch_1_ms": 10.0, "device_ms": 2.0,
+         "fresh_rounds_ms": {"bf16": [11.0, 15.4], "bf16 batch 1": [10.0, 14.0]}}
+    got = summarize([dict(e, paired=True), dict(e, recording="b", paired=False),
+                     dict(e, recording="c", device_ms=14.0)])
+    by = {r["recording"]: r for r in got["entries"]}
+    assert by["a"]["profiled"] == pytest.approx(1.1)
+    assert by["b"]["profiled"] == pytest.approx(1.1 * 12.0 / 10.0)
+    assert by["a"]["fresh"] == pytest.approx(1.1) and not by["c"]["host_bound"]
+    assert got["apart_paired"]["max"] == pytest.approx(0.0)
+    assert got["apart_unpaired"]["max"] == pytest.approx(0.2)

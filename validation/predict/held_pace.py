@@ -1,0 +1,109 @@
+"""How far does the host's work at the recorded batch stand from its step at batch 1, read at
+one pace and at two? `gpuaudit predict` starts a step the host binds from the step issued with
+the device held at the recorded batch (`workloads.hosttime.held_host`). Recordings made
+before `OpProfile.host_held_paired` timed those held rounds after all the rounds at batch 1;
+their ratio, held ÷ batch 1, mixes the host's work at the batch with how far its pace moved
+in between. The fresh process that times the targets reads the same ratio at one pace: each
+round times the source's step and its step at batch 1 a moment apart, and where the source
+is host-bound (its device time under `HOST_BOUND` of its step) the median of the rounds'
+ratios is the host's work at the batch over its work at batch 1.
+
+    python3 validation/predict/held_pace.py collect OUT.json REC_DIR...   # raw recordings
+    python3 validation/predict/held_pace.py summarize OUT.json
+
+docs/predict.md's figures come from tests/fixtures/predict/zoo/held-pace-h200.json.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+SOURCE = "bf16"
+BATCH_1 = "bf16 batch 1"
+# A source whose device time is under this share of its step in the fresh process is one
+# the host binds there: its step is the host's work at the batch.
+HOST_BOUND = 0.8
+
+
+def collect(recordings: list[Path]) -> list[dict[str, Any]]:
+    """Per recording and family whose bf16 profile timed held rounds: those rounds, its
+    rounds and step at batch 1, its device time per step, and the fresh process's rounds of
+    the source and of its step at batch 1 (ms)."""
+    from gpuaudit.model import load_run
+
+    out = []
+    for rec in recordings:
+        for path in sorted((rec / "runs").glob("*.json")):
+            cases_path = rec / "cases" / path.name
+            if not cases_path.exists():
+                continue
+            cases = json.loads(cases_path.read_text())
+            prof = next((p for p in load_run(path.read_text()).op_profiles
+                         if p.precision == SOURCE), None)
+            fresh = {k: cases.get(k, {}).get("rounds_ms") for k in (SOURCE, BATCH_1)}
+            if prof is None or not prof.host_held_ms.get(SOURCE) or not prof.host_step_ms \
+                    or not all(fresh.values()):
+                continue
+            out.append({"recording": rec.name, "family": path.stem,
+                        "paired": prof.host_held_paired,
+                        "held_ms": list(prof.host_held_ms[SOURCE]),
+                        "batch_1_rounds_ms": list(prof.host_rounds_ms),
+                        "batch_1_ms": prof.host_step_ms,
+                        "device_ms": round(sum(c.ms_per_step for c in prof.classes), 4),
+                        "fresh_rounds_ms": fresh})
+    return out
+
+
+def summarize(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per entry the profiling process's held ÷ batch-1 ratio (paired round by round where
+    the recording paired them, else the medians') and the fresh process's source ÷ batch-1
+    ratio round by round; over the entries whose source the host binds in the fresh process,
+    both ratios' median and range, and how far the first stood from the second."""
+    rows = []
+    for e in entries:
+        fresh = e["fresh_rounds_ms"]
+        pairs = list(zip(fresh[SOURCE], fresh[BATCH_1], strict=False))
+        step = statistics.median(fresh[SOURCE])
+        if e.get("paired"):
+            profiled = statistics.median(
+                h / b for h, b in zip(e["held_ms"], e["batch_1_rounds_ms"], strict=False))
+        else:
+            profiled = statistics.median(e["held_ms"]) / e["batch_1_ms"]
+        rows.append({"recording": e["recording"], "family": e["family"],
+                     "host_bound": e["device_ms"] < HOST_BOUND * step,
+                     "profiled": profiled, "paired": bool(e.get("paired")),
+                     "fresh": statistics.median(s / b for s, b in pairs)})
+
+    def spread(xs: list[float]) -> dict[str, Any]:
+        if not xs:
+            return {"n": 0}
+        return {"n": len(xs), "median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+    bound = [r for r in rows if r["host_bound"]]
+    return {"entries": rows,
+            "unpaired": spread([r["profiled"] for r in bound if not r["paired"]]),
+            "paired": spread([r["profiled"] for r in bound if r["paired"]]),
+            "fresh": spread([r["fresh"] for r in bound]),
+            # how far each profiled reading stood from the fresh one-pace reading
+            "apart_unpaired": spread([abs(r["profiled"] / r["fresh"] - 1) for r in bound
+                                      if not r["paired"]]),
+            "apart_paired": spread([abs(r["profiled"] / r["fresh"] - 1) for r in bound
+                                    if r["paired"]])}
+
+
+def main() -> int:
+    what, out = sys.argv[1], Path(sys.argv[2])
+    if what == "collect":
+        out.write_text(json.dumps(collect([Path(p) for p in sys.argv[3:]])))
+        return 0
+    got = summarize(json.loads(out.read_text()))
+    print(json.dumps({k: v for k, v in got.items() if k != "entries"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
