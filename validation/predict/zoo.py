@@ -25,7 +25,9 @@ earlier recording's profiles (`compare EARLIER --also THIS`).
 compare: every case predicted from its recording (`gpuaudit.predict`, the size change from
 the variant's entry point) beside the measurement, taken in the rounds where its source ran
 at its profiled pace: OUTDIR/results.json (machine-readable) and OUTDIR/table.md (the
-held-out and development tables, `zoo_tables`).
+held-out and development tables, `zoo_tables`). `--unpaired`: a recording whose held rounds
+were each timed beside a round at batch 1 predicted from their median as well
+(results-*-unpaired.json), to set the two readings of the host's work side by side.
 """
 
 from __future__ import annotations
