@@ -72,7 +72,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     (["monitor-cost", "--", "--ticks", "20"], "% of one core at 1 s"),
     (["inspect", "--dry"], "exit code 0"),
     (["predict-mlperf"], "| benchmark"),
-    (["predict-zoo", "--mode", "compare"], "**Held-out families, 8th recording** ("),
+    (["predict-zoo", "--mode", "compare"], "**Held-out families, current** ("),
     (["predict", "--mode", "replay", "--",
       "tests/fixtures/predict/h200-1gpu-2026-12-01d-runs.json"],
      "| resnet50 fp32 → bf16 | +1.1 % |"),

@@ -178,6 +178,45 @@ def test_the_current_table_takes_each_familys_latest_full_recording():
     assert current_table([r for r in rows if r["recording"] == "eighth"]) == ""
 
 
+def test_show_prints_the_current_evidence_and_every_recording_only_when_asked(tmp_path,
+                                                                            capsys):
+    """`zoo.py table`: the current tables hold family a's cases from the 10th, b's from the
+    8th, the controls and rates of those recordings alone, and the current description;
+    `--all` each recording's own tables, every control and the whole description."""
+    from validation.predict.zoo_tables import show
+
+    def row(fam, rec, case, err):
+        return {"set": "held_out", "family": fam, "case": case, "recording": rec,
+                "predicted": 100.0, "low": 95.0, "high": 105.0,
+                "measured": 100.0 / (1 + err / 100), "error_pct": err, "in_band": abs(err) < 5}
+
+    def ctl(fam, rec):
+        return {"family": fam, "recording": rec, "precision": "bf16", "profiled_run_ms": 20.0,
+                "fresh_ms": 20.0, "ratio": 1.0}
+
+    rates = {"basis": ["matmul (matmul bf16 700 TFLOP/s)"]}
+    doc = {"about": "all of them", "about_current": "the current ones",
+           "rates": {"eighth": rates, "tenth": rates, "twelfth": rates},
+           "rows": [row("a", "eighth", "size", 1.0), row("a", "eighth", "batch ×2", 1.0),
+                    row("b", "eighth", "size", 3.0), row("a", "tenth", "size", 2.0),
+                    row("a", "tenth", "batch ×2", 20.0), row("a", "twelfth", "size", 0.5)],
+           "controls": [ctl("a", "eighth"), ctl("b", "eighth"), ctl("a", "tenth"),
+                        ctl("a", "twelfth")]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    assert show(path) == 0
+    now = capsys.readouterr().out
+    assert now.startswith("the current ones.") and "12th recording" not in now
+    assert "**Held-out families, current** (2 of 3 cases within 10 %" in now
+    assert "| a | batch ×2 | 10th |" in now and "| a | size | 8th |" not in now
+    assert "| b | size | 8th |" in now
+    assert "| a | 8th |" not in now and "| a | 10th |" in now and "| b | 8th |" in now
+    assert show(path, every=True) == 0
+    every = capsys.readouterr().out
+    assert every.startswith("all of them.") and "Rates, 12th recording" in every
+    assert "**Held-out families, 12th recording**" in every and "| a | 12th |" in every
+
+
 def test_the_summary_counts_apart_the_cases_measured_at_their_sources_pace():
     def row(err, paced):
         return {"set": "held_out", "family": "fam", "case": "size", "recording": "eighth",

@@ -6,7 +6,7 @@ compare it with the run that measured it.
     python3 validation/predict/zoo.py record OUTDIR --tiny    # a CPU dry run (batch 2)
     python3 validation/predict/zoo.py record OUTDIR2 --cases-only [--only NAME,...]
     python3 validation/predict/zoo.py compare OUTDIR [--also OUTDIR2] [--rates RUN.json]
-    python3 validation/predict/zoo.py table RESULTS.json      # the tables of a compare's results
+    python3 validation/predict/zoo.py table RESULTS.json [--all]  # a compare's tables
     python3 validation/predict/zoo.py pack OUTDIR DEST        # OUTDIR into tars of ≤ 15 MiB
 
 record: the machine's rates (`bench matmul memory`, quick) into OUTDIR/rates.json; then per
@@ -480,6 +480,8 @@ def main() -> int:
     ap.add_argument("--profiles-only", default="",
                     help="families whose target cases are not measured again (NAME,NAME)")
     ap.add_argument("--no-rates", action="store_true")
+    ap.add_argument("--all", action="store_true",
+                    help="table: every recording's tables as published, not the current ones")
     ap.add_argument("--unpaired", action="store_true",
                     help="compare: paired held rounds read as their median (results-*-unpaired)")
     ap.add_argument("--cases-only", action="store_true",
@@ -508,7 +510,7 @@ def main() -> int:
     if args.what == "table":
         from validation.predict.zoo_tables import show
 
-        return show(out)
+        return show(out, args.all)
     if args.what == "pack":
         return pack(out, Path(args.names[0]))
     return compare([out, *map(Path, args.also)], args.rates, args.set, args.unpaired)

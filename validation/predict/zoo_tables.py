@@ -1,6 +1,7 @@
 """The model zoo's comparison as markdown: the held-out and development tables (each case's
 prediction, band, measurement and error) and the timing controls; `show` prints them from a
-compare's results.json (`zoo.py table`)."""
+compare's results.json (`zoo.py table`): by default the current evidence, each family's
+latest full recording (`current`), with `every` each recording's tables as published."""
 
 from __future__ import annotations
 
@@ -92,6 +93,12 @@ def table(rows: list[dict[str, Any]]) -> str:
                           [r for r in mine if r.get("recording") == rec])
         if left := [r for r in mine if not r.get("recording")]:
             out += _block(f"{title}, not recorded", left)
+    return "\n".join(out + _footnotes(rows)) + "\n"
+
+
+def _footnotes(rows: list[dict[str, Any]]) -> list[str]:
+    """What the tables' marks (² and ³) mean, where their rows carry them."""
+    out = []
     if any("measured_fresh" in r and not r["measured_fresh"] for r in rows):
         out += ["² measured in the process that had run the profiler, which times host-bound "
                 "steps long (the timing controls below); the others in a fresh process.", ""]
@@ -100,38 +107,61 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"where the source ran within {PACE_TOLERANCE * 100:.0f} % of its profiled "
                 f"step (the host's pace the prediction starts from); ³ marks those where "
                 f"fewer than {MIN_MATCHED} rounds did, measured over all rounds.", ""]
-    return "\n".join(out) + "\n"
+    return out
 
 
-def current_table(rows: list[dict[str, Any]]) -> str:
-    """Per family, its latest recording (`RECORDER`'s order) that measured as many of its
-    cases as any did (a recording whose budget cut the targets measures two): how many came
-    within 10 % and inside their band, and the ones that did not. Empty for the rows of one
-    recording."""
+def current(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """Per (set, family), its latest recording (`RECORDER`'s order) that measured as many of
+    its cases as any did (a recording whose budget cut the targets measures two)."""
     order = list(RECORDER)
-    if len({r.get("recording") for r in rows}) < 2:
-        return ""
-    out = ["**Current, per family** (each family's latest recording that measured all the "
-           "cases any did; every recording's own table follows):", "",
-           "| set | family | recording | within 10 % | inside their band | missed |",
-           "| --- | --- | --- | --- | --- | --- |"]
-    for which, name in (("held_out", "held-out"), ("development", "development")):
+    out: dict[tuple[str, str], str] = {}
+    for which in ("held_out", "development"):
         for fam in dict.fromkeys(r["family"] for r in rows if r["set"] == which):
             mine = [r for r in rows if r["set"] == which and r["family"] == fam
                     and "error_pct" in r and r.get("recording") in order]
             if not mine:
                 continue
-            per = {rec: [r for r in mine if r["recording"] == rec]
+            per = {rec: sum(1 for r in mine if r["recording"] == rec)
                    for rec in dict.fromkeys(r["recording"] for r in mine)}
-            most = max(len(c) for c in per.values())
-            last = max((rec for rec, c in per.items() if len(c) == most), key=order.index)
-            cases = per[last]
-            within, inside, _ = _counts(cases)
-            missed = "; ".join(f"{r['case']} {r['error_pct']:+.1f} %{_miss(r)}" for r in cases
-                               if _miss(r))
-            out.append(f"| {name} | {fam} | {RECORDER[last]} | {within} of {len(cases)} | "
-                       f"{inside} of {len(cases)} | {missed or '—'} |")
+            most = max(per.values())
+            out[(which, fam)] = max((rec for rec, n in per.items() if n == most),
+                                    key=order.index)
+    return out
+
+
+def current_table(rows: list[dict[str, Any]]) -> str:
+    """Per family, its `current` recording: how many of its cases came within 10 % and
+    inside their band, and the ones that did not. Empty for the rows of one recording."""
+    if len({r.get("recording") for r in rows}) < 2:
+        return ""
+    out = ["**Current, per family** (each family's latest recording that measured all the "
+           "cases any did; its cases follow):", "",
+           "| set | family | recording | within 10 % | inside their band | missed |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    names = {"held_out": "held-out", "development": "development"}
+    for (which, fam), rec in current(rows).items():
+        cases = [r for r in rows if r["set"] == which and r["family"] == fam
+                 and r.get("recording") == rec and "error_pct" in r]
+        within, inside, _ = _counts(cases)
+        missed = "; ".join(f"{r['case']} {r['error_pct']:+.1f} %{_miss(r)}" for r in cases
+                           if _miss(r))
+        out.append(f"| {names[which]} | {fam} | {RECORDER[rec]} | {within} of {len(cases)} | "
+                   f"{inside} of {len(cases)} | {missed or '—'} |")
     return "\n".join(out) + "\n\n"
+
+
+def current_cases(rows: list[dict[str, Any]]) -> str:
+    """The held-out and the development tables of the `current` recordings' cases, every
+    case of each family from its one recording."""
+    now = current(rows)
+    out = []
+    for which, title in (("held_out", "Held-out families, current"),
+                         ("development", "Development families, current")):
+        out += _block(title, [r for (w, fam), rec in now.items() if w == which
+                              for r in rows if r["set"] == which and r["family"] == fam
+                              and r.get("recording") == rec and r["case"] != "all"])
+    return "\n".join(out + _footnotes(
+        [r for r in rows if now.get((r["set"], r["family"])) == r.get("recording")])) + "\n"
 
 
 def _miss(r: dict[str, Any]) -> str:
@@ -194,20 +224,32 @@ def _rates(rates: dict[str, Any]) -> str:
                      if (m := re.search(r"\((matmul [^)]*)\)", b)))
 
 
-def show(results: Path) -> int:
-    """The tables of a compare's results.json (the published one: the recorded zoo's)."""
+def show(results: Path, every: bool = False) -> int:
+    """The tables of a compare's results.json (the published one: the recorded zoo's): the
+    current evidence (`current`), its description (`about_current`, else `about`) and its
+    recordings' rates and timing controls; `every`: each recording's own tables as published,
+    with the description of them all."""
     try:
         doc = json.loads(results.read_text())
         rows = doc["rows"]
     except (OSError, ValueError, KeyError) as exc:
         print(f"table: {results}: not a compare's results.json ({exc})", file=sys.stderr)
         return 2
-    if doc.get("about"):
+    controls = doc.get("controls", [])
+    now = current(rows)
+    if not every and len({r.get("recording") for r in rows}) > 1:
+        used = {(fam, rec) for (_, fam), rec in now.items()}
+        controls = [c for c in controls if (c["family"], c.get("recording")) in used]
+    about = doc.get("about") if every else doc.get("about_current", doc.get("about"))
+    if about:
         rates = doc.get("rates", {})
         # one recording's rates, or each recording's (recording → rates) where it holds several
-        each = {"": rates} if "basis" in rates else rates
+        each = {"": rates} if "basis" in rates else {
+            k: r for k, r in rates.items() if every or k in set(now.values())}
         said = [f"Rates{f', {RECORDER.get(k, k)} recording' if k else ''}: {figures}."
                 for k, r in each.items() if (figures := _rates(r))]
-        print(" ".join([f"{doc['about']}.", *said]) + "\n")
-    print(current_table(rows) + table(rows) + control_table(doc.get("controls", [])), end="")
+        print(" ".join([f"{about}.", *said]) + "\n")
+    tables = table(rows) if every or len({r.get("recording") for r in rows}) < 2 \
+        else current_cases(rows)
+    print(current_table(rows) + tables + control_table(controls), end="")
     return 0
