@@ -237,7 +237,9 @@ def show(results: Path, every: bool = False) -> int:
         return 2
     controls = doc.get("controls", [])
     now = current(rows)
-    if not every and len({r.get("recording") for r in rows}) > 1:
+    # one recording's results (a compare's own) are all current
+    every = every or len({r.get("recording") for r in rows}) < 2
+    if not every:
         used = {(fam, rec) for (_, fam), rec in now.items()}
         controls = [c for c in controls if (c["family"], c.get("recording")) in used]
     about = doc.get("about") if every else doc.get("about_current", doc.get("about"))
@@ -249,7 +251,6 @@ def show(results: Path, every: bool = False) -> int:
         said = [f"Rates{f', {RECORDER.get(k, k)} recording' if k else ''}: {figures}."
                 for k, r in each.items() if (figures := _rates(r))]
         print(" ".join([f"{about}.", *said]) + "\n")
-    tables = table(rows) if every or len({r.get("recording") for r in rows}) < 2 \
-        else current_cases(rows)
+    tables = table(rows) if every else current_cases(rows)
     print(current_table(rows) + tables + control_table(controls), end="")
     return 0
