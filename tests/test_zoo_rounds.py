@@ -472,3 +472,22 @@ def test_held_pace_pairs_rounds_where_the_recording_paired_them():
     assert by["a"]["fresh"] == pytest.approx(1.1) and not by["c"]["host_bound"]
     assert got["apart_paired"]["max"] == pytest.approx(0.0)
     assert got["apart_unpaired"]["max"] == pytest.approx(0.2)
+
+
+def test_versus_sets_the_two_readings_of_one_recording_side_by_side():
+    """Cases scored in both compares are paired by family and case; a case one of them
+    refused is left out of both counts."""
+    from validation.predict.held_pace import versus
+
+    def doc(*rows):
+        return {"rows": [dict(family=f, case=c, error_pct=e, in_band=b) for f, c, e, b in rows]}
+
+    paired = doc(("m", "batch ×0.5", 3.0, True), ("m", "size", -12.0, True),
+                 ("n", "batch ×2", 1.0, True))
+    unpaired = doc(("m", "batch ×0.5", -25.0, False), ("m", "size", -11.0, False))
+    got = versus(paired, unpaired)
+    assert got["n"] == 2
+    assert got["paired"] == {"within_10": 1, "in_band": 2}
+    assert got["unpaired"] == {"within_10": 0, "in_band": 0}
+    assert got["cases"][0] == {"family": "m", "case": "batch ×0.5", "paired_pct": 3.0,
+                               "unpaired_pct": -25.0}

@@ -10,6 +10,10 @@ ratios is the host's work at the batch over its work at batch 1.
 
     python3 validation/predict/held_pace.py collect OUT.json REC_DIR...   # raw recordings
     python3 validation/predict/held_pace.py summarize OUT.json
+    python3 validation/predict/held_pace.py versus RESULTS.json RESULTS-unpaired.json
+
+`versus`: one recording compared twice (`zoo.py compare`, then with `--unpaired`), each case's
+error with the held rounds read at one pace beside read apart, and how many came within 10 %.
 
 docs/predict.md's figures come from tests/fixtures/predict/zoo/held-pace-h200.json.
 """
@@ -95,8 +99,34 @@ def summarize(entries: list[dict[str, Any]]) -> dict[str, Any]:
                                     if r["paired"]])}
 
 
+def versus(paired: dict[str, Any], unpaired: dict[str, Any]) -> dict[str, Any]:
+    """Each scored case of one recording compared twice: its error (%) from the paired
+    reading and from the held rounds' median; how many of each came within 10 % and inside
+    their band."""
+    def scored(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(r["family"], r["case"]): r for r in doc["rows"] if "error_pct" in r}
+
+    one, apart = scored(paired), scored(unpaired)
+    both = [k for k in one if k in apart]
+    rows = [{"family": f, "case": c, "paired_pct": one[(f, c)]["error_pct"],
+             "unpaired_pct": apart[(f, c)]["error_pct"]} for f, c in both]
+
+    def count(doc: dict[tuple[str, str], dict[str, Any]]) -> dict[str, int]:
+        return {"within_10": sum(abs(doc[k]["error_pct"]) <= 10 for k in both),
+                "in_band": sum(bool(doc[k].get("in_band")) for k in both)}
+
+    return {"cases": rows, "n": len(both), "paired": count(one), "unpaired": count(apart)}
+
+
 def main() -> int:
     what, out = sys.argv[1], Path(sys.argv[2])
+    if what == "versus":
+        got = versus(json.loads(out.read_text()), json.loads(Path(sys.argv[3]).read_text()))
+        for r in got["cases"]:
+            print(f"{r['family'][:40]:40s} {r['case']:12s} {r['paired_pct']:+7.1f} % "
+                  f"{r['unpaired_pct']:+7.1f} %")
+        print(json.dumps({k: got[k] for k in ("n", "paired", "unpaired")}))
+        return 0
     if what == "collect":
         out.write_text(json.dumps(collect([Path(p) for p in sys.argv[3:]])))
         return 0
