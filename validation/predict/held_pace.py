@@ -11,11 +11,13 @@ ratios is the host's work at the batch over its work at batch 1.
     python3 validation/predict/held_pace.py collect OUT.json REC_DIR...   # raw recordings
     python3 validation/predict/held_pace.py summarize OUT.json
     python3 validation/predict/held_pace.py versus RESULTS.json RESULTS-unpaired.json
+    python3 validation/predict/held_pace.py versus BOTH.json    # {"paired": .., "unpaired": ..}
 
-`versus`: one recording compared twice (`zoo.py compare`, then with `--unpaired`), each case's
+`versus`: recordings compared twice (`zoo.py compare`, then with `--unpaired`), each case's
 error with the held rounds read at one pace beside read apart, and how many came within 10 %.
 
-docs/predict.md's figures come from tests/fixtures/predict/zoo/held-pace-h200.json.
+docs/predict.md's figures come from tests/fixtures/predict/zoo/held-pace-h200.json and
+held-pace-versus-h200.json (the 38th–41st recordings' cases, compared both ways).
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ def summarize(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """Per entry the profiling process's held ÷ batch-1 ratio (paired round by round where
     the recording paired them, else the medians') and the fresh process's source ÷ batch-1
     ratio round by round; over the entries whose source the host binds in the fresh process,
-    both ratios' median and range, and how far the first stood from the second."""
+    both ratios' median and range, and how far the first stood from the second; over every
+    entry, the first's median and range, paired and read apart."""
     rows = []
     for e in entries:
         fresh = e["fresh_rounds_ms"]
@@ -89,6 +92,9 @@ def summarize(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
     bound = [r for r in rows if r["host_bound"]]
     return {"entries": rows,
+            # every entry's profiled reading, host-bound in the fresh process or not
+            "all_unpaired": spread([r["profiled"] for r in rows if not r["paired"]]),
+            "all_paired": spread([r["profiled"] for r in rows if r["paired"]]),
             "unpaired": spread([r["profiled"] for r in bound if not r["paired"]]),
             "paired": spread([r["profiled"] for r in bound if r["paired"]]),
             "fresh": spread([r["fresh"] for r in bound]),
@@ -103,29 +109,35 @@ def versus(paired: dict[str, Any], unpaired: dict[str, Any]) -> dict[str, Any]:
     """Each scored case of one recording compared twice: its error (%) from the paired
     reading and from the held rounds' median; how many of each came within 10 % and inside
     their band."""
-    def scored(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
-        return {(r["family"], r["case"]): r for r in doc["rows"] if "error_pct" in r}
+    def scored(doc: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+        return {(r.get("recording", ""), r["family"], r["case"]): r for r in doc["rows"]
+                if "error_pct" in r}
 
     one, apart = scored(paired), scored(unpaired)
     both = [k for k in one if k in apart]
-    rows = [{"family": f, "case": c, "paired_pct": one[(f, c)]["error_pct"],
-             "unpaired_pct": apart[(f, c)]["error_pct"]} for f, c in both]
+    rows = [{"recording": k[0], "family": k[1], "case": k[2],
+             "paired_pct": one[k]["error_pct"], "unpaired_pct": apart[k]["error_pct"]}
+            for k in both]
 
     def count(doc: dict[tuple[str, str], dict[str, Any]]) -> dict[str, int]:
         return {"within_10": sum(abs(doc[k]["error_pct"]) <= 10 for k in both),
                 "in_band": sum(bool(doc[k].get("in_band")) for k in both)}
 
-    return {"cases": rows, "n": len(both), "paired": count(one), "unpaired": count(apart)}
+    return {"cases": rows, "n": len(both), "paired": count(one), "unpaired": count(apart),
+            "most_apart": max((abs(r["paired_pct"] - r["unpaired_pct"]) for r in rows),
+                              default=0.0)}
 
 
 def main() -> int:
     what, out = sys.argv[1], Path(sys.argv[2])
     if what == "versus":
-        got = versus(json.loads(out.read_text()), json.loads(Path(sys.argv[3]).read_text()))
+        doc = json.loads(out.read_text())
+        got = (versus(doc["paired"], doc["unpaired"]) if len(sys.argv) == 3 else
+               versus(doc, json.loads(Path(sys.argv[3]).read_text())))
         for r in got["cases"]:
             print(f"{r['family'][:40]:40s} {r['case']:12s} {r['paired_pct']:+7.1f} % "
                   f"{r['unpaired_pct']:+7.1f} %")
-        print(json.dumps({k: got[k] for k in ("n", "paired", "unpaired")}))
+        print(json.dumps({k: got[k] for k in ("n", "paired", "unpaired", "most_apart")}))
         return 0
     if what == "collect":
         out.write_text(json.dumps(collect([Path(p) for p in sys.argv[3:]])))

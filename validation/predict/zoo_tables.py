@@ -73,7 +73,8 @@ RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "f
             "twenty-seventh": "27th", "twenty-eighth": "28th", "twenty-ninth": "29th",
             "thirtieth": "30th", "thirty-first": "31st", "thirty-second": "32nd",
             "thirty-third": "33rd", "thirty-fourth": "34th", "thirty-fifth": "35th",
-            "thirty-sixth": "36th", "thirty-seventh": "37th"}
+            "thirty-sixth": "36th", "thirty-seventh": "37th", "thirty-eighth": "38th",
+            "thirty-ninth": "39th", "fortieth": "40th", "forty-first": "41st"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
