@@ -122,6 +122,42 @@ def test_every_target_is_timed_in_each_round_and_one_that_cannot_build_says_why(
     assert "error" in got["gone"] and "rounds_ms" not in got["gone"]
     assert any("round 1 timed" in s for s in said)
     assert "settle_ms" not in got["a"]  # a tiny run does not settle
+    assert "allocator" not in got  # the caching allocator's counters are CUDA's
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_rounds_keep_the_allocators_counters_after_each(monkeypatch):
+    import torch
+
+    from validation.predict.rounds import ALLOCATOR, time_in_rounds
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "predict"))
+    got = time_in_rounds([("a", "zoo.mlp:build", "bf16", 2)], torch.device("cuda"), True,
+                         lambda _: None)
+    counters = got[ALLOCATOR]
+    assert set(counters) == {"alloc_retries", "device_allocs", "device_frees",
+                             "reserved_peak_bytes"}
+    assert all(len(v) == len(got["a"]["rounds_ms"]) for v in counters.values())
+    assert counters["device_allocs"][-1] >= 1 and counters["reserved_peak_bytes"][-1] > 0
+
+
+def test_the_allocators_counters_are_read_by_their_names_on_cuda_only():
+    """After each timed round the fresh process keeps the caching allocator's cumulative
+    counters: a retry (all cached blocks freed after a failed allocation) costs the host a
+    synchronization, so a slow round beside a retry says why."""
+    from types import SimpleNamespace
+
+    from validation.predict.rounds import allocator_counters
+
+    stats = {"num_alloc_retries": 3, "num_device_alloc": 40, "num_device_free": 12,
+             "reserved_bytes.all.peak": 5 * 2**30, "allocated_bytes.all.current": 1}
+    fake = SimpleNamespace(cuda=SimpleNamespace(memory_stats=lambda device: stats))
+    got = allocator_counters(fake, SimpleNamespace(type="cuda"))
+    assert got == {"alloc_retries": 3, "device_allocs": 40, "device_frees": 12,
+                   "reserved_peak_bytes": 5 * 2**30}
+    assert allocator_counters(fake, SimpleNamespace(type="cpu")) is None
+    older = SimpleNamespace(cuda=SimpleNamespace(memory_stats=lambda device: {}))
+    assert allocator_counters(older, SimpleNamespace(type="cuda"))["alloc_retries"] == 0
 
 
 def test_the_rounds_first_run_untimed_for_their_settling_time_and_keep_its_medians(monkeypatch):

@@ -106,9 +106,9 @@ def summarize(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def versus(paired: dict[str, Any], unpaired: dict[str, Any]) -> dict[str, Any]:
-    """Each scored case of one recording compared twice: its error (%) from the paired
-    reading and from the held rounds' median; how many of each came within 10 % and inside
-    their band."""
+    """Each scored case of the recordings compared twice (keyed by recording, family and
+    case): its error (%) from the paired reading and from the held rounds' median; how many
+    of each came within 10 % and inside their band, and the largest gap between the two."""
     def scored(doc: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
         return {(r.get("recording", ""), r["family"], r["case"]): r for r in doc["rows"]
                 if "error_pct" in r}
@@ -119,7 +119,7 @@ def versus(paired: dict[str, Any], unpaired: dict[str, Any]) -> dict[str, Any]:
              "paired_pct": one[k]["error_pct"], "unpaired_pct": apart[k]["error_pct"]}
             for k in both]
 
-    def count(doc: dict[tuple[str, str], dict[str, Any]]) -> dict[str, int]:
+    def count(doc: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, int]:
         return {"within_10": sum(abs(doc[k]["error_pct"]) <= 10 for k in both),
                 "in_band": sum(bool(doc[k].get("in_band")) for k in both)}
 

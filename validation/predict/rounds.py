@@ -27,6 +27,11 @@ GPU-bound fp32 steps held within 2 % (`fresh_process.py`; on the next loan the D
 step sped up so, 6.5 to 4.7 ms, and ConvNeXt's slowed, 18 to 26 ms: the host's pace moves
 both ways). So the rounds are first run untimed for `SETTLE_S` (their medians kept as
 `settle_ms`, to show the drift).
+
+The fresh process holds every target of a family at once, so on CUDA it also keeps the
+caching allocator's counters after each timed round (`ALLOCATOR`): a process that runs out of
+cached blocks frees them all and retries, synchronizing, and its host-bound steps slow with
+no change of the host's own pace.
 """
 
 from __future__ import annotations
@@ -101,8 +106,29 @@ def time_in_rounds(configs: list[tuple[str, str, str, int]], device: Any, tiny: 
             log(f"  round {r} timed")
         for label, per_round in times.items():
             out[label].update(_summary(out[label]["batch"], per_round))
+        if (now := allocator_counters(torch, device)) is not None:
+            per = out.setdefault(ALLOCATOR, {})
+            for k, v in now.items():
+                per.setdefault(k, []).append(v)
         save(out)
     return out
+
+
+# The caching allocator's counters after each timed round (`allocator_counters`), under this
+# key beside the targets': a fresh process holds every target of a family at once, and one
+# that runs out of cached blocks frees them all and retries, synchronizing, on the host's time.
+ALLOCATOR = "allocator"
+_COUNTERS = {"num_alloc_retries": "alloc_retries", "num_device_alloc": "device_allocs",
+             "num_device_free": "device_frees", "reserved_bytes.all.peak": "reserved_peak_bytes"}
+
+
+def allocator_counters(torch: Any, device: Any) -> dict[str, int] | None:
+    """The CUDA caching allocator's cumulative counters on `device` (retries after a failed
+    allocation, cudaMalloc and cudaFree calls, the peak reserved bytes); None off CUDA."""
+    if getattr(device, "type", "cpu") != "cuda":
+        return None
+    stats = torch.cuda.memory_stats(device)
+    return {name: int(stats.get(key, 0)) for key, name in _COUNTERS.items()}
 
 
 def _summary(batch: int, per_round: list[list[float]]) -> dict[str, Any]:
