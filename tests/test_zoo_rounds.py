@@ -75,6 +75,18 @@ def test_the_controls_count_the_rounds_at_the_profiled_pace():
     assert (row["rounds_at_pace"], row["rounds"]) == (3, 4)
     text = control_table([row])
     assert "19.20–24.00 ms" in text and "3 of 4" in text and "again" not in text
+    assert "alloc_retries" not in row and "allocator" not in text  # not counted then
+
+
+def test_the_controls_carry_the_fresh_processs_allocator_retries_where_counted():
+    prof = SimpleNamespace(precision="bf16", step_ms=20.0, host_step_ms=9.0)
+    run = SimpleNamespace(op_profiles=(prof,))
+    status = {"cases": {"bf16": {"step_ms": 21.0, "rounds_ms": [20.0, 24.0]},
+                        "allocator": {"alloc_retries": [0, 5], "device_allocs": [9, 30]}}}
+    (row,) = timing_controls("fam", [(0, (run, status))])
+    assert row["alloc_retries"] == 5
+    text = control_table([row])
+    assert "allocator retries" in text and text.rstrip().endswith("| 5 |")
 
 
 def test_a_row_measured_off_pace_is_marked_and_the_mark_explained():

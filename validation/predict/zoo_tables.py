@@ -27,13 +27,17 @@ def control_table(controls: list[dict[str, Any]]) -> str:
     head += ["again"] if again else []
     head += ["rounds (min–max)", "rounds at its pace"] if rounds else []
     head += ["ratio"] + (["host, recorded", "host, fresh"] if host else [])
+    retries = any("alloc_retries" in c for c in controls)  # recordings with the counters
+    head += ["allocator retries"] if retries else []
     lines = ["**Timing controls** (the source's step in the profiled run ÷ the same step "
              "timed in a fresh process"
              + (", where timed again after the other targets" if again else "")
              + (f"; timed in rounds, each round's median and the rounds within "
                 f"{PACE_TOLERANCE * 100:.0f} % of the profiled step" if rounds else "")
              + ("; the host's time per step the profile recorded, its step at batch 1, beside "
-                "the same timed in the fresh process" if host else "") + "):", "",
+                "the same timed in the fresh process" if host else "")
+             + ("; the fresh process's caching allocator's retries after a failed allocation"
+                if retries else "") + "):", "",
              "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for c in controls:
         cells = [c["family"]] + ([RECORDER.get(c.get("recording"), "")] if recs else [])
@@ -45,6 +49,7 @@ def control_table(controls: list[dict[str, Any]]) -> str:
                       else ["", ""])
         cells.append(f"{c['ratio']:.2f}")
         cells += [_ms(c.get("host_recorded_ms")), _ms(c.get("host_fresh_ms"))] if host else []
+        cells += [str(c.get("alloc_retries", ""))] if retries else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
