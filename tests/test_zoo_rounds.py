@@ -76,6 +76,7 @@ def test_the_controls_count_the_rounds_at_the_profiled_pace():
     text = control_table([row])
     assert "19.20–24.00 ms" in text and "3 of 4" in text and "again" not in text
     assert "alloc_retries" not in row and "allocator" not in text  # not counted then
+    assert "fresh_again_ms" not in row
 
 
 def test_the_controls_carry_the_fresh_processs_allocator_retries_where_counted():
@@ -84,7 +85,8 @@ def test_the_controls_carry_the_fresh_processs_allocator_retries_where_counted()
     status = {"cases": {"bf16": {"step_ms": 21.0, "rounds_ms": [20.0, 24.0]},
                         "allocator": {"alloc_retries": [0, 5], "device_allocs": [9, 30]}}}
     (row,) = timing_controls("fam", [(0, (run, status))])
-    assert row["alloc_retries"] == 5
+    assert row["alloc_retries"] == 5 and row["rounds"] == 2
+    assert "fresh_again_ms" not in row  # timed in rounds: nothing timed again
     text = control_table([row])
     assert "allocator retries" in text and text.rstrip().endswith("| 5 |")
 

@@ -192,9 +192,9 @@ def timing_controls(family: str, found: list[tuple[int, Any]]) -> list[dict[str,
                 row.update(rounds_low_ms=min(per), rounds_high_ms=max(per),
                            rounds_at_pace=sum(at_pace(per, prof.step_ms)),
                            rounds=len(per))
-            if retries := cases.get(ALLOCATOR, {}).get("alloc_retries"):
-                row["alloc_retries"] = retries[-1]  # the process's, by its last timed round
             else:  # recordings before the rounds: the first timed again after the others
                 row["fresh_again_ms"] = cases.get(f"{prof.precision} again", {}).get("step_ms")
+            if retries := cases.get(ALLOCATOR, {}).get("alloc_retries"):
+                row["alloc_retries"] = retries[-1]  # the process's, by its last timed round
             out.append(row)
     return out
