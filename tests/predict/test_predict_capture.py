@@ -33,6 +33,10 @@ def one_thread():
     ("aten.add", "elementwise"), ("c10d.allreduce_", "comm"), ("aten::lstm", "rnn"),
     ("aten.embedding_bag", "embedding"), ("aten._fft_r2c", "unknown"),
     ("torchvision::roi_align", "unknown"),
+    # F.normalize, torch.norm and clip_grad_norm_ reduce; a determinant does not, nor an SVD
+    ("aten::linalg_vector_norm", "elementwise"), ("aten::linalg_norm", "elementwise"),
+    ("aten::linalg_matrix_norm", "unknown"), ("aten::linalg_svd", "unknown"),
+    ("aten::det", "unknown"), ("aten::linalg_det", "unknown"), ("aten::detach", "elementwise"),
 ])
 def test_aten_operators_fall_in_their_class(name, cls):
     assert opclass.op_class(name) == cls

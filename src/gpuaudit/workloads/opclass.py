@@ -18,7 +18,7 @@ its name, and for batched matmuls from their neighbours:
   and multi-tensor optimizer operators;
 - comm: c10d's collectives;
 - unknown: operators outside aten (custom extensions) and aten's families the model has no
-  rule for (FFT, linear algebra, sparse, CTC, pairwise distances);
+  rule for (FFT, linear algebra but its vector norms, sparse, CTC, pairwise distances);
 - elementwise: every other aten operator (pointwise, reductions, indexing, copies, losses).
 
 Kernel names are the second witness (`kernel_class`): a kernel that multiplies matrices or
@@ -54,10 +54,13 @@ EMBEDDING = {"embedding", "embedding_bag", "_embedding_bag", "_embedding_bag_for
              "embedding_renorm_"}
 OPTIMIZER_PREFIX = ("_fused_adam", "_fused_sgd", "_fused_adagrad", "_foreach_")
 UNKNOWN_PREFIX = ("_fft", "fft_", "linalg_", "_linalg", "cholesky", "svd", "_svd", "qr",
-                  "triangular_solve", "lu_", "_lu", "inverse", "det", "slogdet", "logdet",
+                  "triangular_solve", "lu_", "_lu", "inverse", "slogdet", "logdet",
                   "_sparse", "sparse_", "to_sparse", "ctc_loss", "_ctc_loss", "_cudnn_ctc",
                   "cdist", "_cdist", "pdist", "_pdist", "eig", "_linalg_eigh", "pinverse",
                   "matrix_exp", "geqrf", "ormqr", "orgqr")
+# linear algebra's reductions: memory-bound like any other (F.normalize, torch.norm and
+# clip_grad_norm_ call the vector norm); a matrix norm may take an SVD and stays unknown
+REDUCTIONS = {"linalg_vector_norm", "linalg_norm"}
 # Units that move nothing: skipped when looking for attention's neighbours.
 VIEWS = {"view", "reshape", "_unsafe_view", "transpose", "transpose_", "permute", "expand",
          "expand_as", "unsqueeze", "squeeze", "flatten", "unflatten", "split",
@@ -105,7 +108,9 @@ def unit_class(name: str) -> str:
         return "optimizer"
     if "c10d" in name:
         return "comm"
-    if name.startswith(UNKNOWN_PREFIX):
+    if name in REDUCTIONS:
+        return "elementwise"
+    if name == "det" or name.startswith(UNKNOWN_PREFIX):  # not "detach"
         return "unknown"
     return "elementwise"
 
