@@ -330,3 +330,33 @@ def test_the_biggest_layers_of_the_first_family_share_the_timing_budget():
     assert each == 6.0 / (3 * 2)
     assert biggest_first({}, 3, 6.0) == ([], 0.0)
     assert biggest_first({"fp32": {}}, 3, 6.0) == ([], 0.0)
+
+
+def test_the_default_loss_reads_the_outputs_users_models_return():
+    torch = pytest.importorskip("torch")
+    from gpuaudit.workloads.entry import default_loss
+
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    tokens = torch.randn(4, 7, 11)  # (N, L, classes): a language model's logits
+    per_step = torch.randn(4, 11, 7)  # (N, classes, L): a conv1d net's, torch's own layout
+    seq_y = torch.randint(0, 11, (4, 7))
+    assert torch.equal(default_loss(tokens, seq_y),
+                       F.cross_entropy(tokens.flatten(0, 1), seq_y.flatten()))
+    assert torch.equal(default_loss(per_step, seq_y), F.cross_entropy(per_step, seq_y))
+    pixels = torch.randn(2, 5, 8, 8)  # a segmentation net's (N, classes, H, W)
+    pix_y = torch.randint(0, 5, (2, 8, 8))
+    assert torch.equal(default_loss(pixels, pix_y), F.cross_entropy(pixels, pix_y))
+    # both layouts fit (N, C, C) against (N, C): the last dimension's classes, as before
+    square = torch.randn(3, 6, 6)
+    square_y = torch.randint(0, 6, (3, 6))
+    assert torch.equal(default_loss(square, square_y),
+                       F.cross_entropy(square.flatten(0, 1), square_y.flatten()))
+    # a Hugging Face style output: its own loss where it has one, else its logits
+    y = torch.randint(0, 11, (4, 7))
+    own = torch.tensor(2.5)
+    assert default_loss({"loss": own, "logits": tokens}, y) is own
+    assert torch.equal(default_loss({"loss": None, "logits": tokens}, y), default_loss(tokens, y))
+    assert torch.equal(default_loss(((tokens, 1),), y), default_loss(tokens, y))
+    with pytest.raises(TypeError, match="needs a tensor output"):
+        default_loss({"hidden": [1, 2]}, y)

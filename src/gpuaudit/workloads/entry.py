@@ -12,8 +12,10 @@
 gpuaudit moves it to the device) as `(inputs, target)`, where `inputs` is a tuple of
 arguments for `model(*inputs)` and `target` may be None; a bare tensor or a tuple that is
 not such a pair is taken as the inputs. `loss(output, target)` gives the scalar to
-back-propagate; without it: the output itself when it is a scalar, cross-entropy when the
-target holds class indices, mean squared error against a floating target, else the mean of
+back-propagate; without it (of the output's first tensor, or a mapping's `loss` or
+`logits`): the output itself when it is a scalar, cross-entropy when the target holds class
+indices (classes in the last dimension, or in the second as torch's `(N, C, d1, …)` where
+the target's shape says so), mean squared error against a floating target, else the mean of
 the output.
 
 Anything that goes wrong before the model exists (the module cannot be imported, the function
@@ -27,7 +29,7 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,17 +166,38 @@ def split_batch(batch: Any) -> tuple[tuple[Any, ...], Any]:
     return (batch,), None
 
 
+def _first_output(output: Any) -> Any:
+    """The tensor a loss is taken of: the first of a tuple or list; of a mapping (a Hugging
+    Face model's output), its `loss` where it computed one, else its `logits`, else its
+    first value."""
+    if isinstance(output, Mapping):
+        for key in ("loss", "logits"):
+            if output.get(key) is not None:
+                return output[key]
+        return _first_output(next(iter(output.values()), None))
+    if isinstance(output, tuple | list) and output:
+        return _first_output(output[0])
+    return output
+
+
 def default_loss(output: Any, target: Any) -> Any:
     import torch
     import torch.nn.functional as F
 
-    if isinstance(output, tuple | list):
-        output = output[0]
+    output = _first_output(output)
+    if not isinstance(output, torch.Tensor):
+        raise TypeError(f"the default loss needs a tensor output, not {type(output).__name__}: "
+                        "return a loss(output, target) from build()")
     if output.dim() == 0:
         return output
     if target is None:
         return output.float().mean()
     if not torch.is_floating_point(target) and output.dim() >= 2:
+        if tuple(target.shape) != tuple(output.shape[:-1]) and \
+                tuple(target.shape) == (output.shape[0], *output.shape[2:]):
+            # classes in dim 1, torch's own layout (N, C, d1, …): a conv net's per-pixel or
+            # per-step logits
+            return F.cross_entropy(output.float(), target)
         return F.cross_entropy(output.flatten(0, -2).float(), target.flatten())
     return F.mse_loss(output.float(), target.float())
 
