@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 from gpuaudit import kernelnames as kn  # noqa: E402
 from gpuaudit.workloads import timing  # noqa: E402
+from gpuaudit.workloads.calls import Call, TensorSpec, match  # noqa: E402
 from gpuaudit.workloads.opclass import kernel_class  # noqa: E402
 from gpuaudit.workloads.tally import count_ops  # noqa: E402
 from gpuaudit.workloads.units import distinct, ranks, time_units  # noqa: E402
@@ -309,3 +310,17 @@ def test_a_models_few_units_are_all_timed_and_many_by_their_launches_too():
                                                                     "linear"]
     assert units.choose(calls, max_units=4) == got[:4]
     assert min(floor) == units._cost(got[4][0])
+
+
+def test_an_einsum_is_matched_to_its_unit_by_its_operands_past_the_equation():
+    q = TensorSpec((2, 8, 128, 32), "float32", (32768, 4096, 32, 1), True)
+    k = TensorSpec((2, 8, 128, 32), "float32", (32768, 4096, 32, 1), True)
+    calls = [Call("einsum", None, ("bhid,bhjd->bhij", [q, k]), {}),
+             Call("einsum", None, ("bhid,bhjd->bhij", [q, k]), {})]
+    units = [("einsum", "attention", ((), (2, 8, 128, 32), (2, 8, 128, 32), ()), 7),
+             ("einsum", "gemm", ((), (4, 4, 4), (4, 4, 4), ()), 8),
+             ("einsum", "attention", ((), (2, 8, 128, 32), (2, 8, 128, 32), ()), 9)]
+    found = match(calls, units)
+    assert [(c.op_class, c.unit_key) for c in found.calls] == [("attention", 7),
+                                                               ("attention", 9)]
+    assert found.unmatched == 0

@@ -194,8 +194,8 @@ Unit = tuple[str, str, tuple[tuple[int, ...], ...] | None, int]
 
 def match(calls: list[Call], units: list[Unit]) -> Matched:
     """Each call paired with the next forward unit of its name (`units`: (name, class,
-    input dims, key) in order) whose first input has the call's first tensor's shape; the
-    unit's class and key become the call's."""
+    input dims, key) in order) whose first tensor input has the call's first tensor's shape
+    (einsum's follow its equation); the unit's class and key become the call's."""
     by_name: dict[str, list[tuple[str, tuple[tuple[int, ...], ...] | None, int]]] = {}
     for name, cls, dims, key in units:
         by_name.setdefault(name, []).append((cls, dims, key))
@@ -208,7 +208,8 @@ def match(calls: list[Call], units: list[Unit]) -> Matched:
         while i < len(queue):
             cls, dims, key = queue[i]
             i += 1
-            if dims is None or first is None or (dims and dims[0] == first.shape):
+            shape = next((d for d in dims if d), ()) if dims is not None else None
+            if shape is None or first is None or shape == first.shape:
                 c.op_class, c.unit_key = cls, key
                 out.calls.append(c)
                 break

@@ -8,10 +8,13 @@ its name, and for batched matmuls from their neighbours:
 
 - gemm: linear, matmul, bmm, baddbmm, einsum, mm, addmm, …;
 - attention: scaled_dot_product_attention and the fused kernels' own operators; and the
-  unfused path (nn.MultiheadAttention's default, a hand-written softmax(QKᵀ)V): a batched
-  matmul whose product reaches a softmax through at most `SCORE_GAP` other units, the softmax,
-  and the batched matmul that takes its output within `PROBS_GAP` units, with the units
-  between them (scaling, mask, dropout);
+  unfused path (nn.MultiheadAttention's default, a hand-written softmax(QKᵀ)V): a softmax
+  over the rows of a batched matmul's product, the batched matmul that takes rows of that
+  shape within `PROBS_GAP` units after it, and the units between them (scaling, mask and
+  its making, a position bias, dropout). The shapes are the witness: the scores' matmul is
+  the nearest whose product has the softmax's rows, up to `SCORE_WINDOW` units back; where
+  shapes are not recorded (or an einsum's product is not known), the nearest within
+  `SCORE_GAP`;
 - conv, rnn (lstm, gru, rnn_tanh/relu and their cells), norm (batch, layer, group, instance,
   RMS), embedding (embedding, embedding_bag);
 - optimizer: everything inside `Optimizer.step` (the profiler's annotation), and the fused
@@ -72,6 +75,7 @@ VIEWS = {"view", "reshape", "_unsafe_view", "transpose", "transpose_", "permute"
 BATCHED_MATMUL = {"matmul", "bmm", "baddbmm", "einsum"}
 SOFTMAX = {"softmax", "_softmax", "_safe_softmax", "special_softmax"}
 SCORE_GAP = 6  # units between the scores' matmul and the softmax (scale, mask and its making)
+SCORE_WINDOW = 16  # the same, where the shapes witness that the softmax takes its product
 PROBS_GAP = 3  # units between the softmax and the matmul that takes its output (dropout)
 
 
@@ -124,13 +128,39 @@ class UnitCall:
     dims: tuple[tuple[int, ...], ...] | None = None
 
 
+def _operands(call: UnitCall) -> list[tuple[int, ...]] | None:
+    """A batched matmul's two operands' shapes (baddbmm's after the matrix it adds to), or
+    None where the recording has no shapes."""
+    if call.dims is None:
+        return None
+    tensors = [d for d in call.dims if d]
+    return tensors[1:3] if call.name == "baddbmm" else tensors[:2]
+
+
 def _batched(call: UnitCall) -> bool:
     if call.name not in BATCHED_MATMUL:
         return False
-    if call.dims is None:
+    ops = _operands(call)
+    if ops is None:
         return True  # no shapes recorded: the name alone
-    tensors = [d for d in call.dims if d]
-    return len(tensors) >= 2 and all(len(d) >= 3 for d in tensors[:2])
+    return len(ops) == 2 and all(len(d) >= 3 for d in ops)
+
+
+def _rows(call: UnitCall) -> tuple[int, ...] | None:
+    """The last two dimensions of a unit's first input (a softmax's scores, the probabilities
+    a matmul takes), where recorded."""
+    if call.dims is None or not call.dims or len(call.dims[0]) < 2:
+        return None
+    return call.dims[0][-2:]
+
+
+def _product(call: UnitCall) -> tuple[int, ...] | None:
+    """The last two dimensions of a batched matmul's product (T×K · K×S → T×S), where its
+    operands say (an einsum's equation is not recorded)."""
+    ops = _operands(call)
+    if call.name == "einsum" or not ops or len(ops) != 2:
+        return None
+    return ops[0][-2], ops[1][-1]
 
 
 def _rank3(call: UnitCall) -> bool:
@@ -140,6 +170,43 @@ def _rank3(call: UnitCall) -> bool:
     return len(call.dims[0]) >= 3
 
 
+def _scores(calls: Sequence[UnitCall], moving: list[int], j: int) -> int | None:
+    """The batched matmul whose product the softmax at `moving[j]` normalizes: the nearest
+    before it whose product has the softmax's rows (up to `SCORE_WINDOW` units back: an
+    inline mask or position bias sits between them); where either shape is unrecorded, the
+    nearest within `SCORE_GAP` units."""
+    want = _rows(calls[moving[j]])
+    for d in range(1, SCORE_WINDOW + 1):
+        if j - d < 0:
+            return None
+        call = calls[moving[j - d]]
+        if not _batched(call):
+            continue
+        made = _product(call)
+        if want is not None and made is not None:
+            if made == want:
+                return moving[j - d]
+            continue  # another product (a relative position's): look further
+        return moving[j - d] if d <= SCORE_GAP + 1 else None
+    return None
+
+
+def _probs(calls: Sequence[UnitCall], moving: list[int], j: int) -> int | None:
+    """The batched matmul that takes the softmax's output: the first within `PROBS_GAP`
+    units after it whose first operand has the softmax's rows (where both are recorded)."""
+    want = _rows(calls[moving[j]])
+    for d in range(1, PROBS_GAP + 2):
+        if j + d >= len(moving):
+            return None
+        call = calls[moving[j + d]]
+        if not _batched(call):
+            continue
+        ops = _operands(call)
+        if want is None or not ops or ops[0][-2:] == want:
+            return moving[j + d]
+    return None
+
+
 def classify_units(calls: Sequence[UnitCall]) -> list[str]:
     """The class of each forward unit of one step, in order (module docstring)."""
     out = [unit_class(c.name) for c in calls]
@@ -147,10 +214,7 @@ def classify_units(calls: Sequence[UnitCall]) -> list[str]:
     for j, i in enumerate(moving):
         if calls[i].name not in SOFTMAX or not _rank3(calls[i]):
             continue
-        score = next((moving[j - d] for d in range(1, SCORE_GAP + 2)
-                      if j - d >= 0 and _batched(calls[moving[j - d]])), None)
-        probs = next((moving[j + d] for d in range(1, PROBS_GAP + 2)
-                      if j + d < len(moving) and _batched(calls[moving[j + d]])), None)
+        score, probs = _scores(calls, moving, j), _probs(calls, moving, j)
         if score is None or probs is None:
             continue
         for k in range(score, probs + 1):

@@ -145,13 +145,20 @@ def _in_optimizer(ev: OpEvent) -> bool:
 
 
 def dims(ev: OpEvent) -> tuple[tuple[int, ...], ...] | None:
+    """The shapes of an operator's inputs in order, () for one that is no tensor; a tensor
+    list's (einsum's operands, cat's) each in its place."""
     dims = ev.args.get("Input Dims")
     if not isinstance(dims, list):
         return None
-    out = []
+    out: list[tuple[int, ...]] = []
     for d in dims:
-        ok = isinstance(d, list) and all(isinstance(x, int) for x in d)
-        out.append(tuple(d) if ok else ())
+        if isinstance(d, list) and all(isinstance(x, int) for x in d):
+            out.append(tuple(d))
+        elif isinstance(d, list) and d and all(
+                isinstance(t, list) and all(isinstance(x, int) for x in t) for t in d):
+            out.extend(tuple(t) for t in d)
+        else:
+            out.append(())
     return tuple(out)
 
 
