@@ -1,0 +1,8 @@
+"""Layers written the many ways users write them, to check what `gpuaudit predict`'s operator
+classes make of them (`gpuaudit.workloads.opclass`): each module's `EXPECT` names, per
+family, the class its units must land in, and each family is a `build()`-style entry point
+as `bench train --model styles.MODULE:FAMILY` takes it (run from examples/predict/).
+
+`development`: the families the classes were corrected on (an inline ALiBi bias, einsum
+attention, F.normalize's vector norm). `held_out`: written, with their expected classes,
+after the last correction and before they were first profiled."""

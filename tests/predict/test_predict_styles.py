@@ -1,0 +1,68 @@
+"""The operator classes on layers written the ways users write them
+(`examples/predict/styles/`): each family's forward and loss profiled on this CPU, its units
+classed from the trace as `bench train --op-profile` classes them, against the classes its
+module declared. The held-out families were declared before they were first profiled."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuaudit.workloads import entry, optrace  # noqa: E402
+from gpuaudit.workloads.opclass import canonical  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+STYLES = ROOT / "examples" / "predict"
+
+
+def _expect(module: str) -> dict[str, dict[str, str]]:
+    spec = importlib.util.spec_from_file_location(f"styles_{module}",
+                                                  STYLES / "styles" / f"{module}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.EXPECT
+
+
+EXPECT = {module: _expect(module) for module in ("development", "held_out")}
+
+
+def unit_classes(spec: str, tmp_path: Path) -> dict[str, set[str]]:
+    """Each forward unit's canonical name → the classes its calls landed in."""
+    w = entry.load(spec)
+    inputs, target = entry.split_batch(w.make_batch(min(w.batch_size, 2)))
+    torch.manual_seed(0)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        (w.loss or entry.default_loss)(w.model(*inputs), target)
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    tree = optrace.build(json.loads(trace.read_text())["traceEvents"])
+    out: dict[str, set[str]] = {}
+    for step in optrace.forward_units(tree):
+        for u in step:
+            out.setdefault(canonical(u.name), set()).add(tree.unit_class[id(u)])
+    return out
+
+
+@pytest.fixture(autouse=True)
+def styles_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(STYLES))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("module", "family"),
+                         [(m, f) for m, families in EXPECT.items() for f in families])
+def test_each_style_lands_in_the_class_its_family_declared(module, family, tmp_path):
+    expect = EXPECT[module][family]
+    got = unit_classes(f"styles.{module}:{family}", tmp_path)
+    wrong = {unit: sorted(got.get(unit, {"(absent)"})) for unit, cls in expect.items()
+             if got.get(unit) != {cls}}
+    assert not wrong, f"{module}:{family}: {wrong}"
