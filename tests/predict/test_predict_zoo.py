@@ -444,6 +444,24 @@ def test_a_batch_change_alone_is_predicted_from_the_units_timed_at_other_batches
     assert any("host time × " in b and "to match" in b for b in p.basis)
 
 
+def test_a_model_whose_batch_makes_the_same_work_refuses_a_batch_change():
+    """make_batch(N) that ignores N (a whole graph a step): the work counted at the recorded
+    batch and at the other one is the same, so no batch change is this model's to predict."""
+    prof = load_profile(zoo_run("recsys"), "dlrm/bf16")
+    rec = prof.record
+    assert rec is not None and rec.alt_batch not in (None, rec.batch)
+    same = rec.model_copy(update={"groups": tuple(
+        g.model_copy(update={"alt_batch_flops": g.flops, "alt_batch_bytes": g.bytes})
+        for g in rec.groups)})
+    with pytest.raises(BadInputError, match=r"--batch-size 8192: dlrm/bf16 did the same work "
+                                            r"at batch \d+ and \d+"):
+        predict(dataclasses.replace(prof, record=same), rates(), Change(batch=8192), SPECS)
+    # its precision still changes (the batch is not touched)
+    p = predict(dataclasses.replace(prof, record=same), rates(), Change(precision="fp32"),
+                SPECS)
+    assert p.changes == ("precision",)
+
+
 def test_batch_and_precision_combine():
     run = zoo_run("mlp")
     prof = load_profile(run, "tabular-mlp/bf16")

@@ -11,6 +11,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from gpuaudit.errors import BadInputError
 from gpuaudit.model.opprofile import BATCH_SCALES, MEMORY_CLASSES, TENSOR_CLASSES, OpProfile
 
 from . import groups as grp
@@ -27,6 +28,9 @@ from .state import StepState
 # 0.85; the band covers their spread.
 AUTOCAST_OFF_HOST = 0.85
 U_AUTOCAST_HOST = 0.22
+# Counted work at two batches this close is the same work (the optimizer's traffic alone
+# differs by nothing; a batch's activations by far more)
+SAME_WORK = 1e-3
 # The least uncertainty on a ratio the recording timed: the host's timing itself
 # (`timeline.U_ALPHA`).
 U_HOST_RATIO = 0.05
@@ -246,8 +250,27 @@ def _autocast(precision: str) -> bool:
     return ELEMENT_BYTES.get(precision, 4) < 4
 
 
+def _same_work_at_both_batches(rec: OpProfile) -> bool:
+    """Whether the work counted at the recorded batch and at `alt_batch` is the same: the
+    model's make_batch(N) made the same data whatever N (a whole graph a step)."""
+    if rec.alt_batch is None or rec.alt_batch == rec.batch:
+        return False
+    here = sum(g.flops + g.bytes for g in rec.groups)
+    alt = [(g.alt_batch_flops, g.alt_batch_bytes) for g in rec.groups]
+    if here <= 0 or any(None in pair for pair in alt):
+        return False
+    there = sum((f or 0.0) + (b or 0.0) for f, b in alt)
+    return abs(there - here) <= SAME_WORK * here
+
+
 def batch(g: Grouped, state: StepState, target: int) -> None:
     rec = g.record
+    if _same_work_at_both_batches(rec):
+        raise BadInputError(
+            f"--batch-size {target}: {rec.workload} did the same work at batch {rec.batch} and "
+            f"{rec.alt_batch} (its make_batch makes the same data whatever the batch): the "
+            "batch does not size this model's step; change what make_batch makes and record "
+            "it again")
     grp.batch_change(rec, g.changes, state.precision, target)
     _refresh(g, state, f"batch {state.batch} → {target}")
     _fallback_note(g, state, "batch change")
