@@ -62,7 +62,9 @@ UNKNOWN_PREFIX = ("_fft", "fft_", "linalg_", "_linalg", "cholesky", "svd", "_svd
                   "cdist", "_cdist", "pdist", "_pdist", "eig", "_linalg_eigh", "pinverse",
                   "matrix_exp", "geqrf", "ormqr", "orgqr")
 # linear algebra's reductions: memory-bound like any other (F.normalize, torch.norm and
-# clip_grad_norm_ call the vector norm); a matrix norm may take an SVD and stays unknown
+# clip_grad_norm_ call the vector norm). torch.linalg.norm is one too but for the matrix 2-
+# and nuclear norms (an SVD), which models hardly take in a step; linalg_matrix_norm stays
+# unknown
 REDUCTIONS = {"linalg_vector_norm", "linalg_norm"}
 # Units that move nothing: skipped when looking for attention's neighbours.
 VIEWS = {"view", "reshape", "_unsafe_view", "transpose", "transpose_", "permute", "expand",
