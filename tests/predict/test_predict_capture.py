@@ -347,3 +347,29 @@ def test_what_an_op_profile_times_is_timed_before_any_kernel_profile(monkeypatch
                  "parts": ["modes"], "op_profile": True})
     assert calls == ["host", "host"] + ["phase_times_ms", "time_units", "profile_kernels"] * 2
     assert all(p.host_step_ms and p.host_step_ms > 0 for p in run.op_profiles)
+
+
+def test_time_in_units_without_a_rule_is_named_with_why():
+    # an aten family without a rule (an FFT) and a custom op's own kernel (no aten under it)
+    def op(name, ts, dur=20):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": 1,
+                "args": {}}
+
+    def launch(corr, ts):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts,
+                "dur": 2, "tid": 1, "args": {"correlation": corr}}
+
+    def kernel(corr, name, ts, dur):
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur,
+                "args": {"correlation": corr}}
+
+    events = [op("aten::fft_rfft", 0), launch(1, 5), op("mylib::fused_gelu", 30), launch(2, 35),
+              kernel(1, "regular_fft_factor", 10, 30), kernel(2, "fused_gelu_kernel", 50, 12)]
+    t = kernelview.parse_trace(events, steps=1)
+    assert dict(t.group_us) == {("unknown", "fft_rfft"): 30.0,
+                                ("unknown", "mylib::fused_gelu"): 12.0}
+    assert dict(t.unknown) == {("fft_rfft", "an aten operator without a rule"): 30.0,
+                               ("mylib::fused_gelu", "an operator outside aten"): 12.0}
+    # on a CPU, the operators' own time the same way
+    cpu = kernelview.cpu_view([op("aten::fft_rfft", 0, 30), op("aten::add", 40, 5)], steps=1)
+    assert dict(cpu.unknown) == {("fft_rfft", "an aten operator without a rule"): 30.0}

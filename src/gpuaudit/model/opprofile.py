@@ -223,8 +223,9 @@ class DdpBucket(Amounts):
 
 
 class UnknownOp(Amounts):
-    """Device time the model does not understand: an operator outside aten or with kernels
-    that contradict its class, or kernels no operator launched."""
+    """Device time the model does not understand: an operator outside aten, an aten family
+    without a rule (FFT, linear algebra, …), one with kernels that contradict its class, or
+    kernels no operator launched."""
 
     op: str
     ms_per_step: float

@@ -174,6 +174,8 @@ def parse_trace(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
             cls = "unknown"
         elif cls == "unattributed":
             view.unknown[(short(name), "no operator launched it")] += float(ev.get("dur", 0.0))
+        elif cls == "unknown":
+            view.unknown[(unit, unknown_why(unit))] += float(ev.get("dur", 0.0))
         dur = float(ev.get("dur", 0.0))
         start = float(ev.get("ts", 0.0))
         spans.append((start, start + dur))
@@ -245,6 +247,11 @@ def _timeline(view: KernelView, rows: list[tuple[float, float, float, GroupKey]]
     tl.step_start_us = [round(s.ts - t0, 3) for s in tree.steps]
 
 
+def unknown_why(unit: str) -> str:
+    """Why a unit classed `unknown` by its name is not understood."""
+    return "an operator outside aten" if "::" in unit else "an aten operator without a rule"
+
+
 def cpu_view(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
     """On a CPU: each aten operator's own time charged to its unit."""
     tree = optrace.build(events)
@@ -262,6 +269,8 @@ def cpu_view(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
             if own <= 0:
                 continue
             at = optrace.attribute(tree, ev)
+            if at.op_class == "unknown":
+                view.unknown[(at.unit, unknown_why(at.unit))] += own
             view.us[at.op_class] += own
             view.count[at.op_class] += 1
             view.group_us[(at.op_class, at.unit)] += own

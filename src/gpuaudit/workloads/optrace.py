@@ -209,6 +209,11 @@ def attribute(tree: OpTree, ev: OpEvent | None, own: str | None = None) -> Attri
             return Attribution(cls, name, event=e)
     if any(e.name.startswith(COMPILED) for e in stack):
         return Attribution("elementwise", "compiled")
+    # an operator of another namespace with no aten operator under it (a custom op's own
+    # kernel: torchvision::roi_align, a torch.library Triton op): its own unit, unknown
+    custom = next((e for e in stack if "::" in e.name), None)
+    if custom is not None:
+        return Attribution(op_class(custom.name), canonical(custom.name), event=custom)
     if own is not None:
         return Attribution(op_class(own), canonical(own))
     return Attribution("unattributed", "unattributed")
