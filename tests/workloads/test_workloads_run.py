@@ -334,3 +334,52 @@ def test_quick_profile_on_a_gpu_measures_a_training_and_an_inference_figure():
     assert got["gpt-124m/bf16/model_flops"].pct_of_spec > 1  # an MFU against the datasheet
     assert got["gpt-124m/flop_count"].pct_of_spec == 100.0
     assert got["resnet50/bf16/cudagraph/b32/throughput"].value > 1000
+
+
+SPARSE_DLRM = """
+import torch
+from torch import nn
+
+class Net(nn.Module):  # DLRM's reference code makes its tables sparse
+    def __init__(self):
+        super().__init__()
+        self.tables = nn.ModuleList([nn.EmbeddingBag(1000, 16, mode="sum", sparse=True)
+                                     for _ in range(3)])
+        self.top = nn.Linear(48, 2)
+
+    def forward(self, idx, offsets):
+        return self.top(torch.cat([t(idx[i], offsets) for i, t in enumerate(self.tables)], 1))
+
+def build():
+    def batch(n):
+        return (torch.randint(0, 1000, (3, n * 4)), torch.arange(0, n * 4, 4)), \\
+            torch.randint(0, 2, (n,))
+    return Net(), batch
+"""
+
+
+def test_sparse_embeddings_train_with_sparse_adam_beside_the_dense_optimizer(tmp_path,
+                                                                            monkeypatch):
+    from gpuaudit.workloads.optim import make_optimizer
+
+    (tmp_path / "sparse_dlrm.py").write_text(SPARSE_DLRM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    net = load("sparse_dlrm:build").model
+    net.tables[2].weight.requires_grad_(False)  # a frozen table is stepped by neither
+    opt, note = make_optimizer(torch, net, sgd=False, fused=True)
+    kinds = [type(o).__name__ for o in opt.parts]
+    assert kinds == ["AdamW", "SparseAdam"] and note is not None and "2 sparse" in note
+    assert [len(g["params"]) for g in opt.parts[1].param_groups] == [2]
+    before = [t.weight.detach().clone() for t in net.tables] + [net.top.weight.detach().clone()]
+    idx, offsets = torch.randint(0, 1000, (3, 32)), torch.arange(0, 32, 4)
+    net(idx, offsets).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    after = [t.weight for t in net.tables] + [net.top.weight]
+    assert [not torch.equal(b, a) for b, a in zip(before, after, strict=True)] == \
+        [True, True, False, True]
+    assert len(opt.state) == 4  # the moments of both tables, the linear weight and bias
+    # bench train runs it (AdamW alone refuses sparse gradients: every mode failed)
+    run = bench("train", models=["sparse_dlrm:build"], modes=["fp32"], steps=2, parts=["modes"])
+    thr = by_name(run)["sparse_dlrm:build/fp32/throughput"]
+    assert thr.skipped_reason is None and thr.value > 0

@@ -119,6 +119,7 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
     from gpuaudit.workloads.entry import as_workload, default_loss, resolve, split_batch
     from gpuaudit.workloads.models import call_make_batch
     from gpuaudit.workloads.nets import WithLoss
+    from gpuaudit.workloads.optim import make_optimizer
     from gpuaudit.workloads.tally import count_ops
 
     build = resolve(spec)
@@ -129,7 +130,7 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
             w = as_workload(build(), spec)
             net = WithLoss(w.model, w.loss or default_loss)
             inputs, target = split_batch(call_make_batch(w.make_batch, batch, where))
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-4, foreach=True)
+        opt, _ = make_optimizer(torch, net, sgd=False, fused=False)
 
         def step() -> None:
             with device:  # tensors the model makes in forward land beside its parameters

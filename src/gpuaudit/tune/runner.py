@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaudit.workloads.entry import default_loss, split_batch
+from gpuaudit.workloads.optim import make_optimizer
 
 from .search import Trial
 from .target import Target
@@ -46,7 +47,8 @@ class Runner:
         self.device = torch.device(self.device)
         self.target.model.to(self.device)
         self.target.model.train()
-        self._opt = torch.optim.AdamW(self.target.model.parameters(), lr=1e-4)
+        self._opt, _ = make_optimizer(torch, self.target.model, sgd=False, fused=False,
+                                      foreach=None)
 
     @property
     def cuda(self) -> bool:
@@ -103,11 +105,9 @@ class Runner:
                 with autocast():
                     loss = loss_fn(self.target.model(*inputs), tgt)
                 (scaler.scale(loss) if scaler else loss).backward()
+                self._opt.step(scaler)
                 if scaler:
-                    scaler.step(self._opt)
                     scaler.update()
-                else:
-                    self._opt.step()
                 self._opt.zero_grad(set_to_none=True)
                 self._sync()
                 if i >= self.warmup:

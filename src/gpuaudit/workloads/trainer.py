@@ -11,6 +11,7 @@ from typing import Any
 from gpuaudit.workloads.entry import default_loss, split_batch
 from gpuaudit.workloads.flops import FlopCount, count_flops
 from gpuaudit.workloads.models import build, call_make_batch
+from gpuaudit.workloads.optim import make_optimizer
 from gpuaudit.workloads.precision import TrainMode, autocast_dtype
 from gpuaudit.workloads.timing import sync
 
@@ -25,22 +26,6 @@ def to_device(torch: Any, x: Any, device: Any, channels_last: bool) -> Any:
         if channels_last and x.dim() == 4 and x.is_floating_point():
             x = x.contiguous(memory_format=torch.channels_last)
     return x
-
-
-def make_optimizer(torch: Any, params: list[Any], *, sgd: bool, fused: bool
-                   ) -> tuple[Any, str | None]:
-    """AdamW (transformers) or SGD with momentum (CNNs), fused where this torch has it;
-    falls back to foreach with a note."""
-    cls = torch.optim.SGD if sgd else torch.optim.AdamW
-    kwargs: dict[str, Any] = {"lr": 0.01, "momentum": 0.9} if sgd else {"lr": 1e-4}
-    kwargs["weight_decay"] = 1e-4 if sgd else 0.01
-    if fused:
-        try:
-            return cls(params, fused=True, **kwargs), None
-        except (RuntimeError, TypeError, ValueError) as exc:
-            note = f"fused {cls.__name__} unavailable ({str(exc).splitlines()[0][:80]}): foreach"
-            return cls(params, foreach=True, **kwargs), note
-    return cls(params, foreach=True, **kwargs), None
 
 
 class Trainer:
@@ -71,8 +56,7 @@ class Trainer:
         front = self.ddp if self.ddp is not None else self.net
         self.runner = (torch.compile(front, backend=compile_backend, mode=compile_mode)
                        if mode.compile else front)
-        self.opt, note = make_optimizer(torch, list(self.net.parameters()),
-                                        sgd=w.image_model, fused=mode.fused)
+        self.opt, note = make_optimizer(torch, self.net, sgd=w.image_model, fused=mode.fused)
         if note:
             self.notes.append(note)
         self.amp = autocast_dtype(torch, mode.precision)
@@ -99,11 +83,9 @@ class Trainer:
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
                 if mark:
                     mark("backward")
+        self.opt.step(self.scaler)
         if self.scaler:
-            self.scaler.step(self.opt)
             self.scaler.update()
-        else:
-            self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         if mark:
             mark("optimizer")
