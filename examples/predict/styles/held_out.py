@@ -11,10 +11,8 @@ from torch import nn
 EXPECT = {
     "deit": {"matmul": "attention", "softmax": "attention", "linear": "gemm"},
     "einsum_bqhd": {"einsum": "attention", "softmax": "attention", "linear": "gemm"},
-    "switch_moe": {
-        "softmax": "elementwise",
-        "linear": "gemm",
-    },  # the router's softmax is no attention
+    # the router's softmax is no attention
+    "switch_moe": {"softmax": "elementwise", "linear": "gemm"},
     "capsule": {"softmax": "elementwise"},  # routing by agreement is no attention
     "segformer": {"matmul": "attention", "conv2d": "conv", "layer_norm": "norm"},
     "pointnet": {"bmm": "gemm", "conv1d": "conv", "batch_norm": "norm"},
