@@ -1,0 +1,92 @@
+"""The unfused attention path found among a step's units by their names and shapes, and the
+kernels that contradict their unit's class (`gpuaudit.workloads.opclass`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuaudit.workloads import optrace
+from gpuaudit.workloads.opclass import UnitCall, classify_units, disagrees
+
+
+def _calls(*names_dims):
+    return [UnitCall(n, d) for n, d in names_dims]
+
+
+B3 = ((8, 64, 32), (8, 32, 64))  # batched operands
+
+
+def test_a_batched_matmul_into_a_softmax_into_a_matmul_is_attention():
+    calls = _calls(("linear", None), ("transpose", None), ("matmul", B3), ("mul", None),
+                   ("masked_fill", None), ("softmax", ((8, 64, 64),)), ("dropout", None),
+                   ("matmul", ((8, 64, 64), (8, 64, 32))), ("linear", None))
+    assert classify_units(calls) == ["gemm", "elementwise", "attention", "attention",
+                                     "attention", "attention", "attention", "attention",
+                                     "gemm"]
+
+
+@pytest.mark.parametrize("calls", [
+    # a router: a linear layer into a softmax (MoE's top-k gate)
+    [("linear", None), ("softmax", ((4096, 8),)), ("topk", None)],
+    # 2-D matmuls into a softmax: a classifier, not scores over keys
+    [("matmul", ((64, 32), (32, 10))), ("softmax", ((64, 10),)), ("matmul", ((64, 10),
+                                                                             (10, 5)))],
+    # scores and a softmax but nothing takes its output by matmul
+    [("bmm", B3), ("softmax", ((8, 64, 64),)), ("sum", None)],
+])
+def test_other_softmaxes_are_not_attention(calls):
+    assert "attention" not in classify_units(_calls(*calls))
+
+
+S4 = (2, 8, 128, 128)  # scores: batch, heads, queries, keys
+Q4, KT4, V4 = (2, 8, 128, 32), (2, 8, 32, 128), (2, 8, 128, 32)
+
+
+def test_an_inline_position_bias_and_mask_between_scores_and_softmax_stay_attention():
+    # ALiBi written by hand (the profiler's units of one such layer, on the CPU): the bias
+    # and the causal mask are made between the scores' matmul and the softmax, 11 units
+    calls = _calls(("matmul", (Q4, KT4)), ("div", (S4, ())), ("arange", ((), ())),
+                   ("unsqueeze", ((128,), ())), ("sub", ((1, 128), (128, 1))),
+                   ("abs", ((128, 128),)), ("neg", ((128, 128),)), ("to", ((128, 128), ())),
+                   ("mul", ((1, 8, 1, 1), (128, 128))), ("add", (S4, (1, 8, 128, 128))),
+                   ("ones", ((), ())), ("triu", ((128, 128), ())),
+                   ("masked_fill", (S4, (128, 128), ())), ("softmax", (S4, (), ())),
+                   ("to", (S4, ())), ("matmul", (S4, V4)), ("linear", ((2, 128, 256),)))
+    assert classify_units(calls) == ["attention"] * 16 + ["gemm"]
+    # with no shapes recorded the same layer is past the reach of the name alone
+    blind = [UnitCall(c.name) for c in calls]
+    assert "attention" not in classify_units(blind)
+
+
+def test_an_einsums_operands_are_read_from_its_tensor_list():
+    ev = optrace.OpEvent("aten::einsum", 1, 0.0, 1.0, {
+        "Input Dims": [[], [list(Q4), list(V4)], []],
+        "Input type": ["", "TensorList", ""]})
+    assert optrace.dims(ev) == ((), Q4, V4, ())
+    calls = _calls(("einsum", optrace.dims(ev)), ("mul", (S4, ())), ("softmax", (S4, (), ())),
+                   ("einsum", ((), S4, V4, ())))
+    assert classify_units(calls) == ["attention"] * 4
+
+
+def test_the_scores_are_the_product_the_softmax_takes_not_the_nearest_matmul():
+    # Transformer-XL's relative scores: a second product over 256 positions, shifted to the
+    # keys' 128, lies nearer the softmax than the content scores it is added to
+    rel = (2, 8, 128, 256)
+    calls = _calls(("linear", ((2, 128, 256),)), ("matmul", (Q4, KT4)),
+                   ("matmul", (Q4, (2, 8, 32, 256))), ("pad", (rel, ())),
+                   ("slice", ((2, 8, 128, 257), ())), ("add", (S4, S4)),
+                   ("softmax", (S4, (), ())), ("matmul", (S4, V4)))
+    assert classify_units(calls) == ["gemm"] + ["attention"] * 7
+    # a softmax whose rows no batched matmul before it made, nor one after it takes
+    other = _calls(("bmm", ((8, 64, 32), (8, 32, 16))), ("softmax", ((8, 64, 64),)),
+                   ("bmm", ((8, 64, 64), (8, 64, 32))))
+    assert "attention" not in classify_units(other)
+    taken = _calls(("bmm", B3), ("softmax", ((8, 64, 64),)), ("bmm", ((8, 32, 64), (8, 64, 8))))
+    assert "attention" not in classify_units(taken)
+
+
+def test_a_kernel_that_multiplies_under_a_memory_bound_unit_contradicts_it():
+    assert disagrees("elementwise", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n")
+    assert not disagrees("elementwise", "void at::native::vectorized_elementwise_kernel<4>")
+    assert not disagrees("gemm", "void at::native::vectorized_elementwise_kernel<4>")
+    assert not disagrees("norm", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float>")
