@@ -16,7 +16,7 @@ from gpuaudit.workloads import timing  # noqa: E402
 from gpuaudit.workloads.calls import Call, TensorSpec, match  # noqa: E402
 from gpuaudit.workloads.opclass import kernel_class  # noqa: E402
 from gpuaudit.workloads.tally import count_ops  # noqa: E402
-from gpuaudit.workloads.units import distinct, ranks, time_units  # noqa: E402
+from gpuaudit.workloads.units import _build, _rnn, distinct, ranks, time_units  # noqa: E402
 
 # Kernel names: cuDNN's as the H200 recordings of 2026-12-01 hold them; PyTorch's own as its
 # CUDA sources name them (aten/src/ATen/native/cuda/Normalization.cuh, Normalization.cu).
@@ -324,3 +324,41 @@ def test_an_einsum_is_matched_to_its_unit_by_its_operands_past_the_equation():
     assert [(c.op_class, c.unit_key) for c in found.calls] == [("attention", 7),
                                                                ("attention", 9)]
     assert found.unmatched == 0
+
+
+class _PackedLSTM(torch.nn.Module):
+    """pack_padded_sequence into an LSTM with a projection, as speech and tagging code does."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(6, 16, 2, proj_size=4)
+
+    def forward(self, x, lengths):
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+        return torch.nn.utils.rnn.pad_packed_sequence(self.rnn(packed)[0])[0]
+
+
+def _lstm_calls(net, batch):
+    torch.manual_seed(batch)
+    x, lengths = torch.randn(10, batch, 6), torch.randint(3, 11, (batch,))
+    lengths[0] = 10
+    return count_ops(lambda: net(x, lengths).sum().backward(), record_calls=True).calls
+
+
+def test_a_packed_lstm_with_a_projection_is_timed_alone_at_other_batches():
+    net = _PackedLSTM()
+    own, half = _lstm_calls(net, 8), _lstm_calls(net, 4)
+    timed = time_units(torch, torch.device("cpu"), "fp32", own, {"float32": own}, half, 8, 4,
+                       budget_s=2.0)
+    lstm = next(u for u in timed if u.unit == "lstm")
+    assert {(t.precision, t.batch_scale) for t in lstm.times} >= {
+        ("fp32", 1.0), ("fp32", 0.5), ("fp32", 2.0)}
+    # at ×2 the module has the recorded one's shapes, and each step runs twice the sequences
+    call, alt = own[0], half[0]
+    built = _build(torch, torch.device("cpu"), call.args, alt.args, call.args, 8, 4, 2.0, [])
+    rnn, (data, state) = _rnn(torch, torch.device("cpu"), call, built, 2.0)
+    twice = (call.args[1].values * 2).to(torch.int64)
+    assert (rnn.rnn.hidden_size, rnn.rnn.proj_size) == (16, 4)
+    assert data.shape == (int(twice.sum()), 6)
+    assert [tuple(h.shape) for h in state] == [(2, int(twice[0]), 4), (2, int(twice[0]), 16)]
+    assert tuple(rnn(data, state)[0].data.shape) == (int(twice.sum()), 4)

@@ -163,24 +163,56 @@ def _offsets_continued(torch: Any, call: Call, args: tuple[Any, ...]) -> tuple[A
 
 
 RNN_MODULES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
-def _rnn(torch: Any, device: Any, call: Call, args: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
-    """An RNN call (`_VF.lstm(input, hx, weights, bias, layers, dropout, train,
-    bidirectional, batch_first)`) as the module that made it, its weights in one flat buffer
-    as nn.LSTM keeps them (fresh weight tensors would be compacted at every call)."""
-    x, hx, weights, bias, layers, dropout, train, bidir, batch_first = args[:9]
-    if not isinstance(x, torch.Tensor) or not isinstance(weights, list | tuple):
-        raise ValueError("a packed sequence: not replayed")
-    hidden = int(weights[1].shape[1])
+def _rnn(torch: Any, device: Any, call: Call, args: tuple[Any, ...], scale: float
+         ) -> tuple[Any, tuple[Any, ...]]:
+    """An RNN call as the module that made it, its weights in one flat buffer as nn.LSTM
+    keeps them (fresh weight tensors would be compacted at every call): padded,
+    `_VF.lstm(input, hx, weights, bias, layers, dropout, train, bidirectional, batch_first)`;
+    packed (pack_padded_sequence), `_VF.lstm(data, batch_sizes, hx, weights, bias, layers,
+    dropout, train, bidirectional)`, its sequences' lengths kept and their number × `scale`."""
     kind = RNN_MODULES[call.name]
-    extra = {"nonlinearity": call.name.split("_")[1]} if kind == "RNN" else {}
+    packed = isinstance(call.args[1], TensorSpec) and not call.args[1].floating
+    if packed:
+        x, _sizes, hx, weights, bias, layers, dropout, train, bidir = args[:9]
+        batch_first = False
+    else:
+        x, hx, weights, bias, layers, dropout, train, bidir, batch_first = args[:9]
+    if not isinstance(x, torch.Tensor) or not isinstance(weights, list | tuple):
+        raise ValueError(f"{call.name}: not an RNN call this replay knows")
+    hidden = int(weights[0].shape[0]) // GATES[kind]
+    extra: dict[str, Any] = {"nonlinearity": call.name.split("_")[1]} if kind == "RNN" else {}
+    if kind == "LSTM" and int(weights[1].shape[1]) != hidden:
+        extra["proj_size"] = int(weights[1].shape[1])  # its recurrent weight takes the projection
     module = getattr(torch.nn, kind)(int(x.shape[-1]), hidden, num_layers=int(layers),
                                      bias=bool(bias), batch_first=bool(batch_first),
                                      dropout=float(dropout), bidirectional=bool(bidir),
                                      **extra).to(device)
     module.train(bool(train))
-    return module, (x, hx)
+    if not packed:
+        return module, (x, hx)
+    values = call.args[1].values
+    if values is None:
+        raise ValueError(f"{call.name}: a packed sequence without its batch sizes")
+    sizes = (values.double() * scale).round().clamp(min=1).to(torch.int64)
+    data = torch.randn(int(sizes.sum()), x.shape[-1], dtype=x.dtype, device=device,
+                       requires_grad=x.requires_grad)
+    states = tuple(torch.randn(h.shape[0], int(sizes[0]), *h.shape[2:], dtype=h.dtype,
+                               device=device) for h in (hx if isinstance(hx, list | tuple)
+                                                        else (hx,)))
+    state = states if kind == "LSTM" else states[0]
+    pack = torch.nn.utils.rnn.PackedSequence
+
+    class Packed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = module
+
+        def forward(self, data: Any, state: Any) -> Any:
+            return self.rnn(pack(data, sizes), state)
+    return Packed(), (data, state)
 
 
 def replay(torch: Any, device: Any, call: Call, family: Call, alt_batch_call: Call | None,
@@ -198,7 +230,7 @@ def replay(torch: Any, device: Any, call: Call, family: Call, alt_batch_call: Ca
     if call.name == "embedding_bag" and scale != 1.0:
         args = _offsets_continued(torch, call, args)
     if call.name in RNN_MODULES:
-        func, args = _rnn(torch, device, call, args)
+        func, args = _rnn(torch, device, call, args, scale)
         leaves = [t for t in (args[0], *func.parameters()) if t.requires_grad]
 
     def forward() -> Any:
