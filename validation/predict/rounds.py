@@ -125,7 +125,9 @@ _COUNTERS = {"num_alloc_retries": "alloc_retries", "num_device_alloc": "device_a
 def allocator_counters(torch: Any, device: Any) -> dict[str, int] | None:
     """The CUDA caching allocator's cumulative counters on `device` (retries after a failed
     allocation, cudaMalloc and cudaFree calls, the peak reserved bytes); None off CUDA."""
-    if getattr(device, "type", "cpu") != "cuda":
+    from gpuaudit.workloads.timing import is_cuda
+
+    if not is_cuda(device):
         return None
     stats = torch.cuda.memory_stats(device)
     return {name: int(stats.get(key, 0)) for key, name in _COUNTERS.items()}
