@@ -86,7 +86,7 @@ def test_counted_flops_equal_flop_counter_mode_on_a_tiny_gpt():
     from torch.utils.flop_counter import FlopCounterMode
 
     from gpuaudit.workloads import nets
-    from gpuaudit.workloads.flops import _cpu_attention_formulas
+    from gpuaudit.workloads.flops import missing_formulas
 
     torch.manual_seed(0)
     net = nets.WithLoss(nets.Gpt(128, 32, 2, 2, 32), nets.lm_loss)
@@ -96,7 +96,7 @@ def test_counted_flops_equal_flop_counter_mode_on_a_tiny_gpt():
         net(idx, idx).backward()
 
     t = tally.count_ops(step)
-    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas(torch)) as m:
+    with FlopCounterMode(display=False, custom_mapping=missing_formulas(torch)) as m:
         step()
     assert sum(t.flops.values()) == m.get_total_flops()
     assert t.flops["attention"] > 0 and t.bytes["elementwise"] > 0
@@ -104,6 +104,31 @@ def test_counted_flops_equal_flop_counter_mode_on_a_tiny_gpt():
     assert dict(t.attention) == {(2, 2, 32, 32, 16, True): [2, 2 * 4 * 2 * 2 * 32 * 32 * 16]}
     # every linear layer's work is gemm's, whatever called it, its backward included
     assert t.group_flops[("gemm", "linear")] == t.flops["gemm"]
+
+
+def test_a_mixture_of_experts_grouped_gemm_is_counted_and_classed_as_gemm():
+    # Hugging Face's MoE layers run their experts through torch._grouped_mm, which torch's
+    # FlopCounterMode has no formula for (it counted 0 and the unit fell to elementwise).
+    from gpuaudit.workloads.flops import count_flops
+
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("this torch has no _grouped_mm")
+    tokens, k, n, experts = 64, 32, 48, 4
+    a = torch.randn(tokens, k, requires_grad=True)
+    w = torch.randn(experts, k, n, requires_grad=True)
+    offs = torch.tensor([10, 30, 50, 64], dtype=torch.int32)
+
+    def step():
+        out = torch._grouped_mm(a, w, offs=offs)
+        (out * out).mean().backward()
+
+    # forward, the input's gradient and the experts' weight gradient: 3 × 2·T·K·N
+    assert count_flops(step).total == 3 * 2 * tokens * k * n
+    t = tally.count_ops(step)
+    assert t.flops["gemm"] == 3 * 2 * tokens * k * n
+    assert t.op_class["aten._grouped_mm"] == "gemm"
+    # the forward as 4 GEMMs of a mean shape (64 rows over 4 experts)
+    assert ("gemm", 16, n, k, experts, 4) in t.shapes
 
 
 def test_the_trace_parser_charges_each_kernel_to_the_unit_that_launched_it():

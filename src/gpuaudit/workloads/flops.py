@@ -26,6 +26,7 @@ PEAK_KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8
             "int8": "int8"}
 
 __all__ = ["PEAK_KEY", "FlopCount", "ResnetFlops", "count_flops", "mfu",
+           "missing_formulas",
            "palm_forward_flops_per_token", "palm_train_flops_per_token", "resnet_flops"]
 
 
@@ -101,9 +102,22 @@ class FlopCount:
         return self.dense + self.attention_forward + self.attention_backward * 4 // 5
 
 
-def _cpu_attention_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
-    """FlopCounterMode has no formula for the CPU flash-attention kernels (it counts 0):
-    give them torch's own formulas for the CUDA kernels, so CPU and GPU count alike."""
+def _grouped_mm_flops(a: Any, b: Any, *_a: Any, out_shape: Any = None, **_k: Any) -> int:
+    """A grouped GEMM's FLOPs from its operands' shapes: each output element contracts the
+    left operand's last dimension, except where both are 2-D (a weight gradient: the groups
+    split that dimension, so the output's G blocks share it)."""
+    if len(a) == 2 and len(b) == 2:
+        return 2 * a[0] * a[1] * b[1]
+    n = 1
+    for d in out_shape or ():
+        n *= d
+    return 2 * n * a[-1]
+
+
+def missing_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
+    """Formulas FlopCounterMode lacks (it counts 0 for these): the CPU flash-attention
+    kernels (torch's own formulas for the CUDA ones, so CPU and GPU count alike) and the
+    grouped GEMMs of mixture-of-experts layers."""
     from torch.utils import flop_counter as fc
 
     aten = torch.ops.aten
@@ -115,6 +129,10 @@ def _cpu_attention_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
     if bwd is not None:
         found[bwd] = lambda g, q, k, v, *_a, out_shape=None, **_k: \
             fc.sdpa_backward_flop_count(g, q, k, v)
+    for name in ("_grouped_mm", "_scaled_grouped_mm", "_scaled_grouped_mm_v2"):
+        op = getattr(aten, name, None)
+        if op is not None:
+            found[op] = _grouped_mm_flops
     return found
 
 
@@ -123,7 +141,7 @@ def count_flops(fn: Callable[[], Any]) -> FlopCount:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas(torch)) as mode:
+    with FlopCounterMode(display=False, custom_mapping=missing_formulas(torch)) as mode:
         fn()
     fwd = bwd = 0
     for op, n in mode.get_flop_counts().get("Global", {}).items():

@@ -41,7 +41,12 @@ __all__ = ["CLASSES", "MEMORY_CLASSES", "TENSOR_CLASSES", "UnitCall", "canonical
 
 GEMM = {"linear", "matmul", "mm", "addmm", "bmm", "baddbmm", "einsum", "addbmm", "addmv",
         "mv", "dot", "vdot", "inner", "outer", "tensordot", "bilinear", "_addmm_activation",
-        "_scaled_mm", "_int_mm", "chain_matmul", "linalg_multi_dot", "_trilinear"}
+        "_scaled_mm", "_int_mm", "chain_matmul", "linalg_multi_dot", "_trilinear",
+        # a mixture of experts' grouped GEMM (Hugging Face's MoE layers call it), fp8's
+        # scaled variants and weight-only int8/int4 inference
+        "_grouped_mm", "_scaled_grouped_mm", "_scaled_grouped_mm_v2", "_scaled_mm_v2",
+        "_weight_int8pack_mm", "_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu",
+        "_weight_int4pack_mm_with_scales_and_zeros"}
 ATTENTION_PREFIX = ("scaled_dot_product_attention", "_scaled_dot_product", "_flash_attention",
                     "_efficient_attention", "_cudnn_attention", "flex_attention",
                     "_native_multi_head_attention", "_fused_sdp")
@@ -78,6 +83,9 @@ BATCHED_MATMUL = {"matmul", "bmm", "baddbmm", "einsum"}
 SOFTMAX = {"softmax", "_softmax", "_safe_softmax", "special_softmax"}
 SCORE_GAP = 6  # units between the scores' matmul and the softmax (scale, mask and its making)
 SCORE_WINDOW = 16  # the same, where the shapes witness that the softmax takes its product
+# ... and further, while no other layer's work lies between (a mask built inline, cell by
+# cell, as Swin's shifted windows build theirs)
+SCORE_REACH = 64
 PROBS_GAP = 3  # units between the softmax and the matmul that takes its output (dropout)
 
 
@@ -97,7 +105,7 @@ def unit_class(name: str) -> str:
     neighbours: `classify_units`)."""
     if "::" in name:
         return "comm" if name.startswith("c10d") else "unknown"
-    if name in GEMM:
+    if name in GEMM or name.removesuffix("_") in GEMM:  # addmm_, baddbmm_: in place
         return "gemm"
     if name.startswith(ATTENTION_PREFIX):
         return "attention"
@@ -172,17 +180,26 @@ def _rank3(call: UnitCall) -> bool:
     return len(call.dims[0]) >= 3
 
 
+def _layer(call: UnitCall) -> bool:
+    """A unit that is another layer's work, not a mask's or a bias's: a linear layer, a
+    convolution, a normalization, another softmax."""
+    return call.name in SOFTMAX or (not _batched(call) and
+                                    unit_class(call.name) in ("gemm", "conv", "norm"))
+
+
 def _scores(calls: Sequence[UnitCall], moving: list[int], j: int) -> int | None:
     """The batched matmul whose product the softmax at `moving[j]` normalizes: the nearest
     before it whose product has the softmax's rows (up to `SCORE_WINDOW` units back: an
-    inline mask or position bias sits between them); where either shape is unrecorded, the
-    nearest within `SCORE_GAP` units."""
+    inline mask or position bias sits between them; up to `SCORE_REACH` where no other
+    layer does); where either shape is unrecorded, the nearest within `SCORE_GAP` units."""
     want = _rows(calls[moving[j]])
-    for d in range(1, SCORE_WINDOW + 1):
-        if j - d < 0:
+    crossed = False  # another layer's unit lies between
+    for d in range(1, SCORE_REACH + 1):
+        if j - d < 0 or (d > SCORE_WINDOW and crossed):
             return None
         call = calls[moving[j - d]]
         if not _batched(call):
+            crossed = crossed or _layer(call)
             continue
         made = _product(call)
         if want is not None and made is not None:

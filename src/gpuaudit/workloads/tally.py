@@ -120,6 +120,8 @@ def gemm_shape(name: str, args: tuple[Any, ...], out: Any, torch: Any
         if base == "baddbmm":
             a, b = args[1], args[2]
             return a.shape[1], b.shape[2], a.shape[2], a.shape[0]
+        if base in ("_grouped_mm", "_scaled_grouped_mm", "_scaled_grouped_mm_v2"):
+            return _grouped_shape(args[0], args[1], out)
         if base in ("convolution", "_convolution", "cudnn_convolution") and \
                 isinstance(out, torch.Tensor) and out.dim() == 4:
             w = args[1]
@@ -129,6 +131,22 @@ def gemm_shape(name: str, args: tuple[Any, ...], out: Any, torch: Any
     except (AttributeError, IndexError, TypeError):
         return None
     return None
+
+
+def _grouped_shape(a: Any, b: Any, out: Any) -> tuple[int, int, int, int]:
+    """A grouped GEMM as G GEMMs of one mean shape: 2-D × 3-D (the experts' forward) splits
+    a's rows, 2-D × 2-D (their weight gradient) the contracted dimension, 3-D × 2-D b's
+    columns; 3-D × 3-D is a batched matmul."""
+    if a.dim() == 2 and b.dim() == 3:
+        g = b.shape[0]
+        return max(1, a.shape[0] // g), b.shape[2], a.shape[1], g
+    if a.dim() == 2 and b.dim() == 2:
+        g = out.shape[0]
+        return a.shape[0], b.shape[1], max(1, a.shape[1] // g), g
+    if a.dim() == 3 and b.dim() == 2:
+        g = a.shape[0]
+        return a.shape[1], max(1, b.shape[-1] // g), a.shape[2], g
+    return a.shape[1], b.shape[2], a.shape[2], a.shape[0]
 
 
 def attention_shape(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -212,9 +230,9 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry, shape_wrapper
 
-    from gpuaudit.workloads.flops import _cpu_attention_formulas
+    from gpuaudit.workloads.flops import missing_formulas
 
-    extra = {k: shape_wrapper(v) for k, v in _cpu_attention_formulas(torch).items()}
+    extra = {k: shape_wrapper(v) for k, v in missing_formulas(torch).items()}
     formulas = {**flop_registry, **extra}
     seen: list[_Op] = []
     record = torch.autograd.profiler.record_function
