@@ -38,7 +38,8 @@ def unit_classes(spec: str, tmp_path: Path) -> dict[str, set[str]]:
     inputs, target = entry.split_batch(w.make_batch(min(w.batch_size, 2)))
     torch.manual_seed(0)
     with torch.profiler.profile(record_shapes=True) as prof:
-        (w.loss or entry.default_loss)(w.model(*inputs), target)
+        out = entry.call_model(w.model, inputs, entry.takes_keywords(w.model, inputs))
+        (w.loss or entry.default_loss)(out, target)
     trace = tmp_path / "trace.json"
     prof.export_chrome_trace(str(trace))
     tree = optrace.build(json.loads(trace.read_text())["traceEvents"])

@@ -206,6 +206,76 @@ def test_entry_point_loads_tuples_and_dicts(user_model, tmp_path):
         load("dictmod:boom")
 
 
+KEYWORD_MODELS = """
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+class HfStyle(nn.Module):
+    # keyword arguments, a loss when given labels, a dict out: as a Hugging Face model
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        self.head = nn.Linear(16, 50)
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        h = self.emb(input_ids) * attention_mask.unsqueeze(-1)
+        logits = self.head(h)
+        if labels is None:
+            return {"logits": logits}
+        return {"loss": F.cross_entropy(logits.flatten(0, 1), labels.flatten()), "logits": logits}
+
+class WholeBatch(nn.Module):
+    # the batch taken whole, as one dict argument
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 3)
+    def forward(self, batch):
+        return self.lin(batch["x"])
+
+def hf():
+    def make_batch(n):
+        ids = torch.randint(0, 50, (n, 6))
+        return {"input_ids": ids, "attention_mask": torch.ones(n, 6), "labels": ids}
+    return HfStyle(), make_batch
+
+def whole():
+    def make_batch(n):
+        return {"x": torch.randn(n, 8)}, torch.randint(0, 3, (n,))
+    return WholeBatch(), make_batch
+"""
+
+
+def test_a_batch_of_keyword_arguments_reaches_the_model_as_keywords(tmp_path, monkeypatch):
+    from gpuaudit.workloads.entry import split_batch, takes_keywords
+
+    (tmp_path / "kwmodels.py").write_text(KEYWORD_MODELS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hf, whole = load("kwmodels:hf"), load("kwmodels:whole")
+    inputs, target = split_batch(hf.make_batch(2))
+    assert target is None and takes_keywords(hf.model, inputs)
+    inputs, target = split_batch(whole.make_batch(2))
+    assert target.shape == (2,) and not takes_keywords(whole.model, inputs)
+    run = bench("train", models=["kwmodels:hf", "kwmodels:whole"], modes=["fp32"],
+                batch_size=4, steps=2, parts=["modes"])
+    got = by_name(run)
+    for spec in ("kwmodels:hf", "kwmodels:whole"):
+        assert got[f"{spec}/fp32/throughput"].value > 0, got[f"{spec}/fp32/throughput"]
+    # the model's own loss was trained: both layers' FLOPs counted (embedding: none)
+    assert got["kwmodels:hf/flop_count"].value == pytest.approx(3 * 2 * 6 * 16 * 50 / 1e9)
+    inf = by_name(bench("infer", models=["kwmodels:hf"], precisions=["fp32", "bf16"],
+                        batches=[2], parts=["latency"], infer_seconds=0.05))
+    assert inf["kwmodels:hf/bf16/eager/b2/latency"].value > 0
+
+
+def test_a_loaders_dict_batches_count_their_samples():
+    from gpuaudit.tune.runner import _batch_len
+
+    assert _batch_len({"input_ids": torch.zeros(5, 9), "labels": torch.zeros(5, 9)}) == 5
+    assert _batch_len(([torch.zeros(3, 2)], torch.zeros(3))) == 3
+    assert _batch_len(torch.zeros(4, 2)) == 4
+
+
 # -- inference --------------------------------------------------------------------------------
 
 

@@ -116,7 +116,13 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
     import torch
 
     from gpuaudit.workloads.buckets import ddp_buckets
-    from gpuaudit.workloads.entry import as_workload, default_loss, resolve, split_batch
+    from gpuaudit.workloads.entry import (
+        as_workload,
+        default_loss,
+        resolve,
+        split_batch,
+        takes_keywords,
+    )
     from gpuaudit.workloads.models import call_make_batch
     from gpuaudit.workloads.nets import WithLoss
     from gpuaudit.workloads.optim import make_optimizer
@@ -128,8 +134,8 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
     try:
         with device:
             w = as_workload(build(), spec)
-            net = WithLoss(w.model, w.loss or default_loss)
             inputs, target = split_batch(call_make_batch(w.make_batch, batch, where))
+            net = WithLoss(w.model, w.loss or default_loss, takes_keywords(w.model, inputs))
         opt, _ = make_optimizer(torch, net, sgd=False, fused=False)
 
         def step() -> None:

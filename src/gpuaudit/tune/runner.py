@@ -7,12 +7,13 @@ import contextlib
 import gc
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaudit.workloads.entry import default_loss, split_batch
+from gpuaudit.workloads.entry import call_model, default_loss, split_batch, takes_keywords
 from gpuaudit.workloads.optim import make_optimizer
+from gpuaudit.workloads.trainer import to_device
 
 from .search import Trial
 from .target import Target
@@ -95,15 +96,16 @@ class Runner:
         tgt: Any
         try:
             inputs, tgt = split_batch(self.target.make_batch(batch))
-            inputs = tuple(x.to(self.device) if hasattr(x, "to") else x for x in inputs)
-            tgt = tgt.to(self.device) if hasattr(tgt, "to") else tgt
+            keywords = takes_keywords(self.target.model, inputs)
+            inputs = to_device(torch, inputs, self.device, False)
+            tgt = to_device(torch, tgt, self.device, False)
             t_end = time.monotonic() + self.min_time_s
             i = 0
             while i < self.warmup + self.steps or time.monotonic() < t_end:
                 self._sync()
                 t0 = time.perf_counter()
                 with autocast():
-                    loss = loss_fn(self.target.model(*inputs), tgt)
+                    loss = loss_fn(call_model(self.target.model, inputs, keywords), tgt)
                 (scaler.scale(loss) if scaler else loss).backward()
                 self._opt.step(scaler)
                 if scaler:
@@ -182,5 +184,10 @@ def loader_rates(make_loader: Callable[[int], Any], workers: list[int], seconds:
 
 
 def _batch_len(b: Any) -> int:
-    first = b[0] if isinstance(b, tuple | list) else b
-    return int(first.shape[0]) if hasattr(first, "shape") else 1
+    """Samples in a loader's batch: the first tensor's rows, in a tuple, a list or a mapping
+    (a Hugging Face collator's batch is a dict)."""
+    if isinstance(b, Mapping):
+        b = next(iter(b.values()), None)
+    if isinstance(b, tuple | list) and b:
+        return _batch_len(b[0])
+    return int(b.shape[0]) if hasattr(b, "shape") and len(b.shape) else 1

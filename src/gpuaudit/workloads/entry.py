@@ -11,7 +11,9 @@
 `model` is a `torch.nn.Module`. `make_batch(batch_size)` makes synthetic data (anywhere:
 gpuaudit moves it to the device) as `(inputs, target)`, where `inputs` is a tuple of
 arguments for `model(*inputs)` and `target` may be None; a bare tensor or a tuple that is
-not such a pair is taken as the inputs. `loss(output, target)` gives the scalar to
+not such a pair is taken as the inputs. The inputs may also be a mapping, as a Hugging Face
+batch is: `model(**inputs)` where its keys bind to the forward's parameters, else the mapping
+as the one argument. `loss(output, target)` gives the scalar to
 back-propagate; without it (of the output's first tensor, or a mapping's `loss` or
 `logits`): the output itself when it is a scalar, cross-entropy when the target holds class
 indices (classes in the last dimension, or in the second as torch's `(N, C, d1, …)` where
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -158,12 +161,33 @@ def failed_entry_points(specs: list[str], measured: Any) -> str | None:
 
 
 def split_batch(batch: Any) -> tuple[tuple[Any, ...], Any]:
-    """(inputs, target) from what make_batch returned (see the module doc)."""
-    if isinstance(batch, tuple | list) and len(batch) == 2 and isinstance(batch[0], tuple | list):
-        return tuple(batch[0]), batch[1]
+    """(inputs, target) from what make_batch returned (see the module doc); a mapping of
+    inputs stays one input (`takes_keywords` says how the model takes it)."""
+    if isinstance(batch, tuple | list) and len(batch) == 2:
+        if isinstance(batch[0], tuple | list):
+            return tuple(batch[0]), batch[1]
+        if isinstance(batch[0], Mapping):
+            return (batch[0],), batch[1]
     if isinstance(batch, tuple | list):
         return tuple(batch), None
     return (batch,), None
+
+
+def takes_keywords(model: Any, inputs: tuple[Any, ...]) -> bool:
+    """Whether the inputs are the model's keyword arguments, `model(**inputs[0])`, as a
+    Hugging Face model takes its batch: they are one mapping that binds to the forward's
+    signature. A forward that takes the mapping whole (`forward(self, batch)`) gets it so."""
+    if len(inputs) != 1 or not isinstance(inputs[0], Mapping):
+        return False
+    try:
+        inspect.signature(model.forward).bind(**inputs[0])
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
+def call_model(model: Any, inputs: tuple[Any, ...], keywords: bool) -> Any:
+    return model(**inputs[0]) if keywords else model(*inputs)
 
 
 def _first_output(output: Any) -> Any:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaudit.workloads.entry import Workload, split_batch
+from gpuaudit.workloads.entry import Workload, call_model, split_batch, takes_keywords
 from gpuaudit.workloads.models import build, call_make_batch
 from gpuaudit.workloads.precision import float32_matmuls, model_dtype
 from gpuaudit.workloads.timing import (
@@ -50,9 +50,22 @@ class Prepared:
         inputs, _ = split_batch(call_make_batch(self.workload.make_batch, batch, self.device))
         dtype = model_dtype(torch, self.precision)
         cl = self.workload.image_model and is_cuda(self.device)
-        moved = to_device(torch, inputs, self.device, cl)
-        return tuple(x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point()
-                     else x for x in moved)
+        return cast_floats(torch, to_device(torch, inputs, self.device, cl), dtype)
+
+    def call(self, fn: Any, inputs: tuple[Any, ...]) -> Any:
+        """fn (the model, or it compiled) on the inputs as the model takes them."""
+        return call_model(fn, inputs, takes_keywords(self.model, inputs))
+
+
+def cast_floats(torch: Any, x: Any, dtype: Any) -> Any:
+    """Floating tensors, in tuples, lists and mappings too, in the model's dtype."""
+    if isinstance(x, tuple | list):
+        return type(x)(cast_floats(torch, v, dtype) for v in x)
+    if isinstance(x, dict):
+        return {k: cast_floats(torch, v, dtype) for k, v in x.items()}
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x.to(dtype)
+    return x
 
 
 def prepare(name: str, precision: str, device: Any, *, seq_len: int | None = None) -> Prepared:
@@ -116,7 +129,7 @@ def run_one(p: Prepared, mode: str, batch: int, *, budget_s: float, backend: str
     with torch.no_grad(), float32_matmuls(torch, tf32=p.precision != "fp32"):
         if mode == "eager" or mode == "cudagraph":
             def fn() -> Any:
-                return p.model(*inputs)
+                return p.call(p.model, inputs)
             call = _capture(torch, fn) if mode == "cudagraph" else fn
             for _ in range(3):  # cuDNN's algorithm search, lazy initialisation, graph upload
                 call()
@@ -131,7 +144,7 @@ def run_one(p: Prepared, mode: str, batch: int, *, budget_s: float, backend: str
             def call() -> Any:
                 if mark is not None:
                     mark()
-                return compiled(*inputs)
+                return p.call(compiled, inputs)
 
             if backend == "inductor":
                 import torch._inductor.config as inductor_config

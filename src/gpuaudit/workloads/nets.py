@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gpuaudit.workloads.entry import call_model
+
 
 class Attention(nn.Module):
     def __init__(self, dim: int, heads: int, causal: bool) -> None:
@@ -176,13 +178,15 @@ class ResNet(nn.Module):
 
 class WithLoss(nn.Module):
     """model + loss as one module: compiled together (the loss fuses with the output layer)
-    and wrapped together by DDP. Called as net(*inputs, target)."""
+    and wrapped together by DDP. Called as net(*inputs, target); with `keywords` the inputs
+    are one mapping, the model's keyword arguments (`entry.takes_keywords`)."""
 
-    def __init__(self, model: nn.Module, loss: object) -> None:
+    def __init__(self, model: nn.Module, loss: object, keywords: bool = False) -> None:
         super().__init__()
         self.model = model
         self.loss = loss
+        self.keywords = keywords
 
     def forward(self, *args: object) -> torch.Tensor:
         *inputs, target = args
-        return self.loss(self.model(*inputs), target)  # type: ignore[operator]
+        return self.loss(call_model(self.model, tuple(inputs), self.keywords), target)  # type: ignore[operator]

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuaudit.workloads.entry import default_loss, split_batch
+from gpuaudit.workloads.entry import default_loss, split_batch, takes_keywords
 from gpuaudit.workloads.flops import FlopCount, count_flops
 from gpuaudit.workloads.models import build, call_make_batch
 from gpuaudit.workloads.optim import make_optimizer
@@ -48,8 +48,8 @@ class Trainer:
             w.model = w.model.to(memory_format=torch.channels_last)
         elif mode.channels_last:
             self.notes.append("channels_last applies to image models only: ignored")
-        self.net = WithLoss(w.model, w.loss or default_loss)
         inputs, target = split_batch(call_make_batch(w.make_batch, w.batch_size, device))
+        self.net = WithLoss(w.model, w.loss or default_loss, takes_keywords(w.model, inputs))
         self.inputs = to_device(torch, inputs, device, mode.channels_last)
         self.target = to_device(torch, target, device, False)
         self.ddp = wrap(self.net) if wrap else None
