@@ -58,6 +58,26 @@ def test_an_inline_position_bias_and_mask_between_scores_and_softmax_stay_attent
     assert "attention" not in classify_units(blind)
 
 
+def test_a_mask_built_cell_by_cell_before_the_softmax_stays_attention_unless_a_layer_intervenes():
+    # Swin's shifted windows (torchvision's swin_t): after the scores, the window mask is
+    # filled one region at a time, 9 regions, then compared, filled and added: 19 units
+    s = (16, 4, 49, 49)
+    mask = [("new_zeros", ((), ()))] + [("fill_", ((7, 7), ()))] * 9 + \
+        [("sub", ((4, 1, 49), (4, 49, 1))), ("ne", ((4, 49, 49), ())),
+         ("masked_fill", ((4, 49, 49), (), ())), ("eq", ((4, 49, 49), ())),
+         ("masked_fill", ((4, 49, 49), (), ())), ("add", ((4, 4, 4, 49, 49), (1, 4, 1, 49, 49)))]
+    head = [("linear", ((16, 49, 96),)), ("matmul", ((16, 4, 49, 24), (16, 4, 24, 49))),
+            ("add", (s, (4, 49, 49)))]
+    tail = [("softmax", (s, (), ())), ("dropout", (s, ())),
+            ("matmul", (s, (16, 4, 49, 24))), ("linear", ((16, 49, 96),))]
+    assert classify_units(_calls(*head, *mask, *tail)) == \
+        ["gemm"] + ["attention"] * (2 + len(mask) + 3) + ["gemm"]
+    # past the first 16 units, a linear layer between ends the search: its product is not
+    # the one the softmax takes
+    layered = _calls(*head, *mask[:8], ("linear", ((16, 49, 96),)), *mask[8:], *tail)
+    assert classify_units(layered).count("attention") == 0
+
+
 def test_an_einsums_operands_are_read_from_its_tensor_list():
     ev = optrace.OpEvent("aten::einsum", 1, 0.0, 1.0, {
         "Input Dims": [[], [list(Q4), list(V4)], []],
