@@ -360,3 +360,10 @@ def test_the_default_loss_reads_the_outputs_users_models_return():
     assert torch.equal(default_loss(((tokens, 1),), y), default_loss(tokens, y))
     with pytest.raises(TypeError, match="needs a tensor output"):
         default_loss({"hidden": [1, 2]}, y)
+    # a torchvision detector in training returns its losses by name: all of them train
+    parts = {"loss_classifier": torch.tensor(0.5), "loss_box_reg": torch.tensor(0.25),
+             "loss_objectness": torch.tensor(2.0)}
+    assert default_loss(parts, None).item() == 2.75
+    # a mapping of outputs (a segmentation net's out and aux) is not summed: its first
+    seg = {"out": pixels, "aux": pixels * 2}
+    assert torch.equal(default_loss(seg, pix_y), F.cross_entropy(pixels, pix_y))

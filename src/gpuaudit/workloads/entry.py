@@ -15,7 +15,7 @@ not such a pair is taken as the inputs. The inputs may also be a mapping, as a H
 batch is: `model(**inputs)` where its keys bind to the forward's parameters, else the mapping
 as the one argument. `loss(output, target)` gives the scalar to
 back-propagate; without it (of the output's first tensor, or a mapping's `loss` or
-`logits`): the output itself when it is a scalar, cross-entropy when the target holds class
+`logits`, or the sum of a mapping of scalar losses): the output itself when it is a scalar, cross-entropy when the target holds class
 indices (classes in the last dimension, or in the second as torch's `(N, C, d1, …)` where
 the target's shape says so), mean squared error against a floating target, else the mean of
 the output.
@@ -192,13 +192,17 @@ def call_model(model: Any, inputs: tuple[Any, ...], keywords: bool) -> Any:
 
 def _first_output(output: Any) -> Any:
     """The tensor a loss is taken of: the first of a tuple or list; of a mapping (a Hugging
-    Face model's output), its `loss` where it computed one, else its `logits`, else its
-    first value."""
+    Face model's output), its `loss` where it computed one, else its `logits`, else the sum
+    of its values where all are scalars (a torchvision detector's losses, summed as its
+    reference training does), else its first value."""
     if isinstance(output, Mapping):
         for key in ("loss", "logits"):
             if output.get(key) is not None:
                 return output[key]
-        return _first_output(next(iter(output.values()), None))
+        values = list(output.values())
+        if values and all(getattr(v, "ndim", None) == 0 for v in values):
+            return sum(values[1:], values[0])
+        return _first_output(next(iter(values), None))
     if isinstance(output, tuple | list) and output:
         return _first_output(output[0])
     return output
