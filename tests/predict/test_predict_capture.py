@@ -398,3 +398,42 @@ def test_time_in_units_without_a_rule_is_named_with_why():
     # on a CPU, the operators' own time the same way
     cpu = kernelview.cpu_view([op("aten::fft_rfft", 0, 30), op("aten::add", 40, 5)], steps=1)
     assert dict(cpu.unknown) == {("fft_rfft", "an aten operator without a rule"): 30.0}
+
+
+def test_a_custom_op_is_one_unit_with_its_aten_operators_and_its_backward():
+    # torchvision's roi_align as torch.profiler records it (made up, the nesting of a real
+    # CPU trace): the op zeroes its output through aten, runs its own kernel, and its
+    # backward (its own op, under the autograd node of the forward's sequence number)
+    # zeroes the input's gradient through aten and scatters into it with its own kernel
+    def op(name, ts, dur, tid=1, **args):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": tid,
+                "args": args}
+
+    def launch(corr, ts, tid=1):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts,
+                "dur": 2, "tid": tid, "args": {"correlation": corr}}
+
+    def kernel(corr, name, ts, dur):
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur,
+                "args": {"correlation": corr}}
+
+    events = [
+        op("torchvision::roi_align", 0, 100, **{"Sequence number": 9}),
+        op("GeneratedBackwardFor_torchvision_roi_align_default", 2, 96),
+        op("aten::new_zeros", 4, 20, **{"Sequence number": 9}), launch(1, 10),
+        launch(2, 40),
+        op("autograd::engine::evaluate_function: GeneratedBackwardFor_torchvision_roi_align"
+           "_defaultBackward", 200, 100, tid=2, **{"Sequence number": 9}),
+        op("torchvision::_roi_align_backward", 202, 96, tid=2),
+        op("aten::zeros", 204, 20, tid=2), launch(3, 210, tid=2), launch(4, 240, tid=2),
+        kernel(1, "vectorized_elementwise_kernel", 300, 5),
+        kernel(2, "RoIAlignForward", 310, 30),
+        kernel(3, "vectorized_elementwise_kernel", 350, 15),
+        kernel(4, "RoIAlignBackward", 370, 50),
+    ]
+    t = kernelview.parse_trace(events, steps=1)
+    assert dict(t.group_us) == {("unknown", "torchvision::roi_align"): 100.0}
+    assert dict(t.unknown) == {("torchvision::roi_align", "an operator outside aten"): 100.0}
+    # on a CPU: the loops run in the ops' own frames (the autograd wrapper's in the forward)
+    cpu = kernelview.cpu_view([e for e in events if e["cat"] == "cpu_op"], steps=1)
+    assert dict(cpu.group_us) == {("unknown", "torchvision::roi_align"): pytest.approx(196.0)}

@@ -13,10 +13,10 @@ gpuaudit moves it to the device) as `(inputs, target)`, where `inputs` is a tupl
 arguments for `model(*inputs)` and `target` may be None; a bare tensor or a tuple that is
 not such a pair is taken as the inputs. The inputs may also be a mapping, as a Hugging Face
 batch is: `model(**inputs)` where its keys bind to the forward's parameters, else the mapping
-as the one argument. `loss(output, target)` gives the scalar to
-back-propagate; without it (of the output's first tensor, or a mapping's `loss` or
-`logits`, or the sum of a mapping of scalar losses): the output itself when it is a scalar, cross-entropy when the target holds class
-indices (classes in the last dimension, or in the second as torch's `(N, C, d1, …)` where
+as the one argument. `loss(output, target)` gives the scalar to back-propagate; without it
+(of the output's first tensor, or a mapping's `loss` or `logits`, or the sum of a mapping of
+scalar losses): the output itself when it is a scalar, cross-entropy when the target holds
+class indices (classes in the last dimension, or in the second as torch's `(N, C, d1, …)` where
 the target's shape says so), mean squared error against a floating target, else the mean of
 the output.
 

@@ -253,7 +253,9 @@ def unknown_why(unit: str) -> str:
 
 
 def cpu_view(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
-    """On a CPU: each aten operator's own time charged to its unit."""
+    """On a CPU: each aten operator's own time charged to its unit, and a custom operator's
+    (torchvision::roi_align: its loops run in its own frame, between the aten operators it
+    calls) to its own."""
     tree = optrace.build(events)
     view = KernelView(steps=max(1, steps), source="cpu operators (self time)")
     children: dict[int, float] = defaultdict(float)
@@ -263,12 +265,13 @@ def cpu_view(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
                 children[id(ev.parent)] += ev.end - ev.ts
     for evs in tree.by_tid.values():
         for ev in evs:
-            if not ev.is_aten:
-                continue
             own = max(0.0, ev.end - ev.ts - children.get(id(ev), 0.0))
             if own <= 0:
                 continue
             at = optrace.attribute(tree, ev)
+            if not ev.is_aten and (at.event is None or not at.event.is_custom or
+                                   ev.name.startswith(optrace.EVALUATE)):
+                continue  # the autograd engine's, a module's: not an operator's own work
             if at.op_class == "unknown":
                 view.unknown[(at.unit, unknown_why(at.unit))] += own
             view.us[at.op_class] += own

@@ -8,10 +8,11 @@ nested intervals (`cpu_op`, and `user_annotation` for `record_function` and the 
 
 - a kernel → its launch (by correlation) → the operators open on the launching thread at
   that moment, outermost first;
-- in the forward, the unit is the outermost aten operator of that stack;
+- in the forward, the unit is the outermost operator of that stack, aten's or another
+  library's (`torchvision::roi_align`, whose own kernels and aten calls are one unit);
 - in the backward (`autograd::engine::evaluate_function: XBackward0`, on the autograd
   engine's thread), the unit is the forward unit that created the node: the forward operator
-  with the node's `Sequence number`, and its outermost aten ancestor;
+  with the node's `Sequence number`, and its outermost operator ancestor;
 - inside `Optimizer.step#…`, the optimizer;
 - the forward units of each step, in order, get their classes from `opclass.classify_units`
   (the unfused attention path is found among its neighbours), and the backward inherits them.
@@ -34,6 +35,8 @@ STEP_MARK = "gpuaudit.step"
 EVALUATE = "autograd::engine::evaluate_function"
 OPTIMIZER = "Optimizer.step"
 COMPILED = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph")
+# namespaces of operators that are torch's own machinery, not a library's operator
+MACHINERY = {"aten", "autograd", "torch", "profiler", "prim", "prims", "inductor"}
 
 
 @dataclass
@@ -48,6 +51,17 @@ class OpEvent:
     @property
     def is_aten(self) -> bool:
         return self.name.startswith("aten::")
+
+    @property
+    def is_custom(self) -> bool:
+        """An operator of another library (torchvision::roi_align, c10d's collectives, a
+        torch.library op): one unit with whatever aten operators it calls."""
+        ns, sep, _ = self.name.partition("::")
+        return bool(sep) and ns not in MACHINERY
+
+    @property
+    def is_op(self) -> bool:
+        return self.is_aten or self.is_custom
 
 
 @dataclass(frozen=True)
@@ -93,8 +107,8 @@ def chain(ev: OpEvent | None) -> list[OpEvent]:
     return out[::-1]
 
 
-def _outermost_aten(ev: OpEvent) -> OpEvent | None:
-    return next((e for e in chain(ev) if e.is_aten), None)
+def _outermost_op(ev: OpEvent) -> OpEvent | None:
+    return next((e for e in chain(ev) if e.is_op), None)
 
 
 def build(events: Iterable[dict[str, Any]]) -> OpTree:
@@ -126,9 +140,9 @@ def build(events: Iterable[dict[str, Any]]) -> OpTree:
             if ev.name.startswith(STEP_MARK) and ev.parent is None:
                 tree.steps.append(ev)
             seq = ev.args.get("Sequence number")
-            if seq is None or not ev.is_aten or _in_backward(ev):
+            if seq is None or not ev.is_op or _in_backward(ev):
                 continue
-            unit = _outermost_aten(ev)
+            unit = _outermost_op(ev)
             if unit is not None:
                 tree.forward_of_seq[int(seq)] = unit
     tree.steps.sort(key=lambda v: v.ts)
@@ -165,7 +179,7 @@ def dims(ev: OpEvent) -> tuple[tuple[int, ...], ...] | None:
 def forward_units(tree: OpTree) -> list[list[OpEvent]]:
     """Each step's forward units in order (one list for a trace without step marks)."""
     units = [ev for evs in tree.by_tid.values() for ev in evs
-             if ev.is_aten and _outermost_aten(ev) is ev and not _in_backward(ev)
+             if ev.is_op and _outermost_op(ev) is ev and not _in_backward(ev)
              and not _in_optimizer(ev)]
     units.sort(key=lambda v: v.ts)
     if not tree.steps:
@@ -203,17 +217,12 @@ def attribute(tree: OpTree, ev: OpEvent | None, own: str | None = None) -> Attri
                                    canonical(fwd.name), backward=True, event=fwd)
             node = e.name.split(": ", 1)[-1].rsplit("::", 1)[-1]
             return Attribution("elementwise", _snake(node), backward=True)
-        if e.is_aten:
+        if e.is_op:  # a custom op's own kernels and its aten operators' are its unit's
             name = canonical(e.name)
             cls = tree.unit_class.get(id(e), op_class(e.name))
             return Attribution(cls, name, event=e)
     if any(e.name.startswith(COMPILED) for e in stack):
         return Attribution("elementwise", "compiled")
-    # an operator of another namespace with no aten operator under it (a custom op's own
-    # kernel: torchvision::roi_align, a torch.library Triton op): its own unit, unknown
-    custom = next((e for e in stack if "::" in e.name), None)
-    if custom is not None:
-        return Attribution(op_class(custom.name), canonical(custom.name), event=custom)
     if own is not None:
         return Attribution(op_class(own), canonical(own))
     return Attribution("unattributed", "unattributed")
