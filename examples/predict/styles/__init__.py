@@ -4,5 +4,6 @@ family, the class its units must land in, and each family is a `build()`-style e
 as `bench train --model styles.MODULE:FAMILY` takes it (run from examples/predict/).
 
 `development`: the families the classes were corrected on (an inline ALiBi bias, einsum
-attention, F.normalize's vector norm). `held_out`: written, with their expected classes,
+attention, F.normalize's vector norm, Swin's shifted-window mask, grouped-GEMM experts, a
+batch of keyword arguments). `held_out`: written, with their expected classes,
 after the last correction and before they were first profiled."""

@@ -24,6 +24,13 @@ EXPECT = {
     "graphsage": {"linalg_vector_norm": "elementwise", "index_add_": "elementwise",
                   "linear": "gemm"},
     "wavenet": {"conv1d": "conv", "tanh": "elementwise"},
+    # the shifted window's mask filled region by region between the scores and the softmax
+    "swin_shifted": {"matmul": "attention", "softmax": "attention", "linear": "gemm"},
+    # experts through one grouped GEMM, as Hugging Face's MoE layers run them
+    "grouped_moe": {"_grouped_mm": "gemm", "linear": "gemm", "embedding": "embedding"},
+    # a Hugging Face-style batch: a dict of keyword arguments, the loss computed inside
+    "keyword_batch": {"linear": "gemm", "embedding": "embedding",
+                      "scaled_dot_product_attention": "attention"},
 }
 
 
@@ -215,3 +222,94 @@ class WaveNet(nn.Module):
 
 def wavenet():
     return WaveNet(), lambda n: ((torch.randint(0, 64, (n, 256)),), torch.randint(0, 64, (n, 256)))
+
+
+class ShiftedWindows(nn.Module):
+    """Swin's shifted-window attention as torchvision writes it: windows of 7×7 on a 14×14
+    map rolled by 3, the mask built after the scores, one region at a time."""
+
+    def __init__(self, c=96, heads=3, window=7, shift=3):
+        super().__init__()
+        self.heads, self.window, self.shift = heads, window, shift
+        self.qkv, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.head = nn.Linear(c, 10)
+
+    def forward(self, x):  # (B, 14, 14, C)
+        B, Hh, Ww, C = x.shape
+        w, s, nh = self.window, self.shift, self.heads
+        x = torch.roll(x, (-s, -s), (1, 2))
+        win = x.view(B, Hh // w, w, Ww // w, w, C).permute(0, 1, 3, 2, 4, 5).reshape(-1, w * w, C)
+        q, k, v = self.qkv(win).reshape(win.size(0), w * w, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
+        attn = q.matmul(k.transpose(-2, -1)) * (C // nh) ** -0.5
+        mask = x.new_zeros((Hh, Ww))
+        count = 0
+        for hs in ((0, -w), (-w, -s), (-s, None)):
+            for ws in ((0, -w), (-w, -s), (-s, None)):
+                mask[hs[0]:hs[1], ws[0]:ws[1]] = count
+                count += 1
+        mask = mask.view(Hh // w, w, Ww // w, w).permute(0, 2, 1, 3).reshape(-1, w * w)
+        mask = mask.unsqueeze(1) - mask.unsqueeze(2)
+        mask = mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+        n = mask.size(0)
+        attn = attn.view(B, n, nh, w * w, w * w) + mask.unsqueeze(1).unsqueeze(0)
+        attn = F.softmax(attn.view(-1, nh, w * w, w * w), dim=-1)
+        y = self.proj(attn.matmul(v).transpose(1, 2).reshape(win.size(0), w * w, C))
+        return self.head(y.mean(1).view(B, n, C).mean(1))
+
+
+def swin_shifted():
+    return ShiftedWindows(), lambda n: ((torch.randn(n, 14, 14, 96),), torch.randint(0, 10, (n,)))
+
+
+class GroupedMoE(nn.Module):
+    """Top-2 of 4 experts: tokens sorted by expert, the experts' SwiGLU through
+    torch._grouped_mm over the sorted rows (Hugging Face's grouped-GEMM path)."""
+
+    def __init__(self, e=4, f=256):
+        super().__init__()
+        self.emb, self.router = nn.Embedding(VOCAB, D), nn.Linear(D, e)
+        self.out = nn.Linear(D, VOCAB)
+        self.up = nn.Parameter(torch.randn(e, D, 2 * f) * D ** -0.5)
+        self.down = nn.Parameter(torch.randn(e, f, D) * f ** -0.5)
+        self.e = e
+
+    def forward(self, ids):
+        h = self.emb(ids).flatten(0, 1)
+        weight, expert = self.router(h).softmax(-1).topk(2, -1)
+        flat = expert.flatten()
+        order = flat.argsort()
+        rows = h.repeat_interleave(2, 0)[order]
+        offs = torch.cumsum(torch.bincount(flat, minlength=self.e), 0).to(torch.int32)
+        g, u = torch._grouped_mm(rows, self.up, offs=offs).chunk(2, -1)
+        y = torch._grouped_mm(F.silu(g) * u, self.down, offs=offs)
+        y = torch.zeros_like(y).index_copy(0, order, y) * weight.flatten()[:, None]
+        return self.out(h + y.view(-1, 2, D).sum(1)).view(*ids.shape, VOCAB)
+
+
+def grouped_moe():
+    return GroupedMoE(), _tokens
+
+
+class KeywordLM(nn.Module):
+    """A Hugging Face-style model: keyword arguments, its own loss given labels, a dict out."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.qkv = nn.Embedding(VOCAB, D), nn.Linear(D, 3 * D)
+        self.lm_head = nn.Linear(D, VOCAB)
+
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        h = self.emb(input_ids)
+        q, k, v = self.qkv(h).view(*h.shape[:2], 3, H, D // H).permute(2, 0, 3, 1, 4)
+        h = h + F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2)
+        logits = self.lm_head(h * attention_mask[..., None])
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten()) if labels is not None \
+            else None
+        return {"loss": loss, "logits": logits}
+
+
+def keyword_batch():
+    def make_batch(n):
+        ids = torch.randint(0, VOCAB, (n, T))
+        return {"input_ids": ids, "attention_mask": torch.ones(n, T), "labels": ids}
+    return KeywordLM(), make_batch
