@@ -198,6 +198,20 @@ def test_entry_point_loads_tuples_and_dicts(user_model, tmp_path):
     """))
     w = load("dictmod:build")
     assert (w.batch_size, w.tokens_per_sample) == (3, 7)
+    # a model build() compiled runs eager: the modes say what is compiled
+    (tmp_path / "compiledmod.py").write_text(textwrap.dedent("""
+        import torch
+        def wrapped():
+            return torch.compile(torch.nn.Linear(4, 4)), lambda n: torch.ones(n, 4)
+        def in_place():
+            m = torch.nn.Linear(4, 4)
+            m.compile()
+            return m, lambda n: torch.ones(n, 4)
+    """))
+    for fn in ("wrapped", "in_place"):
+        w = load(f"compiledmod:{fn}")
+        assert type(w.model) is torch.nn.Linear and w.model._compiled_call_impl is None
+        assert w.params == {"compiled_in_build": "run eager; the +compile modes compile it"}
     from gpuaudit.errors import BadInputError
 
     with pytest.raises(BadInputError, match="without model and make_batch"):

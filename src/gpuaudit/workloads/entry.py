@@ -141,7 +141,22 @@ def as_workload(made: Any, name: str) -> Workload:
         raise BadInputError(f"--model {name}: make_batch and loss must be callables")
     if w.batch_size < 1:
         raise BadInputError(f"--model {name}: batch_size must be at least 1")
+    _uncompiled(w)
     return w
+
+
+def _uncompiled(w: Workload) -> None:
+    """A model build() compiled (`torch.compile(model)` or `model.compile()`) runs eager: the
+    modes say what is compiled (`+compile`), and an eager mode's operators are what the op
+    profile classes (a compiled backward is one opaque node). Its params say so."""
+    orig = getattr(w.model, "_orig_mod", None)
+    if orig is not None and type(w.model).__name__ == "OptimizedModule":
+        w.model = orig
+    elif getattr(w.model, "_compiled_call_impl", None) is not None:
+        w.model._compiled_call_impl = None
+    else:
+        return
+    w.params = {**(w.params or {}), "compiled_in_build": "run eager; the +compile modes compile it"}
 
 
 _RAISED = re.compile(r"^[A-Z]\w*(Error|Exception|Exit|Interrupt)\b")
