@@ -282,6 +282,23 @@ def test_a_batch_of_keyword_arguments_reaches_the_model_as_keywords(tmp_path, mo
     assert inf["kwmodels:hf/bf16/eager/b2/latency"].value > 0
 
 
+def test_a_model_with_nothing_to_train_is_refused_in_one_line(tmp_path, monkeypatch):
+    from gpuaudit.workloads.entry import failed_entry_points
+
+    (tmp_path / "frozenmod.py").write_text(textwrap.dedent("""
+        import torch
+        def build():
+            m = torch.nn.Linear(8, 3).requires_grad_(False)
+            return m, lambda n: ((torch.randn(n, 8),), torch.randint(0, 3, (n,)))
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = bench("train", models=["frozenmod:build"], modes=["fp32"], batch_size=4, steps=2,
+                parts=["modes"])
+    line = failed_entry_points(["frozenmod:build"], run.measurements)
+    assert line is not None and "no trainable parameters" in line and "bench infer" in line
+
+
 def test_a_loaders_dict_batches_count_their_samples():
     from gpuaudit.tune.runner import _batch_len
 

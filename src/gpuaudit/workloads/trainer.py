@@ -43,6 +43,10 @@ class Trainer:
         self.torch, self.mode, self.device = torch, mode, device
         torch.manual_seed(0)
         self.workload = w = build(model, device, seq_len=seq_len, batch_size=batch_size)
+        if not any(q.requires_grad for q in w.model.parameters()) and w.loss is None:
+            # a custom loss may train something of its own; the model alone has nothing
+            raise ValueError("the model has no trainable parameters (all frozen or none): "
+                             "nothing to train; `bench infer` measures it")
         self.notes: list[str] = []
         if mode.channels_last and w.image_model:
             w.model = w.model.to(memory_format=torch.channels_last)
