@@ -78,6 +78,36 @@ def test_a_mask_built_cell_by_cell_before_the_softmax_stays_attention_unless_a_l
     assert classify_units(layered).count("attention") == 0
 
 
+def test_scores_summed_from_several_products_are_all_attention():
+    # DeBERTa's disentangled attention (Hugging Face's, the profiler's units on the CPU):
+    # content scores, then the position embeddings projected (two linear layers) and the
+    # content-to-position and position-to-content products, gathered and added
+    s3, q3, k3 = (8, 64, 64), (8, 64, 32), (8, 32, 64)
+    calls = _calls(("linear", ((2, 64, 128),)), ("bmm", (q3, k3)), ("dropout", ((64, 128),)),
+                   ("linear", ((1, 64, 128),)), ("repeat", ((4, 64, 32),)),
+                   ("linear", ((1, 64, 128),)), ("bmm", (q3, k3)), ("clamp", ((1, 1, 64, 64),)),
+                   ("gather", (s3, (), s3)), ("bmm", (q3, k3)), ("gather", (s3, (), s3)),
+                   ("add_", (s3, s3)), ("add", (s3, s3)), ("masked_fill", (s3, s3)),
+                   ("softmax", (s3, ())), ("dropout", (s3, ())), ("bmm", (s3, q3)),
+                   ("linear", ((2, 64, 128),)))
+    got = classify_units(calls)
+    assert [c for c, u in zip(got, calls, strict=True) if u.name == "bmm"] == ["attention"] * 4
+    # the position embeddings' projections between stay linear layers
+    assert [c for c, u in zip(got, calls, strict=True) if u.name == "linear"] == ["gemm"] * 4
+    # a normalization between ends the search: the layer before's product is not summed in
+    layered = _calls(("bmm", (q3, k3)), ("layer_norm", ((2, 64, 128),)), *[(c.name, c.dims)
+                                                                          for c in calls])
+    assert classify_units(layered)[0] == "gemm"
+
+
+def test_a_softmax_written_with_logsumexp_is_attention():
+    # Reformer's LSH and local attention: exp(scores − logsumexp(scores))
+    calls = _calls(("matmul", (Q4, KT4)), ("div", (S4, ())), ("where", (S4, S4, ())),
+                   ("logsumexp", (S4, (), ())), ("sub", (S4, (2, 8, 128, 1))), ("exp", (S4,)),
+                   ("dropout", (S4, ())), ("matmul", (S4, V4)), ("linear", ((2, 128, 256),)))
+    assert classify_units(calls) == ["attention"] * 8 + ["gemm"]
+
+
 def test_an_einsums_operands_are_read_from_its_tensor_list():
     ev = optrace.OpEvent("aten::einsum", 1, 0.0, 1.0, {
         "Input Dims": [[], [list(Q4), list(V4)], []],

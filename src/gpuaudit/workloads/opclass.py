@@ -1,10 +1,11 @@
 """Operator classes: what a unit of the step *is*, whatever module called it.
 
-A unit is the outermost aten operator of a forward call, as the profiler's operator stack
-shows it (`aten::linear` around `aten::addmm`; `aten::conv2d` around cuDNN's kernels and its
-layout transforms; `aten::lstm` around `aten::_cudnn_rnn`); the backward's operators belong
-to the forward unit whose autograd node they run (`workloads.optrace`). Its class comes from
-its name, and for batched matmuls from their neighbours:
+A unit is the outermost operator of a forward call (aten's, or another library's with the
+aten operators it calls), as the profiler's operator stack shows it (`aten::linear` around
+`aten::addmm`; `aten::conv2d` around cuDNN's kernels and its layout transforms;
+`aten::lstm` around `aten::_cudnn_rnn`); the backward's operators belong to the forward unit
+whose autograd node they run (`workloads.optrace`). Its class comes from its name, and for
+batched matmuls from their neighbours:
 
 - gemm: linear, matmul, bmm, baddbmm, einsum, mm, addmm, …;
 - attention: scaled_dot_product_attention and the fused kernels' own operators; and the
@@ -12,9 +13,10 @@ its name, and for batched matmuls from their neighbours:
   over the rows of a batched matmul's product, the batched matmul that takes rows of that
   shape within `PROBS_GAP` units after it, and the units between them (scaling, mask and
   its making, a position bias, dropout). The shapes are the witness: the scores' matmul is
-  the nearest whose product has the softmax's rows, up to `SCORE_WINDOW` units back; where
-  shapes are not recorded (or an einsum's product is not known), the nearest within
-  `SCORE_GAP`;
+  the nearest whose product has the softmax's rows, up to `SCORE_WINDOW` units back (up to
+  `SCORE_REACH` where no other layer lies between), with the earlier products of those rows
+  summed into it; where shapes are not recorded (or an einsum's product is not known), the
+  nearest within `SCORE_GAP`. A softmax written as exp(x − logsumexp(x)) is one;
 - conv, rnn (lstm, gru, rnn_tanh/relu and their cells), norm (batch, layer, group, instance,
   RMS), embedding (embedding, embedding_bag);
 - optimizer: everything inside `Optimizer.step` (the profiler's annotation), and the fused
@@ -80,7 +82,8 @@ VIEWS = {"view", "reshape", "_unsafe_view", "transpose", "transpose_", "permute"
          "resolve_conj", "resolve_neg", "_to_copy_view", "diagonal", "unfold", "type_as",
          "to", "contiguous_view", "reshape_as", "_local_scalar_dense", "item", "size"}
 BATCHED_MATMUL = {"matmul", "bmm", "baddbmm", "einsum"}
-SOFTMAX = {"softmax", "_softmax", "_safe_softmax", "special_softmax"}
+# the softmax, and its form exp(x − logsumexp(x)) (Reformer's LSH and local attention)
+SOFTMAX = {"softmax", "_softmax", "_safe_softmax", "special_softmax", "logsumexp"}
 SCORE_GAP = 6  # units between the scores' matmul and the softmax (scale, mask and its making)
 SCORE_WINDOW = 16  # the same, where the shapes witness that the softmax takes its product
 # ... and further, while no other layer's work lies between (a mask built inline, cell by
@@ -188,10 +191,11 @@ def _layer(call: UnitCall) -> bool:
 
 
 def _scores(calls: Sequence[UnitCall], moving: list[int], j: int) -> int | None:
-    """The batched matmul whose product the softmax at `moving[j]` normalizes: the nearest
-    before it whose product has the softmax's rows (up to `SCORE_WINDOW` units back: an
-    inline mask or position bias sits between them; up to `SCORE_REACH` where no other
-    layer does); where either shape is unrecorded, the nearest within `SCORE_GAP` units."""
+    """The batched matmul whose product the softmax at `moving[j]` normalizes (its place in
+    `moving`): the nearest before it whose product has the softmax's rows (up to
+    `SCORE_WINDOW` units back: an inline mask or position bias sits between them; up to
+    `SCORE_REACH` where no other layer does); where either shape is unrecorded, the nearest
+    within `SCORE_GAP` units."""
     want = _rows(calls[moving[j]])
     crossed = False  # another layer's unit lies between
     for d in range(1, SCORE_REACH + 1):
@@ -204,10 +208,32 @@ def _scores(calls: Sequence[UnitCall], moving: list[int], j: int) -> int | None:
         made = _product(call)
         if want is not None and made is not None:
             if made == want:
-                return moving[j - d]
+                return j - d
             continue  # another product (a relative position's): look further
-        return moving[j - d] if d <= SCORE_GAP + 1 else None
+        return j - d if d <= SCORE_GAP + 1 else None
     return None
+
+
+def _summed_scores(calls: Sequence[UnitCall], moving: list[int], j: int,
+                   want: tuple[int, ...] | None) -> list[int]:
+    """Earlier products of the same rows summed into the scores at `moving[j]` (DeBERTa's
+    content, content-to-position and position-to-content terms), each within
+    `SCORE_WINDOW` units of the next; a softmax, a normalization or a convolution (another
+    layer), or a batched matmul of another product ends the search."""
+    found: list[int] = []
+    d = 0
+    while want is not None and j - d - 1 >= 0 and d < SCORE_WINDOW:
+        d += 1
+        call = calls[moving[j - d]]
+        if call.name in SOFTMAX or unit_class(call.name) in ("norm", "conv"):
+            break
+        if not _batched(call):
+            continue
+        if _product(call) != want:
+            break
+        found.append(moving[j - d])
+        j, d = j - d, 0
+    return found
 
 
 def _probs(calls: Sequence[UnitCall], moving: list[int], j: int) -> int | None:
@@ -233,9 +259,14 @@ def classify_units(calls: Sequence[UnitCall]) -> list[str]:
     for j, i in enumerate(moving):
         if calls[i].name not in SOFTMAX or not _rank3(calls[i]):
             continue
-        score, probs = _scores(calls, moving, j), _probs(calls, moving, j)
-        if score is None or probs is None:
+        js, probs = _scores(calls, moving, j), _probs(calls, moving, j)
+        if js is None or probs is None:
             continue
+        score = moving[js]
+        earlier = _summed_scores(calls, moving, js, _rows(calls[i]))
+        for k in range(min(earlier, default=score), score):
+            if k in earlier or out[k] == "elementwise":  # linear layers between stay gemm
+                out[k] = "attention"
         for k in range(score, probs + 1):
             if out[k] in ("gemm", "elementwise"):
                 out[k] = "attention"
