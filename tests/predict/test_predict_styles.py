@@ -1,7 +1,8 @@
 """The operator classes on layers written the ways users write them
 (`examples/predict/styles/`): each family's forward and loss profiled on this CPU, its units
 classed from the trace as `bench train --op-profile` classes them, against the classes its
-module declared. The held-out families were declared before they were first profiled."""
+module declared. The held-out families were declared before they were first profiled. The
+library models (transformers, timm, torchvision) run where their library is installed."""
 
 from __future__ import annotations
 
@@ -20,16 +21,18 @@ ROOT = Path(__file__).resolve().parents[2]
 STYLES = ROOT / "examples" / "predict"
 
 
-def _expect(module: str) -> dict[str, dict[str, str]]:
+def _module(module: str):
     spec = importlib.util.spec_from_file_location(f"styles_{module}",
                                                   STYLES / "styles" / f"{module}.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.EXPECT
+    return mod
 
 
-EXPECT = {module: _expect(module) for module in ("development", "held_out")}
+LIBRARIES = _module("libraries")
+EXPECT = {module: _module(module).EXPECT for module in ("development", "held_out")}
+EXPECT["libraries"] = LIBRARIES.EXPECT
 
 
 def unit_classes(spec: str, tmp_path: Path) -> dict[str, set[str]]:
@@ -61,9 +64,24 @@ def styles_on_path(monkeypatch):
 
 @pytest.mark.parametrize(("module", "family"),
                          [(m, f) for m, families in EXPECT.items() for f in families])
-def test_each_style_lands_in_the_class_its_family_declared(module, family, tmp_path):
-    expect = EXPECT[module][family]
+def test_each_style_lands_in_the_class_its_family_declared(module, family, tmp_path, request):
+    if module == "libraries":
+        pytest.importorskip(LIBRARIES.LIBRARY[family])
+    if (module, family) in KNOWN_MISSES:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_MISSES[module, family], strict=True))
+    expect = dict(EXPECT[module][family])
     got = unit_classes(f"styles.{module}:{family}", tmp_path)
-    wrong = {unit: sorted(got.get(unit, {"(absent)"})) for unit, cls in expect.items()
-             if got.get(unit) != {cls}}
+    anywhere = set().union(*got.values())
+    wrong: dict[str, list[str]] = {"!": sorted(anywhere & expect.pop("!"))} \
+        if "!" in expect else {}
+    wrong.update({unit: sorted(got.get(unit, {"(absent)"})) for unit, cls in expect.items()
+                  if got.get(unit) != (cls if isinstance(cls, set) else {cls})})
+    wrong = {k: v for k, v in wrong.items() if v}
     assert not wrong, f"{module}:{family}: {wrong}"
+
+
+# Held-out misses, shown with their cause (docs/predict.md); strict: one that passes fails.
+KNOWN_MISSES = {
+    ("libraries", "longformer"): "sliding-window scores copied diagonal by diagonal into "
+                                 "windows before the softmax: no shape ties them",
+}
