@@ -1,5 +1,5 @@
 """The user's model as an entry point: `pkg.module:build`, shared by `bench train|infer`,
-`tune` and `doctor`.
+`tune` and `predict --model`.
 
 `build()` takes no arguments and returns one of:
 
