@@ -25,8 +25,7 @@ from gpuaudit.model.presets import palm_forward_flops_per_token, palm_train_flop
 PEAK_KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8",
             "int8": "int8"}
 
-__all__ = ["PEAK_KEY", "FlopCount", "ResnetFlops", "count_flops", "mfu",
-           "missing_formulas",
+__all__ = ["PEAK_KEY", "FlopCount", "ResnetFlops", "count_flops", "mfu", "missing_formulas",
            "palm_forward_flops_per_token", "palm_train_flops_per_token", "resnet_flops"]
 
 
