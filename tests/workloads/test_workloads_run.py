@@ -323,6 +323,31 @@ def test_infer_sweeps_batches_and_skips_what_cannot_run_here():
     assert "GPUs only" in got["bert-tiny/fp32/cudagraph/latency"].skipped_reason
 
 
+def test_int8_on_a_model_that_reads_its_linear_weights_itself_says_why_it_cannot(
+        tmp_path, monkeypatch):
+    # torchvision's Swin passes its Linear layers' weights to F.linear: the int8 layers that
+    # replace them hold int8 weights the functional call cannot take
+    (tmp_path / "weightsmod.py").write_text(textwrap.dedent("""
+        import torch
+        import torch.nn.functional as F
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.qkv = torch.nn.Linear(64, 64)
+            def forward(self, x):
+                return F.linear(x, self.qkv.weight, self.qkv.bias)
+        def build():
+            return Net(), lambda n: ((torch.randn(n, 64),), None)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    got = by_name(bench("infer", models=["weightsmod:build"], precisions=["fp32", "int8"],
+                        batches=[2], parts=["latency"], infer_seconds=0.05))
+    assert got["weightsmod:build/fp32/eager/b2/latency"].value > 0
+    reason = got["weightsmod:build/int8/eager/b2/latency"].skipped_reason
+    assert reason.startswith("int8: the model reads a Linear layer's weight outside the layer")
+
+
 def test_int8_linear_layers_stay_close_to_the_float_result():
     from gpuaudit.workloads.quant import quantize
 

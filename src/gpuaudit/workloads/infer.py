@@ -188,9 +188,17 @@ def measure_one(p: Prepared, mode: str, batch: int, **kwargs: Any) -> InferResul
             from gpuaudit.bench.stats import reason_of
 
             reason = reason_of(exc)
+            if _QUANTIZED_DTYPE.get(p.precision, "\0") in str(exc):
+                reason = (f"{p.precision}: the model reads a Linear layer's weight outside the "
+                          "layer (F.linear on its .weight, as torchvision's Swin does), which "
+                          f"the replaced {p.precision} layers cannot serve; {reason}")
     finally:
         release(torch, p.device)
     return reason
+
+
+# how torch names the replaced layers' weight dtype in its errors
+_QUANTIZED_DTYPE = {"int8": "Char", "fp8": "Float8"}
 
 
 def sweep(p: Prepared, plan: list[tuple[str, int]], step: Callable[[str], None],
