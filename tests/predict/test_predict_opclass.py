@@ -140,3 +140,35 @@ def test_a_kernel_that_multiplies_under_a_memory_bound_unit_contradicts_it():
     assert not disagrees("elementwise", "void at::native::vectorized_elementwise_kernel<4>")
     assert not disagrees("gemm", "void at::native::vectorized_elementwise_kernel<4>")
     assert not disagrees("norm", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float>")
+
+
+def test_an_einsums_product_is_read_from_the_bmm_it_ran_as():
+    # einsum attention with a mask made inline (8 units): the equation is not recorded, the
+    # bmm under each einsum gives its product, which ties the scores to the softmax
+    def op(name, ts, dur, dims=None, inputs=None):
+        args = {"Input Dims": dims} if dims is not None else {}
+        if inputs:
+            args["Input type"] = inputs
+        return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": 1,
+                "args": args}
+
+    def einsum(ts, a, b, with_bmm=True):
+        evs = [op("aten::einsum", ts, 10, [[], [list(a), list(b)]], ["", "TensorList"])]
+        if with_bmm:
+            evs.append(op("aten::bmm", ts + 2, 5, [[8, *a[-2:]], [8, *b[-2:]]]))
+        return evs
+
+    def layer(with_bmm):
+        mask = [op(f"aten::{n}", 20 + 5 * i, 3, [[64, 64]])
+                for i, n in enumerate(("arange", "sub", "abs", "neg", "mul", "ones", "triu",
+                                       "masked_fill"))]
+        return [*einsum(0, Q4, KT4, with_bmm), *mask,
+                op("aten::softmax", 70, 3, [list(S4), []]), *einsum(80, S4, V4, with_bmm)]
+
+    def classes(events):
+        tree = optrace.build(events)
+        return [tree.unit_class[id(u)] for u in optrace.forward_units(tree)[0]]
+
+    assert classes(layer(True)) == ["attention"] * 11
+    # without the bmm the product is unknown: the nearest einsum 9 units back is too far
+    assert classes(layer(False))[0] == "gemm"

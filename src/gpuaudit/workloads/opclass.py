@@ -139,6 +139,9 @@ class UnitCall:
 
     name: str
     dims: tuple[tuple[int, ...], ...] | None = None
+    # an einsum's product's last two dimensions, from the bmm it ran as (the profiler does
+    # not record the equation); None where it ran none
+    product: tuple[int, ...] | None = None
 
 
 def _operands(call: UnitCall) -> list[tuple[int, ...]] | None:
@@ -169,9 +172,11 @@ def _rows(call: UnitCall) -> tuple[int, ...] | None:
 
 def _product(call: UnitCall) -> tuple[int, ...] | None:
     """The last two dimensions of a batched matmul's product (T×K · K×S → T×S), where its
-    operands say (an einsum's equation is not recorded)."""
+    operands say (an einsum's, where the bmm it ran as does)."""
+    if call.name == "einsum":
+        return call.product
     ops = _operands(call)
-    if call.name == "einsum" or not ops or len(ops) != 2:
+    if not ops or len(ops) != 2:
         return None
     return ops[0][-2], ops[1][-1]
 

@@ -193,9 +193,26 @@ def forward_units(tree: OpTree) -> list[list[OpEvent]]:
     return out
 
 
+def _einsum_product(tree: OpTree, unit: OpEvent) -> tuple[int, ...] | None:
+    """The last two dimensions of an einsum's product, from the first bmm under it (einsum
+    contracts through bmm, the output's trailing dimensions its rows and columns)."""
+    if unit.name != "aten::einsum":
+        return None
+    evs = tree.by_tid[unit.tid]
+    for ev in evs[bisect.bisect_left(tree.starts[unit.tid], unit.ts):]:
+        if ev.ts > unit.end:
+            break
+        if ev.name == "aten::bmm":
+            d = dims(ev)
+            if d and len(d) >= 2 and len(d[0]) == 3 and len(d[1]) == 3:
+                return d[0][1], d[1][2]
+            return None
+    return None
+
+
 def _classify(tree: OpTree) -> None:
     for units in forward_units(tree):
-        calls = [UnitCall(canonical(u.name), dims(u)) for u in units]
+        calls = [UnitCall(canonical(u.name), dims(u), _einsum_product(tree, u)) for u in units]
         for u, cls in zip(units, classify_units(calls), strict=True):
             tree.unit_class[id(u)] = cls
 
