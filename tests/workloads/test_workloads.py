@@ -364,6 +364,15 @@ def test_the_default_loss_reads_the_outputs_users_models_return():
     parts = {"loss_classifier": torch.tensor(0.5), "loss_box_reg": torch.tensor(0.25),
              "loss_objectness": torch.tensor(2.0)}
     assert default_loss(parts, None).item() == 2.75
+    # a dataclass output reads as its fields
+    from dataclasses import dataclass
+
+    @dataclass
+    class Out:
+        hidden: object
+        logits: object
+
+    assert torch.equal(default_loss(Out(None, tokens), y), default_loss(tokens, y))
     # a mapping of outputs (a segmentation net's out and aux) is not summed: its first
     seg = {"out": pixels, "aux": pixels * 2}
     assert torch.equal(default_loss(seg, pix_y), F.cross_entropy(pixels, pix_y))

@@ -14,11 +14,11 @@ arguments for `model(*inputs)` and `target` may be None; a bare tensor or a tupl
 not such a pair is taken as the inputs. The inputs may also be a mapping, as a Hugging Face
 batch is: `model(**inputs)` where its keys bind to the forward's parameters, else the mapping
 as the one argument. `loss(output, target)` gives the scalar to back-propagate; without it
-(of the output's first tensor, or a mapping's `loss` or `logits`, or the sum of a mapping of
-scalar losses): the output itself when it is a scalar, cross-entropy when the target holds
-class indices (classes in the last dimension, or in the second as torch's `(N, C, d1, …)` where
-the target's shape says so), mean squared error against a floating target, else the mean of
-the output.
+(of the output's first tensor, or a mapping's or a dataclass's `loss` or `logits`, or the sum
+of a mapping of scalar losses): the output itself when it is a scalar, cross-entropy when the
+target holds class indices (classes in the last dimension, or in the second as torch's
+`(N, C, d1, …)` where the target's shape says so), mean squared error against a floating
+target, else the mean of the output.
 
 Anything that goes wrong before the model exists (the module cannot be imported, the function
 is missing, build() fails or returns something else) is bad input: one line, exit 2.
@@ -27,6 +27,7 @@ is missing, build() fails or returns something else) is bad input: one line, exi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import os
@@ -209,7 +210,10 @@ def _first_output(output: Any) -> Any:
     """The tensor a loss is taken of: the first of a tuple or list; of a mapping (a Hugging
     Face model's output), its `loss` where it computed one, else its `logits`, else the sum
     of its values where all are scalars (a torchvision detector's losses, summed as its
-    reference training does), else its first value."""
+    reference training does), else its first value. A dataclass reads as the mapping of its
+    fields."""
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):
+        output = {f.name: getattr(output, f.name) for f in dataclasses.fields(output)}
     if isinstance(output, Mapping):
         for key in ("loss", "logits"):
             if output.get(key) is not None:
