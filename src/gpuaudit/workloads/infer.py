@@ -50,18 +50,7 @@ class Prepared:
         inputs, _ = split_batch(call_make_batch(self.workload.make_batch, batch, self.device))
         dtype = model_dtype(torch, self.precision)
         cl = self.workload.image_model and is_cuda(self.device)
-        return cast_floats(torch, to_device(torch, inputs, self.device, cl), dtype)
-
-
-def cast_floats(torch: Any, x: Any, dtype: Any) -> Any:
-    """Floating tensors, in tuples, lists and mappings too, in the model's dtype."""
-    if isinstance(x, tuple | list):
-        return type(x)(cast_floats(torch, v, dtype) for v in x)
-    if isinstance(x, dict):
-        return {k: cast_floats(torch, v, dtype) for k, v in x.items()}
-    if isinstance(x, torch.Tensor) and x.is_floating_point():
-        return x.to(dtype)
-    return x
+        return tuple(to_device(torch, inputs, self.device, cl, dtype))
 
 
 def prepare(name: str, precision: str, device: Any, *, seq_len: int | None = None) -> Prepared:

@@ -16,13 +16,18 @@ from gpuaudit.workloads.precision import TrainMode, autocast_dtype
 from gpuaudit.workloads.timing import sync
 
 
-def to_device(torch: Any, x: Any, device: Any, channels_last: bool) -> Any:
+def to_device(torch: Any, x: Any, device: Any, channels_last: bool,
+              dtype: Any = None) -> Any:
+    """The tensors of `x` (in tuples, lists and dicts too) on `device`; the floating ones in
+    `dtype` where given (an inference model cast to it)."""
     if isinstance(x, tuple | list):
-        return type(x)(to_device(torch, v, device, channels_last) for v in x)
+        return type(x)(to_device(torch, v, device, channels_last, dtype) for v in x)
     if isinstance(x, dict):
-        return {k: to_device(torch, v, device, channels_last) for k, v in x.items()}
+        return {k: to_device(torch, v, device, channels_last, dtype) for k, v in x.items()}
     if isinstance(x, torch.Tensor):
         x = x.to(device, non_blocking=True)
+        if dtype is not None and x.is_floating_point():
+            x = x.to(dtype)
         if channels_last and x.dim() == 4 and x.is_floating_point():
             x = x.contiguous(memory_format=torch.channels_last)
     return x
