@@ -68,15 +68,25 @@ def build():
 
 
 @pytest.fixture
-def user_model(tmp_path, monkeypatch):
-    """A user's module `mymodels` on the path, whose model runs out of memory above a batch."""
-    def write(limit: int = 1000) -> str:
-        (tmp_path / "mymodels.py").write_text(USER_MODEL.replace("{limit}", str(limit)))
-        sys.modules.pop("mymodels", None)
-        return "mymodels:build"
+def user_module(tmp_path, monkeypatch):
+    """write(name, source): a user's module of that name, importable as from their
+    directory (the current one, on the path)."""
+    def write(name: str, source: str) -> None:
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        sys.modules.pop(name, None)
 
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
+    return write
+
+
+@pytest.fixture
+def user_model(user_module):
+    """A user's module `mymodels` on the path, whose model runs out of memory above a batch."""
+    def write(limit: int = 1000) -> str:
+        user_module("mymodels", USER_MODEL.replace("{limit}", str(limit)))
+        return "mymodels:build"
+
     return write
 
 
@@ -183,7 +193,7 @@ def test_a_users_model_trains_with_counted_flops_and_serves(user_model):
     assert inf[f"{spec}/int8/eager/b2/throughput"].value > 0
 
 
-def test_entry_point_loads_tuples_and_dicts(user_model, tmp_path):
+def test_entry_point_loads_tuples_and_dicts(user_model, user_module, tmp_path):
     w = load(user_model())
     assert w.name == "mymodels:build" and w.loss is None and w.batch_size == 32
     (tmp_path / "dictmod.py").write_text(textwrap.dedent("""
@@ -199,7 +209,7 @@ def test_entry_point_loads_tuples_and_dicts(user_model, tmp_path):
     w = load("dictmod:build")
     assert (w.batch_size, w.tokens_per_sample) == (3, 7)
     # a model build() compiled runs eager: the modes say what is compiled
-    (tmp_path / "compiledmod.py").write_text(textwrap.dedent("""
+    user_module("compiledmod", """
         import torch
         def wrapped():
             return torch.compile(torch.nn.Linear(4, 4)), lambda n: torch.ones(n, 4)
@@ -207,7 +217,7 @@ def test_entry_point_loads_tuples_and_dicts(user_model, tmp_path):
             m = torch.nn.Linear(4, 4)
             m.compile()
             return m, lambda n: torch.ones(n, 4)
-    """))
+    """)
     for fn in ("wrapped", "in_place"):
         w = load(f"compiledmod:{fn}")
         assert type(w.model) is torch.nn.Linear and w.model._compiled_call_impl is None
@@ -259,12 +269,10 @@ def whole():
 """
 
 
-def test_a_batch_of_keyword_arguments_reaches_the_model_as_keywords(tmp_path, monkeypatch):
+def test_a_batch_of_keyword_arguments_reaches_the_model_as_keywords(user_module):
     from gpuaudit.workloads.entry import split_batch, takes_keywords
 
-    (tmp_path / "kwmodels.py").write_text(KEYWORD_MODELS)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    user_module("kwmodels", KEYWORD_MODELS)
     hf, whole = load("kwmodels:hf"), load("kwmodels:whole")
     inputs, target = split_batch(hf.make_batch(2))
     assert target is None and takes_keywords(hf.model, inputs)
@@ -282,17 +290,15 @@ def test_a_batch_of_keyword_arguments_reaches_the_model_as_keywords(tmp_path, mo
     assert inf["kwmodels:hf/bf16/eager/b2/latency"].value > 0
 
 
-def test_a_model_with_nothing_to_train_is_refused_in_one_line(tmp_path, monkeypatch):
+def test_a_model_with_nothing_to_train_is_refused_in_one_line(user_module):
     from gpuaudit.workloads.entry import failed_entry_points
 
-    (tmp_path / "frozenmod.py").write_text(textwrap.dedent("""
+    user_module("frozenmod", """
         import torch
         def build():
             m = torch.nn.Linear(8, 3).requires_grad_(False)
             return m, lambda n: ((torch.randn(n, 8),), torch.randint(0, 3, (n,)))
-    """))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    """)
     run = bench("train", models=["frozenmod:build"], modes=["fp32"], batch_size=4, steps=2,
                 parts=["modes"])
     line = failed_entry_points(["frozenmod:build"], run.measurements)
@@ -324,10 +330,10 @@ def test_infer_sweeps_batches_and_skips_what_cannot_run_here():
 
 
 def test_int8_on_a_model_that_reads_its_linear_weights_itself_says_why_it_cannot(
-        tmp_path, monkeypatch):
+        user_module):
     # torchvision's Swin passes its Linear layers' weights to F.linear: the int8 layers that
     # replace them hold int8 weights the functional call cannot take
-    (tmp_path / "weightsmod.py").write_text(textwrap.dedent("""
+    user_module("weightsmod", """
         import torch
         import torch.nn.functional as F
         class Net(torch.nn.Module):
@@ -338,9 +344,7 @@ def test_int8_on_a_model_that_reads_its_linear_weights_itself_says_why_it_cannot
                 return F.linear(x, self.qkv.weight, self.qkv.bias)
         def build():
             return Net(), lambda n: ((torch.randn(n, 64),), None)
-    """))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    """)
     got = by_name(bench("infer", models=["weightsmod:build"], precisions=["fp32", "int8"],
                         batches=[2], parts=["latency"], infer_seconds=0.05))
     assert got["weightsmod:build/fp32/eager/b2/latency"].value > 0
