@@ -172,3 +172,26 @@ def test_an_einsums_product_is_read_from_the_bmm_it_ran_as():
     assert classes(layer(True)) == ["attention"] * 11
     # without the bmm the product is unknown: the nearest einsum 9 units back is too far
     assert classes(layer(False))[0] == "gemm"
+
+
+def test_a_pairwise_distance_is_a_gemm_where_it_ran_as_one():
+    # a VQ-VAE's codebook lookup, torch.cdist(z, codebook) as the profiler records it: its
+    # Euclidean path runs mm (gemm); with no mm under it (p != 2, few rows) it stays unknown
+    def op(name, ts, dur, dims):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": 1,
+                "args": {"Input Dims": dims}}
+
+    def step(with_mm):
+        evs = [op("aten::cdist", 0, 50, [[512, 64], [512, 64], [], []]),
+               op("aten::_euclidean_dist" if with_mm else "aten::_cdist_forward", 2, 45,
+                  [[512, 64], [512, 64]])]
+        if with_mm:
+            evs.append(op("aten::mm", 10, 30, [[512, 66], [66, 512]]))
+        return [*evs, op("aten::argmin", 60, 5, [[512, 512], [], []])]
+
+    def classes(events):
+        tree = optrace.build(events)
+        return [tree.unit_class[id(u)] for u in optrace.forward_units(tree)[0]]
+
+    assert classes(step(True)) == ["gemm", "elementwise"]
+    assert classes(step(False)) == ["unknown", "elementwise"]

@@ -251,6 +251,27 @@ def test_batches_split_into_inputs_and_target():
     assert split_batch(5) == ((5,), None)
 
 
+def test_a_tensor_pair_is_input_and_target_where_the_forward_takes_one_argument():
+    """`return x, y` as a user writes it: the input and its target for a forward of one
+    positional argument (others defaulted), two inputs for a forward that needs two."""
+    torch = pytest.importorskip("torch")
+
+    class One(torch.nn.Module):
+        def forward(self, x, mask=None):
+            return x
+
+    class Two(torch.nn.Module):
+        def forward(self, a, b):
+            return a + b
+
+    x, y = torch.zeros(2, 3), torch.ones(2)
+    assert split_batch((x, y), One()) == ((x,), y)
+    assert split_batch((x, y), torch.nn.Sequential(torch.nn.Identity())) == ((x,), y)
+    assert split_batch((x, y), Two()) == ((x, y), None)
+    assert split_batch([x, y], One()) == ((x,), y)
+    assert split_batch(((x,), y), Two()) == ((x,), y)  # the documented form is unchanged
+
+
 def test_oom_reason_says_what_was_needed():
     msg = ("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
            "139.81 GiB of which 3.1 GiB is free.")

@@ -290,6 +290,28 @@ def test_a_batch_of_keyword_arguments_reaches_the_model_as_keywords(user_module)
     assert inf["kwmodels:hf/bf16/eager/b2/latency"].value > 0
 
 
+def test_a_batch_returned_as_x_and_y_trains_on_its_target(user_module):
+    """`return x, y` (no tuple around x), as most training code writes a batch: the
+    Sequential gets x alone and trains against y with cross-entropy, where it failed with
+    "forward() takes 2 positional arguments but 3 were given"; infer drops y."""
+    user_module("pairmod", """
+        import torch
+        def build():
+            m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+            return m, lambda n: (torch.randn(n, 8), torch.randint(0, 3, (n,)))
+    """)
+    got = by_name(bench("train", models=["pairmod:build"], modes=["fp32"], batch_size=4,
+                        steps=2, parts=["modes"]))
+    assert got["pairmod:build/fp32/throughput"].value > 0
+    # per sample, both Linear layers' forward and weight gradients, the input gradient of
+    # the second only (x needs none)
+    per_sample = 2 * 2 * (8 * 16 + 16 * 3) + 2 * 16 * 3
+    assert got["pairmod:build/flop_count"].value == pytest.approx(per_sample / 1e9)
+    inf = by_name(bench("infer", models=["pairmod:build"], precisions=["fp32"], batches=[2],
+                        parts=["latency"], infer_seconds=0.05))
+    assert inf["pairmod:build/fp32/eager/b2/latency"].value > 0
+
+
 def test_a_model_with_nothing_to_train_is_refused_in_one_line(user_module):
     from gpuaudit.workloads.entry import failed_entry_points
 

@@ -134,7 +134,7 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
     try:
         with device:
             w = as_workload(build(), spec)
-            inputs, target = split_batch(call_make_batch(w.make_batch, batch, where))
+            inputs, target = split_batch(call_make_batch(w.make_batch, batch, where), w.model)
             net = WithLoss(w.model, w.loss or default_loss, takes_keywords(w.model, inputs))
         opt, _ = make_optimizer(torch, net, sgd=False, fused=False)
 

@@ -95,7 +95,7 @@ class Runner:
         inputs: Any
         tgt: Any
         try:
-            inputs, tgt = split_batch(self.target.make_batch(batch))
+            inputs, tgt = split_batch(self.target.make_batch(batch), self.target.model)
             keywords = takes_keywords(self.target.model, inputs)
             inputs = to_device(torch, inputs, self.device, False)
             tgt = to_device(torch, tgt, self.device, False)

@@ -10,15 +10,16 @@
 
 `model` is a `torch.nn.Module`. `make_batch(batch_size)` makes synthetic data (anywhere:
 gpuaudit moves it to the device) as `(inputs, target)`, where `inputs` is a tuple of
-arguments for `model(*inputs)` and `target` may be None; a bare tensor or a tuple that is
-not such a pair is taken as the inputs. The inputs may also be a mapping, as a Hugging Face
-batch is: `model(**inputs)` where its keys bind to the forward's parameters, else the mapping
-as the one argument. `loss(output, target)` gives the scalar to back-propagate; without it
-(of the output's first tensor, or a mapping's or a dataclass's `loss` or `logits`, or the sum
-of a mapping of scalar losses): the output itself when it is a scalar, cross-entropy when the
-target holds class indices (classes in the last dimension, or in the second as torch's
-`(N, C, d1, …)` where the target's shape says so), mean squared error against a floating
-target, else the mean of the output.
+arguments for `model(*inputs)` and `target` may be None; `(x, y)` with one tensor first is
+the input and its target where the model's forward needs one positional argument (two inputs
+where it needs two); a bare tensor or another tuple is taken as the inputs. The inputs may
+also be a mapping, as a Hugging Face batch is: `model(**inputs)` where its keys bind to the
+forward's parameters, else the mapping as the one argument. `loss(output, target)` gives the
+scalar to back-propagate; without it (of the output's first tensor, or a mapping's or a
+dataclass's `loss` or `logits`, or the sum of a mapping of scalar losses): the output itself
+when it is a scalar, cross-entropy when the target holds class indices (classes in the last
+dimension, or in the second as torch's `(N, C, d1, …)` where the target's shape says so),
+mean squared error against a floating target, else the mean of the output.
 
 Anything that goes wrong before the model exists (the module cannot be imported, the function
 is missing, build() fails or returns something else) is bad input: one line, exit 2.
@@ -176,17 +177,34 @@ def failed_entry_points(specs: list[str], measured: Any) -> str | None:
     return None
 
 
-def split_batch(batch: Any) -> tuple[tuple[Any, ...], Any]:
+def split_batch(batch: Any, model: Any = None) -> tuple[tuple[Any, ...], Any]:
     """(inputs, target) from what make_batch returned (see the module doc); a mapping of
-    inputs stays one input (`takes_keywords` says how the model takes it)."""
+    inputs stays one input (`takes_keywords` says how the model takes it). A pair whose first
+    item is one tensor, `(x, y)` as a data loader yields it, is the input and its target
+    where the model's forward needs fewer than two positional arguments; without the model,
+    or where its forward needs two, the pair is the inputs."""
     if isinstance(batch, tuple | list) and len(batch) == 2:
         if isinstance(batch[0], tuple | list):
             return tuple(batch[0]), batch[1]
         if isinstance(batch[0], Mapping):
             return (batch[0],), batch[1]
+        needs = _positional_needed(model)
+        if needs is not None and needs < 2:
+            return (batch[0],), batch[1]
     if isinstance(batch, tuple | list):
         return tuple(batch), None
     return (batch,), None
+
+
+def _positional_needed(model: Any) -> int | None:
+    """How many positional arguments the model's forward needs (none without a default);
+    None where it has no readable signature."""
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return sum(p.default is p.empty for p in params
+               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 def takes_keywords(model: Any, inputs: tuple[Any, ...]) -> bool:

@@ -162,7 +162,7 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
                     other[i] = [1e3 * s for s in step_times_s(torch, device, alt_step, steps)]
 
     try:
-        inputs, target = split_batch(call_make_batch(w.make_batch, HOST_BATCH, device))
+        inputs, target = split_batch(call_make_batch(w.make_batch, HOST_BATCH, device), w.model)
         small = (to_device(torch, inputs, device, mode.channels_last),
                  to_device(torch, target, device, False))
         alt_step = eager_step(trainer, alt, *small) if alt else None

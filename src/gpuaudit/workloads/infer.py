@@ -47,7 +47,8 @@ class Prepared:
     def inputs(self, batch: int) -> tuple[Any, ...]:
         import torch
 
-        inputs, _ = split_batch(call_make_batch(self.workload.make_batch, batch, self.device))
+        inputs, _ = split_batch(call_make_batch(self.workload.make_batch, batch, self.device),
+                                self.workload.model)
         dtype = model_dtype(torch, self.precision)
         cl = self.workload.image_model and is_cuda(self.device)
         return tuple(to_device(torch, inputs, self.device, cl, dtype))

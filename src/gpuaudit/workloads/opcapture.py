@@ -108,7 +108,7 @@ def capture(trainer: Trainer, *, steps: int = 3, keep_trace: str | None = None,
     try:
         from gpuaudit.workloads.entry import split_batch
 
-        inputs, target = split_batch(call_make_batch(w.make_batch, half, device))
+        inputs, target = split_batch(call_make_batch(w.make_batch, half, device), w.model)
         batch_tally = count_ops(eager_step(
             trainer, mode.precision, to_device(torch, inputs, device, mode.channels_last),
             to_device(torch, target, device, False)), record_calls=True)

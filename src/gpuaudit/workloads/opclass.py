@@ -73,6 +73,9 @@ UNKNOWN_PREFIX = ("_fft", "fft_", "linalg_", "_linalg", "cholesky", "svd", "_svd
 # and nuclear norms (an SVD), which models hardly take in a step; linalg_matrix_norm stays
 # unknown
 REDUCTIONS = {"linalg_vector_norm", "linalg_norm"}
+# pairwise distances: a GEMM where they ran as one (cdist's Euclidean path, p = 2 past 25
+# rows: ‖x‖² + ‖y‖² − 2·x·yᵀ through mm); their elementwise path (other p) stays unknown
+MATMUL_DISTANCES = {"cdist"}
 # Units that move nothing: skipped when looking for attention's neighbours.
 VIEWS = {"view", "reshape", "_unsafe_view", "transpose", "transpose_", "permute", "expand",
          "expand_as", "unsqueeze", "squeeze", "flatten", "unflatten", "split",
@@ -139,8 +142,8 @@ class UnitCall:
 
     name: str
     dims: tuple[tuple[int, ...], ...] | None = None
-    # an einsum's product's last two dimensions, from the bmm it ran as (the profiler does
-    # not record the equation); None where it ran none
+    # the product's last two dimensions of the matmul a composite unit ran as (an einsum's
+    # bmm: the profiler does not record the equation; cdist's mm); None where it ran none
     product: tuple[int, ...] | None = None
 
 
@@ -259,7 +262,8 @@ def _probs(calls: Sequence[UnitCall], moving: list[int], j: int) -> int | None:
 
 def classify_units(calls: Sequence[UnitCall]) -> list[str]:
     """The class of each forward unit of one step, in order (module docstring)."""
-    out = [unit_class(c.name) for c in calls]
+    out = [("gemm" if c.name in MATMUL_DISTANCES and c.product else unit_class(c.name))
+           for c in calls]
     moving = [i for i, c in enumerate(calls) if c.name not in VIEWS]
     for j, i in enumerate(moving):
         if calls[i].name not in SOFTMAX or not _rank3(calls[i]):

@@ -29,7 +29,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaudit.workloads.opclass import UnitCall, canonical, classify_units, op_class
+from gpuaudit.workloads.opclass import (
+    MATMUL_DISTANCES,
+    UnitCall,
+    canonical,
+    classify_units,
+    op_class,
+)
 
 STEP_MARK = "gpuaudit.step"
 EVALUATE = "autograd::engine::evaluate_function"
@@ -193,26 +199,31 @@ def forward_units(tree: OpTree) -> list[list[OpEvent]]:
     return out
 
 
-def _einsum_product(tree: OpTree, unit: OpEvent) -> tuple[int, ...] | None:
-    """The last two dimensions of an einsum's product, from the first bmm under it (einsum
-    contracts through bmm, the output's trailing dimensions its rows and columns)."""
-    if unit.name != "aten::einsum":
+def _matmul_product(tree: OpTree, unit: OpEvent) -> tuple[int, ...] | None:
+    """The last two dimensions of the product of the matmul a composite unit ran as: an
+    einsum's first bmm (einsum contracts through bmm, the output's trailing dimensions its
+    rows and columns; the profiler does not record the equation), a pairwise distance's mm
+    (cdist's Euclidean path). None where it ran none."""
+    name = canonical(unit.name)
+    inner = {"einsum": "aten::bmm", **dict.fromkeys(MATMUL_DISTANCES, "aten::mm")}.get(name)
+    if inner is None:
         return None
     evs = tree.by_tid[unit.tid]
     for ev in evs[bisect.bisect_left(tree.starts[unit.tid], unit.ts):]:
         if ev.ts > unit.end:
             break
-        if ev.name == "aten::bmm":
+        if ev.name == inner:
             d = dims(ev)
-            if d and len(d) >= 2 and len(d[0]) == 3 and len(d[1]) == 3:
-                return d[0][1], d[1][2]
+            rank = 3 if inner == "aten::bmm" else 2
+            if d and len(d) >= 2 and len(d[0]) == rank and len(d[1]) == rank:
+                return d[0][-2], d[1][-1]
             return None
     return None
 
 
 def _classify(tree: OpTree) -> None:
     for units in forward_units(tree):
-        calls = [UnitCall(canonical(u.name), dims(u), _einsum_product(tree, u)) for u in units]
+        calls = [UnitCall(canonical(u.name), dims(u), _matmul_product(tree, u)) for u in units]
         for u, cls in zip(units, classify_units(calls), strict=True):
             tree.unit_class[id(u)] = cls
 

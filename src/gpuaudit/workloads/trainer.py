@@ -57,7 +57,7 @@ class Trainer:
             w.model = w.model.to(memory_format=torch.channels_last)
         elif mode.channels_last:
             self.notes.append("channels_last applies to image models only: ignored")
-        inputs, target = split_batch(call_make_batch(w.make_batch, w.batch_size, device))
+        inputs, target = split_batch(call_make_batch(w.make_batch, w.batch_size, device), w.model)
         self.net = WithLoss(w.model, w.loss or default_loss, takes_keywords(w.model, inputs))
         self.inputs = to_device(torch, inputs, device, mode.channels_last)
         self.target = to_device(torch, target, device, False)
