@@ -315,6 +315,16 @@ def test_bad_changes_are_bad_input():
         predict(step(), rates, Change(params=1e9), SPECS)
 
 
+def test_a_model_that_trained_its_own_16_bit_weights_is_refused_another_precision():
+    """Its step in fp32 would hold float32 weights, gradients and optimizer state that the
+    recording never saw; the same precision on another GPU is predicted."""
+    held = step(model_params={"weights": "bf16"})
+    with pytest.raises(BadInputError, match=r"own bf16 weights .* cast to float32 in build"):
+        predict(held, rates_of(roofs_h200()), Change(precision="fp32"), SPECS)
+    assert predict(held, rates_of(roofs_h200()), Change(gpu="a100-sxm4-80gb"), SPECS).step_ms > 0
+    assert predict(step(), rates_of(roofs_h200()), Change(precision="fp32"), SPECS).step_ms > 0
+
+
 # --- a recorded run ----------------------------------------------------------------------------
 
 

@@ -312,6 +312,25 @@ def test_a_batch_returned_as_x_and_y_trains_on_its_target(user_module):
     assert inf["pairmod:build/fp32/eager/b2/latency"].value > 0
 
 
+def test_a_model_built_in_bf16_trains_in_bf16_only_and_says_so(user_module):
+    """`model.to(torch.bfloat16)` in build(): pure bf16 training. Its fp32 mode would run in
+    bf16 under fp32's name (it did); it is skipped saying why, and the bf16 mode records the
+    weights' precision for `predict`."""
+    user_module("halfmod", """
+        import torch
+        def build():
+            m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+            m = m.to(torch.bfloat16)
+            return m, lambda n: (torch.randn(n, 8, dtype=torch.bfloat16), torch.randint(0, 3, (n,)))
+    """)
+    got = by_name(bench("train", models=["halfmod:build"], modes=["fp32", "bf16"],
+                        batch_size=4, steps=2, parts=["modes"]))
+    why = got["halfmod:build/fp32/throughput"].skipped_reason
+    assert "weights are bf16" in why and "--precision bf16" in why
+    bf16 = got["halfmod:build/bf16/throughput"]
+    assert bf16.value > 0 and bf16.params["weights"] == "bf16"
+
+
 def test_a_model_with_nothing_to_train_is_refused_in_one_line(user_module):
     from gpuaudit.workloads.entry import failed_entry_points
 

@@ -284,6 +284,7 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
     if change.precision is not None:
         target = change.precision.strip().lower()
         precision_change.check(state, target)
+        precision_change.check_weights(profile, target)
         if g is not None and target != state.precision:
             grouped.precision(g, state, target)
         else:

@@ -40,7 +40,7 @@ from gpuaudit.model.opprofile import ACTIVATION, TENSOR_CLASSES
 
 from .ideal import ELEMENT_BYTES, ideal_seconds, matmul_rate, memory_seconds
 from .kernels import LAYOUT, layout_bytes
-from .profile import Gemm, OpWork
+from .profile import Gemm, OpWork, StepProfile
 from .state import ClassState, StepState, retime
 
 TRAIN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # what --precision may ask for
@@ -61,6 +61,19 @@ def check(state: StepState, target: str) -> None:
         raise BadInputError(f"--precision {target!r}: expected one of "
                             f"{', '.join(TRAIN_PRECISIONS)}")
     matmul_rate(state.roofs, target)
+
+
+def check_weights(profile: StepProfile, target: str) -> None:
+    """A refusal where the recorded model held its own 16-bit weights (its build made them
+    so; `bench train` records `weights`): its step in another precision would hold other
+    weights, gradients and optimizer state, none of which the recording shows."""
+    held = profile.model_params.get("weights")
+    if held and target != profile.precision:
+        raise BadInputError(
+            f"--precision {target}: run {profile.run_id}'s {profile.workload} trained its "
+            f"model's own {held} weights (no float32 master copy): a step in {target} holds "
+            "other weights, gradients and optimizer state; profile the model cast to float32 "
+            "in build() to predict it")
 
 
 def change(state: StepState, target: str) -> None:

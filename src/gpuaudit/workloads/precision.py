@@ -2,8 +2,9 @@
 
 fp32: float32 everywhere, TF32 off (matmuls and cuDNN convolutions). tf32: float32 tensors,
 TF32 tensor cores on. bf16 / fp16: automatic mixed precision (float32 weights, matmuls and
-convolutions in 16 bits), fp16 with a GradScaler. Inference casts the model itself to bf16 /
-fp16; fp8 and int8 inference replace its Linear layers (see `quant`).
+convolutions in 16 bits), fp16 with a GradScaler; a model whose build made its weights
+16-bit trains in that precision only (`weights_precision`). Inference casts the model itself
+to bf16 / fp16; fp8 and int8 inference replace its Linear layers (see `quant`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,26 @@ def float32_matmuls(torch: Any, tf32: bool) -> Iterator[None]:
 
 def autocast_dtype(torch: Any, precision: str) -> Any | None:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
+def weights_precision(torch: Any, model: Any) -> str | None:
+    """The 16-bit precision a model's trainable weights are held in where its build made
+    them so (`model.to(torch.bfloat16)`: pure 16-bit training, no float32 master copy);
+    None for float32 weights, the training modes' own."""
+    held = {p.dtype for p in model.parameters() if p.requires_grad and p.is_floating_point()}
+    for dtype, name in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+        if dtype in held:
+            return name
+    return None
+
+
+def check_weights(precision: str, held: str | None) -> None:
+    """A training mode whose precision the model's own 16-bit weights would contradict: its
+    step would run in the weights' precision under another name."""
+    if held is not None and precision in TRAIN_PRECISIONS and precision != held:
+        raise ValueError(f"the model's weights are {held}, as its build made them: its step "
+                         f"in {precision} would run in {held}; measure --precision {held}, or "
+                         f"cast the model to float32 in build() to measure {precision}")
 
 
 def model_dtype(torch: Any, precision: str) -> Any:

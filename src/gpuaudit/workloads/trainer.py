@@ -12,7 +12,12 @@ from gpuaudit.workloads.entry import default_loss, split_batch, takes_keywords
 from gpuaudit.workloads.flops import FlopCount, count_flops
 from gpuaudit.workloads.models import build, call_make_batch
 from gpuaudit.workloads.optim import make_optimizer
-from gpuaudit.workloads.precision import TrainMode, autocast_dtype
+from gpuaudit.workloads.precision import (
+    TrainMode,
+    autocast_dtype,
+    check_weights,
+    weights_precision,
+)
 from gpuaudit.workloads.timing import sync
 
 
@@ -53,6 +58,12 @@ class Trainer:
             raise ValueError("the model has no trainable parameters (all frozen or none): "
                              "nothing to train; `bench infer` measures it")
         self.notes: list[str] = []
+        held = weights_precision(torch, w.model)
+        check_weights(mode.precision, held)
+        if held is not None:
+            w.params = {**(w.params or {}), "weights": held}
+            self.notes.append(f"the model's weights are {held} (its build made them so): pure "
+                              f"{held} training, no float32 master weights")
         if mode.channels_last and w.image_model:
             w.model = w.model.to(memory_format=torch.channels_last)
         elif mode.channels_last:
