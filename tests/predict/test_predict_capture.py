@@ -179,6 +179,34 @@ def test_the_trace_parser_charges_each_kernel_to_the_unit_that_launched_it():
     assert t.timeline.start_us == [10.0, 110.0, 220.0, 290.0]
 
 
+def test_a_hand_written_backward_charges_each_kernel_to_its_operators_class():
+    # a Python autograd.Function's backward (its node made by no forward operator): the
+    # GEMM kernels of its mm are gemm, its elementwise ones elementwise, both under its name
+    def launch(corr, ts):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts,
+                "dur": 1, "tid": 2, "args": {"correlation": corr}}
+
+    def op(name, ts, dur, args=None):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": 2,
+                "args": args or {}}
+
+    events = [
+        op("autograd::engine::evaluate_function: MyLinearFnBackward", 0, 100,
+           {"Sequence number": 41}),
+        op("MyLinearFnBackward", 1, 98),
+        op("aten::mm", 5, 20), launch(1, 10),
+        op("aten::mul", 40, 10), launch(2, 42),
+        {"ph": "X", "cat": "kernel", "name": "nvjet_tst_128x128", "ts": 20, "dur": 60,
+         "args": {"correlation": 1, "grid": [8, 4, 1]}},
+        {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "ts": 90,
+         "dur": 10, "args": {"correlation": 2, "grid": [8, 1, 1]}},
+    ]
+    t = kernelview.parse_trace(events, steps=1)
+    assert dict(t.group_us) == {("gemm", "my_linear_fn_backward"): 60.0,
+                                ("elementwise", "my_linear_fn_backward"): 10.0}
+    assert not t.unknown
+
+
 def test_kernels_of_one_unit_run_side_by_side_share_their_time():
     # cuDNN's grouped convolution as one kernel per group on three streams (made up, the
     # shape of ConvNeXt's fp32 depthwise backward on the H200): the unit is charged the

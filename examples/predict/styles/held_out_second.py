@@ -1,14 +1,17 @@
 """A second set of models held out of the operator classes, written the way training code
 writes them (a batch returned as `x, y`, packed sequences, tied weights, scatter-adds, a
-codebook's pairwise distances): `EXPECT` (family → {unit: class}; "!": classes that must
-appear nowhere) was written before they were first profiled. One missed: the VQ-VAE's
-`cdist` came out `unknown`; its Euclidean path runs as a GEMM and is classed so since."""
+codebook's pairwise distances, a hand-written autograd.Function, spectral and weight norm,
+a loss computed inside forward, experts looped over in Python, RoPE and a hand-written
+RMSNorm): `EXPECT` (family → {unit: class}; "!": classes that must appear nowhere) was
+written before they were first profiled. One missed: the VQ-VAE's `cdist` came out
+`unknown`; its Euclidean path runs as a GEMM and is classed so since."""
 
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 EXPECT = {
@@ -48,6 +51,21 @@ EXPECT = {
         "linear": "gemm",
         "scaled_dot_product_attention": "attention",
         "layer_norm": "norm",
+    },
+    "custom_fn": {"linear": "gemm", "!": {"attention"}},
+    "spectral_d": {"conv2d": "conv", "!": {"attention"}},
+    "loss_inside": {"linear": "gemm", "cross_entropy_loss": "elementwise"},
+    "weightnorm_tcn": {"conv1d": "conv", "!": {"attention"}},
+    "moe_loop": {
+        "linear": "gemm",
+        "softmax": "elementwise",
+        "topk": "elementwise",
+        "!": {"attention"},
+    },
+    "llama_rope": {
+        "scaled_dot_product_attention": "attention",
+        "linear": "gemm",
+        "rsqrt": "elementwise",
     },
 }
 
@@ -327,6 +345,7 @@ class PerceiverIO(nn.Module):
         kv = self.kv(self.ln_in(self.inp(x)))
         k, v = kv.chunk(2, dim=-1)
         q = self.q(self.ln_lat(self.latents)).expand(B, -1, -1)
+
         def split(t):
             return t.view(B, t.shape[1], self.h, -1).transpose(1, 2)
 
@@ -420,3 +439,150 @@ def tabtransformer():
         return (cat, torch.randn(n, 6)), torch.randint(0, 2, (n,))
 
     return TabTransformer(), mb
+
+
+class MyLinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w.t()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w, g.t() @ x
+
+
+class CustomNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(512, 256) * 0.02)
+        self.head = nn.Linear(512, 10)
+
+    def forward(self, x):
+        return self.head(torch.relu(MyLinearFn.apply(x, self.w)))
+
+
+def custom_fn():
+    return CustomNet(), lambda n: (torch.randn(n, 256), torch.randint(0, 10, (n,)))
+
+
+def spectral_d():
+    m = nn.Sequential(
+        spectral_norm(nn.Conv2d(3, 64, 4, 2, 1)),
+        nn.LeakyReLU(0.2),
+        spectral_norm(nn.Conv2d(64, 128, 4, 2, 1)),
+        nn.LeakyReLU(0.2),
+        nn.Flatten(),
+        spectral_norm(nn.Linear(128 * 8 * 8, 1)),
+    )
+    return m, lambda n: (torch.randn(n, 3, 32, 32), torch.rand(n, 1))
+
+
+class LossInside(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 5))
+
+    def forward(self, x, labels):
+        return F.cross_entropy(self.net(x), labels)
+
+
+def loss_inside():
+    return LossInside(), lambda n: (torch.randn(n, 64), torch.randint(0, 5, (n,)))
+
+
+def weightnorm_tcn():
+    layers = []
+    c = 1
+    for i in range(6):
+        layers += [weight_norm(nn.Conv1d(c, 64, 3, padding=2**i, dilation=2**i)), nn.ReLU()]
+        c = 64
+    m = nn.Sequential(*layers, nn.Conv1d(64, 1, 1))
+    return m, lambda n: (torch.randn(n, 1, 2048), torch.randn(n, 1, 2048))
+
+
+class LoopMoE(nn.Module):
+    def __init__(self, d=256, e=8, k=2):
+        super().__init__()
+        self.gate = nn.Linear(d, e)
+        self.experts = nn.ModuleList(
+            nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)) for _ in range(e)
+        )
+        self.k = k
+        self.out = nn.Linear(d, 10)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        flat = x.reshape(-1, D)
+        probs = torch.softmax(self.gate(flat), dim=-1)
+        w, idx = probs.topk(self.k, dim=-1)
+        y = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            rows, slot = (idx == e).nonzero(as_tuple=True)
+            if rows.numel():
+                y.index_add_(0, rows, expert(flat[rows]) * w[rows, slot, None])
+        return self.out(y.view(B, T, D).mean(1))
+
+
+def moe_loop():
+    return LoopMoE(), lambda n: (torch.randn(n, 64, 256), torch.randint(0, 10, (n,)))
+
+
+def rms(x, w, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope(x, cos, sin):
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d=256, h=8):
+        super().__init__()
+        self.h = h
+        self.n1, self.n2 = nn.Parameter(torch.ones(d)), nn.Parameter(torch.ones(d))
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False) for _ in range(4))
+        self.w1, self.w3 = nn.Linear(d, 688, bias=False), nn.Linear(d, 688, bias=False)
+        self.w2 = nn.Linear(688, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, D = x.shape
+        hx = rms(x, self.n1)
+        q, k, v = (
+            proj(hx).view(B, T, self.h, -1).transpose(1, 2) for proj in (self.wq, self.wk, self.wv)
+        )
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.wo(a.transpose(1, 2).reshape(B, T, D))
+        hx = rms(x, self.n2)
+        return x + self.w2(F.silu(self.w1(hx)) * self.w3(hx))
+
+
+class TinyLlama(nn.Module):
+    def __init__(self, v=4096, d=256, L=4, T=256):
+        super().__init__()
+        self.emb = nn.Embedding(v, d)
+        self.blocks = nn.ModuleList(LlamaBlock(d) for _ in range(L))
+        self.norm = nn.Parameter(torch.ones(d))
+        self.lm = nn.Linear(d, v, bias=False)
+        inv = 1.0 / (10000 ** (torch.arange(0, 32, 2).float() / 32))
+        ang = torch.outer(torch.arange(T).float(), inv)
+        self.register_buffer("cos", ang.cos(), persistent=False)
+        self.register_buffer("sin", ang.sin(), persistent=False)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        T = ids.shape[1]
+        for b in self.blocks:
+            x = b(x, self.cos[:T], self.sin[:T])
+        return self.lm(rms(x, self.norm)).flatten(0, 1)
+
+
+def llama_rope():
+    def mb(n):
+        ids = torch.randint(0, 4096, (n, 257))
+        return ids[:, :-1], ids[:, 1:].reshape(-1)
+
+    return TinyLlama(), mb

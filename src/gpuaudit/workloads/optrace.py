@@ -232,7 +232,7 @@ def attribute(tree: OpTree, ev: OpEvent | None, own: str | None = None) -> Attri
     """The unit of whatever `ev` (the innermost operator open when it happened) belongs to;
     `own` names the operator itself where no unit holds it (the tally's dispatched op)."""
     stack = chain(ev)
-    for e in stack:
+    for i, e in enumerate(stack):
         if e.name.startswith(OPTIMIZER):
             inner = next((x for x in stack if x.is_aten), None)
             return Attribution("optimizer", canonical(inner.name) if inner else
@@ -243,8 +243,14 @@ def attribute(tree: OpTree, ev: OpEvent | None, own: str | None = None) -> Attri
             if fwd is not None:
                 return Attribution(tree.unit_class.get(id(fwd), op_class(fwd.name)),
                                    canonical(fwd.name), backward=True, event=fwd)
+            # a node no forward operator made (a Python autograd Function's backward, a
+            # reentrant checkpoint's recomputation, AccumulateGrad): its unit, each of its
+            # operators in its own class (a hand-written backward's mm is a GEMM)
             node = e.name.split(": ", 1)[-1].rsplit("::", 1)[-1]
-            return Attribution("elementwise", _snake(node), backward=True)
+            inner = next((x for x in stack[i + 1:] if x.is_op), None)
+            cls = (op_class(inner.name) if inner is not None else
+                   op_class(own) if own is not None else "elementwise")
+            return Attribution(cls, _snake(node), backward=True)
         if e.is_op:  # a custom op's own kernels and its aten operators' are its unit's
             name = canonical(e.name)
             cls = tree.unit_class.get(id(e), op_class(e.name))
