@@ -80,7 +80,8 @@ RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "f
             "thirty-third": "33rd", "thirty-fourth": "34th", "thirty-fifth": "35th",
             "thirty-sixth": "36th", "thirty-seventh": "37th", "thirty-eighth": "38th",
             "thirty-ninth": "39th", "fortieth": "40th", "forty-first": "41st",
-            "forty-second": "42nd"}
+            "forty-second": "42nd", "forty-third": "43rd", "forty-fourth": "44th",
+            "forty-fifth": "45th"}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
