@@ -442,12 +442,16 @@ def tabtransformer():
 
 
 class MyLinearFn(torch.autograd.Function):
+    # under autocast a Function needs these (PyTorch's AMP docs): without them its backward
+    # gets bf16 gradients against the fp32 weights and fails
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, x, w):
         ctx.save_for_backward(x, w)
         return x @ w.t()
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, g):
         x, w = ctx.saved_tensors
         return g @ w, g.t() @ x
