@@ -461,9 +461,9 @@ def test_knowing_the_measuring_processs_host_pace_helps_host_bound_cases_only_in
 
     got = rescaled(json.loads((ROOT / "tests" / "fixtures" / "predict" /
                                "zoo-results.json").read_text()))
-    assert got["n"] == 215
-    assert (got["within_published"], got["within_rescaled"]) == (119, 132)
-    assert got["moved_in"] == 43 and got["moved_out"] == 30
+    assert got["n"] == 216
+    assert (got["within_published"], got["within_rescaled"]) == (120, 130)
+    assert got["moved_in"] == 43 and got["moved_out"] == 33
     assert got["median_abs_rescaled"] < got["median_abs_published"] < 10
 
 
@@ -553,22 +553,22 @@ def test_versus_sets_the_two_readings_of_one_recording_side_by_side():
     assert got["most_apart"] == pytest.approx(28.0)
 
 
-def test_the_38th_to_45th_recordings_read_both_ways_differ_on_one_family():
-    """docs/predict.md: the 38th–45th recordings compared with the held rounds read round by
-    round and read apart: three cases cross 10 %, all the DLRM's on the 44th, the farthest
-    its size (−13.8 % paired against +1.1 % apart); the 38th–42nd's all kept their side."""
+def test_the_38th_to_45th_recordings_read_both_ways_keep_every_case_on_its_side_of_10():
+    """docs/predict.md: the 38th–45th recordings, compared with the held rounds read round by
+    round and read apart, move no case across 10 %; the farthest apart is the GPT's ×0.5 on
+    the 45th (+1.3 % against −5.8 %)."""
     from validation.predict.held_pace import versus
 
     doc = json.loads((ROOT / "tests" / "fixtures" / "predict" / "zoo" /
                       "held-pace-versus-h200.json").read_text())
     got = versus(doc["paired"], doc["unpaired"])
     assert got["n"] == 98
-    assert got["paired"] == {"within_10": 83, "in_band": 87}
+    assert got["paired"] == {"within_10": 86, "in_band": 91}
     assert got["unpaired"] == {"within_10": 86, "in_band": 90}
-    assert round(got["most_apart"], 1) == 14.9
+    assert round(got["most_apart"], 1) == 7.2
     worst = max(got["cases"], key=lambda r: abs(r["paired_pct"] - r["unpaired_pct"]))
-    assert (worst["recording"], worst["case"]) == ("forty-fourth", "size")
-    assert "DLRM" in worst["family"]
-    crossed = {(r["recording"], r["family"][:4], r["case"]) for r in got["cases"]
-               if (abs(r["paired_pct"]) <= 10) != (abs(r["unpaired_pct"]) <= 10)}
-    assert crossed == {("forty-fourth", "DLRM", c) for c in ("bf16 → tf32", "fp32 → bf16", "size")}
+    assert (worst["recording"], worst["case"]) == ("forty-fifth", "batch ×0.5")
+    assert worst["family"].startswith("GPT")
+    sides = [(abs(r["paired_pct"]) <= 10) == (abs(r["unpaired_pct"]) <= 10)
+             for r in got["cases"]]
+    assert all(sides)
