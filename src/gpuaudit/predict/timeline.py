@@ -300,8 +300,8 @@ def _gap_at(tl: Timeline, durs: Sequence[float], alpha: float, lat: float, step_
     by more than 2 % (the host ran slower in the step than alone), or where a host slower by
     no more than its pace moved (`spread`) fills the step too: a shortfall the host's own
     unsteadiness explains is not the device's (the DLRM's bf16 step on one H200 replayed 2 %
-    short at its held pace, moved ±10 %; a gap put there made its fp32 step 9 % slow, a host
-    2 % slower 3 % fast)."""
+    short at its held pace, which moved ±10 %: a gap put there made its fp32 prediction 9 %
+    slow; read as a host 2 % slower, it came within 3 %)."""
     most = queued_gap_us(tl)
     bare, share = period(tl, durs, alpha, lat)
     if bare > step_us or (share >= IDENTIFIED_SHARE and not held):
