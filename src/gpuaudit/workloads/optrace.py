@@ -199,22 +199,25 @@ def forward_units(tree: OpTree) -> list[list[OpEvent]]:
     return out
 
 
+# the composite units whose product `_matmul_product` reads: the matmul each runs as, and
+# its operands' rank
+_RUNS_AS = {"einsum": ("aten::bmm", 3), **dict.fromkeys(MATMUL_DISTANCES, ("aten::mm", 2))}
+
+
 def _matmul_product(tree: OpTree, unit: OpEvent) -> tuple[int, ...] | None:
     """The last two dimensions of the product of the matmul a composite unit ran as: an
     einsum's first bmm (einsum contracts through bmm, the output's trailing dimensions its
     rows and columns; the profiler does not record the equation), a pairwise distance's mm
     (cdist's Euclidean path). None where it ran none."""
-    name = canonical(unit.name)
-    inner = {"einsum": "aten::bmm", **dict.fromkeys(MATMUL_DISTANCES, "aten::mm")}.get(name)
-    if inner is None:
+    if (runs_as := _RUNS_AS.get(canonical(unit.name))) is None:
         return None
+    inner, rank = runs_as
     evs = tree.by_tid[unit.tid]
     for ev in evs[bisect.bisect_left(tree.starts[unit.tid], unit.ts):]:
         if ev.ts > unit.end:
             break
         if ev.name == inner:
             d = dims(ev)
-            rank = 3 if inner == "aten::bmm" else 2
             if d and len(d) >= 2 and len(d[0]) == rank and len(d[1]) == rank:
                 return d[0][-2], d[1][-1]
             return None
