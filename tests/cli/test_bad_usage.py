@@ -227,7 +227,7 @@ def test_bench_of_a_user_model_that_fails_in_every_mode_is_the_users_error(user_
     assert result.exit_code == 2, result.output
     last = [ln for ln in result.stderr.splitlines() if ln.strip()][-1]
     assert last == ("gpuaudit: error: --model failing_forward:build: the model failed in every "
-                    "mode: TypeError: forward takes a dict")
+                    "mode (fp32: TypeError: forward takes a dict)")
     doc = json.loads(result.stdout)  # what was measured (nothing) is still printed
     assert doc["measurements"] and all(m["value"] is None for m in doc["measurements"])
 

@@ -32,7 +32,7 @@ def _module(module: str):
 
 LIBRARIES = _module("libraries")
 EXPECT = {module: _module(module).EXPECT
-          for module in ("development", "held_out", "held_out_second")}
+          for module in ("development", "held_out", "held_out_second", "held_out_third")}
 EXPECT["libraries"] = LIBRARIES.EXPECT
 
 

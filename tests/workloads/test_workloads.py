@@ -272,6 +272,26 @@ def test_a_tensor_pair_is_input_and_target_where_the_forward_takes_one_argument(
     assert split_batch(((x,), y), Two()) == ((x,), y)  # the documented form is unchanged
 
 
+def test_a_flat_batch_ends_with_its_target_where_the_forward_takes_one_fewer():
+    """`return src, tgt_in, tgt_out` (an encoder-decoder's teacher forcing): two inputs and the
+    target for a forward of two; three inputs for a forward that needs three."""
+    torch = pytest.importorskip("torch")
+
+    class Two(torch.nn.Module):
+        def forward(self, src, tgt, src_mask=None):
+            return src + tgt
+
+    class Three(torch.nn.Module):
+        def forward(self, a, b, c):
+            return a + b + c
+
+    a, b, y = torch.zeros(2, 3), torch.ones(2, 3), torch.ones(2)
+    assert split_batch((a, b, y), Two()) == ((a, b), y)
+    assert split_batch([a, b, y], Two()) == ((a, b), y)
+    assert split_batch((a, b, y), Three()) == ((a, b, y), None)
+    assert split_batch((a, b, y)) == ((a, b, y), None)  # no model: the inputs, as before
+
+
 def test_oom_reason_says_what_was_needed():
     msg = ("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
            "139.81 GiB of which 3.1 GiB is free.")

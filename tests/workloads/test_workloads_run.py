@@ -331,6 +331,78 @@ def test_a_model_built_in_bf16_trains_in_bf16_only_and_says_so(user_module):
     assert bf16.value > 0 and bf16.params["weights"] == "bf16"
 
 
+def test_a_loss_that_is_not_finite_is_timed_recorded_and_flagged(user_module):
+    """A model whose loss is NaN (a scan's exp overflowing, as a user's Mamba-like block did)
+    is still timed; the record says so and a finding warns. Its loss in the params had
+    failed the record's validation and taken the whole train suite with it."""
+    user_module("nanmod", """
+        import torch
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = torch.nn.Linear(8, 3)
+            def forward(self, x):
+                return self.a(x) * float("nan")
+        def build():
+            return Net(), lambda n: (torch.randn(n, 8), torch.randint(0, 3, (n,)))
+    """)
+    run = bench("train", models=["nanmod:build"], modes=["fp32"], batch_size=4, steps=2,
+                parts=["modes"])
+    thr = by_name(run)["nanmod:build/fp32/throughput"]
+    assert thr.value > 0 and thr.params["final_loss"] is None
+    assert thr.params["loss_finite"] is False and "loss is nan" in thr.notes[0]
+    found = [f for f in run.findings if f.code == "workloads.loss-not-finite"]
+    assert len(found) == 1 and "fp32" in found[0].message
+
+
+COMPLEX_MODEL = """
+    import torch
+    class Spectral(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(16 // 2 + 1, dtype=torch.cfloat))
+            self.head = torch.nn.Linear(16, 3)
+        def forward(self, x):
+            return self.head(torch.fft.irfft(torch.fft.rfft(x) * self.w, n=16))
+    def build():
+        return Spectral(), lambda n: (torch.randn(n, 16), torch.randint(0, 3, (n,)))
+"""
+
+
+def test_complex_weights_are_stepped_beside_the_fused_optimizer(user_module):
+    """A Fourier layer's complex weights: the fused AdamW, built without complaint, refused
+    them at its first step and every mode failed; they take the foreach version beside it."""
+    from gpuaudit.workloads.optim import make_optimizer
+
+    user_module("cplxmod", COMPLEX_MODEL)
+    net = load("cplxmod:build").model
+    opt, note = make_optimizer(torch, net, sgd=False, fused=True)
+    assert [o.defaults.get("fused") for o in opt.parts] == [True, None]
+    assert note is not None and "1 complex parameter" in note
+    before = net.w.detach().clone()
+    net(torch.randn(4, 16)).sum().backward()
+    opt.step()
+    assert not torch.equal(before, net.w)
+    got = by_name(bench("train", models=["cplxmod:build"], modes=["fp32"], batch_size=4,
+                        steps=2, parts=["modes"]))
+    thr = got["cplxmod:build/fp32/throughput"]
+    assert thr.skipped_reason is None and thr.value > 0
+
+
+def test_inference_keeps_complex_weights_complex(user_module):
+    """`model.to(torch.float32)` casts a complex weight to real (dropping its imaginary part)
+    and the model then failed in every mode; the floating weights alone take the dtype."""
+    from gpuaudit.workloads.infer import prepare
+
+    user_module("cplxinf", COMPLEX_MODEL)
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        net = prepare("cplxinf:build", precision, torch.device("cpu")).model
+        assert (net.w.dtype, net.head.weight.dtype) == (torch.complex64, dtype)
+    run = bench("infer", models=["cplxinf:build"], precisions=["fp32"], batches=[2],
+                parts=["latency"], infer_seconds=0.05)
+    assert by_name(run)["cplxinf:build/fp32/eager/b2/latency"].value > 0
+
+
 def test_a_model_with_nothing_to_train_is_refused_in_one_line(user_module):
     from gpuaudit.workloads.entry import failed_entry_points
 

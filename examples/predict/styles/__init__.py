@@ -5,7 +5,8 @@ as `bench train --model styles.MODULE:FAMILY` takes it (run from examples/predic
 
 `development`: the families the classes were corrected on (an inline ALiBi bias, einsum
 attention, F.normalize's vector norm, Swin's shifted-window mask, grouped-GEMM experts, a
-batch of keyword arguments). `held_out`: written, with their expected classes, after the last
-correction and before they were first profiled. `libraries`: models from transformers, timm,
-torchvision, diffusers, PyTorch Geometric and lucidrains' packages, development and held out
-(its `HELD_OUT`), each run where its library is installed."""
+batch of keyword arguments). `held_out`, `held_out_second`, `held_out_third`: written, with
+their expected classes, after the last correction and before they were first profiled.
+`libraries`: models from transformers, timm, torchvision, diffusers, PyTorch Geometric and
+lucidrains' packages, development and held out (its `HELD_OUT`), each run where its library
+is installed."""

@@ -1,6 +1,7 @@
 """Findings from the workload suites' figures (`bench train`): an input pipeline that cannot
-feed the GPU, DDP that scales poorly. Pure functions over Measurements (no torch), judged by
-the runner beside the micro benchmarks' stragglers and contention."""
+feed the GPU, DDP that scales poorly, a loss that was not finite. Pure functions over
+Measurements (no torch), judged by the runner beside the micro benchmarks' stragglers and
+contention."""
 
 from __future__ import annotations
 
@@ -46,4 +47,16 @@ def workload_findings(measured: Sequence[Measurement]) -> list[Finding]:
                        "overlap with the backward pass; gradient accumulation all-reduces less "
                        "often.",
                 evidence={"efficiency_pct": m.value, "gpus": m.params.get("gpus")}))
+        if m.suite == "train" and m.name.endswith("/throughput") \
+                and m.params.get("loss_finite") is False:
+            found.append(Finding(
+                code="workloads.loss-not-finite", severity=Severity.WARN,
+                gpu_index=m.gpu_index,
+                message=f"{m.params.get('model')} ({m.params.get('mode')}): the loss was not "
+                        "finite after the timed steps, so they timed arithmetic on NaN or inf",
+                advice="Where only a 16-bit mode loses it, its range overflowed (fp16: train "
+                       "in bf16, or keep the overflowing operation in fp32); where fp32 "
+                       "loses it too, the model's own numerics do (an exp, log or division "
+                       "without a guard, a learning rate too high for its scale).",
+                evidence={"mode": m.params.get("mode"), "model": m.params.get("model")}))
     return found

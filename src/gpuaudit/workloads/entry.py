@@ -12,7 +12,8 @@
 gpuaudit moves it to the device) as `(inputs, target)`, where `inputs` is a tuple of
 arguments for `model(*inputs)` and `target` may be None; `(x, y)` with one tensor first is
 the input and its target where the model's forward needs one positional argument (two inputs
-where it needs two); a bare tensor or another tuple is taken as the inputs. The inputs may
+where it needs two), and `(a, b, y)` likewise where it needs two; a bare tensor or another
+tuple is taken as the inputs. The inputs may
 also be a mapping, as a Hugging Face batch is: `model(**inputs)` where its keys bind to the
 forward's parameters, else the mapping as the one argument. `loss(output, target)` gives the
 scalar to back-propagate; without it (of the output's first tensor, or a mapping's or a
@@ -170,10 +171,12 @@ def failed_entry_points(specs: list[str], measured: Any) -> str | None:
     and what it raised. A bench keeps its other figures; this says whose code failed."""
     for spec in (s for s in specs if is_entry_point(s)):
         mine = [m for m in measured if m.name.startswith(f"{spec}/")]
-        raised = [m.skipped_reason for m in mine
-                  if m.skipped and _RAISED.match(m.skipped_reason or "")]
+        raised = [m for m in mine if m.skipped and _RAISED.match(m.skipped_reason or "")]
         if mine and raised and all(m.skipped for m in mine):
-            return f"--model {spec}: the model failed in every mode: {raised[0]}"
+            # which mode said it: a model that fails under autocast alone fails in bf16
+            mode = raised[0].name[len(spec) + 1:].split("/")[0]
+            return (f"--model {spec}: the model failed in every mode "
+                    f"({mode}: {raised[0].skipped_reason})")
     return None
 
 
@@ -182,7 +185,8 @@ def split_batch(batch: Any, model: Any = None) -> tuple[tuple[Any, ...], Any]:
     inputs stays one input (`takes_keywords` says how the model takes it). A pair whose first
     item is one tensor, `(x, y)` as a data loader yields it, is the input and its target
     where the model's forward needs fewer than two positional arguments; without the model,
-    or where its forward needs two, the pair is the inputs."""
+    or where its forward needs two, the pair is the inputs. Likewise a flat tuple of n items,
+    `src, tgt, labels`, is n − 1 inputs and a target where the forward needs n − 1."""
     if isinstance(batch, tuple | list) and len(batch) == 2:
         if isinstance(batch[0], tuple | list):
             return tuple(batch[0]), batch[1]
@@ -191,6 +195,9 @@ def split_batch(batch: Any, model: Any = None) -> tuple[tuple[Any, ...], Any]:
         needs = _positional_needed(model)
         if needs is not None and needs < 2:
             return (batch[0],), batch[1]
+    if isinstance(batch, tuple | list) and len(batch) > 2 and \
+            _positional_needed(model) == len(batch) - 1:
+        return tuple(batch[:-1]), batch[-1]  # `src, tgt, labels`: the last is the target
     if isinstance(batch, tuple | list):
         return tuple(batch), None
     return (batch,), None

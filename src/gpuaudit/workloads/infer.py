@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuaudit.workloads.entry import Workload, call_model, split_batch, takes_keywords
 from gpuaudit.workloads.models import build, call_make_batch
-from gpuaudit.workloads.precision import float32_matmuls, model_dtype
+from gpuaudit.workloads.precision import cast_model, float32_matmuls, model_dtype
 from gpuaudit.workloads.timing import (
     is_cuda,
     iterations_for,
@@ -61,7 +61,7 @@ def prepare(name: str, precision: str, device: Any, *, seq_len: int | None = Non
 
     torch.manual_seed(0)
     w = build(name, device, seq_len=seq_len)
-    model = w.model.eval().to(model_dtype(torch, precision))
+    model = cast_model(torch, w.model.eval(), precision)
     notes = []
     if w.image_model and is_cuda(device):
         model = model.to(memory_format=torch.channels_last)

@@ -86,6 +86,14 @@ def model_dtype(torch: Any, precision: str) -> Any:
             "int8": torch.bfloat16}.get(precision, torch.float32)
 
 
+def cast_model(torch: Any, model: Any, precision: str) -> Any:
+    """The model's floating-point weights and buffers in `model_dtype`; complex ones (a Fourier
+    layer's) kept, which `model.to(dtype)` would cast to real, dropping their imaginary
+    part (`.float()`, `.half()` and `.bfloat16()` cast the floating ones only)."""
+    dtype = model_dtype(torch, precision)
+    return {torch.bfloat16: model.bfloat16, torch.float16: model.half}.get(dtype, model.float)()
+
+
 @dataclass(frozen=True)
 class TrainMode:
     precision: str

@@ -3,6 +3,7 @@ percentiles in params, MFU as the model TFLOP/s' % of the dense datasheet peak."
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,7 +55,9 @@ def train_measurements(r: TrainResult, *, peak_tflops: float | None, fp32_rate: 
     speed = {"speedup_vs_fp32": round(samples_s / fp32_rate, 3)} if fp32_rate else {}
     yield measure(TRAIN, f"{prefix}/throughput", "samples/s", per_sample, warmup=warm,
                   gpu_index=gpu_index, notes=notes,
-                  params={**base, **speed, "final_loss": round(r.final_loss, 4)})
+                  params={**base, **speed,  # NaN or inf: None, and the notes say which
+                          "final_loss": round(r.final_loss, 4) if math.isfinite(r.final_loss)
+                          else None, "loss_finite": math.isfinite(r.final_loss)})
     if r.tokens_per_sample:
         yield measure(TRAIN, f"{prefix}/tokens", "tokens/s",
                       rates(r.batch_size * r.tokens_per_sample, r.step_times_s), warmup=warm,
