@@ -85,3 +85,28 @@ KNOWN_MISSES = {
     ("libraries", "longformer"): "sliding-window scores copied diagonal by diagonal into "
                                  "windows before the softmax: no shape ties them",
 }
+
+
+def test_the_gpu_check_reports_what_contradicts_a_declaration():
+    """validation/predict/styles_gpu.py's verdict on a family's GPU op profile: a declared unit
+    grouped in another class, a class declared absent, kernels contradicting their unit; a
+    unit its backward or optimizer also names (two classes) is not judged by name."""
+    from validation.predict.styles_gpu import judge
+
+    declared = {"matmul": "gemm", "softmax": "elementwise", "!": {"attention"}}
+    ran = {"classes": {"gemm": 1.0, "elementwise": 0.5, "attention": 0.0},
+           "units": {"matmul": ["gemm"], "softmax": ["elementwise"], "to": ["elementwise"]},
+           "unknown": [{"op": "fft_rfft2", "ms_per_step": 0.2,
+                        "why": "an aten operator without a rule"}]}
+    assert judge(ran, declared) == []
+    ran["units"]["matmul"] = ["attention"]
+    ran["classes"]["attention"] = 0.3
+    why = "its kernel sm90_xmma_gemm multiplies matrices under a elementwise operator"
+    ran["unknown"].append({"op": "gelu", "ms_per_step": 0.1, "why": why})
+    assert judge(ran, declared) == ["matmul: attention (declared ['gemm'])",
+                                    "class attention present (declared absent)",
+                                    f"gelu 0.1 ms: {why}"]
+    ran["units"]["matmul"] = ["attention", "gemm"]  # two groups: not judged by name
+    assert judge(ran, declared)[0].startswith("class attention")
+    assert judge({"family": "x", "error": "RuntimeError: boom"}, declared) == \
+        ["did not run: RuntimeError: boom"]
