@@ -375,7 +375,12 @@ def test_complex_weights_are_stepped_beside_the_fused_optimizer(user_module):
     from gpuaudit.workloads.optim import make_optimizer
 
     user_module("cplxmod", COMPLEX_MODEL)
+    from gpuaudit.workloads.precision import check_scaler
+
     net = load("cplxmod:build").model
+    with pytest.raises(ValueError, match="1 complex weight"):  # torch: no kernel to unscale
+        check_scaler(torch, "fp16", net)
+    check_scaler(torch, "bf16", net)
     opt, note = make_optimizer(torch, net, sgd=False, fused=True)
     assert [o.defaults.get("fused") for o in opt.parts] == [True, None]
     assert note is not None and "1 complex parameter" in note

@@ -15,6 +15,7 @@ from gpuaudit.workloads.optim import make_optimizer
 from gpuaudit.workloads.precision import (
     TrainMode,
     autocast_dtype,
+    check_scaler,
     check_weights,
     weights_precision,
 )
@@ -60,6 +61,7 @@ class Trainer:
         self.notes: list[str] = []
         held = weights_precision(torch, w.model)
         check_weights(mode.precision, held)
+        check_scaler(torch, mode.precision, w.model)
         if held is not None:
             w.params = {**(w.params or {}), "weights": held}
             self.notes.append(f"the model's weights are {held} (its build made them so): pure "
