@@ -504,6 +504,57 @@ def test_the_size_count_survives_an_optimizer_that_makes_tensors_with_no_device(
     assert p.step_ms > p.measured_step_ms
 
 
+OTHER_MLPS = """
+import torch
+from torch import nn
+from zoo.mlp import _batch
+
+
+def gelu_mlp():  # the recorded MLP's layers with GELU for ReLU: another model, not a size
+    layers, width = [], 512
+    for _ in range(6):
+        layers += [nn.Linear(width, 2048), nn.LayerNorm(2048), nn.GELU(), nn.Dropout(0.1)]
+        width = 2048
+    return {"model": nn.Sequential(*layers, nn.Linear(width, 10)), "make_batch": _batch}
+
+
+def lazy():
+    return nn.Sequential(nn.LazyLinear(64), nn.ReLU(), nn.LazyLinear(10)), _batch
+
+
+def eager():
+    return nn.Sequential(nn.Linear(512, 64), nn.ReLU(), nn.Linear(64, 10)), _batch
+"""
+
+
+def test_a_target_with_layers_the_recording_never_ran_is_refused(tmp_path, monkeypatch):
+    """A GELU where the recording ran a ReLU has no recorded time to scale: it was left out
+    of the step (and the ReLU moved × 0), a figure for another model than either. A size
+    of the same model runs the same units, a new memory-bound one included."""
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    (tmp_path / "other_mlps.py").write_text(OTHER_MLPS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    prof = load_profile(zoo_run("mlp"), "tabular-mlp/bf16")
+    with pytest.raises(BadInputError, match=r"its elementwise/gelu never ran in the recorded "
+                                            r"zoo.mlp:build"):
+        predict(prof, rates(), Change(model="other_mlps:gelu_mlp"), SPECS)
+
+
+def test_lazy_layers_are_counted_once_initialized(tmp_path, monkeypatch):
+    """LazyLinear takes its shapes, and initializes its weights, at its first call: counted
+    from there, the initialization was a unit of the step (`uniform_`) the recording never
+    ran, and the step was the eager model's plus it."""
+    pytest.importorskip("torch")
+    from gpuaudit.predict.retarget import count
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    (tmp_path / "other_mlps.py").write_text(OTHER_MLPS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lazy, eager = count("other_mlps:lazy", 8), count("other_mlps:eager", 8)
+    assert (lazy.flops, lazy.bytes, lazy.params) == (eager.flops, eager.bytes, eager.params)
+
+
 def test_another_size_needs_a_recording_that_names_its_entry_point():
     run = zoo_run("mlp")
     doc = json.loads(run.model_dump_json())

@@ -136,6 +136,10 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
             w = as_workload(build(), spec)
             inputs, target = split_batch(call_make_batch(w.make_batch, batch, where), w.model)
             net = WithLoss(w.model, w.loss or default_loss, takes_keywords(w.model, inputs))
+            if any(isinstance(p, torch.nn.parameter.UninitializedParameter)
+                   for p in net.parameters()):
+                with torch.no_grad():  # lazy layers take their shapes at the first call,
+                    net(*inputs, target)  # which initializes them: not a step's work
         opt, _ = make_optimizer(torch, net, sgd=False, fused=False)
 
         def step() -> None:
@@ -165,6 +169,16 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
                    ddp_buckets(params), dict(tally.group_calls), counted_on=where)
 
 
+def new_units(src: Counted, tgt: Counted) -> list[str]:
+    """The target's unit groups with work counted that the source never ran, as
+    `class/unit`. Another size of the same model runs the same ones (every size pair of the
+    zoo: none new); another model does not (a LayerNorm, a GELU), and a group with no
+    recorded time would be left out of the step: a memory-bound one as surely as a GEMM."""
+    ran = {k for k, v in src.flops.items() if v > 0} | {k for k, v in src.bytes.items() if v > 0}
+    new = {k for k, v in tgt.flops.items() if v > 0} | {k for k, v in tgt.bytes.items() if v > 0}
+    return sorted(f"{c}/{u}" for c, u in new - ran if c not in OPAQUE_CLASSES)
+
+
 def _ideal_s(shapes: list[tuple[int, int, int, int, int, float]], roofs: Roofs,
              precision: str, width: int) -> float:
     return sum(f / (model_rate(Gemm(m, n, k, b, width, 1.0, f), roofs, precision) * 1e12)
@@ -191,11 +205,12 @@ def retarget(profile: StepProfile, target: str, roofs: Roofs,
         b = _ideal_s(tgt.shapes.get(cls, []), roofs, profile.precision, width)
         if a > 0 and b > 0:
             ratio_cls[cls] = b / a
-    missing = [f"{c}/{u}" for (c, u), f in tgt.flops.items()
-               if f > 0 and (c, u) not in src.flops and c in TENSOR_CLASSES]
+    missing = new_units(src, tgt)
     if missing:
-        raise BadInputError(f"--model {target}: its {', '.join(sorted(missing)[:4])} never ran "
-                            f"in the recorded {entry}: no recorded time to scale")
+        more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        raise BadInputError(f"--model {target}: its {', '.join(missing[:4])}{more} never ran "
+                            f"in the recorded {entry}: no recorded time to scale (another "
+                            "size of the same model runs the same layers)")
     off: list[str] = []
     for i, g in enumerate(record.groups):
         c = changes[i]
