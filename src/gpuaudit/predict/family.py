@@ -71,7 +71,8 @@ def source_shape(profile: StepProfile) -> Shape:
     base = _preset_shape(profile.model, profile.batch, None)
     if base is None or not all(k in mp for k in ("layers", "heads", "dim", "vocab")):
         raise BadInputError(f"--params: size changes work for the reference transformer "
-                            f"families (gpt-*, bert-*); {profile.model!r} is not one")
+                            f"families (gpt-*, bert-*); {profile.model!r} is not one: give "
+                            "your model's other size as --model pkg.module:build_other")
     seq = int(mp.get("seq_len") or profile.tokens_per_sample or base.seq_len)
     return Shape(base.kind, int(mp["vocab"]), int(mp["layers"]), int(mp["heads"]),
                  int(mp["dim"]), seq, profile.batch, profile.model)
