@@ -346,7 +346,12 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None,
     from validation.predict.zoo_tables import control_table, table
 
     specs = load_catalog()
-    rates_run = load_run(Path(rates_path or outs[0] / "rates.json").read_text())
+    rates_file = Path(rates_path or outs[0] / "rates.json")
+    if not rates_file.is_file():  # a --tiny recording or one made with --no-rates has none
+        print(f"compare: no {rates_file}: give the machine's rates with --rates RUN.json",
+              file=sys.stderr)
+        return 2
+    rates_run = load_run(rates_file.read_text())
     rates = machine_rates(rates_run, specs)
     if rates is None:
         print("compare: the rates run has no usable matmul and memory figures")
