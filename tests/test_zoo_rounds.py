@@ -342,7 +342,7 @@ def test_pack_makes_its_destination_and_puts_results_before_traces(tmp_path):
     the traces after, and a tar holds no more of the files' bytes than its limit."""
     import tarfile
 
-    from validation.predict.zoo import pack
+    from validation.predict.zoo_files import pack
 
     rec = tmp_path / "rec"
     (rec / "traces" / "bert").mkdir(parents=True)

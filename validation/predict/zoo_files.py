@@ -1,0 +1,62 @@
+"""A zoo recording's files: packed into tars for the way back from the device machine, and
+its kernel views read again from the traces it kept (`zoo.py pack`, `zoo.py reparse`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+
+def reparse(out: Path) -> int:
+    """Every recording's kernel view read again from its kept trace (after a change of the
+    trace's reading: classes, timeline, host waits), the counted work kept."""
+    import gzip
+
+    from gpuaudit.model import load_run
+    from gpuaudit.workloads.kernelview import parse_trace
+    from gpuaudit.workloads.opcapture import with_kernel_view
+
+    for run_file in sorted((out / "runs").glob("*.json")):
+        run = load_run(run_file.read_text())
+        profiles = []
+        for p in run.op_profiles:
+            entry = str(p.model_params.get("entry") or p.model)
+            trace = out / "traces" / run_file.stem / (
+                re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{entry}-{p.mode}") + ".json.gz")
+            if not trace.exists():
+                profiles.append(p)
+                continue
+            with gzip.open(trace, "rt") as f:
+                events = json.load(f)["traceEvents"]
+            profiles.append(with_kernel_view(p, parse_trace(events, p.profiled_steps)))
+        run_file.write_text(run.model_copy(update={"op_profiles": tuple(profiles)})
+                            .model_dump_json())
+        print(f"reparsed {run_file.name}: {len(profiles)} profiles")
+    return 0
+
+
+def pack(out: Path, dest: Path, limit: int = 15 * 2**20, most: int = 7) -> int:
+    """OUTDIR's files into at most `most` tars of at most `limit` bytes each in `dest` (the
+    device machine sends back 8 files of 16 MiB): results first, traces after."""
+    import tarfile
+
+    files = [p for p in sorted(out.rglob("*")) if p.is_file()]
+    files.sort(key=lambda p: (p.parts[len(out.parts)] == "traces", str(p)))
+    bins: list[list[Path]] = [[]]
+    size = 0
+    for f in files:
+        n = f.stat().st_size
+        if bins[-1] and size + n > limit:
+            bins.append([])
+            size = 0
+        bins[-1].append(f)
+        size += n
+    dest.mkdir(parents=True, exist_ok=True)
+    for i, group in enumerate(bins[:most]):
+        with tarfile.open(dest / f"zoo-{i}.tar", "w") as tar:
+            for f in group:
+                tar.add(f, arcname=str(f.relative_to(out.parent)))
+    if len(bins) > most:
+        print(f"pack: {sum(len(b) for b in bins[most:])} files left out (over {most} tars)")
+    return 0
