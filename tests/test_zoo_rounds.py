@@ -572,3 +572,39 @@ def test_the_38th_to_45th_recordings_read_both_ways_keep_every_case_on_its_side_
     sides = [(abs(r["paired_pct"]) <= 10) == (abs(r["unpaired_pct"]) <= 10)
              for r in got["cases"]]
     assert all(sides)
+
+
+def test_a_recordings_results_merge_into_the_published_ones_under_its_name(tmp_path, capsys):
+    """`zoo.py merge`: a compare's rows and controls join the published results as one
+    recording's, its rates under its name; merging a recording again replaces it (the
+    published file comes back byte for byte), and a label that is no recording's, or rows of
+    another recording, are refused in one line."""
+    from validation.predict.zoo_files import merge
+    from validation.predict.zoo_tables import RECORDER
+
+    assert (RECORDER["forty-third"], RECORDER["eleventh"], RECORDER["seventy-second"],
+            RECORDER["ninetieth"]) == ("43rd", "11th", "72nd", "90th")
+    published = tmp_path / "published.json"
+    published.write_text(RESULTS.read_text())
+    doc = json.loads(RESULTS.read_text())
+    label = "forty-fourth"
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({
+        "rates": doc["rates"][label],
+        "rows": [r for r in doc["rows"] if r.get("recording") == label],
+        "controls": [c for c in doc["controls"] if c.get("recording") == label]}))
+    assert merge(published, results, label) == 0
+    assert published.read_text() == RESULTS.read_text()  # replaced, in place of itself
+    assert merge(published, results, "forty-sixth") == 2  # its rows name the 44th
+    assert "not only forty-sixth" in capsys.readouterr().err
+    row = {"set": "held_out", "family": "ConvNeXt", "case": "all", "error": "not recorded"}
+    results.write_text(json.dumps({"rates": {"run_id": "r46", "basis": []}, "rows": [row],
+                                   "controls": []}))
+    assert merge(published, results, "forty-sixth") == 0
+    merged = json.loads(published.read_text())
+    assert merged["rows"][-1] == {**row, "recording": "forty-sixth"}
+    assert merged["rates"]["forty-sixth"]["run_id"] == "r46"
+    assert len(merged["rows"]) == len(doc["rows"]) + 1
+    assert merge(published, results, "forty-sixth") == 0  # again: replaced, not doubled
+    assert len(json.loads(published.read_text())["rows"]) == len(doc["rows"]) + 1
+    assert merge(published, results, "sixth-ish") == 2

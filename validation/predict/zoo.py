@@ -8,6 +8,7 @@ compare it with the run that measured it.
     python3 validation/predict/zoo.py compare OUTDIR [--also OUTDIR2] [--rates RUN.json]
     python3 validation/predict/zoo.py table RESULTS.json [--all]  # a compare's tables
     python3 validation/predict/zoo.py pack OUTDIR DEST        # OUTDIR into tars of ≤ 15 MiB
+    python3 validation/predict/zoo.py merge PUBLISHED.json OUTDIR/results.json LABEL
 
 record: the machine's rates (`bench matmul memory`, quick) into OUTDIR/rates.json; then per
 family (development first, then held-out), in a process of its own, one Run in
@@ -420,7 +421,7 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None,
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=("record", "worker", "cases", "compare", "table", "pack",
-                                     "reparse"))
+                                     "reparse", "merge"))
     ap.add_argument("out")
     ap.add_argument("names", nargs="*")
     ap.add_argument("--set", choices=("held_out", "development"))
@@ -468,6 +469,12 @@ def main() -> int:
         from validation.predict.zoo_files import pack
 
         return pack(out, Path(args.names[0]))
+    if args.what == "merge":
+        from validation.predict.zoo_files import merge
+
+        if len(args.names) != 2:
+            ap.error("merge PUBLISHED.json RESULTS.json LABEL")
+        return merge(out, Path(args.names[0]), args.names[1])
     return compare([out, *map(Path, args.also)], args.rates, args.set, args.unpaired)
 
 

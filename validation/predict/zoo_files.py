@@ -1,10 +1,12 @@
-"""A zoo recording's files: packed into tars for the way back from the device machine, and
-its kernel views read again from the traces it kept (`zoo.py pack`, `zoo.py reparse`)."""
+"""A zoo recording's files: packed into tars for the way back from the device machine, its
+kernel views read again from the traces it kept, and its compared results merged into the
+published ones (`zoo.py pack`, `zoo.py reparse`, `zoo.py merge`)."""
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 
@@ -59,4 +61,36 @@ def pack(out: Path, dest: Path, limit: int = 15 * 2**20, most: int = 7) -> int:
                 tar.add(f, arcname=str(f.relative_to(out.parent)))
     if len(bins) > most:
         print(f"pack: {sum(len(b) for b in bins[most:])} files left out (over {most} tars)")
+    return 0
+
+
+def merge(published: Path, results: Path, label: str) -> int:
+    """A compare's results (OUTDIR/results.json, its folder named `label`, "forty-sixth")
+    into the published results (tests/fixtures/predict/zoo-results.json): its rows and timing
+    controls as that recording's, its rates under its name; an earlier merge of the same
+    label is replaced. What each recording was (`about`, `about_current`) is written by hand."""
+    from validation.predict.zoo_tables import RECORDER
+
+    if label not in RECORDER:
+        print(f"merge: {label!r} is not a recording's name (first … ninety-ninth)",
+              file=sys.stderr)
+        return 2
+    doc = json.loads(published.read_text())
+    new = json.loads(results.read_text())
+    elsewhere = sorted({str(r["recording"]) for r in new["rows"] + new["controls"]
+                        if r.get("recording") not in (None, label)})
+    if elsewhere:  # compare names a row by its recording folder's parent
+        print(f"merge: {results} holds rows of {', '.join(elsewhere)}, not only {label}",
+              file=sys.stderr)
+        return 2
+    for part in ("rows", "controls"):
+        # where the label's earlier rows stood, else after the others
+        at = next((i for i, r in enumerate(doc[part]) if r.get("recording") == label),
+                  len(doc[part]))
+        kept = [r for r in doc[part] if r.get("recording") != label]
+        doc[part] = kept[:at] + [{**r, "recording": label} for r in new[part]] + kept[at:]
+    doc["rates"][label] = new["rates"]
+    published.write_text(json.dumps(doc, indent=1))
+    print(f"merge: {len(new['rows'])} rows and {len(new['controls'])} controls of the "
+          f"{RECORDER[label]} recording into {published}")
     return 0

@@ -66,22 +66,30 @@ def _num(v: float) -> str:
     return f"{v:,.0f}" if v >= 999.5 else f"{v:.3g}"
 
 
-RECORDER = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th",
-            "sixth": "6th", "seventh": "7th", "eighth": "8th",
-            "ninth": "9th", "tenth": "10th", "eleventh": "11th", "twelfth": "12th",
-            "thirteenth": "13th", "fourteenth": "14th",
-            "fifteenth": "15th", "sixteenth": "16th",
-            "seventeenth": "17th", "eighteenth": "18th", "nineteenth": "19th",
-            "twentieth": "20th", "twenty-first": "21st", "twenty-second": "22nd",
-            "twenty-third": "23rd", "twenty-fourth": "24th",
-            "twenty-fifth": "25th", "twenty-sixth": "26th",
-            "twenty-seventh": "27th", "twenty-eighth": "28th", "twenty-ninth": "29th",
-            "thirtieth": "30th", "thirty-first": "31st", "thirty-second": "32nd",
-            "thirty-third": "33rd", "thirty-fourth": "34th", "thirty-fifth": "35th",
-            "thirty-sixth": "36th", "thirty-seventh": "37th", "thirty-eighth": "38th",
-            "thirty-ninth": "39th", "fortieth": "40th", "forty-first": "41st",
-            "forty-second": "42nd", "forty-third": "43rd", "forty-fourth": "44th",
-            "forty-fifth": "45th"}
+_ONES = ("", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth",
+         "ninth")
+_TEENS = ("tenth", "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth",
+          "sixteenth", "seventeenth", "eighteenth", "nineteenth")
+_TENS = ("", "", "twent", "thirt", "fort", "fift", "sixt", "sevent", "eight", "ninet")
+
+
+def _ordinal(n: int) -> tuple[str, str]:
+    """A recording's label as the results name it ("forty-third") and as tables print it
+    ("43rd"), 1 to 99."""
+    if n < 10:
+        word = _ONES[n]
+    elif n < 20:
+        word = _TEENS[n - 10]
+    elif n % 10 == 0:
+        word = f"{_TENS[n // 10]}ieth"
+    else:
+        word = f"{_TENS[n // 10]}y-{_ONES[n % 10]}"
+    suffix = "th" if 11 <= n % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return word, f"{n}{suffix}"
+
+
+# the recordings in the order they were made: a family's latest is the one it is read from
+RECORDER = dict(_ordinal(n) for n in range(1, 100))
 
 
 def table(rows: list[dict[str, Any]]) -> str:
