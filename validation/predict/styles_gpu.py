@@ -43,8 +43,8 @@ def profile_family(module: str, family: str, precision: str, batch: int | None,
     cmd = [sys.executable, "-m", "gpuaudit", "bench", "train", "--model",
            f"styles.{module}:{family}", "--op-profile", "--precision", precision, "--json",
            "--no-save", *(("--batch-size", str(batch)) if batch else ())]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT / "src"), str(STYLES), os.environ.get("PYTHONPATH", "")])}
+    paths = [str(ROOT / "src"), str(STYLES), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     t0 = time.monotonic()
     try:
         done = subprocess.run(cmd, cwd=STYLES, env=env, capture_output=True, text=True,
