@@ -74,8 +74,10 @@ def weights_precision(torch: Any, model: Any) -> str | None:
 def check_scaler(torch: Any, precision: str, model: Any) -> None:
     """fp16's GradScaler unscales the gradients with a kernel for real floating types only:
     a complex weight's gradient (a Fourier layer's) fails it at the first step."""
+    if precision != "fp16":
+        return
     complex_weights = sum(1 for p in model.parameters() if p.requires_grad and p.is_complex())
-    if precision == "fp16" and complex_weights:
+    if complex_weights:
         raise ValueError(f"fp16's GradScaler cannot unscale the gradients of the model's "
                          f"{complex_weights} complex weight(s) (torch has no kernel for "
                          "them); measure bf16, which needs no scaler")

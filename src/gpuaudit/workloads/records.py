@@ -53,11 +53,11 @@ def train_measurements(r: TrainResult, *, peak_tflops: float | None, fp32_rate: 
     p50, p90, p99 = p50_p90_p99(r.step_times_s)
     samples_s = percentile(per_sample, 50)  # the throughput figure's value
     speed = {"speedup_vs_fp32": round(samples_s / fp32_rate, 3)} if fp32_rate else {}
+    finite = math.isfinite(r.final_loss)  # NaN or inf: None, and the notes say which
     yield measure(TRAIN, f"{prefix}/throughput", "samples/s", per_sample, warmup=warm,
                   gpu_index=gpu_index, notes=notes,
-                  params={**base, **speed,  # NaN or inf: None, and the notes say which
-                          "final_loss": round(r.final_loss, 4) if math.isfinite(r.final_loss)
-                          else None, "loss_finite": math.isfinite(r.final_loss)})
+                  params={**base, **speed, "loss_finite": finite,
+                          "final_loss": round(r.final_loss, 4) if finite else None})
     if r.tokens_per_sample:
         yield measure(TRAIN, f"{prefix}/tokens", "tokens/s",
                       rates(r.batch_size * r.tokens_per_sample, r.step_times_s), warmup=warm,
