@@ -73,3 +73,12 @@ def preload_torch(suites: Iterable[str] = ()) -> threading.Thread | None:
     _preloading = threading.Thread(target=load, name="gpuaudit-torch-import", daemon=True)
     _preloading.start()
     return _preloading
+
+
+def wait_preloaded() -> None:
+    """Wait for the import `preload_torch` started, if one did. Before the user's module is
+    imported: a module that calls `torch.compile` at import (a decorated function) imports
+    torch._dynamo on the main thread while this thread may be importing it, and Python's
+    module locks, taken in another order by each, raise `_DeadlockError`."""
+    if _preloading is not None:
+        _preloading.join()

@@ -217,17 +217,51 @@ def test_entry_point_loads_tuples_and_dicts(user_model, user_module, tmp_path):
             m = torch.nn.Linear(4, 4)
             m.compile()
             return m, lambda n: torch.ones(n, 4)
+        def blocks():  # per-block compilation: in place, and a block replaced by its wrapper
+            m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.compile(torch.nn.Linear(4, 4)))
+            m[0].compile()
+            m[1].compile()
+            return m, lambda n: torch.ones(n, 4)
+        @torch.compile  # at import, beside the thread that imports torch._dynamo
+        def act(x):
+            return x * 2
+        def plain():
+            return torch.nn.Linear(4, 4), lambda n: torch.ones(n, 4)
     """)
-    for fn in ("wrapped", "in_place"):
+    for fn in ("wrapped", "in_place", "blocks"):
         w = load(f"compiledmod:{fn}")
-        assert type(w.model) is torch.nn.Linear and w.model._compiled_call_impl is None
+        assert all(type(m) in (torch.nn.Linear, torch.nn.Sequential)
+                   and m._compiled_call_impl is None for m in w.model.modules())
         assert w.params == {"compiled_in_build": "run eager; the +compile modes compile it"}
+    assert load("compiledmod:plain").params is None
     from gpuaudit.errors import BadInputError
 
     with pytest.raises(BadInputError, match="without model and make_batch"):
         load("dictmod:bad")
     with pytest.raises(BadInputError, match="build\\(\\) failed: ValueError: missing weights"):
         load("dictmod:boom")
+
+
+def test_a_module_that_compiles_at_import_loads_beside_the_early_torch_import(tmp_path):
+    """The CLI imports torch._dynamo in a thread while the user's module loads: a module
+    whose import calls torch.compile raced it for the module locks (`_DeadlockError`, or a
+    partially initialized torch._inductor) three times in four before the load waited."""
+    import subprocess
+
+    (tmp_path / "deco.py").write_text(textwrap.dedent("""
+        import torch
+        @torch.compile
+        def act(x):
+            return x * 2
+        def build():
+            return torch.nn.Linear(4, 4), lambda n: torch.ones(n, 4)
+    """))
+    script = ("from gpuaudit.torchload import preload_torch; preload_torch(('train',)); "
+              "from gpuaudit.workloads.entry import load; print(type(load('deco:build').model))")
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, text=True,
+                              capture_output=True, timeout=300)
+        assert done.returncode == 0 and "Linear" in done.stdout, done.stderr[-500:]
 
 
 KEYWORD_MODELS = """

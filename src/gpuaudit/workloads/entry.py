@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaudit.errors import BadInputError
+from gpuaudit.torchload import wait_preloaded
 
 _SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
@@ -77,6 +78,7 @@ def resolve(spec: str, option: str = "--model") -> Callable[[], Any]:
     # As `python -m` does: modules in the current directory can be named.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    wait_preloaded()
     try:
         module = importlib.import_module(module_name)
     except BaseException as exc:  # a module may raise anything, SystemExit included
@@ -149,17 +151,37 @@ def as_workload(made: Any, name: str) -> Workload:
 
 
 def _uncompiled(w: Workload) -> None:
-    """A model build() compiled (`torch.compile(model)` or `model.compile()`) runs eager: the
-    modes say what is compiled (`+compile`), and an eager mode's operators are what the op
-    profile classes (a compiled backward is one opaque node). Its params say so."""
+    """A model build() compiled, whole or in parts (`torch.compile(model)`,
+    `model.compile()`, a block compiled in place or replaced by its compiled wrapper, as
+    per-block compilation does), runs eager: the modes say what is compiled (`+compile`),
+    and an eager mode's operators are what the op profile classes and times alone (a
+    compiled region is one opaque node, its backward too). Its params say so. A function
+    the user's module decorated with `torch.compile` stays compiled: its kernels are classed
+    by their names."""
+    found = _eager_in_place(w.model)
     orig = getattr(w.model, "_orig_mod", None)
     if orig is not None and type(w.model).__name__ == "OptimizedModule":
         w.model = orig
-    elif getattr(w.model, "_compiled_call_impl", None) is not None:
-        w.model._compiled_call_impl = None
-    else:
-        return
-    w.params = {**(w.params or {}), "compiled_in_build": "run eager; the +compile modes compile it"}
+        found = True
+    if found:
+        w.params = {**(w.params or {}),
+                    "compiled_in_build": "run eager; the +compile modes compile it"}
+
+
+def _eager_in_place(model: Any) -> bool:
+    """Undo `compile()` on every submodule and unwrap every compiled child; whether any was."""
+    found = False
+    modules = getattr(model, "modules", None)
+    for module in list(modules()) if callable(modules) else []:
+        if getattr(module, "_compiled_call_impl", None) is not None:
+            module._compiled_call_impl = None
+            found = True
+        for name, child in list(getattr(module, "_modules", {}).items()):
+            orig = getattr(child, "_orig_mod", None)
+            if orig is not None and type(child).__name__ == "OptimizedModule":
+                module._modules[name] = orig
+                found = True
+    return found
 
 
 _RAISED = re.compile(r"^[A-Z]\w*(Error|Exception|Exit|Interrupt)\b")
