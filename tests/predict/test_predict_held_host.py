@@ -402,6 +402,44 @@ def test_host_time_times_every_round_at_batch_1_off_a_gpu_and_pairs_nothing(monk
     assert got.step_ms > 0 and t.inputs is keep
 
 
+def test_host_time_takes_batch_2_where_the_model_cannot_train_on_one_sample(tmp_path,
+                                                                           monkeypatch):
+    """BatchNorm1d over (N, C) features raises on one sample in training: the host's rounds
+    are timed at batch 2 instead, and the record says so; a model that fails at both is
+    not timed, the note naming both."""
+    torch = pytest.importorskip("torch")
+    from gpuaudit.workloads.hosttime import host_time
+    from gpuaudit.workloads.precision import TrainMode
+    from gpuaudit.workloads.trainer import Trainer
+
+    (tmp_path / "bnmlp.py").write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def build():\n"
+        "    m = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Linear(16, 3))\n"
+        "    return m, lambda n: (torch.randn(n, 8), torch.randint(0, 3, (n,)))\n"
+        "def pairs():  # splits its batch in two halves: an odd batch fails\n"
+        "    m = nn.Linear(8, 3)\n"
+        "    def make(n):\n"
+        "        if n < 4:\n"
+        "            raise ValueError(f'needs 4 samples, got {n}')\n"
+        "        return torch.randn(n, 8), torch.randint(0, 3, (n,))\n"
+        "    return m, make\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    t = Trainer("bnmlp:build", TrainMode("fp32"), torch.device("cpu"), batch_size=4)
+    notes: list[str] = []
+    got = host_time(t, notes, rounds=2, steps=2)
+    assert got is not None and got.batch == 2 and len(got.rounds_ms) == 2
+    assert t.inputs[0].shape[0] == 4
+    assert any(n.startswith("host time measured at batch 2 (batch 1: Expected more than 1 "
+                            "value per channel") for n in notes), notes
+    t = Trainer("bnmlp:pairs", TrainMode("fp32"), torch.device("cpu"), batch_size=4)
+    notes = []
+    assert host_time(t, notes, rounds=2, steps=2) is None
+    assert notes == ["host time not measured: batch 1: needs 4 samples, got 1; "
+                     "batch 2: needs 4 samples, got 2"]
+
+
 def test_a_step_longer_than_the_launch_queue_is_timed_in_its_phases(monkeypatch):
     """A step of more launches than the queue holds waits for any hold: its forward,
     backward and optimizer step are each issued behind a hold of their own after a sync, and

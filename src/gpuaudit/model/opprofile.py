@@ -262,6 +262,7 @@ class OpProfile(Amounts):
     # the timed step at a batch so small that its kernels hide nothing: the host's own time
     # per step without the profiler (None where not measured or not host-bound there)
     host_step_ms: float | None = None
+    host_batch: int = 1  # its batch: 2 for a model that cannot train on one sample
     # the same step timed in rounds, each round's median (`workloads.hosttime`), and paired
     # with them the step in the other precision family (autocast switched): the host's cost
     # of autocast in this model, each pair a moment apart on a host whose pace drifts

@@ -324,8 +324,9 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
         if replayed.host_moved > HOST_MOVED_NOTE:
             state.notes.append(
                 f"the host's pace moved ±{100 * replayed.host_moved:.0f} % while this run was "
-                "profiled (its step at batch 1, round by round): the band carries it, and a "
-                "host-bound figure holds only on a host at the profiled pace; profile again "
+                f"profiled (its step at batch {g.record.host_batch}, round by round): the band "
+                "carries it, and a host-bound figure holds only on a host at the profiled "
+                "pace; profile again "
                 "on a quiet host for a narrower one")
     ar_ms = exposed = None
     if gpus > 1:

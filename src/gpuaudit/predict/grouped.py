@@ -169,8 +169,8 @@ def precision(g: Grouped, state: StepState, target: str) -> None:
                            "by round")
     elif _autocast(src) != _autocast(target):
         timed = host_ratio(g.record)
-        how = "its step at batch 1 timed in both, round by round" if timed else \
-            "the development families' mean"
+        how = (f"its step at batch {g.record.host_batch} timed in both, round by round"
+               if timed else "the development families' mean")
         ratio, unc = timed or ((AUTOCAST_OFF_HOST if _autocast(src) else 1 / AUTOCAST_OFF_HOST),
                                U_AUTOCAST_HOST)
         g.host_scale *= ratio

@@ -1,5 +1,6 @@
 """The host's own time per step, for `gpuaudit predict`: the step at a batch so small that its
-kernels hide nothing (`HOST_BATCH`), timed without the profiler.
+kernels hide nothing (`HOST_BATCHES`: 1, else 2 for a model that cannot train on one sample,
+as batch norm over (N, C) features cannot), timed without the profiler.
 
 It is timed in rounds (`HOST_ROUNDS` × `ROUND_STEPS` steps), each round beside the same step
 in the other precision family (fp32 ↔ 16-bit autocast). Two reasons:
@@ -39,7 +40,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpuaudit.workloads.trainer import Trainer
 
-HOST_BATCH = 1
+# batch 1, else 2: BatchNorm1d raises on one sample in training ("Expected more than 1 value
+# per channel"); its host work is the same, its kernels as short
+HOST_BATCHES = (1, 2)
 HOST_ROUNDS = 8
 ROUND_STEPS = 6
 HELD_PRECISIONS = ("fp32", "tf32", "bf16")  # beside the recorded one
@@ -60,6 +63,7 @@ class HostTime:
     held_ms: dict[str, tuple[float, ...]] = field(default_factory=dict)
     # the held rounds were timed each right after the round of `rounds_ms` of its index
     paired: bool = False
+    batch: int = HOST_BATCHES[0]  # the batch `step_ms` and the rounds were timed at
 
 
 def alt_precision(precision: str) -> str:
@@ -126,11 +130,11 @@ def eager_step(trainer: Trainer, precision: str, inputs: Any = None,
 
 def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
               steps: int = ROUND_STEPS) -> HostTime | None:
-    """The step at `HOST_BATCH` in `rounds` rounds of `steps` steps, each round followed by the
-    same in the other precision family (an eager step: not for a compiled mode, whose host
-    work is inductor's), and on a GPU by the held rounds (`held_host`, module docstring).
-    None where the model cannot run at that batch; the other family left out, with a note,
-    where it cannot run."""
+    """The step at the first of `HOST_BATCHES` the model trains at, in `rounds` rounds of
+    `steps` steps, each round followed by the same in the other precision family (an eager
+    step: not for a compiled mode, whose host work is inductor's), and on a GPU by the held
+    rounds (`held_host`, module docstring). None where the model cannot run at either batch;
+    the other family left out, with a note, where it cannot run."""
     import torch
 
     from gpuaudit.workloads.entry import split_batch
@@ -145,7 +149,7 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
     other: dict[int, list[float]] = {}
 
     @contextlib.contextmanager
-    def at_batch_1() -> Iterator[None]:
+    def at_host_batch() -> Iterator[None]:
         keep = trainer.inputs, trainer.target
         trainer.inputs, trainer.target = small
         try:
@@ -154,21 +158,33 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
             trainer.inputs, trainer.target = keep
 
     def one_round(i: int) -> None:
-        """Round `i` at batch 1 (again, where the held timing starts over)."""
-        with at_batch_1():
+        """Round `i` at the host's batch (again, where the held timing starts over)."""
+        with at_host_batch():
             mine[i] = [1e3 * s for s in step_times_s(torch, device, trainer.step, steps)]
             if alt_step is not None:
                 with float32_matmuls(torch, tf32=alt != "fp32"):
                     other[i] = [1e3 * s for s in step_times_s(torch, device, alt_step, steps)]
 
+    small: tuple[Any, Any] = (None, None)
+    failed: list[str] = []
+    for batch in HOST_BATCHES:
+        try:
+            inputs, target = split_batch(call_make_batch(w.make_batch, batch, device), w.model)
+            small = (to_device(torch, inputs, device, mode.channels_last),
+                     to_device(torch, target, device, False))
+            with at_host_batch():
+                for _ in range(2):
+                    trainer.step()
+            break
+        except (RuntimeError, ValueError, TypeError) as exc:
+            failed.append(f"batch {batch}: {str(exc).splitlines()[0][:100]}")
+    else:
+        notes.append(f"host time not measured: {'; '.join(failed)}")
+        return None
+    if failed:
+        notes.append(f"host time measured at batch {batch} ({failed[0]})")
     try:
-        inputs, target = split_batch(call_make_batch(w.make_batch, HOST_BATCH, device), w.model)
-        small = (to_device(torch, inputs, device, mode.channels_last),
-                 to_device(torch, target, device, False))
         alt_step = eager_step(trainer, alt, *small) if alt else None
-        with at_batch_1():
-            for _ in range(2):
-                trainer.step()
         if alt_step is not None:
             try:
                 with float32_matmuls(torch, tf32=alt != "fp32"):
@@ -186,7 +202,7 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
             if i not in mine:
                 one_round(i)
     except (RuntimeError, ValueError, TypeError) as exc:
-        notes.append(f"host time not measured at batch {HOST_BATCH}: "
+        notes.append(f"host time not measured at batch {batch}: "
                      f"{str(exc).splitlines()[0][:80]}")
         return None
     order = sorted(mine)
@@ -194,7 +210,7 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
         step_ms=round(statistics.median([s for i in order for s in mine[i]]), 4),
         rounds_ms=tuple(round(statistics.median(mine[i]), 4) for i in order),
         alt_rounds_ms=tuple(round(statistics.median(other[i]), 4) for i in order
-                            if i in other), held_ms=held, paired=bool(held))
+                            if i in other), held_ms=held, paired=bool(held), batch=batch)
 
 
 def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
