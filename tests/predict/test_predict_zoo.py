@@ -524,6 +524,14 @@ def lazy():
 
 def eager():
     return nn.Sequential(nn.Linear(512, 64), nn.ReLU(), nn.Linear(64, 10)), _batch
+
+
+def numpy_batch():  # a batch as NumPy makes it, on no device
+    import numpy as np
+
+    def make(n):
+        return (np.random.randn(n, 512).astype("float32"), np.random.randint(0, 10, n))
+    return nn.Sequential(nn.Linear(512, 64), nn.ReLU(), nn.Linear(64, 10)), make
 """
 
 
@@ -553,6 +561,9 @@ def test_lazy_layers_are_counted_once_initialized(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     lazy, eager = count("other_mlps:lazy", 8), count("other_mlps:eager", 8)
     assert (lazy.flops, lazy.bytes, lazy.params) == (eager.flops, eager.bytes, eager.params)
+    # NumPy arrays are made tensors on the counting device, as training makes them
+    arrays = count("other_mlps:numpy_batch", 8)
+    assert (arrays.flops, arrays.params) == (eager.flops, eager.params)
 
 
 def test_another_size_needs_a_recording_that_names_its_entry_point():

@@ -242,6 +242,22 @@ def test_entry_point_loads_tuples_and_dicts(user_model, user_module, tmp_path):
         load("dictmod:boom")
 
 
+def test_a_batch_of_numpy_arrays_trains_as_a_data_loader_would_collate_it(user_module):
+    from gpuaudit.workloads.precision import TrainMode
+    from gpuaudit.workloads.trainer import Trainer
+
+    user_module("npmod", """
+        import numpy as np
+        import torch
+        def build():
+            return torch.nn.Linear(8, 3), lambda n: {"input": np.ones((n, 8), "float32")}, \\
+                lambda out, _: out.sum()
+    """)
+    t = Trainer("npmod:build", TrainMode("fp32"), torch.device("cpu"), batch_size=4)
+    t.step()
+    assert isinstance(t.inputs[0]["input"], torch.Tensor) and torch.isfinite(t.last_loss)
+
+
 def test_a_module_that_compiles_at_import_loads_beside_the_early_torch_import(tmp_path):
     """The CLI imports torch._dynamo in a thread while the user's module loads: a module
     whose import calls torch.compile raced it for the module locks (`_DeadlockError`, or a

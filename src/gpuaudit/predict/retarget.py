@@ -127,6 +127,7 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
     from gpuaudit.workloads.nets import WithLoss
     from gpuaudit.workloads.optim import make_optimizer
     from gpuaudit.workloads.tally import count_ops
+    from gpuaudit.workloads.trainer import to_device
 
     build = resolve(spec)
     device = torch.device(where)
@@ -134,7 +135,8 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
     try:
         with device:
             w = as_workload(build(), spec)
-            inputs, target = split_batch(call_make_batch(w.make_batch, batch, where), w.model)
+            inputs, target = to_device(torch, split_batch(
+                call_make_batch(w.make_batch, batch, where), w.model), device, False)
             net = WithLoss(w.model, w.loss or default_loss, takes_keywords(w.model, inputs))
             if any(isinstance(p, torch.nn.parameter.UninitializedParameter)
                    for p in net.parameters()):

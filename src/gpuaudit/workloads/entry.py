@@ -8,19 +8,19 @@
   `tokens_per_sample`, `name`;
 - a `Workload`.
 
-`model` is a `torch.nn.Module`. `make_batch(batch_size)` makes synthetic data (anywhere:
-gpuaudit moves it to the device) as `(inputs, target)`, where `inputs` is a tuple of
-arguments for `model(*inputs)` and `target` may be None; `(x, y)` with one tensor first is
-the input and its target where the model's forward needs one positional argument (two inputs
-where it needs two), and `(a, b, y)` likewise where it needs two; a bare tensor or another
-tuple is taken as the inputs. The inputs may also be a mapping, as a Hugging Face batch is:
-`model(**inputs)` where its keys bind to the forward's parameters, else the mapping as the
-one argument. `loss(output, target)` gives the scalar to back-propagate; without it (of the
-output's first tensor, or a mapping's or a dataclass's `loss` or `logits`, or the sum of a
-mapping of scalar losses): the output itself when it is a scalar, cross-entropy when the
-target holds class indices (classes in the last dimension, or in the second as torch's
-`(N, C, d1, …)` where the target's shape says so), mean squared error against a floating
-target, else the mean of the output.
+`model` is a `torch.nn.Module`. `make_batch(batch_size)` makes synthetic data (anywhere,
+tensors or NumPy arrays: gpuaudit moves it to the device) as `(inputs, target)`, where
+`inputs` is a tuple of arguments for `model(*inputs)` and `target` may be None; `(x, y)`
+with one tensor first is the input and its target where the model's forward needs one
+positional argument (two inputs where it needs two), and `(a, b, y)` likewise where it needs
+two; a bare tensor or another tuple is taken as the inputs. The inputs may also be a
+mapping, as a Hugging Face batch is: `model(**inputs)` where its keys bind to the forward's
+parameters, else the mapping as the one argument. `loss(output, target)` gives the scalar to
+back-propagate; without it (of the output's first tensor, or a mapping's or a dataclass's
+`loss` or `logits`, or the sum of a mapping of scalar losses): the output itself when it is
+a scalar, cross-entropy when the target holds class indices (classes in the last dimension,
+or in the second as torch's `(N, C, d1, …)` where the target's shape says so), mean squared
+error against a floating target, else the mean of the output.
 
 Anything that goes wrong before the model exists (the module cannot be imported, the function
 is missing, build() fails or returns something else) is bad input: one line, exit 2.

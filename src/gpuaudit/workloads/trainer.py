@@ -25,7 +25,10 @@ from gpuaudit.workloads.timing import sync
 def to_device(torch: Any, x: Any, device: Any, channels_last: bool,
               dtype: Any = None) -> Any:
     """The tensors of `x` (in tuples, lists and dicts too) on `device`; the floating ones in
-    `dtype` where given (an inference model cast to it)."""
+    `dtype` where given (an inference model cast to it). NumPy arrays become tensors first,
+    as a DataLoader's collate makes them."""
+    if type(x).__name__ == "ndarray" and type(x).__module__ == "numpy":
+        x = torch.as_tensor(x)
     if isinstance(x, tuple | list):
         return type(x)(to_device(torch, v, device, channels_last, dtype) for v in x)
     if isinstance(x, dict):
