@@ -237,7 +237,11 @@ def test_entry_point_errors_are_one_line_bad_input(tmp_path, monkeypatch):
              "no_such_mod:build": "cannot import no_such_mod: ModuleNotFoundError",
              "broken_mod:build": "cannot import broken_mod: RuntimeError: no GPU driver",
              "fine_mod:nope": "has no attribute 'nope'",
-             "fine_mod:VALUE": "not callable"}
+             "fine_mod:VALUE": "not callable",
+             # a file's path typed for the module: the name to type instead
+             "fine_mod.py:build": "not a file's: fine_mod:build from its folder$",
+             "./fine_mod.py:build": "not a file's: fine_mod:build from its folder$",
+             "src/models/fine_mod.py:build": "fine_mod:build from src/models \\(or with it"}
     for spec, text in cases.items():
         with pytest.raises(BadInputError, match=text) as err:
             resolve(spec)

@@ -72,8 +72,8 @@ def is_entry_point(text: str) -> bool:
 def resolve(spec: str, option: str = "--model") -> Callable[[], Any]:
     """The function named by `pkg.module:function` (imported, not called); `option` names
     what the user typed it into, for the one-line error."""
-    if not _SPEC.match(spec):
-        raise BadInputError(f"{option} {spec!r}: expected pkg.module:function")
+    if not _SPEC.match(spec) or spec.partition(":")[0].endswith(".py"):
+        raise BadInputError(f"{option} {spec!r}: expected pkg.module:function{_as_module(spec)}")
     module_name, _, attr = spec.partition(":")
     # As `python -m` does: modules in the current directory can be named.
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -94,6 +94,18 @@ def resolve(spec: str, option: str = "--model") -> Callable[[], Any]:
     if not callable(target):
         raise BadInputError(f"{option} {spec}: {attr} is not callable")
     return target
+
+
+def _as_module(spec: str) -> str:
+    """For a file's path typed where a module is named (`./models.py:build`): the module's
+    name to type, run from the file's folder."""
+    path, _, attr = spec.rpartition(":")
+    if not path.endswith(".py") or not re.fullmatch(r"[A-Za-z_][\w.]*", attr):
+        return ""
+    folder, name = os.path.split(path[:-3])
+    where = f"from {folder or '.'} (or with it on PYTHONPATH)" if folder.strip("./") else \
+        "from its folder"
+    return f", a module's name, not a file's: {name}:{attr} {where}"
 
 
 @contextlib.contextmanager
