@@ -359,6 +359,14 @@ def test_a_run_without_an_op_profile_names_what_is_missing():
     with pytest.raises(BadInputError, match="lacks what a prediction needs: "
                                             "gpt-tiny/bf16/step_time"):
         load_profile(cut, "gpt-tiny/bf16")
+    # profiled, but every mode was skipped (out of memory, a mode the device lacks): why
+    why = "out of memory at batch 4096 (needs 212 GB)"
+    none_ran = run.model_copy(update={"op_profiles": (), "measurements": tuple(
+        m.model_copy(update={"value": None, "skipped": True, "skipped_reason": why})
+        for m in run.measurements if m.suite == "train")})
+    with pytest.raises(BadInputError, match=r"no op profile: no training mode ran "
+                                            r"\(gpt-tiny/\w+: out of memory at batch 4096"):
+        load_profile(none_ran)
 
 
 def test_the_recorded_run_predicted_on_the_real_h200_rates():

@@ -176,6 +176,14 @@ def choose(run: Run, workload: str | None) -> str:
                                 "--precision P`")
         return workload
     if not found:
+        # `<model>/<mode>/<figure>`: a mode's figures
+        modes = [m for m in run.measurements if m.suite == "train" and m.name.count("/") >= 2]
+        skipped = {m.name.rsplit("/", 1)[0]: m.skipped_reason for m in modes if m.skipped}
+        if skipped and all(m.skipped for m in modes):
+            # no mode ran, so none was profiled: say why rather than ask for the profile
+            why = "; ".join(f"{mode}: {reason}" for mode, reason in list(skipped.items())[:2])
+            raise BadInputError(f"run {run.id} has no op profile: no training mode ran "
+                                f"({why})")
         raise BadInputError(f"run {run.id} has no op profile: missing <model>/<mode>/op/step "
                             f"and op/<class> measurements; record them with `{OPTIMIZER_RUN}`")
     if len(set(found)) > 1:
