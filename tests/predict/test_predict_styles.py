@@ -32,14 +32,18 @@ def _module(module: str):
 
 LIBRARIES = _module("libraries")
 EXPECT = {module: _module(module).EXPECT
-          for module in ("development", "held_out", "held_out_second", "held_out_third")}
+          for module in ("development", "held_out", "held_out_second", "held_out_third",
+                         "training_patterns")}
 EXPECT["libraries"] = LIBRARIES.EXPECT
 
 
 def unit_classes(spec: str, tmp_path: Path) -> dict[str, set[str]]:
     """Each forward unit's canonical name → the classes its calls landed in."""
+    from gpuaudit.workloads.trainer import to_device
+
     w = entry.load(spec)
-    inputs, target = entry.split_batch(w.make_batch(min(w.batch_size, 2)), w.model)
+    inputs, target = to_device(torch, entry.split_batch(w.make_batch(min(w.batch_size, 2)),
+                                                        w.model), torch.device("cpu"), False)
     torch.manual_seed(0)
     with torch.profiler.profile(record_shapes=True) as prof:
         output = entry.call_model(w.model, inputs, entry.takes_keywords(w.model, inputs))

@@ -7,6 +7,8 @@ as `bench train --model styles.MODULE:FAMILY` takes it (run from examples/predic
 attention, F.normalize's vector norm, Swin's shifted-window mask, grouped-GEMM experts, a
 batch of keyword arguments). `held_out`, `held_out_second`, `held_out_third`: written, with
 their expected classes, after the last correction and before they were first profiled.
-`libraries`: models from transformers, timm, torchvision, diffusers, PyTorch Geometric and
+`training_patterns`: models set up the ways users set up training around them (compiled
+blocks, batch norm over features, sparse embeddings, a TorchScript model, a vmap ensemble…),
+development. `libraries`: models from transformers, timm, torchvision, diffusers, PyTorch Geometric and
 lucidrains' packages, development and held out (its `HELD_OUT`), each run where its library
 is installed."""
