@@ -326,8 +326,7 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
                 f"the host's pace moved ±{100 * replayed.host_moved:.0f} % while this run was "
                 f"profiled (its step at batch {g.record.host_batch}, round by round): the band "
                 "carries it, and a host-bound figure holds only on a host at the profiled "
-                "pace; profile again "
-                "on a quiet host for a narrower one")
+                "pace; profile again on a quiet host for a narrower one")
     ar_ms = exposed = None
     if gpus > 1:
         ar = state.allreduce or spec_allreduce(state.roofs.gpu)
