@@ -270,3 +270,25 @@ def test_the_optimizers_own_state_is_not_a_leak(monkeypatch):
     runner.target = SimpleTarget("lin", model, leaky)
     assert runner.measure(8, "fp32").ok
     assert runner.leaks and runner.leaks[0].endswith("MB still allocated after a trial")
+
+
+def test_a_model_that_cannot_train_on_one_sample_is_searched_from_two(tmp_path, monkeypatch):
+    """BatchNorm1d over (N, C) features raises on one sample in training: the search starts
+    again at batch 2 and says why (one that fails there too is the user's error, named at
+    batch 1: tests/cli/test_bad_usage.py)."""
+    pytest.importorskip("torch")
+    from gpuaudit.tune import SearchConfig, TuneOptions, tune
+
+    (tmp_path / "bnfeat.py").write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def build():\n"
+        "    m = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Linear(16, 3))\n"
+        "    return m, lambda n: (torch.randn(n, 8), torch.randint(0, 3, (n,)))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    opts = TuneOptions(device="cpu", compare=("fp32",), steps=2, warmup=1,
+                       search=SearchConfig(max_batch=4))
+    got = tune("bnfeat:build", opts)
+    assert [t.batch for t in got.trials][:2] == [2, 4] and got.chosen_batch in (2, 4)
+    assert any(n.startswith("the model does not train at batch 1 (ValueError: Expected "
+                            "more than 1 value per channel") for n in got.notes), got.notes

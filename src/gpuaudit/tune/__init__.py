@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -91,6 +92,15 @@ def tune(model: str, opts: TuneOptions = TuneOptions(),
 
     choice = search(measure, capacity, opts.search, precision)
     first = choice.trials[0] if choice.trials else None
+    if first is not None and first.batch == 1 and not first.ok and first.reason \
+            and not first.oom:
+        # batch norm over (N, C) features cannot train on one sample: start at two
+        again = search(measure, capacity, dataclasses.replace(opts.search, start=2),
+                       precision)
+        if again.trials and again.trials[0].ok:
+            notes.append(f"the model does not train at batch 1 ({first.reason}): the search "
+                         "started at batch 2")
+            choice, first = again, again.trials[0]
     if first is not None and not first.ok and first.reason and not first.oom:
         # The smallest batch failing for another reason than memory is the model's own
         # failure (a TypeError in forward, a wrong make_batch), not a batch size's.
