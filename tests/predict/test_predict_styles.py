@@ -45,7 +45,10 @@ def unit_classes(spec: str, tmp_path: Path) -> dict[str, set[str]]:
     inputs, target = to_device(torch, entry.split_batch(w.make_batch(min(w.batch_size, 2)),
                                                         w.model), torch.device("cpu"), False)
     torch.manual_seed(0)
-    with torch.profiler.profile(record_shapes=True) as prof:
+    # a function its module compiled runs eager here: its operators are what is classed, and
+    # no inductor compile (C++ and a worker pool) runs in the tests' own process
+    with torch._dynamo.config.patch(disable=True), \
+            torch.profiler.profile(record_shapes=True) as prof:
         output = entry.call_model(w.model, inputs, entry.takes_keywords(w.model, inputs))
         (w.loss or entry.default_loss)(output, target)
     trace = tmp_path / "trace.json"
