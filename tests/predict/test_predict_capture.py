@@ -426,6 +426,15 @@ def test_time_in_units_without_a_rule_is_named_with_why():
     # on a CPU, the operators' own time the same way
     cpu = kernelview.cpu_view([op("aten::fft_rfft", 0, 30), op("aten::add", 40, 5)], steps=1)
     assert dict(cpu.unknown) == {("fft_rfft", "an aten operator without a rule"): 30.0}
+    # a compiled graph's C++ kernels run nameless in its own frame, between its extern calls
+    # (an mm): that time is unknown, where it was left out of every class
+    graph = [{**op("## Call CompiledFxGraph fabc ##", 0, 50), "cat": "user_annotation"},
+             op("aten::mm", 10, 20), op("aten::add", 60, 5)]
+    cpu = kernelview.cpu_view(graph, steps=1)
+    assert dict(cpu.group_us) == {("unknown", "compiled"): 30.0, ("gemm", "mm"): 20.0,
+                                  ("elementwise", "add"): 5.0}
+    assert list(cpu.unknown) == [("compiled", "a compiled region's own code (inductor's "
+                                              "kernels have no names on the CPU)")]
 
 
 def test_a_custom_op_is_one_unit_with_its_aten_operators_and_its_backward():

@@ -168,8 +168,8 @@ def _uncompiled(w: Workload) -> None:
     per-block compilation does), runs eager: the modes say what is compiled (`+compile`),
     and an eager mode's operators are what the op profile classes and times alone (a
     compiled region is one opaque node, its backward too). Its params say so. A function
-    the user's module decorated with `torch.compile` stays compiled: its kernels are classed
-    by their names."""
+    the user's module decorated with `torch.compile` cannot be reached from here (torch's
+    FlopCounterMode turns it back to eager after the first warm-up: docs/workloads.md)."""
     found = _eager_in_place(w.model)
     orig = getattr(w.model, "_orig_mod", None)
     if orig is not None and type(w.model).__name__ == "OptimizedModule":

@@ -34,6 +34,7 @@ GroupKey = tuple[str, str]
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 SYNC_COPY_US = 20.0  # a copy call the host spent this long in waited for the device
+COMPILED_GRAPH = "## Call CompiledFxGraph"  # the frame a compiled graph's kernels run in
 
 
 @dataclass
@@ -269,10 +270,15 @@ def cpu_view(events: Iterable[dict[str, Any]], steps: int) -> KernelView:
             if own <= 0:
                 continue
             at = optrace.attribute(tree, ev)
-            if not ev.is_aten and (at.event is None or not at.event.is_custom or
-                                   ev.name.startswith(optrace.EVALUATE)):
+            if ev.name.startswith(COMPILED_GRAPH):
+                # inductor's C++ kernels run in this frame, nameless: time with no class
+                at = optrace.Attribution("unknown", "compiled")
+                view.unknown[("compiled", "a compiled region's own code (inductor's kernels "
+                                          "have no names on the CPU)")] += own
+            elif not ev.is_aten and (at.event is None or not at.event.is_custom or
+                                     ev.name.startswith(optrace.EVALUATE)):
                 continue  # the autograd engine's, a module's: not an operator's own work
-            if at.op_class == "unknown":
+            elif at.op_class == "unknown":
                 view.unknown[(at.unit, unknown_why(at.unit))] += own
             view.us[at.op_class] += own
             view.count[at.op_class] += 1
