@@ -114,6 +114,38 @@ def test_cpu_flash_attention_is_counted_like_the_gpu_kernels():
     assert c.model == 3 * fwd
 
 
+def test_grouped_query_attention_is_counted_as_its_query_heads(monkeypatch):
+    """SDPA with fewer key/value heads (`enable_gqa=True`, Llama 3's attention): the kernels
+    broadcast them, so the work is the query heads'. Torch's own formula refused those
+    shapes before torch 2.13, and the count failed every mode of such a model on a GPU
+    (torch 2.11): the formulas here count them whatever torch's does."""
+    from torch.utils import flop_counter as fc
+
+    strict = fc.sdpa_flop_count
+
+    def as_torch_2_11(q, k, v):
+        if not (q[0] == k[0] == v[0] and q[1] == k[1] == v[1]):
+            raise AssertionError("sdpa_flop_count: query/key/value shapes are incompatible")
+        return strict(q, k, v)
+
+    monkeypatch.setattr(fc, "sdpa_flop_count", as_torch_2_11)
+    aten = torch.ops.aten
+    formulas = flops.missing_formulas(torch)
+    q, kv = (2, 8, 16, 32), (2, 2, 16, 32)
+    for op in (aten._scaled_dot_product_flash_attention,
+               aten._scaled_dot_product_efficient_attention,
+               aten._scaled_dot_product_cudnn_attention):
+        assert formulas[op](q, kv, kv) == strict(q, q, q) == 2 * (2 * 2 * 8 * 16 * 16 * 32)
+    # end to end on this CPU: as many FLOPs as the same attention with its heads repeated
+    q = torch.randn(2, 8, 16, 32, requires_grad=True)
+    k, v = (torch.randn(2, 2, 16, 32, requires_grad=True) for _ in range(2))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    grouped = flops.count_flops(lambda: sdpa(q, k, v, enable_gqa=True).sum().backward())
+    repeated = flops.count_flops(lambda: sdpa(q, k.repeat_interleave(4, 1),
+                                              v.repeat_interleave(4, 1)).sum().backward())
+    assert grouped.attention_forward == repeated.attention_forward > 0
+
+
 def test_our_resnet50_is_torchvisions_architecture():
     from gpuaudit.workloads.nets import ResNet
 

@@ -116,23 +116,42 @@ def _grouped_mm_flops(a: Any, b: Any, *_a: Any, out_shape: Any = None, **_k: Any
 def missing_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
     """Formulas FlopCounterMode lacks (it counts 0 for these): the CPU flash-attention
     kernels (torch's own formulas for the CUDA ones, so CPU and GPU count alike) and the
-    grouped GEMMs of mixture-of-experts layers."""
+    grouped GEMMs of mixture-of-experts layers; and the fused attention kernels' formulas
+    again, for grouped-query attention (`enable_gqa=True`: fewer key/value heads than
+    query heads, which the kernels broadcast), whose shapes torch's formula refused before
+    torch 2.13 ("sdpa_flop_count: query/key/value shapes are incompatible"), failing the
+    count and with it every mode."""
     from torch.utils import flop_counter as fc
 
     aten = torch.ops.aten
+
+    def forward(q: Any, k: Any, v: Any, *_a: Any, out_shape: Any = None, **_k: Any) -> int:
+        return int(fc.sdpa_flop_count(q, _kv_heads(q, k), _kv_heads(q, v)))
+
+    def backward(g: Any, q: Any, k: Any, v: Any, *_a: Any, out_shape: Any = None,
+                 **_k: Any) -> int:
+        return int(fc.sdpa_backward_flop_count(g, q, _kv_heads(q, k), _kv_heads(q, v)))
+
     found: dict[Any, Callable[..., int]] = {}
-    fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-    if fwd is not None:
-        found[fwd] = lambda q, k, v, *_a, out_shape=None, **_k: fc.sdpa_flop_count(q, k, v)
-    if bwd is not None:
-        found[bwd] = lambda g, q, k, v, *_a, out_shape=None, **_k: \
-            fc.sdpa_backward_flop_count(g, q, k, v)
+    for kind in ("flash_attention", "efficient_attention", "cudnn_attention",
+                 "flash_attention_for_cpu"):
+        for op, formula in ((f"_scaled_dot_product_{kind}", forward),
+                            (f"_scaled_dot_product_{kind}_backward", backward)):
+            if getattr(aten, op, None) is not None:
+                found[getattr(aten, op)] = formula
     for name in ("_grouped_mm", "_scaled_grouped_mm", "_scaled_grouped_mm_v2"):
         op = getattr(aten, name, None)
         if op is not None:
             found[op] = _grouped_mm_flops
     return found
+
+
+def _kv_heads(q: Any, kv: Any) -> Any:
+    """A key's or value's shape (B, H_kv, S, D) with the query's heads where the kernel
+    broadcasts fewer (grouped-query attention): the work is the query heads'."""
+    if len(q) == 4 and len(kv) == 4 and 0 < kv[1] < q[1] and q[1] % kv[1] == 0:
+        return (kv[0], q[1], kv[2], kv[3])
+    return kv
 
 
 def count_flops(fn: Callable[[], Any]) -> FlopCount:
