@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuaudit.workloads import optrace
-from gpuaudit.workloads.opclass import UnitCall, classify_units, disagrees
+from gpuaudit.workloads.opclass import UnitCall, classify_units, disagrees, op_class
 
 
 def _calls(*names_dims):
@@ -140,6 +140,11 @@ def test_a_kernel_that_multiplies_under_a_memory_bound_unit_contradicts_it():
     assert not disagrees("elementwise", "void at::native::vectorized_elementwise_kernel<4>")
     assert not disagrees("gemm", "void at::native::vectorized_elementwise_kernel<4>")
     assert not disagrees("norm", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float>")
+    # F.affine_grid is one bmm (the base grid times each θ): on an H100 its CUTLASS kernel
+    # contradicted the elementwise class its name had, and was unknown time
+    assert op_class("aten::affine_grid_generator") == "gemm"
+    assert op_class("aten::affine_grid_generator_backward") == "gemm"
+    assert not disagrees("gemm", "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm>")
 
 
 def test_an_einsums_product_is_read_from_the_bmm_it_ran_as():

@@ -9,6 +9,6 @@ batch of keyword arguments). `held_out`, `held_out_second`, `held_out_third`: wr
 their expected classes, after the last correction and before they were first profiled.
 `training_patterns`: models set up the ways users set up training around them (compiled
 blocks, batch norm over features, sparse embeddings, a TorchScript model, a vmap ensemble…),
-development. `libraries`: models from transformers, timm, torchvision, diffusers, PyTorch Geometric and
-lucidrains' packages, development and held out (its `HELD_OUT`), each run where its library
-is installed."""
+development. `libraries`: models from transformers, timm, torchvision, diffusers, PyTorch
+Geometric and lucidrains' packages, development and held out (its `HELD_OUT`), each run where
+its library is installed."""

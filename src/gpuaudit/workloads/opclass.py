@@ -48,7 +48,10 @@ GEMM = {"linear", "matmul", "mm", "addmm", "bmm", "baddbmm", "einsum", "addbmm",
         # scaled variants and weight-only int8/int4 inference
         "_grouped_mm", "_scaled_grouped_mm", "_scaled_grouped_mm_v2", "_scaled_mm_v2",
         "_weight_int8pack_mm", "_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu",
-        "_weight_int4pack_mm_with_scales_and_zeros"}
+        "_weight_int4pack_mm_with_scales_and_zeros",
+        # F.affine_grid: the base grid times each θ, one bmm (a spatial transformer's; its
+        # CUTLASS kernel on an H100 contradicted an elementwise unit)
+        "affine_grid_generator", "affine_grid_generator_backward"}
 ATTENTION_PREFIX = ("scaled_dot_product_attention", "_scaled_dot_product", "_flash_attention",
                     "_efficient_attention", "_cudnn_attention", "flex_attention",
                     "_native_multi_head_attention", "_fused_sdp")
