@@ -176,9 +176,10 @@ def new_units(src: Counted, tgt: Counted) -> list[str]:
     `class/unit`. Another size of the same model runs the same ones (every size pair of the
     zoo: none new); another model does not (a LayerNorm, a GELU), and a group with no
     recorded time would be left out of the step: a memory-bound one as surely as a GEMM."""
-    ran = {k for k, v in src.flops.items() if v > 0} | {k for k, v in src.bytes.items() if v > 0}
-    new = {k for k, v in tgt.flops.items() if v > 0} | {k for k, v in tgt.bytes.items() if v > 0}
-    return sorted(f"{c}/{u}" for c, u in new - ran if c not in OPAQUE_CLASSES)
+    def worked(c: Counted) -> set[tuple[str, str]]:
+        return {k for counts in (c.flops, c.bytes) for k, v in counts.items() if v > 0}
+
+    return sorted(f"{c}/{u}" for c, u in worked(tgt) - worked(src) if c not in OPAQUE_CLASSES)
 
 
 def _ideal_s(shapes: list[tuple[int, int, int, int, int, float]], roofs: Roofs,

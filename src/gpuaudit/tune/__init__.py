@@ -90,10 +90,14 @@ def tune(model: str, opts: TuneOptions = TuneOptions(),
         progress(f"batch {batch}, {precision}")
         return runner.measure(batch, precision)
 
+    def own_failure(t: Trial) -> bool:
+        """The smallest batch failing for another reason than memory is the model's own
+        failure (a TypeError in forward, a wrong make_batch), not a batch size's."""
+        return not t.ok and bool(t.reason) and not t.oom
+
     choice = search(measure, capacity, opts.search, precision)
     first = choice.trials[0] if choice.trials else None
-    if first is not None and first.batch == 1 and not first.ok and first.reason \
-            and not first.oom:
+    if first is not None and first.batch == 1 and own_failure(first):
         # batch norm over (N, C) features cannot train on one sample: start at two
         again = search(measure, capacity, dataclasses.replace(opts.search, start=2),
                        precision)
@@ -101,9 +105,7 @@ def tune(model: str, opts: TuneOptions = TuneOptions(),
             notes.append(f"the model does not train at batch 1 ({first.reason}): the search "
                          "started at batch 2")
             choice, first = again, again.trials[0]
-    if first is not None and not first.ok and first.reason and not first.oom:
-        # The smallest batch failing for another reason than memory is the model's own
-        # failure (a TypeError in forward, a wrong make_batch), not a batch size's.
+    if first is not None and own_failure(first):
         raise BadInputError(f"--model {model}: the model failed at batch {first.batch}: "
                             f"{first.reason}")
     compared: list[Trial] = []

@@ -137,13 +137,10 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
     the other family left out, with a note, where it cannot run."""
     import torch
 
-    from gpuaudit.workloads.entry import split_batch
-    from gpuaudit.workloads.models import call_make_batch
     from gpuaudit.workloads.precision import float32_matmuls
     from gpuaudit.workloads.timing import step_times_s, sync
-    from gpuaudit.workloads.trainer import to_device
 
-    w, device, mode = trainer.workload, trainer.device, trainer.mode
+    device, mode = trainer.device, trainer.mode
     alt = None if mode.compile else alt_precision(mode.precision)
     mine: dict[int, list[float]] = {}
     other: dict[int, list[float]] = {}
@@ -169,9 +166,7 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
     failed: list[str] = []
     for batch in HOST_BATCHES:
         try:
-            inputs, target = split_batch(call_make_batch(w.make_batch, batch, device), w.model)
-            small = (to_device(torch, inputs, device, mode.channels_last),
-                     to_device(torch, target, device, False))
+            small = trainer.data_at(batch)
             with at_host_batch():
                 for _ in range(2):
                     trainer.step()

@@ -84,9 +84,7 @@ def capture(trainer: Trainer, *, steps: int = 3, keep_trace: str | None = None,
     ms)."""
     import torch
 
-    from gpuaudit.workloads.models import call_make_batch
     from gpuaudit.workloads.precision import float32_matmuls
-    from gpuaudit.workloads.trainer import to_device
 
     device, mode = trainer.device, trainer.mode
     w = trainer.workload
@@ -106,12 +104,8 @@ def capture(trainer: Trainer, *, steps: int = 3, keep_trace: str | None = None,
     batch_tally: OpTally | None = None
     half = other_batch(w.batch_size)
     try:
-        from gpuaudit.workloads.entry import split_batch
-
-        inputs, target = split_batch(call_make_batch(w.make_batch, half, device), w.model)
-        batch_tally = count_ops(eager_step(
-            trainer, mode.precision, to_device(torch, inputs, device, mode.channels_last),
-            to_device(torch, target, device, False)), record_calls=True)
+        batch_tally = count_ops(eager_step(trainer, mode.precision, *trainer.data_at(half)),
+                                record_calls=True)
     except (RuntimeError, ValueError, TypeError) as exc:
         notes.append(f"not counted at batch {half}: {str(exc).splitlines()[0][:80]}")
     timed: list[TimedUnit] = []

@@ -73,10 +73,8 @@ class Trainer:
             w.model = w.model.to(memory_format=torch.channels_last)
         elif mode.channels_last:
             self.notes.append("channels_last applies to image models only: ignored")
-        inputs, target = split_batch(call_make_batch(w.make_batch, w.batch_size, device), w.model)
-        self.net = WithLoss(w.model, w.loss or default_loss, takes_keywords(w.model, inputs))
-        self.inputs = to_device(torch, inputs, device, mode.channels_last)
-        self.target = to_device(torch, target, device, False)
+        self.inputs, self.target = self.data_at(w.batch_size)
+        self.net = WithLoss(w.model, w.loss or default_loss, takes_keywords(w.model, self.inputs))
         self.ddp = wrap(self.net) if wrap else None
         front = self.ddp if self.ddp is not None else self.net
         self.runner = (torch.compile(front, backend=compile_backend, mode=compile_mode)
@@ -87,6 +85,14 @@ class Trainer:
         self.amp = autocast_dtype(torch, mode.precision)
         self.scaler = (torch.amp.GradScaler(device.type) if mode.precision == "fp16" else None)
         self.last_loss: Any = None
+
+    def data_at(self, batch: int) -> tuple[Any, Any]:
+        """The model's (inputs, target) made at `batch` and on the device, the inputs in
+        channels_last where the mode has it."""
+        w, torch = self.workload, self.torch
+        inputs, target = split_batch(call_make_batch(w.make_batch, batch, self.device), w.model)
+        return (to_device(torch, inputs, self.device, self.mode.channels_last),
+                to_device(torch, target, self.device, False))
 
     def _autocast(self) -> Any:
         if self.amp is None:
