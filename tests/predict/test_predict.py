@@ -441,6 +441,28 @@ def test_cli_a_run_without_rates_says_which_measurements_are_missing(tmp_path):
     assert r.returncode == 2 and "missing <model>/<mode>/op/step" in r.stderr
 
 
+def test_cli_a_cpu_run_with_its_rates_says_a_gpu_is_what_is_missing(tmp_path):
+    """A run recorded on a CPU with `bench train matmul memory` has every rate: the message
+    names the GPU it lacks, not an empty list."""
+    from gpuaudit.model import Measurement
+
+    run = load_run(CPU_PROFILE.read_text())
+    rates = tuple(Measurement(suite=suite, name=name, value=value, unit=unit)
+                  for suite, name, value, unit in (
+                      ("matmul", "fp32", 1.5, "TFLOP/s"), ("matmul", "bf16", 3.0, "TFLOP/s"),
+                      ("memory", "copy", 40.0, "GB/s")))
+    path = tmp_path / "cpu.json"
+    assert run.machine is not None
+    on_cpu = run.model_copy(update={"measurements": run.measurements + rates,
+                                    "machine": run.machine.model_copy(update={"gpus": ()})})
+    path.write_text(on_cpu.model_dump_json())
+    r = gpuaudit("predict", str(path), "--workload", "gpt-tiny/fp32", "--precision", "bf16",
+                 "--db", str(tmp_path / "empty.db"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "lacks what a prediction needs: a GPU in the spec catalog" in r.stderr
+    assert "needs:  of" not in r.stderr and "bench train --op-profile" in r.stderr
+
+
 def test_recommend_from_run_ranks_offers_by_the_predicted_rate(tmp_path):
     from gpuaudit.predict.offers import predicted_rates
 

@@ -80,6 +80,11 @@ def resolve_rates(run: Run, rates_arg: str | None, db: str | None, specs: SpecCa
         if stored is not None:
             return stored
     lacks = ", ".join(missing_rates(run, precisions))
+    if spec is None and not lacks:
+        # the rates are there: what is missing is a datasheet to scale the step against
+        raise BadInputError(f"run {run.id} lacks what a prediction needs: a GPU in the spec "
+                            "catalog (its machine has none); predict scales a step recorded "
+                            "on one: run `gpuaudit bench train --op-profile` on that GPU")
     where = spec.name if spec else "a GPU in the spec catalog (its machine has none)"
     raise BadInputError(f"run {run.id} lacks what a prediction needs: {lacks} of {where}; "
                         "no stored run of that GPU has them either: run `gpuaudit bench "
