@@ -33,7 +33,7 @@ def _module(module: str):
 LIBRARIES = _module("libraries")
 EXPECT = {module: _module(module).EXPECT
           for module in ("development", "held_out", "held_out_second", "held_out_third",
-                         "training_patterns")}
+                         "held_out_fourth", "training_patterns")}
 EXPECT["libraries"] = LIBRARIES.EXPECT
 
 
