@@ -9,7 +9,9 @@ unit's class" on a GPU rests on this.
         [--only NAME,NAME] [--batch-size N] [--timeout-s S]
 
 OUT/styles-MODULE-PRECISION.json is written after every family (Ctrl-C keeps what ran);
-OUT/styles-MODULE-PRECISION.md is its summary.
+OUT/styles-MODULE-PRECISION.md is its summary; OUT/runs-MODULE-PRECISION/FAMILY.json each
+family's run as `bench train --json` printed it, for `gpuaudit predict` on another machine
+(`--rates` a run of this GPU's matmul and memory benches).
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ def expectations(module: str) -> dict[str, dict[str, Any]]:
 
 
 def profile_family(module: str, family: str, precision: str, batch: int | None,
-                   timeout_s: float) -> dict[str, Any]:
-    """One family's `bench train --op-profile --json` in a process of its own."""
+                   timeout_s: float, keep: Path | None = None) -> dict[str, Any]:
+    """One family's `bench train --op-profile --json` in a process of its own; its run into
+    `keep`/FAMILY.json where given."""
     cmd = [sys.executable, "-m", "gpuaudit", "bench", "train", "--model",
            f"styles.{module}:{family}", "--op-profile", "--precision", precision, "--json",
            "--no-save", *(("--batch-size", str(batch)) if batch else ())]
@@ -58,6 +61,9 @@ def profile_family(module: str, family: str, precision: str, batch: int | None,
         out["error"] = lines[-1]
     try:
         run = json.loads(done.stdout)
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"{family}.json").write_text(done.stdout)
     except json.JSONDecodeError:
         out.setdefault("error", (done.stderr.strip().splitlines() or ["no output"])[-1])
         return out
@@ -139,7 +145,7 @@ def main() -> int:
         for i, name in enumerate(names, 1):
             print(f"[{i}/{len(names)}] {name} {a.precision}", flush=True)
             results.append(profile_family(a.module, name, a.precision, a.batch_size,
-                                          a.timeout_s))
+                                          a.timeout_s, out / f"runs-{a.module}-{a.precision}"))
             stem.with_suffix(".json").write_text(json.dumps(results, indent=1))
     except KeyboardInterrupt:
         print(f"interrupted: {len(results)} of {len(names)} kept", file=sys.stderr)
