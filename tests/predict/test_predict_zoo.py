@@ -485,6 +485,49 @@ def test_a_model_whose_shapes_follow_its_data_is_counted_on_the_cpu(tmp_path, mo
         retarget.count("routed:build", 8)
 
 
+FP32_REGION = """
+import torch
+from torch import nn
+
+
+class Router(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp, self.score = nn.Linear(16, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.inp(x)
+        with torch.autocast(device_type=x.device.type, enabled=False):  # kept in float32
+            w = torch.softmax(self.score(h.float()), dim=-1)
+        return (h * w.mean(-1, keepdim=True)).sum(-1, keepdim=True)
+
+
+def build():
+    return {"model": Router(), "batch_size": 8,
+            "make_batch": lambda n: ((torch.randn(n, 16),), torch.randn(n, 1))}
+"""
+
+
+def test_a_region_kept_in_float32_under_autocast_is_counted_on_the_meta_device(
+        tmp_path, monkeypatch):
+    """`torch.autocast(x.device.type, enabled=False)` names the meta device there, which
+    autocast refuses: such a model was counted on the CPU, and refused when large. It is
+    counted on meta, exactly as on the CPU, and autocast is left as it was."""
+    torch = pytest.importorskip("torch")
+    from gpuaudit.predict import retarget
+
+    (tmp_path / "fp32_region.py").write_text(FP32_REGION)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    init = torch.autocast.__init__
+    c = retarget.count("fp32_region:build", 8)
+    assert c.counted_on == "meta"
+    assert torch.autocast.__init__ is init
+    on_cpu = retarget._count_on("fp32_region:build", 8, "cpu")
+    assert c.flops == on_cpu.flops and c.flops[("gemm", "linear")] > 0
+    with pytest.raises(RuntimeError, match="unsupported scalarType"):
+        torch.autocast("meta", enabled=False)
+
+
 def test_the_size_count_survives_an_optimizer_that_makes_tensors_with_no_device(monkeypatch):
     """torch 2.11's Adam made its step counter with `torch.tensor(0.0)` (no device) and read it
     with `.item()`: under the meta device that counter is a meta tensor and `.item()` fails,

@@ -24,9 +24,11 @@ kind of layer has no recorded time to scale).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpuaudit.errors import BadInputError
@@ -88,7 +90,8 @@ def count(spec: str, batch: int) -> Counted:
     model whose shapes follow its data (top-k routing by value), on the CPU with real
     tensors when its step is small enough (`CPU_COUNT_FLOP`)."""
     try:
-        return _count_on(spec, batch, "meta")
+        with _autocast_takes_meta():
+            return _count_on(spec, batch, "meta")
     except _NeedsData as exc:
         if exc.flop > CPU_COUNT_FLOP:
             raise BadInputError(
@@ -104,6 +107,27 @@ def count(spec: str, batch: int) -> Counted:
     except _NeedsData as exc:
         raise BadInputError(f"--model {spec}: it could not be counted on the CPU either "
                             f"({exc.reason})") from None
+
+
+@contextlib.contextmanager
+def _autocast_takes_meta() -> Iterator[None]:
+    """A region a model keeps in float32 is written `torch.autocast(x.device.type,
+    enabled=False)` (rotary embeddings, routers' softmax), which on the meta device raises
+    "unsupported scalarType": autocast knows no meta device. There it is taken as the CPU's,
+    which changes nothing on meta tensors (they carry no autocast key; the count is fp32)."""
+    import torch
+
+    cls = torch.amp.autocast_mode.autocast
+    init = cls.__init__
+
+    def on_cpu_for_meta(self: object, device_type: str, *args: object, **kwargs: object) -> None:
+        init(self, "cpu" if device_type == "meta" else device_type, *args, **kwargs)
+
+    cls.__init__ = on_cpu_for_meta  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cls.__init__ = init  # type: ignore[method-assign]
 
 
 class _NeedsData(Exception):
