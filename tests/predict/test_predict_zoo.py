@@ -528,6 +528,56 @@ def test_a_region_kept_in_float32_under_autocast_is_counted_on_the_meta_device(
         torch.autocast("meta", enabled=False)
 
 
+READS_IN_BUILD = """
+import torch
+from torch import nn
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 8)
+        # a value read while building (as parametrizations and init checks do)
+        self.gain = float(self.fc.weight.abs().max().item())
+
+    def forward(self, x):
+        return self.fc(x) * self.gain
+
+
+def build():
+    return {"model": Scaled(), "batch_size": 4,
+            "make_batch": lambda n: ((torch.randn(n, 16),), torch.randn(n, 8))}
+
+
+def broken():
+    raise ValueError("no such config")
+"""
+
+
+def test_a_model_that_cannot_be_built_on_the_meta_device_is_counted_on_the_cpu(
+        tmp_path, monkeypatch, caplog):
+    """A build that reads a value (`.item()`, as torch's orthogonal parametrization does) fails
+    on meta: it was refused outright. It is counted on the CPU, its step weighed once built
+    (its size is unknown before); a build that fails everywhere is the user's error."""
+    pytest.importorskip("torch")
+    from gpuaudit.predict import retarget
+
+    (tmp_path / "reads.py").write_text(READS_IN_BUILD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with caplog.at_level("INFO", logger="gpuaudit.predict"):
+        c = retarget.count("reads:build", 4)
+    assert c.counted_on == "cpu" and c.params == 16 * 8 + 8
+    assert c.flops[("gemm", "linear")] == 2 * (2 * 4 * 16 * 8)  # forward, weight gradient
+    assert "it could not be built on the meta device: RuntimeError" in caplog.text
+    monkeypatch.setattr(retarget, "CPU_COUNT_FLOP", 1.0)
+    with pytest.raises(BadInputError, match="could not be built on the meta device, and a "
+                                            "step of about 0 TFLOP is too much"):
+        retarget.count("reads:build", 4)
+    with pytest.raises(BadInputError, match=r"could not be built on the cpu device "
+                                            r"\(ValueError: no such config\)"):
+        retarget.count("reads:broken", 4)
+
+
 def test_the_size_count_survives_an_optimizer_that_makes_tensors_with_no_device(monkeypatch):
     """torch 2.11's Adam made its step counter with `torch.tensor(0.0)` (no device) and read it
     with `.item()`: under the meta device that counter is a meta tensor and `.item()` fails,

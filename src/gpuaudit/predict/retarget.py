@@ -30,6 +30,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.opprofile import OPAQUE_CLASSES, TENSOR_CLASSES, UnitGroup
@@ -87,23 +88,29 @@ CPU_COUNT_FLOP = 5e12
 
 def count(spec: str, batch: int) -> Counted:
     """One fp32 training step of `spec` at `batch`, counted on the meta device, or, for a
-    model whose shapes follow its data (top-k routing by value), on the CPU with real
-    tensors when its step is small enough (`CPU_COUNT_FLOP`)."""
+    model whose shapes follow its data (top-k routing by value) or whose build cannot run
+    there (a parametrization that reads a value), on the CPU with real tensors when its step
+    is small enough (`CPU_COUNT_FLOP`)."""
     try:
         with _autocast_takes_meta():
             return _count_on(spec, batch, "meta")
     except _NeedsData as exc:
-        if exc.flop > CPU_COUNT_FLOP:
+        why = (f"its shapes follow its data: {exc.reason}" if exc.flop is not None else
+               f"it could not be built on the meta device: {exc.reason}")
+        if exc.flop is not None and exc.flop > CPU_COUNT_FLOP:
             raise BadInputError(
                 f"--model {spec}: it cannot be counted on the meta device ({exc.reason}): its "
                 f"shapes follow its data, and a step of about {exc.flop / 1e12:.0f} TFLOP is "
                 f"too much to count on the CPU (the limit is {CPU_COUNT_FLOP / 1e12:.0f})"
                 ) from None
         # seconds to a minute on a few cores: said before, as the count cannot show progress
-        log.info("counting %s on the CPU with real tensors (its shapes follow its data: %s): "
-                 "one training step of about %.2g TFLOP", spec, exc.reason, exc.flop / 1e12)
+        log.info("counting %s on the CPU with real tensors (%s)%s", spec, why,
+                 "" if exc.flop is None else
+                 f": one training step of about {exc.flop / 1e12:.2g} TFLOP")
+        # a model not built on meta is of unknown size: its step is weighed once built
+        limit = CPU_COUNT_FLOP if exc.flop is None else None
     try:
-        return _count_on(spec, batch, "cpu")
+        return _count_on(spec, batch, "cpu", limit)
     except _NeedsData as exc:
         raise BadInputError(f"--model {spec}: it could not be counted on the CPU either "
                             f"({exc.reason})") from None
@@ -120,7 +127,7 @@ def _autocast_takes_meta() -> Iterator[None]:
     cls = torch.amp.autocast_mode.autocast
     init = cls.__init__
 
-    def on_cpu_for_meta(self: object, device_type: str, *args: object, **kwargs: object) -> None:
+    def on_cpu_for_meta(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
         init(self, "cpu" if device_type == "meta" else device_type, *args, **kwargs)
 
     cls.__init__ = on_cpu_for_meta  # type: ignore[method-assign]
@@ -131,12 +138,17 @@ def _autocast_takes_meta() -> Iterator[None]:
 
 
 class _NeedsData(Exception):
-    def __init__(self, reason: str, flop: float) -> None:
+    """The meta device could not count it: `flop` its step's estimate, None where the model
+    could not even be built there."""
+
+    def __init__(self, reason: str, flop: float | None) -> None:
         super().__init__(reason)
         self.reason, self.flop = reason, flop
 
 
-def _count_on(spec: str, batch: int, where: str) -> Counted:
+def _count_on(spec: str, batch: int, where: str, limit: float | None = None) -> Counted:
+    """The count on `where`; `limit`: the most FLOPs (6 × parameters × samples or tokens) a
+    step may have, refused before it runs."""
     import torch
 
     from gpuaudit.workloads.buckets import ddp_buckets
@@ -166,6 +178,12 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
                    for p in net.parameters()):
                 with torch.no_grad():  # lazy layers take their shapes at the first call,
                     net(*inputs, target)  # which initializes them: not a step's work
+        flop = _step_flop(net, batch, w.tokens_per_sample)
+        if limit is not None and flop > limit:
+            raise BadInputError(
+                f"--model {spec}: it could not be built on the meta device, and a step of "
+                f"about {flop / 1e12:.0f} TFLOP is too much to count on the CPU (the limit is "
+                f"{limit / 1e12:.0f})")
         opt, _ = make_optimizer(torch, net, sgd=False, fused=False)
 
         def step() -> None:
@@ -180,11 +198,11 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
         raise
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-        if net is None:
+        if net is None and where != "meta":
             raise BadInputError(f"--model {spec}: it could not be built on the {where} "
                                 f"device ({reason})") from None
-        params = sum(p.numel() for p in net.parameters())
-        raise _NeedsData(reason, 6.0 * params * batch * (w.tokens_per_sample or 1)) from None
+        raise _NeedsData(reason, None if net is None else
+                         _step_flop(net, batch, w.tokens_per_sample)) from None
     shapes: dict[str, list[tuple[int, int, int, int, int, float]]] = defaultdict(list)
     for (cls, m, n, k, b, size), (_, f) in tally.shapes.items():
         shapes[cls].append((m, n, k, b, size, float(f)))
@@ -193,6 +211,12 @@ def _count_on(spec: str, batch: int, where: str) -> Counted:
                    {k: float(v) for k, v in tally.group_bytes.items()}, dict(shapes),
                    tally.total_ops, sum(p.numel() for p in {id(p): p for p in params}.values()),
                    ddp_buckets(params), dict(tally.group_calls), counted_on=where)
+
+
+def _step_flop(net: Any, batch: int, tokens_per_sample: int | None) -> float:
+    """A training step's FLOPs as 6 × parameters × samples (or tokens): an upper bound for
+    sparse experts."""
+    return 6.0 * sum(p.numel() for p in net.parameters()) * batch * (tokens_per_sample or 1)
 
 
 def new_units(src: Counted, tgt: Counted) -> list[str]:
