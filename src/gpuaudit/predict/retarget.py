@@ -98,11 +98,8 @@ def count(spec: str, batch: int) -> Counted:
         why = (f"its shapes follow its data: {exc.reason}" if exc.flop is not None else
                f"it could not be built on the meta device: {exc.reason}")
         if exc.flop is not None and exc.flop > CPU_COUNT_FLOP:
-            raise BadInputError(
-                f"--model {spec}: it cannot be counted on the meta device ({exc.reason}): its "
-                f"shapes follow its data, and a step of about {exc.flop / 1e12:.0f} TFLOP is "
-                f"too much to count on the CPU (the limit is {CPU_COUNT_FLOP / 1e12:.0f})"
-                ) from None
+            raise _too_much(spec, f"it cannot be counted on the meta device ({exc.reason}): "
+                                  "its shapes follow its data", exc.flop, CPU_COUNT_FLOP) from None
         # seconds to a minute on a few cores: said before, as the count cannot show progress
         log.info("counting %s on the CPU with real tensors (%s)%s", spec, why,
                  "" if exc.flop is None else
@@ -114,6 +111,11 @@ def count(spec: str, batch: int) -> Counted:
     except _NeedsData as exc:
         raise BadInputError(f"--model {spec}: it could not be counted on the CPU either "
                             f"({exc.reason})") from None
+
+
+def _too_much(spec: str, why: str, flop: float, limit: float) -> BadInputError:
+    return BadInputError(f"--model {spec}: {why}, and a step of about {flop / 1e12:.0f} TFLOP "
+                         f"is too much to count on the CPU (the limit is {limit / 1e12:.0f})")
 
 
 @contextlib.contextmanager
@@ -180,10 +182,7 @@ def _count_on(spec: str, batch: int, where: str, limit: float | None = None) -> 
                     net(*inputs, target)  # which initializes them: not a step's work
         flop = _step_flop(net, batch, w.tokens_per_sample)
         if limit is not None and flop > limit:
-            raise BadInputError(
-                f"--model {spec}: it could not be built on the meta device, and a step of "
-                f"about {flop / 1e12:.0f} TFLOP is too much to count on the CPU (the limit is "
-                f"{limit / 1e12:.0f})")
+            raise _too_much(spec, "it could not be built on the meta device", flop, limit)
         opt, _ = make_optimizer(torch, net, sgd=False, fused=False)
 
         def step() -> None:
