@@ -167,6 +167,7 @@ def predict_steps(ctx: Context) -> list[Step]:
 
 
 ZOO_RESULTS = "tests/fixtures/predict/zoo-results.json"
+ZOO_RESULTS_H100 = "tests/fixtures/predict/zoo-results-h100.json"  # recorded as the H200's
 
 
 def predict_zoo_steps(ctx: Context) -> list[Step]:
@@ -188,6 +189,11 @@ def predict_zoo_steps(ctx: Context) -> list[Step]:
         Step("compare", _py(ctx, zoo, "compare", rec), stdout="table.md", timeout_s=120,
              env=env, optional=True),
     ]
+
+
+def predict_zoo_h100_steps(ctx: Context) -> list[Step]:
+    return [Step("compare", _py(ctx, "validation/predict/zoo.py", "table", ZOO_RESULTS_H100),
+                 stdout="table.md", timeout_s=60)]
 
 
 def render_science_steps(ctx: Context) -> list[Step]:
@@ -252,6 +258,10 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                "recordings (CPU; without any, the recorded zoo's results)",
                "the measured step of each case", "predict.md", predict_zoo_steps,
                ("table.md",), modes=("record", "compare")),
+    Capability("predict-zoo-h100", "predict on the model zoo recorded on an H100 (as "
+               "`predict-zoo` records; CPU: the recorded results)",
+               "the measured step of each case", "predict.md", predict_zoo_h100_steps,
+               ("table.md",), gpu=False),
     Capability("render-science", "bench render and bench science with --with-native, a "
                "reference frame, recommend render|simulate on the run",
                "glmark2, the reference scene's image, CuPy's FFT and SpMV",

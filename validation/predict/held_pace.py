@@ -12,16 +12,23 @@ ratios is the host's work at the batch over its work at batch 1.
     python3 validation/predict/held_pace.py summarize OUT.json
     python3 validation/predict/held_pace.py versus RESULTS.json RESULTS-unpaired.json
     python3 validation/predict/held_pace.py versus BOTH.json    # {"paired": .., "unpaired": ..}
+    python3 validation/predict/held_pace.py autocast RUN.json[.gz]...
 
 `versus`: recordings compared twice (`zoo.py compare`, then with `--unpaired`), each case's
 error with the held rounds read at one pace beside read apart, and how many came within 10 %.
 
+`autocast`: per run whose bf16 and fp32 profiles both timed held rounds, the bf16 step's held
+host work over the fp32 step's (the median of the rounds' ratios, as `predict` reads it) in
+each of the two processes: an fp32 → bf16 prediction takes the fp32 process's.
+
 docs/predict.md's figures come from tests/fixtures/predict/zoo/held-pace-h200.json and
-held-pace-versus-h200.json (the 38th–41st recordings' cases, compared both ways).
+held-pace-versus-h200.json (the 38th–41st recordings' cases, compared both ways), and
+`autocast` from the zoo's *-held-h200-run and *-held-h100-run recordings.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
 import sys
@@ -128,6 +135,29 @@ def versus(paired: dict[str, Any], unpaired: dict[str, Any]) -> dict[str, Any]:
                               default=0.0)}
 
 
+def autocast(runs: list[Path]) -> list[dict[str, Any]]:
+    """Per run, the bf16 ÷ fp32 held host work in the fp32 recording's process and in the
+    bf16 one's, and the first over the second; runs without both are left out."""
+    from gpuaudit.model import load_run
+    from gpuaudit.predict.grouped import held_ratio
+
+    out = []
+    for path in runs:
+        text = (gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz"
+                else path.read_text())
+        by = {p.precision: p for p in load_run(text).op_profiles}
+        if not {"bf16", "fp32"} <= set(by):
+            continue
+        got = {p: held_ratio(by[p], "fp32", "bf16") for p in ("fp32", "bf16")}
+        if None in got.values():
+            continue
+        in_fp32, in_bf16 = (got[p][0] for p in ("fp32", "bf16"))  # type: ignore[index]
+        out.append({"run": path.name.split(".")[0], "in_fp32_process": round(in_fp32, 3),
+                    "in_bf16_process": round(in_bf16, 3),
+                    "fp32_over_bf16": round(in_fp32 / in_bf16, 3)})
+    return out
+
+
 def main() -> int:
     what, out = sys.argv[1], Path(sys.argv[2])
     if what == "versus":
@@ -138,6 +168,10 @@ def main() -> int:
             print(f"{r['family'][:40]:40s} {r['case']:12s} {r['paired_pct']:+7.1f} % "
                   f"{r['unpaired_pct']:+7.1f} %")
         print(json.dumps({k: got[k] for k in ("n", "paired", "unpaired", "most_apart")}))
+        return 0
+    if what == "autocast":
+        for r in autocast([Path(p) for p in sys.argv[2:]]):
+            print(json.dumps(r))
         return 0
     if what == "collect":
         out.write_text(json.dumps(collect([Path(p) for p in sys.argv[3:]])))

@@ -173,9 +173,11 @@ def current_cases(rows: list[dict[str, Any]]) -> str:
     out = []
     for which, title in (("held_out", "Held-out families, current"),
                          ("development", "Development families, current")):
-        out += _block(title, [r for (w, fam), rec in now.items() if w == which
-                              for r in rows if r["set"] == which and r["family"] == fam
-                              and r.get("recording") == rec and r["case"] != "all"])
+        mine = [r for (w, fam), rec in now.items() if w == which
+                for r in rows if r["set"] == which and r["family"] == fam
+                and r.get("recording") == rec and r["case"] != "all"]
+        if mine:  # a set none of whose families was recorded (one GPU's held-out set alone)
+            out += _block(title, mine)
     return "\n".join(out + _footnotes(
         [r for r in rows if now.get((r["set"], r["family"])) == r.get("recording")])) + "\n"
 
