@@ -352,6 +352,42 @@ def test_a_full_launch_queue_times_the_first_step_and_says_so(monkeypatch):
     assert any("launch queue does not hold two steps" in n for n in notes)
 
 
+class _DriftingDevice(_Device):
+    """A host that slows within each round: every step issued after the round's start
+    (`between`) takes `drift` × the base longer than the one before it."""
+
+    def __init__(self, issue_ms: float, drift: float):
+        super().__init__(issue_ms)
+        self.base, self.drift, self.steps = self.per_ms, drift, 0
+
+    def _phase(self, i: int) -> None:
+        self.per_ms = self.base * (1 + self.drift * self.steps)
+        super()._phase(i)
+        self.steps += i == 2  # the optimizer's phase ends a step
+
+    def new_round(self, _: int) -> None:
+        self.steps = 0
+
+
+def test_the_held_order_is_reversed_every_other_round_so_a_drift_leaves_the_ratios(
+        monkeypatch):
+    """A host slowing by 5 % a step within each round: timed in one order, the precision
+    timed last reads ~20 % slower than the first, and a precision change would take it as
+    autocast's host work; with the order reversed every other round each pair's ratios
+    straddle 1 and their median (as `held_ratio` reads them) stays within 2 %."""
+    dev = _DriftingDevice(issue_ms=20.0, drift=0.05)
+    got, notes = _held_on(monkeypatch, dev, hold_ms=200.0, between=dev.new_round)
+    assert not notes and list(got) == ["bf16", "fp32", "tf32"]
+    first = {p: v[0] for p, v in got.items()}  # round 0: bf16, fp32, tf32
+    assert first["tf32"] / first["bf16"] == pytest.approx(1.2, rel=0.02)
+    second = {p: v[1] for p, v in got.items()}  # round 1: tf32, fp32, bf16
+    assert second["bf16"] / second["tf32"] == pytest.approx(1.2, rel=0.02)
+    even = {p: v[:2] for p, v in got.items()}  # one round of each order
+    for p in ("fp32", "tf32"):
+        ratios = [b / a for a, b in zip(even["bf16"], even[p], strict=True)]
+        assert statistics.median(ratios) == pytest.approx(1.0, abs=0.02)
+
+
 def test_each_held_round_follows_its_round_at_batch_1_and_a_retry_times_them_again(
         monkeypatch):
     """`between(i)` runs before round i's held steps (the rounds at batch 1 interleaved, so

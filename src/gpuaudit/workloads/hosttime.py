@@ -211,9 +211,10 @@ def host_time(trainer: Trainer, notes: list[str], rounds: int = HOST_ROUNDS,
 def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
               rounds: int = HOST_ROUNDS, between: Callable[[int], None] | None = None
               ) -> dict[str, tuple[float, ...]]:
-    """Per precision (the recorded one, then `HELD_PRECISIONS`), the host's time to issue one
-    eager step at the recorded batch while a spin kernel holds the device, one step a
-    precision a round: the host's own work at that batch, with no launch waiting on a kernel.
+    """Per precision (the recorded one, then `HELD_PRECISIONS`, in that order and reversed in
+    turn round by round), the host's time to issue one eager step at the recorded batch while
+    a spin kernel holds the device, one step a precision a round: the host's own work at
+    that batch, with no launch waiting on a kernel.
     Two steps are queued behind each hold and the second is timed, as a training loop issues
     a step after the last, not after a sync (a step issued right after one took 6–8 % longer
     than the same step's pace in a loop on one H200's host). Where the second step waits for
@@ -347,7 +348,10 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
         for i in range(rounds):
             if between is not None:
                 between(i)
-            for p in phases:
+            # the order reversed every other round (A B C, C B A): a host that drifts within
+            # a round would otherwise read a precision always timed later as slower, and the
+            # ratios between precisions, which a precision change takes, with it
+            for p in (list(phases) if i % 2 == 0 else list(phases)[::-1]):
                 got = issue(p)
                 if got is None:
                     return None
