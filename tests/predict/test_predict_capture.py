@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpuaudit.workloads import buckets, kernelview, opclass, tally  # noqa: E402
+from gpuaudit.workloads import buckets, kernelview, opclass, tally, timing  # noqa: E402
 from tests.support.predict import op_profile_run  # noqa: E402
 
 MB = 2**20
@@ -326,6 +326,38 @@ def test_a_profile_asks_kineto_to_detach_cupti_when_it_stops(monkeypatch):
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")
     kernelview.profile_kernels(torch, torch.device("cpu"), lambda: torch.ones(8).sum(), 1)
     assert os.environ["TEARDOWN_CUPTI"] == "0"
+
+
+def test_a_profile_keeps_torchs_no_cycles_warning_out_of_the_output_and_others_in(monkeypatch):
+    """torch up to 2.12 warns on every profiler session that it "clears events at the end of
+    each cycle", though ours have none: the op profile's sessions drop that warning (a
+    profiler standing in for such a torch gives it) and let any other through."""
+    import warnings
+
+    import torch.profiler
+
+    class NoisyProfile:
+        def __init__(self, activities, **options):
+            self.events = []
+
+        def __enter__(self):
+            warnings.warn("Warning: Profiler clears events at the end of each cycle.Only "
+                          "events from the current cycle will be reported.", UserWarning,
+                          stacklevel=2)
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(torch.profiler, "profile", NoisyProfile)
+    monkeypatch.setattr(kernelview, "_exported", lambda prof: prof.events)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        kernelview.profile_kernels(torch, torch.device("cpu"), lambda: torch.ones(8).sum(), 1)
+        assert not [w for w in seen if "clears events" in str(w.message)]
+        with timing.profiled([]):
+            warnings.warn("the model's own warning", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["the model's own warning"]
 
 
 def test_a_gpu_profile_that_caught_no_kernels_is_taken_once_more(monkeypatch):

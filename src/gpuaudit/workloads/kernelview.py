@@ -312,13 +312,13 @@ def profile_kernels(torch: Any, device: Any, fn: Callable[[], Any], steps: int, 
 
 def _profiled_events(torch: Any, device: Any, fn: Callable[[], Any], steps: int,
                      cuda: bool) -> list[dict[str, Any]]:
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, record_function
 
-    from gpuaudit.workloads.timing import sync
+    from gpuaudit.workloads.timing import profiled, sync
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     sync(torch, device)
-    with profile(activities=acts, record_shapes=True) as prof:
+    with profiled(acts, record_shapes=True) as prof:
         for i in range(steps):
             with record_function(f"{optrace.STEP_MARK}#{i}"):
                 fn()
@@ -395,12 +395,12 @@ def busy_per_call_us(torch: Any, device: Any,
 def _marked_events(torch: Any, device: Any,
                    calls: list[tuple[str, Callable[[], Callable[[], Any]]]],
                    repeat: int) -> list[dict[str, Any]]:
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, record_function
 
-    from gpuaudit.workloads.timing import sync
+    from gpuaudit.workloads.timing import profiled, sync
 
     sync(torch, device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profiled([ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for label, make in calls:
             try:
                 fn = make()

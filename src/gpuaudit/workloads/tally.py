@@ -226,11 +226,12 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
     to (module docstring). `force_class()`, when it returns a class, overrides the
     operator's own (a region standing for another operator)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry, shape_wrapper
 
     from gpuaudit.workloads.flops import missing_formulas
+    from gpuaudit.workloads.timing import profiled
 
     extra = {k: shape_wrapper(v) for k, v in missing_formulas(torch).items()}
     formulas = {**flop_registry, **extra}
@@ -265,8 +266,7 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
 
     calls: list[Call] = []
     recorder = recording(calls) if record_calls else contextlib.nullcontext()
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, recorder, \
-            Counter():
+    with profiled([ProfilerActivity.CPU], record_shapes=True) as prof, recorder, Counter():
         fn()
     tree = optrace.build(_events(prof))
     return _tally(tree, seen, calls if record_calls else None)

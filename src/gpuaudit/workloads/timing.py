@@ -3,11 +3,13 @@ around a host clock) or on the CPU (the host clock)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import statistics
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpuaudit.bench.timing import HOLD_MAX_US, HOLD_TRIES, hold_us, spin_cycles_per_us
@@ -24,6 +26,21 @@ def release_cupti_after_profiling() -> None:
     on an H200 (a batch-32 BERT step 51 ms against 37 ms in a fresh process). A value
     already set is kept: torch sets "0" itself for CUDA graphs, which re-attach badly."""
     os.environ.setdefault("TEARDOWN_CUPTI", "1")
+
+
+@contextlib.contextmanager
+def profiled(activities: list[Any], **options: Any) -> Iterator[Any]:
+    """A torch.profiler session (`torch.profiler.profile(activities, **options)`) without
+    torch's warning that "the profiler clears events at the end of each cycle": torch up to
+    2.12 gives it on a session that has no cycles, ours among them (fixed in later torch), and
+    it would land in the middle of a command's output. Other warnings pass."""
+    from torch.profiler import profile
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Warning: Profiler clears events",
+                                category=UserWarning)
+        with profile(activities=activities, **options) as prof:
+            yield prof
 
 
 def sync(torch: Any, device: Any) -> None:

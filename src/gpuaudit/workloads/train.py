@@ -12,7 +12,13 @@ from gpuaudit.workloads.memory import in_use, is_oom, oom_reason, release
 from gpuaudit.workloads.opcapture import capture
 from gpuaudit.workloads.precision import TrainMode, float32_matmuls
 from gpuaudit.workloads.results import TrainResult
-from gpuaudit.workloads.timing import is_cuda, release_cupti_after_profiling, step_times_s, sync
+from gpuaudit.workloads.timing import (
+    is_cuda,
+    profiled,
+    release_cupti_after_profiling,
+    step_times_s,
+    sync,
+)
 from gpuaudit.workloads.trainer import Trainer
 
 
@@ -88,11 +94,11 @@ def kernel_table(torch: Any, device: Any, fn: Callable[[], Any], title: str, pat
                  steps: int = 3, rows: int = 18) -> None:
     """Append the `rows` kernels that took the most device time over `steps` calls of `fn`
     (torch.profiler) to `path`: where a figure falls short, this says why."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if is_cuda(device) else [])
     release_cupti_after_profiling()
-    with profile(activities=acts) as prof:
+    with profiled(acts) as prof:
         for _ in range(steps):
             fn()
         sync(torch, device)
