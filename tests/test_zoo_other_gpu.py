@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from validation.predict.held_pace import autocast
 from validation.predict.zoo_tables import current, current_cases
 
@@ -60,3 +62,24 @@ def test_the_fp32_process_reads_the_bf16_steps_host_work_higher_in_six_of_seven(
     assert len(h100) == 3
     assert [round(f(r["in_fp32_process"] for r in h100), 2) for f in (min, max)] == [1.25, 1.30]
     assert [round(f(r["in_bf16_process"] for r in h100), 2) for f in (min, max)] == [1.08, 1.21]
+
+
+def test_the_autocast_probe_reads_the_rounds_ratio_as_predict_does_and_runs_off_a_gpu(
+        monkeypatch):
+    """`autocast_probe.py`: the held rounds' bf16 ÷ fp32 ratio is the median of the rounds'
+    ratios (None under two rounds); one condition runs end to end on the CPU, where nothing
+    is held, so it gives the loop's ratio alone."""
+    pytest.importorskip("torch")
+    from validation.predict import autocast_probe
+
+    held = {"fp32": [10.0, 10.0, 20.0], "bf16": [12.0, 13.0, 20.0]}
+    assert autocast_probe.ratio(held) == pytest.approx(1.2)
+    assert autocast_probe.ratio({"fp32": [10.0], "bf16": [12.0]}) is None
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "predict"))
+    got = autocast_probe.worker("zoo.mlp:build", "fp32-second-model", 2, batch=2)
+    assert got["held_ms"] == {} and got["held_ratio"] is None and got["batch"] == 2
+    assert len(got["loop_ms"]["bf16"]) == autocast_probe.LOOP_ROUNDS
+    assert got["loop_ratio"] > 0
+    table = autocast_probe.summary([got, {"entry": "e", "condition": "bf16", "error": "x"}])
+    assert "| zoo.mlp:build | fp32-second-model | — |" in table and "| e | bf16 | — | — | x |" \
+        in table

@@ -1,0 +1,154 @@
+"""Why does the fp32 recording's process read the bf16 step's host work higher than the bf16
+recording's own process? An fp32 → bf16 prediction takes the bf16 ÷ fp32 ratio of the steps
+issued with the device held (`workloads.hosttime.held_host`) in the fp32 process; on an H100
+three host-bound bf16 steps ran at the bf16 process's figure, 8–17 % under the fp32
+process's (docs/predict.md, "On an H100").
+
+Each condition runs in a process of its own, per family:
+
+- `fp32`, `bf16`: a Trainer in that precision warmed and timed at its batch as `bench train`
+  times it, then the held rounds of every precision;
+- `fp32-emptied`: as `fp32`, the caching allocator emptied before the held rounds (its
+  blocks were cut for fp32's activations);
+- `fp32-second-model`: as `fp32`, then a second model built in bf16 in the same process and
+  its held rounds (the first model's state set apart from the process's).
+
+Each gives the held rounds' bf16 ÷ fp32 ratio (the median of the rounds' ratios, as
+`predict` reads it) and each precision's step in a loop at the batch, in rounds, the way the
+fresh process that measures a target times it: where the conditions' ratios part, the one
+whose ratio the loop's bf16 ÷ fp32 pace (host-bound steps) follows names the cause.
+
+    PYTHONPATH=src:examples/predict python3 validation/predict/autocast_probe.py OUT.json \
+        [zoo.recsys:build zoo.convnext:build] [--rounds 16] [--timeout-s 150] [--batch-size N]
+
+OUT.json is written after every condition (Ctrl-C keeps what ran). On a CPU nothing is held
+and the ratios are empty: a dry run of the plumbing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+CONDITIONS = ("fp32", "bf16", "fp32-emptied", "fp32-second-model")
+ENTRIES = ("zoo.recsys:build", "zoo.convnext:build")
+LOOP_ROUNDS, LOOP_STEPS = 8, 6
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ratio(held: dict[str, list[float]], top: str = "bf16", bottom: str = "fp32"
+          ) -> float | None:
+    """The median of the rounds' `top` ÷ `bottom` held times; None where either is missing."""
+    pairs = [(a, b) for a, b in zip(held.get(bottom, ()), held.get(top, ()), strict=False)
+             if a > 0 and b > 0]
+    return statistics.median(b / a for a, b in pairs) if len(pairs) >= 2 else None
+
+
+def worker(entry: str, condition: str, rounds: int, batch: int | None = None
+           ) -> dict[str, Any]:
+    """One condition in this process (see the module docstring), at the family's batch
+    unless `batch` says another."""
+    import torch
+
+    from gpuaudit.workloads.hosttime import eager_step, held_host
+    from gpuaudit.workloads.precision import TrainMode, float32_matmuls
+    from gpuaudit.workloads.timing import step_times_s
+    from gpuaudit.workloads.trainer import Trainer
+
+    torch.backends.cudnn.benchmark = True  # as bench train runs
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    own = condition.split("-")[0]
+    with float32_matmuls(torch, tf32=False):
+        t = Trainer(entry, TrainMode(own), dev, batch_size=batch)
+        t.warm_up(3, 0.5)
+        own_ms = [s * 1e3 for s in step_times_s(torch, dev, t.step, 30)]  # the timing pass
+    if condition == "fp32-emptied" and dev.type == "cuda":
+        torch.cuda.empty_cache()
+    timed = t
+    if condition == "fp32-second-model":
+        timed = Trainer(entry, TrainMode("bf16"), dev, batch_size=batch)
+        timed.warm_up(3, 0.5)
+    notes: list[str] = []
+    held = held_host(timed, notes, 3 * statistics.median(own_ms), rounds)
+    loop: dict[str, list[float]] = {"bf16": [], "fp32": []}
+    steps = {p: eager_step(timed, p) for p in loop}
+    for i in range(LOOP_ROUNDS):
+        for p in (("bf16", "fp32") if i % 2 == 0 else ("fp32", "bf16")):
+            with float32_matmuls(torch, tf32=False):
+                ms = [s * 1e3 for s in step_times_s(torch, dev, steps[p], LOOP_STEPS)]
+            loop[p].append(round(statistics.median(ms), 4))
+    held_lists = {p: list(v) for p, v in held.items()}
+    return {"entry": entry, "condition": condition, "device": str(dev),
+            "batch": timed.workload.batch_size, "held_ms": held_lists,
+            "held_ratio": ratio(held_lists),
+            "loop_ms": loop, "loop_ratio": ratio(loop), "notes": notes}
+
+
+def run(out: Path, entries: list[str], rounds: int, timeout_s: float,
+        batch: int | None = None) -> int:
+    rows: list[dict[str, Any]] = []
+    paths = [str(ROOT), str(ROOT / "src"), str(ROOT / "examples" / "predict"),
+             *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    try:
+        for entry in entries:
+            for cond in CONDITIONS:
+                print(f"{entry} {cond}", flush=True)
+                try:
+                    # as a module from the root: run as a file, its folder's zoo.py
+                    # would shadow the zoo's package
+                    done = subprocess.run(
+                        [sys.executable, "-m", "validation.predict.autocast_probe", "--worker",
+                         entry, cond, str(rounds), str(batch or 0)],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+                    row = (json.loads(done.stdout.splitlines()[-1]) if done.returncode == 0
+                           else {"entry": entry, "condition": cond,
+                                 "error": (done.stderr.strip().splitlines() or ["?"])[-1]})
+                except subprocess.TimeoutExpired:
+                    row = {"entry": entry, "condition": cond,
+                           "error": f"timed out after {timeout_s:.0f} s"}
+                rows.append(row)
+                out.write_text(json.dumps(rows, indent=1))
+    except KeyboardInterrupt:
+        print(f"interrupted: {len(rows)} kept in {out}", file=sys.stderr)
+    print(summary(rows))
+    return 0
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """A table: per family and condition, the held and the loop's bf16 ÷ fp32 ratios."""
+    def fmt(x: float | None) -> str:
+        return f"{x:.3f}" if x is not None else "—"
+
+    out = ["| family | condition | held bf16 ÷ fp32 | loop bf16 ÷ fp32 | note |",
+           "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        out.append(f"| {r['entry']} | {r['condition']} | {fmt(r.get('held_ratio'))} | "
+                   f"{fmt(r.get('loop_ratio'))} | {r.get('error', '')} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--worker"]:
+        entry, cond, rounds, batch = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        print(json.dumps(worker(entry, cond, rounds, batch or None)))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("entries", nargs="*", default=list(ENTRIES))
+    ap.add_argument("--rounds", type=int, default=16)
+    ap.add_argument("--timeout-s", type=float, default=150.0)
+    ap.add_argument("--batch-size", type=int, help="another batch than the family's (a CPU "
+                    "dry run)")
+    a = ap.parse_args()
+    return run(a.out, a.entries, a.rounds, a.timeout_s, a.batch_size)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
