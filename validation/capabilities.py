@@ -167,7 +167,7 @@ def predict_steps(ctx: Context) -> list[Step]:
 
 
 ZOO_RESULTS = "tests/fixtures/predict/zoo-results.json"
-ZOO_RESULTS_H100 = "tests/fixtures/predict/zoo-results-h100.json"  # recorded as the H200's
+ZOO_RESULTS_H100 = "tests/fixtures/predict/zoo-results-h100.json"  # the zoo on an H100
 
 
 def predict_zoo_steps(ctx: Context) -> list[Step]:
