@@ -83,3 +83,38 @@ def test_the_autocast_probe_reads_the_rounds_ratio_as_predict_does_and_runs_off_
     table = autocast_probe.summary([got, {"entry": "e", "condition": "bf16", "error": "x"}])
     assert "| zoo.mlp:build | fp32-second-model | — |" in table and "| e | bf16 | — | — | x |" \
         in table
+
+
+def test_gpu_change_between_the_h100_and_the_h200_meets_the_measured_fp32_steps():
+    """docs/predict.md: BERT's and ConvNeXt's fp32 steps predicted on the other GPU from one
+    recording, each within 2.1 % of the step measured there and inside its band; ConvNeXt's
+    H200 recording, whose profiled kernels summed to 1.7× its step, among them."""
+    from validation.predict.gpu_change import rows
+
+    got = rows()
+    assert [(r["from"], r["to"]) for r in got] == [("h100-sxm", "h200-sxm")] * 2 + \
+        [("h200-sxm", "h100-sxm")]
+    assert all(abs(r["error_pct"]) <= 2.15 and r["in_band"] for r in got)
+
+
+def test_a_gpu_of_the_same_sms_and_matmul_rate_keeps_a_tensor_classs_time():
+    """Wave scaling between GPUs of as many SMs at one matmul rate moves nothing: the class
+    keeps its recorded time, scaled or not, whatever its grids' raw times sum to (H200 →
+    H100 SXM, both 132 SMs, the H100's rate from the H200's efficiency × the same peak)."""
+    import gzip
+
+    from gpuaudit.model import load_run
+    from gpuaudit.predict import Change, load_profile, machine_rates, predict
+    from gpuaudit.specs.catalog import load_catalog
+
+    specs = load_catalog()
+    run = load_run(gzip.decompress((FIXTURES / "zoo" / "convnext-h200-run.json.gz")
+                                   .read_bytes()).decode())
+    rates = machine_rates(load_run((FIXTURES / "h200-1gpu-bench-quick.json").read_text()),
+                          specs)
+    prof = load_profile(run, "convnext-s/fp32")
+    raw = sum(k.us for k in prof.classes["conv"].kernels) / 1e3
+    p = predict(prof, rates, Change(gpu="h100-sxm"), specs)
+    conv = next(c for c in p.classes if c.op_class == "conv")
+    assert raw > 1.5 * conv.measured_ms  # the grids' raw sum is not the class's time
+    assert conv.predicted_ms == pytest.approx(conv.measured_ms, rel=1e-3)

@@ -193,7 +193,9 @@ def predict_zoo_steps(ctx: Context) -> list[Step]:
 
 def predict_zoo_h100_steps(ctx: Context) -> list[Step]:
     return [Step("compare", _py(ctx, "validation/predict/zoo.py", "table", ZOO_RESULTS_H100),
-                 stdout="table.md", timeout_s=60)]
+                 stdout="table.md", timeout_s=60),
+            Step("gpu", _py(ctx, "validation/predict/gpu_change.py"), stdout="gpu.md",
+                 timeout_s=60)]
 
 
 def render_science_steps(ctx: Context) -> list[Step]:
@@ -259,9 +261,10 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                "the measured step of each case", "predict.md", predict_zoo_steps,
                ("table.md",), modes=("record", "compare")),
     Capability("predict-zoo-h100", "predict on the model zoo recorded on an H100 (as "
-               "`predict-zoo` records; CPU: the recorded results)",
+               "`predict-zoo` records), and --gpu between it and the H200 (CPU: the "
+               "recorded results)",
                "the measured step of each case", "predict.md", predict_zoo_h100_steps,
-               ("table.md",), gpu=False),
+               ("table.md", "gpu.md"), gpu=False),
     Capability("render-science", "bench render and bench science with --with-native, a "
                "reference frame, recommend render|simulate on the run",
                "glmark2, the reference scene's image, CuPy's FFT and SpMV",

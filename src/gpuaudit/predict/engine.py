@@ -230,16 +230,23 @@ def _wave_scaled(c: ClassState, w: OpWork, r_here: float, r_there: float, s_here
     wave there ÷ here (the per-SM rate: matmul rate ÷ SMs), one block resident per SM (the
     recording has grids, not residency). A grid of exactly the SMs here is a persistent
     kernel (cuBLAS's nvjet on Hopper): it is launched with the other GPU's SM count, its
-    tiles spread over them, so it scales as the matmul rate does."""
+    tiles spread over them, so it scales as the matmul rate does.
+
+    The grids' ratio is applied to the class's time, in the share of its recorded time the
+    grids hold, the rest at the matmul rate's ratio: the grids' own times are the profile's
+    raw sums, which the class's time is not where the profiled kernels summed to more than
+    the timed step (it is scaled to it) or a change before this one moved it. Taken as
+    times, a ConvNeXt's fp32 step whose kernels summed to 1.7× its step came out 1.65× as
+    long on a GPU of the same SMs and rates (H200 → H100 SXM, where it measured 1.05×)."""
     per_wave = (r_here / s_here) / (r_there / s_there)
     seen = sum(k.us for k in w.kernels) / 1e3
-    out = 0.0
-    for k in w.kernels:
-        ratio = (s_here / s_there if k.blocks == s_here else
-                 waves(k.blocks, s_there) / waves(k.blocks, s_here))
-        out += k.us / 1e3 * ratio * per_wave
-    rest = max(0.0, c.ms - seen)
-    return out + rest * r_here / r_there
+    if seen <= 0 or w.ms <= 0:
+        return c.ms * r_here / r_there
+    scaled = sum(k.us / 1e3 * (s_here / s_there if k.blocks == s_here else
+                               waves(k.blocks, s_there) / waves(k.blocks, s_here))
+                 for k in w.kernels) * per_wave
+    held = min(1.0, seen / w.ms)
+    return c.ms * (held * scaled / seen + (1 - held) * r_here / r_there)
 
 
 def _link_gbps(gpu: GpuSpec) -> float:
