@@ -118,3 +118,34 @@ def test_a_gpu_of_the_same_sms_and_matmul_rate_keeps_a_tensor_classs_time():
     conv = next(c for c in p.classes if c.op_class == "conv")
     assert raw > 1.5 * conv.measured_ms  # the grids' raw sum is not the class's time
     assert conv.predicted_ms == pytest.approx(conv.measured_ms, rel=1e-3)
+
+
+def test_a_gpu_change_of_a_host_bound_step_says_another_gpu_barely_moves_it():
+    """The DLRM's fp32 step on the H100, its device waiting on the host half the step: on the
+    H200 it is predicted as it was recorded, and the note says it follows its host, not the
+    GPU (its H200 loan's faster host ran it at 4.69 ms); ConvNeXt's, the device's, keeps the
+    plain note that the host is taken as fast."""
+    import gzip
+
+    from gpuaudit.model import load_run
+    from gpuaudit.predict import Change, load_profile, machine_rates, predict
+    from gpuaudit.specs.catalog import load_catalog
+
+    specs = load_catalog()
+    rates = machine_rates(load_run(gzip.decompress(
+        (FIXTURES / "h100-1gpu-bench-quick.json.gz").read_bytes()).decode()), specs)
+
+    def notes(run: str, workload: str) -> tuple[float, float, list[str]]:
+        prof = load_profile(load_run(gzip.decompress(
+            (FIXTURES / "zoo" / f"{run}.json.gz").read_bytes()).decode()), workload)
+        p = predict(prof, rates, Change(gpu="h200-sxm"), specs)
+        return p.measured_step_ms, p.step_ms, list(p.notes)
+
+    recorded, step, said = notes("recsys-held-h100-run", "dlrm/fp32")
+    assert step == pytest.approx(recorded, rel=0.02)
+    host = [n for n in said if "follows the host that issues it" in n]
+    assert len(host) == 1 and "on the h200-sxm" in host[0]
+    assert not any("taken to be as fast" in n for n in said)
+    _, _, said = notes("convnext-held-h100-run", "convnext-s/fp32")
+    assert any("taken to be as fast" in n for n in said)
+    assert not any("follows the host" in n for n in said)

@@ -58,6 +58,10 @@ U_IDLE = 0.50
 # recordings: its rounds at batch 1 moved ±0.1–5 % on a host that held its pace, ±4–34 % on
 # unsteady ones).
 HOST_MOVED_NOTE = 0.05
+# A step whose device waits on its host this share of the replay or more is one another GPU
+# barely moves: said, beside the host it keeps (a DLRM's fp32 step, 51 %: H100 → H200 6.13 →
+# 6.14 ms predicted, where its H200 loan's faster host ran it at 4.69).
+HOST_BOUND_GPU_NOTE = 0.2
 
 # Where no all-reduce was measured: a ring reaches this share of one direction of the GPU's
 # link at large sizes, and this share of that at 1 MiB (both measured on 2 × H200, NV18:
@@ -217,8 +221,6 @@ def _gpu(state: StepState, target: GpuSpec) -> None:
     state.roofs = theirs
     state.changes.append("gpu")
     state.basis.extend(theirs.basis)
-    state.notes.append("the host is taken to be as fast as the recorded one (its launch gaps "
-                       "are kept)")
     if not same_arch:
         state.notes.append(f"{here.gpu.architecture} → {target.architecture}: other kernels, "
                            "other efficiencies; a wide band")
@@ -328,12 +330,23 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
                            f"and waits kept (host time × {replayed.alpha:.2f}, {how}); the "
                            f"device waited on the host {replayed.host_bound_share:.0%} of the "
                            "replayed step")
+        if "gpu" in state.changes and replayed.host_bound_share >= HOST_BOUND_GPU_NOTE:
+            state.notes.append(
+                f"the device waits on the host {replayed.host_bound_share:.0%} of this step: "
+                f"on the {state.roofs.gpu.id} it follows the host that issues it, not the "
+                "GPU, and holds for a host as fast as the recorded one; fewer launches a step "
+                "(torch.compile, CUDA graphs, a larger batch) would move it more than another "
+                "GPU does")
         if replayed.host_moved > HOST_MOVED_NOTE:
             state.notes.append(
                 f"the host's pace moved ±{100 * replayed.host_moved:.0f} % while this run was "
                 f"profiled (its step at batch {g.record.host_batch}, round by round): the band "
                 "carries it, and a host-bound figure holds only on a host at the profiled "
                 "pace; profile again on a quiet host for a narrower one")
+    if "gpu" in state.changes and (replayed is None
+                                   or replayed.host_bound_share < HOST_BOUND_GPU_NOTE):
+        state.notes.append("the host is taken to be as fast as the recorded one (its launch "
+                           "gaps are kept)")
     ar_ms = exposed = None
     if gpus > 1:
         ar = state.allreduce or spec_allreduce(state.roofs.gpu)
