@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.predict import zoo_run
 from validation.predict.held_pace import autocast
 from validation.predict.zoo_tables import current, current_cases
 
@@ -101,15 +102,12 @@ def test_a_gpu_of_the_same_sms_and_matmul_rate_keeps_a_tensor_classs_time():
     """Wave scaling between GPUs of as many SMs at one matmul rate moves nothing: the class
     keeps its recorded time, scaled or not, whatever its grids' raw times sum to (H200 →
     H100 SXM, both 132 SMs, the H100's rate from the H200's efficiency × the same peak)."""
-    import gzip
-
     from gpuaudit.model import load_run
     from gpuaudit.predict import Change, load_profile, machine_rates, predict
     from gpuaudit.specs.catalog import load_catalog
 
     specs = load_catalog()
-    run = load_run(gzip.decompress((FIXTURES / "zoo" / "convnext-h200-run.json.gz")
-                                   .read_bytes()).decode())
+    run = zoo_run("convnext-h200-run")
     rates = machine_rates(load_run((FIXTURES / "h200-1gpu-bench-quick.json").read_text()),
                           specs)
     prof = load_profile(run, "convnext-s/fp32")
@@ -125,19 +123,15 @@ def test_a_gpu_change_of_a_host_bound_step_says_another_gpu_barely_moves_it():
     H200 it is predicted as it was recorded, and the note says it follows its host, not the
     GPU (its H200 loan's faster host ran it at 4.69 ms); ConvNeXt's, the device's, keeps the
     plain note that the host is taken as fast."""
-    import gzip
-
-    from gpuaudit.model import load_run
+    from gpuaudit.model.schema import read_run
     from gpuaudit.predict import Change, load_profile, machine_rates, predict
     from gpuaudit.specs.catalog import load_catalog
 
     specs = load_catalog()
-    rates = machine_rates(load_run(gzip.decompress(
-        (FIXTURES / "h100-1gpu-bench-quick.json.gz").read_bytes()).decode()), specs)
+    rates = machine_rates(read_run(FIXTURES / "h100-1gpu-bench-quick.json.gz"), specs)
 
     def notes(run: str, workload: str) -> tuple[float, float, list[str]]:
-        prof = load_profile(load_run(gzip.decompress(
-            (FIXTURES / "zoo" / f"{run}.json.gz").read_bytes()).decode()), workload)
+        prof = load_profile(zoo_run(run), workload)
         p = predict(prof, rates, Change(gpu="h200-sxm"), specs)
         return p.measured_step_ms, p.step_ms, list(p.notes)
 

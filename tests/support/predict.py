@@ -34,7 +34,7 @@ def h200_rates(specs: Any) -> Any:
 
 
 def zoo_run(name: str) -> Any:
-    """A zoo family's run recorded on an H200 (`tests/fixtures/predict/zoo/NAME.json.gz`)."""
+    """A zoo family's run as recorded (`tests/fixtures/predict/zoo/NAME.json.gz`)."""
     import gzip
 
     from gpuaudit.model import load_run

@@ -42,12 +42,13 @@ LOOP_ROUNDS, LOOP_STEPS = 8, 6
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def ratio(held: dict[str, list[float]], top: str = "bf16", bottom: str = "fp32"
-          ) -> float | None:
-    """The median of the rounds' `top` ÷ `bottom` held times; None where either is missing."""
-    pairs = [(a, b) for a, b in zip(held.get(bottom, ()), held.get(top, ()), strict=False)
-             if a > 0 and b > 0]
-    return statistics.median(b / a for a, b in pairs) if len(pairs) >= 2 else None
+def ratio(held: dict[str, list[float]]) -> float | None:
+    """The median of the rounds' bf16 ÷ fp32 times, as `predict` reads them; None where
+    either is missing."""
+    from gpuaudit.predict.grouped import paired_ratio
+
+    got = paired_ratio(tuple(held.get("fp32", ())), tuple(held.get("bf16", ())))
+    return got[0] if got is not None else None
 
 
 def worker(entry: str, condition: str, rounds: int, batch: int | None = None

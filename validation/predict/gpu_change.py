@@ -18,7 +18,6 @@ the one recording's (`zoo-results-h100.json`).
 
 from __future__ import annotations
 
-import gzip
 import json
 import statistics
 import sys
@@ -52,11 +51,6 @@ CASES = (
 )
 
 
-def _text(path: Path) -> str:
-    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" \
-        else path.read_text()
-
-
 def measured_ms(family: str, gpu: str, precision: str = "fp32") -> tuple[float, int]:
     """The family's step on `gpu` as the zoo's recordings timed it (the median of their
     profiled runs) and how many recordings timed it."""
@@ -70,13 +64,13 @@ def measured_ms(family: str, gpu: str, precision: str = "fp32") -> tuple[float, 
 
 
 def predicted(case: Case) -> Any:
-    from gpuaudit.model import load_run
+    from gpuaudit.model.schema import read_run
     from gpuaudit.predict import Change, load_profile, machine_rates, predict
     from gpuaudit.specs.catalog import load_catalog
 
     specs = load_catalog()
-    run = load_run(_text(PREDICT / "zoo" / f"{case.run}.json.gz"))
-    rates = machine_rates(load_run(_text(RATES[case.source])), specs)
+    run = read_run(PREDICT / "zoo" / f"{case.run}.json.gz")
+    rates = machine_rates(read_run(RATES[case.source]), specs)
     assert rates is not None, f"{RATES[case.source]} holds no rates"
     return predict(load_profile(run, case.workload), rates, Change(gpu=case.target), specs)
 

@@ -28,7 +28,6 @@ held-pace-versus-h200.json (the 38th–41st recordings' cases, compared both way
 
 from __future__ import annotations
 
-import gzip
 import json
 import statistics
 import sys
@@ -138,14 +137,12 @@ def versus(paired: dict[str, Any], unpaired: dict[str, Any]) -> dict[str, Any]:
 def autocast(runs: list[Path]) -> list[dict[str, Any]]:
     """Per run, the bf16 ÷ fp32 held host work in the fp32 recording's process and in the
     bf16 one's, and the first over the second; runs without both are left out."""
-    from gpuaudit.model import load_run
+    from gpuaudit.model.schema import read_run
     from gpuaudit.predict.grouped import held_ratio
 
     out = []
     for path in runs:
-        text = (gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz"
-                else path.read_text())
-        by = {p.precision: p for p in load_run(text).op_profiles}
+        by = {p.precision: p for p in read_run(path).op_profiles}
         if not {"bf16", "fp32"} <= set(by):
             continue
         got = {p: held_ratio(by[p], "fp32", "bf16") for p in ("fp32", "bf16")}

@@ -330,23 +330,21 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
                            f"and waits kept (host time × {replayed.alpha:.2f}, {how}); the "
                            f"device waited on the host {replayed.host_bound_share:.0%} of the "
                            "replayed step")
-        if "gpu" in state.changes and replayed.host_bound_share >= HOST_BOUND_GPU_NOTE:
-            state.notes.append(
-                f"the device waits on the host {replayed.host_bound_share:.0%} of this step: "
-                f"on the {state.roofs.gpu.id} it follows the host that issues it, not the "
-                "GPU, and holds for a host as fast as the recorded one; fewer launches a step "
-                "(torch.compile, CUDA graphs, a larger batch) would move it more than another "
-                "GPU does")
         if replayed.host_moved > HOST_MOVED_NOTE:
             state.notes.append(
                 f"the host's pace moved ±{100 * replayed.host_moved:.0f} % while this run was "
                 f"profiled (its step at batch {g.record.host_batch}, round by round): the band "
                 "carries it, and a host-bound figure holds only on a host at the profiled "
                 "pace; profile again on a quiet host for a narrower one")
-    if "gpu" in state.changes and (replayed is None
-                                   or replayed.host_bound_share < HOST_BOUND_GPU_NOTE):
-        state.notes.append("the host is taken to be as fast as the recorded one (its launch "
-                           "gaps are kept)")
+    if "gpu" in state.changes:
+        waits = replayed.host_bound_share if replayed is not None else 0.0
+        state.notes.append(
+            f"the device waits on the host {waits:.0%} of this step: on the "
+            f"{state.roofs.gpu.id} it follows the host that issues it, not the GPU, and holds "
+            "for a host as fast as the recorded one; fewer launches a step (torch.compile, "
+            "CUDA graphs, a larger batch) would move it more than another GPU does"
+            if waits >= HOST_BOUND_GPU_NOTE else
+            "the host is taken to be as fast as the recorded one (its launch gaps are kept)")
     ar_ms = exposed = None
     if gpus > 1:
         ar = state.allreduce or spec_allreduce(state.roofs.gpu)

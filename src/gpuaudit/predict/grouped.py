@@ -203,7 +203,7 @@ def host_ratio(record: OpProfile) -> tuple[float, float] | None:
     recording timed it (`OpProfile.alt_host_rounds_ms`): the median of the rounds' ratios,
     each pair a moment apart, and its uncertainty (their half interquartile range ÷ the
     median, at least `U_HOST_RATIO`). None where it was not timed."""
-    return _paired_ratio(record.host_rounds_ms, record.alt_host_rounds_ms)
+    return paired_ratio(record.host_rounds_ms, record.alt_host_rounds_ms)
 
 
 def held_ratio(record: OpProfile, src: str, target: str) -> tuple[float, float] | None:
@@ -213,7 +213,7 @@ def held_ratio(record: OpProfile, src: str, target: str) -> tuple[float, float] 
     replaces the step at batch 1: a tf32 LSTM's host work grew with the batch (15 ms to issue
     at batch 1, 21 at 128) more than its fp32 one (16 and 18), and a prediction from batch 1
     missed its host-bound step by a third."""
-    return _paired_ratio(record.host_held_ms.get(src, ()), record.host_held_ms.get(target, ()))
+    return paired_ratio(record.host_held_ms.get(src, ()), record.host_held_ms.get(target, ()))
 
 
 def source_host_ms(record: OpProfile) -> float | None:
@@ -226,13 +226,13 @@ def source_host_ms(record: OpProfile) -> float | None:
     held = record.host_held_ms.get(record.precision, ())
     if not held:
         return record.host_step_ms
-    paired = _paired_ratio(record.host_rounds_ms, held) if record.host_held_paired else None
+    paired = paired_ratio(record.host_rounds_ms, held) if record.host_held_paired else None
     if paired is not None and record.host_step_ms:
         return record.host_step_ms * paired[0]
     return statistics.median(held)
 
 
-def _paired_ratio(here: tuple[float, ...], there: tuple[float, ...]
+def paired_ratio(here: tuple[float, ...], there: tuple[float, ...]
                   ) -> tuple[float, float] | None:
     """The median of the rounds' ratios there ÷ here, each pair a moment apart, and its
     uncertainty: their half interquartile range ÷ the median, at least `U_HOST_RATIO`."""
