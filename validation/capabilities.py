@@ -168,6 +168,7 @@ def predict_steps(ctx: Context) -> list[Step]:
 
 ZOO_RESULTS = "tests/fixtures/predict/zoo-results.json"
 ZOO_RESULTS_H100 = "tests/fixtures/predict/zoo-results-h100.json"  # the zoo on an H100
+AUTOCAST_PROBE_H100 = "tests/fixtures/predict/zoo/autocast-probe-h100.json"  # its held-work probe
 
 
 def predict_zoo_steps(ctx: Context) -> list[Step]:
@@ -195,7 +196,9 @@ def predict_zoo_h100_steps(ctx: Context) -> list[Step]:
     return [Step("compare", _py(ctx, "validation/predict/zoo.py", "table", ZOO_RESULTS_H100),
                  stdout="table.md", timeout_s=60),
             Step("gpu", _py(ctx, "validation/predict/gpu_change.py"), stdout="gpu.md",
-                 timeout_s=60)]
+                 timeout_s=60),
+            Step("probe", _py(ctx, "validation/predict/autocast_probe.py", "--table",
+                              AUTOCAST_PROBE_H100), stdout="probe.md", timeout_s=60)]
 
 
 def render_science_steps(ctx: Context) -> list[Step]:
@@ -264,7 +267,7 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                "`predict-zoo` records), and --gpu between it and the H200 (CPU: the "
                "recorded results)",
                "the measured step of each case", "predict.md", predict_zoo_h100_steps,
-               ("table.md", "gpu.md"), gpu=False),
+               ("table.md", "gpu.md", "probe.md"), gpu=False),
     Capability("render-science", "bench render and bench science with --with-native, a "
                "reference frame, recommend render|simulate on the run",
                "glmark2, the reference scene's image, CuPy's FFT and SpMV",

@@ -233,14 +233,26 @@ def test_model_rate_is_capped_by_the_roofline_on_the_shapes_bytes():
         g.flops / g.bytes * 4000 / 1e3)
 
 
-def test_gpu_change_scales_memory_by_bandwidth_and_keeps_equal_matmul_roofs():
+def test_gpu_change_scales_memory_traffic_by_bandwidth_and_keeps_equal_matmul_roofs():
     p = predict(step(), rates_of(roofs_h200()), Change(gpu="h100-sxm"), SPECS)
     got = {c.op_class: c for c in p.classes}
-    # Same bf16 peak and SMs: the gemm keeps its time; elementwise × 4800/3350 (γ = 1).
+    # Same bf16 peak and SMs: the gemm keeps its time. The elementwise class's 1 GB takes
+    # 0.25 of its 1.0 ms at 4000 GB/s: that share × 4800/3350 (γ = 1), the rest at the SMs'
+    # rate, which the two GPUs share (67 TFLOP/s fp32).
+    elem = 0.25 * 4800 / 3350 + 0.75
     assert got["gemm"].predicted_ms == pytest.approx(0.5)
-    assert got["elementwise"].predicted_ms == pytest.approx(4800 / 3350)
-    assert p.step_ms == pytest.approx(0.5 + 4800 / 3350 + 0.5)
+    assert got["elementwise"].predicted_ms == pytest.approx(elem)
+    assert p.step_ms == pytest.approx(0.5 + elem + 0.5)
     assert p.target.gpu == "h100-sxm" and any("host" in n for n in p.notes)
+
+
+def test_gpu_change_moves_a_class_at_its_bandwidth_wholly_by_the_bandwidth():
+    at_copy = step().classes["elementwise"].with_(bytes=4e9)  # 4 GB at 4000 GB/s: 1.0 ms
+    p = predict(step(classes={**step().classes, "elementwise": at_copy}),
+                rates_of(roofs_h200()), Change(gpu="h100-sxm"), SPECS)
+    got = {c.op_class: c for c in p.classes}
+    assert got["elementwise"].predicted_ms == pytest.approx(4800 / 3350)
+    assert "100% of its time at the copy bandwidth" in got["elementwise"].basis
 
 
 def test_gpu_change_to_another_architecture_moves_matmuls_by_peak_and_waves():

@@ -20,6 +20,7 @@ whose ratio the loop's bf16 ÷ fp32 pace (host-bound steps) follows names the ca
 
     PYTHONPATH=src:examples/predict python3 validation/predict/autocast_probe.py OUT.json \
         [zoo.recsys:build zoo.convnext:build] [--rounds 16] [--timeout-s 150] [--batch-size N]
+    python3 validation/predict/autocast_probe.py --table KEPT.json    # a kept result's table
 
 OUT.json is written after every condition (Ctrl-C keeps what ran). On a CPU nothing is held
 and the ratios are empty: a dry run of the plumbing.
@@ -139,6 +140,10 @@ def main() -> int:
     if sys.argv[1:2] == ["--worker"]:
         entry, cond, rounds, batch = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
         print(json.dumps(worker(entry, cond, rounds, batch or None)))
+        return 0
+    if sys.argv[1:2] == ["--table"]:  # a kept result: {"about": ..., "rows": [...]}
+        doc = json.loads(Path(sys.argv[2]).read_text())
+        print(f"{doc['about']}:\n\n{summary(doc['rows'])}\n")
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
