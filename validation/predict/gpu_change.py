@@ -15,7 +15,12 @@ The measurement on each GPU is the median over every recording of the zoo whose 
 controls kept the family's step (`tests/fixtures/predict/zoo-results.json` on the H200,
 `zoo-results-h100.json` on the H100).
 
+H200 recordings of families not yet recorded on the H100 (AHEAD) are predicted there ahead
+of any measurement and the figures kept (`register`); once those families are recorded on
+the H100, the table sets the kept figures beside the steps measured there.
+
     PYTHONPATH=src python3 validation/predict/gpu_change.py      # prints the markdown tables
+    PYTHONPATH=src python3 validation/predict/gpu_change.py register "WHEN, ON WHAT"
 """
 
 from __future__ import annotations
@@ -51,28 +56,43 @@ class Case:
 # (`predict.engine.HOST_BOUND_GPU_NOTE` as a share of the step the device does not hold).
 HOST_BINDS = 1 - HOST_BOUND_GPU_NOTE
 
-FAMILIES = {  # the zoo's family name by the fixture's module name
-    "bert": "BERT on nn.TransformerEncoder (post-norm)", "convnext": "ConvNeXt",
-    "recsys": "DLRM-style recommender (EmbeddingBag)", "mixer": "MLP-Mixer S/16",
-    "unet": "U-Net segmentation CNN", "moe": "mixture-of-experts decoder",
-    "lstm": "bidirectional LSTM tagger", "mobilenet": "MobileNetV2 (depthwise, batch norm)"}
-WORKLOADS = {"bert": "bert-encoder", "convnext": "convnext-s", "recsys": "dlrm",
-             "mixer": "mixer-s16", "unet": "unet-seg", "moe": "moe-8x", "lstm": "lstm-tagger",
-             "mobilenet": "mobilenet-v2"}
+FAMILIES = {  # the zoo's family name and workload by the fixture's module name
+    "bert": ("BERT on nn.TransformerEncoder (post-norm)", "bert-encoder"),
+    "convnext": ("ConvNeXt", "convnext-s"),
+    "recsys": ("DLRM-style recommender (EmbeddingBag)", "dlrm"),
+    "mixer": ("MLP-Mixer S/16", "mixer-s16"), "unet": ("U-Net segmentation CNN", "unet-seg"),
+    "moe": ("mixture-of-experts decoder", "moe-8x"),
+    "lstm": ("bidirectional LSTM tagger", "lstm-tagger"),
+    "mobilenet": ("MobileNetV2 (depthwise, batch norm)", "mobilenet-v2"),
+    "diffusion": ("diffusion U-Net (GroupNorm, nn.MultiheadAttention)", "diffusion-unet"),
+    "cnn": ("ResNet-18 at 64 px (batch norm)", "resnet18-64px"),
+    "mlp": ("deep MLP (tabular)", "tabular-mlp")}
+H100_RUNS = ("bert", "convnext", "recsys", "mixer", "unet", "moe", "lstm", "mobilenet")
 # The H200 recordings kept as fixtures of the families recorded on the H100 (the latest
 # where there are two); every H100 recording is kept.
 H200_RUNS = {"convnext": "convnext-h200-run", "recsys": "recsys-held-h200-run",
              "unet": "unet-h200-run", "lstm": "lstm-held-h200-run",
              "mobilenet": "mobilenet-held-h200-run"}
+# H200 recordings of families not yet recorded on the H100: predicted there before any
+# measurement, the figures kept in REGISTERED (`register`), compared once recorded.
+AHEAD = {"diffusion": "diffusion-held-h200-run", "cnn": "cnn-run", "mlp": "mlp-run"}
+REGISTERED = PREDICT / "gpu-change-registered.json"
+
+
+def _case(m: str, run: str, precision: str, src: str, dst: str) -> Case:
+    family, workload = FAMILIES[m]
+    return Case(family, run, f"{workload}/{precision}", src, dst)
 
 
 def _cases() -> tuple[Case, ...]:
-    runs = [(m, f"{m}-held-h100-run", "h100-sxm", "h200-sxm") for m in FAMILIES] + \
+    runs = [(m, f"{m}-held-h100-run", "h100-sxm", "h200-sxm") for m in H100_RUNS] + \
         [(m, run, "h200-sxm", "h100-sxm") for m, run in H200_RUNS.items()]
-    return tuple(Case(FAMILIES[m], run, f"{WORKLOADS[m]}/{prec}", src, dst)
+    return tuple(_case(m, run, prec, src, dst)
                  for m, run, src, dst in runs for prec in ("fp32", "bf16"))
 
 
+AHEAD_CASES = tuple(_case(m, run, prec, "h200-sxm", "h100-sxm")
+                    for m, run in AHEAD.items() for prec in ("fp32", "bf16"))
 CASES = _cases()
 
 
@@ -105,7 +125,7 @@ def predicted(case: Case) -> Any:
     from gpuaudit.specs.catalog import load_catalog
 
     specs = load_catalog()
-    run = read_run(PREDICT / "zoo" / f"{case.run}.json.gz")
+    run = read_run(next((PREDICT / "zoo").glob(f"{case.run}.json*")))
     rates = machine_rates(read_run(RATES[case.source]), specs)
     assert rates is not None, f"{RATES[case.source]} holds no rates"
     return predict(load_profile(run, case.workload), rates, Change(gpu=case.target), specs)
@@ -160,5 +180,42 @@ def table(found: list[dict[str, Any]]) -> str:
             "\n".join(_table(host)) + "\n")
 
 
+def register(when: str) -> dict[str, Any]:
+    """The AHEAD steps predicted on the other GPU, to keep before any is measured there."""
+    out = []
+    for case in AHEAD_CASES:
+        p = predicted(case)
+        out.append({"family": case.family, "run": case.run, "workload": case.workload,
+                    "from": case.source, "to": case.target, "predicted_ms": p.step_ms,
+                    "low_ms": p.step_ms_low, "high_ms": p.step_ms_high,
+                    "notes": list(p.notes)})
+    return {"about": f"predicted {when}, before any measurement of these steps there",
+            "rows": out}
+
+
+def registered() -> str:
+    """The kept figures beside the step measured there, where it has been."""
+    doc = json.loads(REGISTERED.read_text())
+    lines = ["| family | step | predicted on | predicted | band | measured there | error | "
+             "step at batch 1 ÷ step, each GPU |", "|" + " --- |" * 8]
+    for r in doc["rows"]:
+        precision = r["workload"].split("/")[1]
+        try:
+            got, n = measured_ms(r["family"], r["to"], precision)
+            shares = [batch1_share(r["family"], gpu, precision) for gpu in (r["from"], r["to"])]
+            seen = (f"{got:.2f} ms ({n}) | **{100 * (r['predicted_ms'] / got - 1):+.1f} %** | "
+                    + " / ".join(f"{x:.2f}" if x is not None else "—" for x in shares))
+        except LookupError:
+            seen = "not yet recorded | — | —"
+        lines.append(f"| {r['family']} | {r['workload'].split('/')[1]} | {r['to']} | "
+                     f"{r['predicted_ms']:.2f} ms | {r['low_ms']:.1f}–{r['high_ms']:.1f} | "
+                     f"{seen} |")
+    return (f"Steps recorded on the H200 only, {doc['about']} (the figures kept in "
+            f"{REGISTERED.relative_to(ROOT)}):\n\n" + "\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
-    print(table(rows()), end="")
+    if sys.argv[1:2] == ["register"]:  # register WHEN: keeps AHEAD's figures
+        REGISTERED.write_text(json.dumps(register(sys.argv[2]), indent=1) + "\n")
+    else:
+        print(table(rows()) + "\n" + registered(), end="")
