@@ -252,7 +252,7 @@ def test_gpu_change_moves_a_class_at_its_bandwidth_wholly_by_the_bandwidth():
                 rates_of(roofs_h200()), Change(gpu="h100-sxm"), SPECS)
     got = {c.op_class: c for c in p.classes}
     assert got["elementwise"].predicted_ms == pytest.approx(4800 / 3350)
-    assert "100% of its time at the copy bandwidth" in got["elementwise"].basis
+    assert "at the copy bandwidth: all of it by bandwidth" in got["elementwise"].basis
 
 
 def test_gpu_change_to_another_architecture_moves_matmuls_by_peak_and_waves():

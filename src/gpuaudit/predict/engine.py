@@ -209,13 +209,17 @@ def _gpu(state: StepState, target: GpuSpec) -> None:
             compute = ((here.vector_tflops or 1.0) / (theirs.vector_tflops or 1.0))
             roofline = (here.memory_gbps / theirs.memory_gbps) ** gamma * compute ** (1 - gamma)
             share = _traffic_share(c, cls, here, state.precision)
-            factor = share * roofline + (1 - share) * compute
+            factor = (roofline if share is None else
+                      share * roofline + (1 - share) * compute)
             c.ms *= factor
             c.add_unc(U_GPU[same_arch]["memory"])
-            c.basis.append(f"{here.gpu.id} → {target.id}: its traffic ({share:.0%} of its "
-                           f"time at the copy bandwidth) at bandwidth^{gamma:.2g} "
-                           f"{here.memory_gbps:.4g} → {theirs.memory_gbps:.4g} GB/s, the rest "
-                           f"at the SMs' rate (×{factor:.3g})")
+            whole = (f"bandwidth^{gamma:.2g} {here.memory_gbps:.4g} → "
+                     f"{theirs.memory_gbps:.4g} GB/s")
+            how = ("no traffic recorded: all of it by " + whole if share is None else
+                   "at the copy bandwidth: all of it by " + whole if share >= 1 else
+                   f"its traffic ({share:.0%} of its time at the copy bandwidth) by "
+                   f"{whole}, the rest by the SMs' rate")
+            c.basis.append(f"{here.gpu.id} → {target.id}: {how} (×{factor:.3g})")
     state.idle_unc = math.sqrt(state.idle_unc**2 + U_IDLE**2)
     if state.allreduce is not None:
         ratio = _link_gbps(target) / _link_gbps(here.gpu)
@@ -230,16 +234,16 @@ def _gpu(state: StepState, target: GpuSpec) -> None:
                            "other efficiencies; a wide band")
 
 
-def _traffic_share(c: ClassState, cls: str, roofs: Roofs, precision: str) -> float:
+def _traffic_share(c: ClassState, cls: str, roofs: Roofs, precision: str) -> float | None:
     """The share of a memory-bound class's time its bytes take at the copy bandwidth here;
     only that share moves with the other GPU's bandwidth. The rest is time its kernels spend
     short of the bandwidth (too few blocks in flight, per-channel reductions, launch ramps),
     which follows the SMs: on an H200 MobileNetV2's batch norm moved 3.1 GB in 15.7 ms (5 %
     of the copy bandwidth), and on an H100, 30 % less bandwidth, its bf16 step took 1.04×,
-    where the bandwidth alone put it at 1.26×. A class with no traffic recorded is taken as
-    bandwidth-bound."""
+    where the bandwidth alone put it at 1.26×. None where no traffic is recorded (the class
+    is then taken as bandwidth-bound)."""
     ideal_ms = ideal_seconds(cls, c.work, roofs, precision) * 1e3
-    return min(1.0, ideal_ms / c.ms) if ideal_ms > 0 and c.ms > 0 else 1.0
+    return min(1.0, ideal_ms / c.ms) if ideal_ms > 0 and c.ms > 0 else None
 
 
 def _wave_scaled(c: ClassState, w: OpWork, r_here: float, r_there: float, s_here: int,
