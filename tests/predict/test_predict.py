@@ -267,6 +267,12 @@ def test_gpu_change_to_another_architecture_moves_matmuls_by_peak_and_waves():
         pytest.approx(512 / 540)
     assert gemm.predicted_ms == pytest.approx(want)
     assert gemm.uncertainty_pct == pytest.approx(30.0)  # across architectures
+    # The elementwise class's traffic (0.25 of its 1.0 ms) by the bandwidth, the rest by SMs
+    # × clock (132 × 1980 MHz here, 108 × 1410 there), not by the fp32 peaks (67 → 19.5).
+    elem = next(c for c in p.classes if c.op_class == "elementwise")
+    bandwidth = 4000 / (2039 * 4000 / 4800)
+    assert elem.predicted_ms == pytest.approx(0.25 * bandwidth + 0.75 * (132 * 1980) /
+                                              (108 * 1410))
 
 
 def test_gpu_change_with_recorded_grids_treats_persistent_kernels_by_the_rate():

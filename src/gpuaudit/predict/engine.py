@@ -17,7 +17,7 @@ step is its new ideal time divided by that share.
 - GPU model: its datasheet roofs × the efficiencies measured here (`hardware.scaled_roofs`);
   matmul kernels re-quantized into waves on its SM count (Habitat's wave scaling, with the
   recorded grids); a memory-bound class's time at the copy bandwidth scaled by bandwidth^γ ×
-  compute^(1−γ) (Habitat's roofline γ), the rest of its time by the SMs' rate;
+  compute^(1−γ) (Habitat's roofline γ), the rest of its time by SMs × clock;
 - GPU count: DDP, the same per-GPU batch; the gradient buckets all-reduced at the measured
   bus bandwidth for their size, overlapping the backward (`ddp.simulate`).
 
@@ -210,7 +210,7 @@ def _gpu(state: StepState, target: GpuSpec) -> None:
             roofline = (here.memory_gbps / theirs.memory_gbps) ** gamma * compute ** (1 - gamma)
             share = _traffic_share(c, cls, here, state.precision)
             factor = (roofline if share is None else
-                      share * roofline + (1 - share) * compute)
+                      share * roofline + (1 - share) * _sm_pace(here, theirs, compute))
             c.ms *= factor
             c.add_unc(U_GPU[same_arch]["memory"])
             whole = (f"bandwidth^{gamma:.2g} {here.memory_gbps:.4g} → "
@@ -218,7 +218,7 @@ def _gpu(state: StepState, target: GpuSpec) -> None:
             how = ("no traffic recorded: all of it by " + whole if share is None else
                    "at the copy bandwidth: all of it by " + whole if share >= 1 else
                    f"its traffic ({share:.0%} of its time at the copy bandwidth) by "
-                   f"{whole}, the rest by the SMs' rate")
+                   f"{whole}, the rest by the SMs × clock")
             c.basis.append(f"{here.gpu.id} → {target.id}: {how} (×{factor:.3g})")
     state.idle_unc = math.sqrt(state.idle_unc**2 + U_IDLE**2)
     if state.allreduce is not None:
@@ -244,6 +244,16 @@ def _traffic_share(c: ClassState, cls: str, roofs: Roofs, precision: str) -> flo
     is then taken as bandwidth-bound)."""
     ideal_ms = ideal_seconds(cls, c.work, roofs, precision) * 1e3
     return min(1.0, ideal_ms / c.ms) if ideal_ms > 0 and c.ms > 0 else None
+
+
+def _sm_pace(here: Roofs, theirs: Roofs, fallback: float) -> float:
+    """Time there ÷ here of work short of the bandwidth: SMs × the highest SM clock here ÷
+    there (a block's latency, not its lanes: Hopper doubled the fp32 lanes of an SM, which
+    such kernels do not fill); `fallback` (the fp32 peaks' ratio) where a datasheet lacks
+    either."""
+    a, b = here.sms, theirs.sms
+    ca, cb = here.gpu.max_sm_clock_mhz, theirs.gpu.max_sm_clock_mhz
+    return (a * ca) / (b * cb) if a and b and ca and cb else fallback
 
 
 def _wave_scaled(c: ClassState, w: OpWork, r_here: float, r_there: float, s_here: int,
