@@ -372,20 +372,21 @@ class _DriftingDevice(_Device):
 def test_the_held_order_is_reversed_every_other_round_so_a_drift_leaves_the_ratios(
         monkeypatch):
     """A host slowing by 5 % a step within each round: timed in one order, the precision
-    timed last reads ~20 % slower than the first, and a precision change would take it as
-    autocast's host work; with the order reversed every other round each pair's ratios
-    straddle 1 and their median (as `held_ratio` reads them) stays within 2 %."""
+    timed last reads ~27 % slower than the first (each precision's warm step, then its two
+    held ones, the second timed: steps 2, 5 and 8 of the round), and a precision change
+    would take it as autocast's host work; with the order reversed every other round each
+    pair's ratios straddle 1 and their median (as `held_ratio` reads them) stays within 3 %."""
     dev = _DriftingDevice(issue_ms=20.0, drift=0.05)
     got, notes = _held_on(monkeypatch, dev, hold_ms=200.0, between=dev.new_round)
     assert not notes and list(got) == ["bf16", "fp32", "tf32"]
     first = {p: v[0] for p, v in got.items()}  # round 0: bf16, fp32, tf32
-    assert first["tf32"] / first["bf16"] == pytest.approx(1.2, rel=0.02)
+    assert first["tf32"] / first["bf16"] == pytest.approx(1.4 / 1.1, rel=0.02)
     second = {p: v[1] for p, v in got.items()}  # round 1: tf32, fp32, bf16
-    assert second["bf16"] / second["tf32"] == pytest.approx(1.2, rel=0.02)
+    assert second["bf16"] / second["tf32"] == pytest.approx(1.4 / 1.1, rel=0.02)
     even = {p: v[:2] for p, v in got.items()}  # one round of each order
     for p in ("fp32", "tf32"):
         ratios = [b / a for a, b in zip(even["bf16"], even[p], strict=True)]
-        assert statistics.median(ratios) == pytest.approx(1.0, abs=0.02)
+        assert statistics.median(ratios) == pytest.approx(1.0, abs=0.03)
 
 
 def test_each_held_round_follows_its_round_at_batch_1_and_a_retry_times_them_again(
@@ -648,3 +649,33 @@ def test_the_zoo_compare_reads_paired_rounds_apart_only_when_asked(run, monkeypa
     for unpaired in (False, True):
         zoo._predict_case(paired_run, rec, {"precision": "tf32"}, {}, RATES, SPECS, unpaired)
     assert bases == [pytest.approx(22.0), pytest.approx(statistics.median(held))]
+
+
+class _ColdAfterTheRoundAtBatch1(_Device):
+    """A step issued first after the round at batch 1 (`between`) pays `cold_ms` more: the
+    switch of batch (plans, workspaces, the allocator's blocks), which a training loop's
+    steps do not pay."""
+
+    def __init__(self, issue_ms: float, cold_ms: float, **kw):
+        super().__init__(issue_ms, **kw)
+        self.cold_ms, self.cold = cold_ms, False
+
+    def _phase(self, i: int) -> None:
+        if self.cold and i == 0:
+            self.now += self.cold_ms
+            self.cold = False
+        super()._phase(i)
+
+    def new_round(self, _: int) -> None:
+        self.cold = True
+
+
+def test_a_held_step_follows_a_step_of_its_own_not_the_round_at_batch_1(monkeypatch):
+    """Where the launch queue holds one step only, the first step after the hold is timed:
+    without a step of its own before it, the precision timed first in each round (bf16 in
+    even rounds, tf32 in odd ones) would carry the switch from batch 1 (+30 ms on a 20 ms
+    step); each held step follows an untimed one of its precision, so no round reads it."""
+    dev = _ColdAfterTheRoundAtBatch1(issue_ms=20.0, cold_ms=30.0, queue_steps=1)
+    got, notes = _held_on(monkeypatch, dev, hold_ms=60.0, between=dev.new_round)
+    assert any("the first step after a sync is timed" in n for n in notes)
+    assert all(v == pytest.approx((20.0,) * len(v)) for v in got.values())

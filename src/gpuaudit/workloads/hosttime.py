@@ -342,6 +342,16 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             if not longer():
                 return None
 
+    def warm(p: str) -> None:
+        """One step of `p` at the batch, untimed, right before its held one: a loop's step
+        follows a step of its own, not the rounds at batch 1 or another precision's step (on
+        an H100 a bidirectional LSTM's tf32 step, its first step timed as its launches
+        overfill the queue, read 36–96 ms where it came first in its round, right after the
+        rounds at batch 1, and 26–32 ms where it followed the other precisions' steps)."""
+        with float32_matmuls(torch, tf32=p != "fp32"):
+            whole(p)
+        sync(torch, device)
+
     def every_round(issue: Callable[[str], tuple[float, float | None] | None]
                     ) -> dict[str, list[tuple[float, float | None]]] | None:
         timed: dict[str, list[tuple[float, float | None]]] = {p: [] for p in phases}
@@ -352,6 +362,7 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             # a round would otherwise read a precision always timed later as slower, and the
             # ratios between precisions, which a precision change takes, with it
             for p in (list(phases) if i % 2 == 0 else list(phases)[::-1]):
+                warm(p)
                 got = issue(p)
                 if got is None:
                     return None
