@@ -25,6 +25,7 @@ the H100, the table sets the kept figures beside the steps measured there.
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
@@ -96,10 +97,14 @@ AHEAD_CASES = tuple(_case(m, run, prec, "h200-sxm", "h100-sxm")
 CASES = _cases()
 
 
+@functools.cache
+def _all_controls(gpu: str) -> tuple[dict[str, Any], ...]:
+    return tuple(json.loads(RESULTS[gpu].read_text())["controls"])
+
+
 def _controls(family: str, gpu: str, precision: str) -> list[dict[str, Any]]:
-    controls = json.loads(RESULTS[gpu].read_text())["controls"]
-    return [c for c in controls if c["family"] == family and c["precision"] == precision
-            and c.get("profiled_run_ms")]
+    return [c for c in _all_controls(gpu) if c["family"] == family
+            and c["precision"] == precision and c.get("profiled_run_ms")]
 
 
 def measured_ms(family: str, gpu: str, precision: str = "fp32") -> tuple[float, int]:
@@ -119,16 +124,36 @@ def batch1_share(family: str, gpu: str, precision: str) -> float | None:
     return statistics.median(got) if got else None
 
 
-def predicted(case: Case) -> Any:
+def batch1_shares(family: str, gpus: tuple[str, str], precision: str) -> list[float | None]:
+    return [batch1_share(family, gpu, precision) for gpu in gpus]
+
+
+@functools.cache
+def _specs_and_rates(gpu: str) -> tuple[Any, Any]:
+    """The spec catalog and `gpu`'s measured rates, read once for every case."""
     from gpuaudit.model.schema import read_run
-    from gpuaudit.predict import Change, load_profile, machine_rates, predict
+    from gpuaudit.predict import machine_rates
     from gpuaudit.specs.catalog import load_catalog
 
     specs = load_catalog()
-    run = read_run(next((PREDICT / "zoo").glob(f"{case.run}.json*")))
-    rates = machine_rates(read_run(RATES[case.source]), specs)
-    assert rates is not None, f"{RATES[case.source]} holds no rates"
-    return predict(load_profile(run, case.workload), rates, Change(gpu=case.target), specs)
+    rates = machine_rates(read_run(RATES[gpu]), specs)
+    assert rates is not None, f"{RATES[gpu]} holds no rates"
+    return specs, rates
+
+
+@functools.cache
+def _run(name: str) -> Any:
+    from gpuaudit.model.schema import read_run
+
+    return read_run(next((PREDICT / "zoo").glob(f"{name}.json*")))
+
+
+def predicted(case: Case) -> Any:
+    from gpuaudit.predict import Change, load_profile, predict
+
+    specs, rates = _specs_and_rates(case.source)
+    return predict(load_profile(_run(case.run), case.workload), rates,
+                   Change(gpu=case.target), specs)
 
 
 def rows() -> list[dict[str, Any]]:
@@ -137,8 +162,7 @@ def rows() -> list[dict[str, Any]]:
         precision = case.workload.split("/")[1]
         p = predicted(case)
         got, n = measured_ms(case.family, case.target, precision)
-        shares = [batch1_share(case.family, gpu, precision)
-                  for gpu in (case.source, case.target)]
+        shares = batch1_shares(case.family, (case.source, case.target), precision)
         out.append({"family": case.family, "workload": case.workload, "from": case.source,
                     "to": case.target, "recorded_ms": p.measured_step_ms,
                     "predicted_ms": p.step_ms, "low_ms": p.step_ms_low,
@@ -202,7 +226,7 @@ def registered() -> str:
         precision = r["workload"].split("/")[1]
         try:
             got, n = measured_ms(r["family"], r["to"], precision)
-            shares = [batch1_share(r["family"], gpu, precision) for gpu in (r["from"], r["to"])]
+            shares = batch1_shares(r["family"], (r["from"], r["to"]), precision)
             seen = (f"{got:.2f} ms ({n}) | **{100 * (r['predicted_ms'] / got - 1):+.1f} %** | "
                     + " / ".join(f"{x:.2f}" if x is not None else "—" for x in shares))
         except LookupError:

@@ -250,13 +250,23 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
         for part in phases[p]:
             part()
 
+    def warm(p: str, steps: int = 1) -> None:
+        """`steps` steps of `p` at the batch, untimed: cuDNN's autotuning and autocast's
+        caches first, then one right before each held step, as a loop's step follows a step
+        of its own, not the rounds at batch 1 or another precision's step (on an H100 a
+        bidirectional LSTM's tf32 step, its first step timed as its launches overfill the
+        queue, read 36–96 ms where it came first in its round, right after the rounds at
+        batch 1, and 26–32 ms where it followed the other precisions' steps)."""
+        with float32_matmuls(torch, tf32=p != "fp32"):
+            for _ in range(steps):
+                whole(p)
+        sync(torch, device)
+
     for p in (own, *(q for q in HELD_PRECISIONS if q != own)):
         # eager, without fp16's loss scaler: its check for overflows reads a value back
         phases[p] = eager_phases(trainer, p)
         try:
-            with float32_matmuls(torch, tf32=p != "fp32"):
-                for _ in range(2):  # cuDNN's autotuning and autocast's caches, first
-                    whole(p)
+            warm(p, steps=2)
         except RuntimeError as exc:  # out of memory in fp32 at this batch, say
             del phases[p]
             torch.cuda.empty_cache()
@@ -341,16 +351,6 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
                 return total, None
             if not longer():
                 return None
-
-    def warm(p: str) -> None:
-        """One step of `p` at the batch, untimed, right before its held one: a loop's step
-        follows a step of its own, not the rounds at batch 1 or another precision's step (on
-        an H100 a bidirectional LSTM's tf32 step, its first step timed as its launches
-        overfill the queue, read 36–96 ms where it came first in its round, right after the
-        rounds at batch 1, and 26–32 ms where it followed the other precisions' steps)."""
-        with float32_matmuls(torch, tf32=p != "fp32"):
-            whole(p)
-        sync(torch, device)
 
     def every_round(issue: Callable[[str], tuple[float, float | None] | None]
                     ) -> dict[str, list[tuple[float, float | None]]] | None:
