@@ -19,22 +19,30 @@ H100 = FIXTURES / "zoo-results-h100.json"
 
 
 def test_the_h100_recordings_are_held_out_families_each_with_every_case():
-    """docs/predict.md: eight held-out families, 53 of 56 cases within 10 %, all 56 inside
-    their band; the misses are two fp32 → bf16 (predicted slower than they ran) and the
-    LSTM's bf16 → tf32."""
+    """docs/predict.md: the nine held-out families, 55 of 63 cases within 10 %, all 63 inside
+    their band; the two development families apart, 12 of 14 within 10 %, all in band."""
     rows = json.loads(H100.read_text())["rows"]
     manifest = json.loads((ROOT / "examples" / "predict" / "zoo" / "manifest.json")
                           .read_text())
     now = current(rows)
-    assert {w for w, _ in now} == {"held_out"} and len(now) == 8
-    assert {fam for _, fam in now} <= {f["family"] for f in manifest["held_out"]}
-    scored = [r for (w, fam), rec in now.items() for r in rows
-              if r["family"] == fam and r.get("recording") == rec and "error_pct" in r]
-    assert len(scored) == 56
-    missed = [r for r in scored if abs(r["error_pct"]) > 10]
-    assert sum(bool(r["in_band"]) for r in scored) == 56
-    assert sorted(r["case"] for r in missed) == ["bf16 → tf32", "fp32 → bf16", "fp32 → bf16"]
-    assert all(r["error_pct"] < 0 for r in missed)  # predicted slower than it ran
+    held = {fam for w, fam in now if w == "held_out"}
+    assert held == {f["family"] for f in manifest["held_out"]} and len(held) == 9
+    assert {fam for w, fam in now if w == "development"} == {
+        "ResNet-18 at 64 px (batch norm)", "deep MLP (tabular)"}
+
+    def scored(which: str) -> list[dict]:
+        return [r for (w, fam), rec in now.items() if w == which for r in rows
+                if r["family"] == fam and r.get("recording") == rec and "error_pct" in r]
+
+    held_rows, dev_rows = scored("held_out"), scored("development")
+    assert len(held_rows) == 63 and len(dev_rows) == 14
+    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 55
+    assert all(r["in_band"] for r in held_rows + dev_rows)
+    assert sum(abs(r["error_pct"]) <= 10 for r in dev_rows) == 12
+    # ResNet-18's size step, its batch norm marked by bytes per SM cycle (+51 % at 10 % of
+    # the H100's bandwidth)
+    size = next(r for r in dev_rows if r["family"].startswith("ResNet") and r["case"] == "size")
+    assert size["error_pct"] == pytest.approx(11.0, abs=0.1)
 
 
 def test_a_set_with_no_family_recorded_gets_no_table():
@@ -50,23 +58,23 @@ def test_a_set_with_no_family_recorded_gets_no_table():
 
 def test_the_fp32_process_reads_the_bf16_steps_host_work_either_way():
     """docs/predict.md: the bf16 ÷ fp32 held host work read in the fp32 recording's process
-    against the bf16 one's, over the eleven runs that kept both: higher in seven
-    (1.00–1.19×), lower in four (0.89–0.95×, MobileNetV2's on both GPUs among them); on the
-    H100, 0.97–1.30 in the fp32 process against 1.02–1.24 in the bf16 one."""
+    against the bf16 one's, over the fourteen runs that kept both: higher in eight
+    (1.00–1.19×), lower in six (0.89–0.95×, MobileNetV2's on both GPUs among them); on the
+    H100, 0.97–1.34 in the fp32 process against 1.02–1.44 in the bf16 one."""
     runs = sorted((FIXTURES / "zoo").glob("*-held-*-run.json.gz"))
     got = {r["run"]: r for r in autocast(runs)}
-    assert len(got) == 11
+    assert len(got) == 14
     higher = [r["fp32_over_bf16"] for r in got.values() if r["fp32_over_bf16"] >= 1]
     lower = [r["fp32_over_bf16"] for r in got.values() if r["fp32_over_bf16"] < 1]
-    assert len(higher) == 7 and len(lower) == 4
+    assert len(higher) == 8 and len(lower) == 6
     assert round(min(higher), 2) == 1.00 and round(max(higher), 2) == 1.19
     assert round(min(lower), 2) == 0.89 and round(max(lower), 2) == 0.95
     assert got["mobilenet-held-h200-run"]["fp32_over_bf16"] < 1
     assert got["mobilenet-held-h100-run"]["fp32_over_bf16"] < 1
     h100 = [r for name, r in got.items() if "h100" in name]
-    assert len(h100) == 7
-    assert [round(f(r["in_fp32_process"] for r in h100), 2) for f in (min, max)] == [0.97, 1.30]
-    assert [round(f(r["in_bf16_process"] for r in h100), 2) for f in (min, max)] == [1.02, 1.24]
+    assert len(h100) == 10
+    assert [round(f(r["in_fp32_process"] for r in h100), 2) for f in (min, max)] == [0.97, 1.34]
+    assert [round(f(r["in_bf16_process"] for r in h100), 2) for f in (min, max)] == [1.02, 1.44]
 
 
 def test_the_autocast_probe_reads_the_rounds_ratio_as_predict_does_and_runs_off_a_gpu(
@@ -92,18 +100,18 @@ def test_the_autocast_probe_reads_the_rounds_ratio_as_predict_does_and_runs_off_
 
 def test_gpu_change_between_the_h100_and_the_h200_meets_the_steps_the_device_binds():
     """docs/predict.md: every step recorded on both GPUs predicted on the other from one
-    recording; the 13 the device binds on both (the step at batch 1 under 0.8 of the step)
-    each within 3.0 % of the step measured there and inside its band. The 13 the host binds
+    recording; the 18 the device binds on both (the step at batch 1 under 0.8 of the step)
+    each within 3.5 % of the step measured there and inside its band. The 14 the host binds
     on either GPU are listed apart."""
     from validation.predict.gpu_change import rows
 
     got = rows()
-    assert len(got) == 26
+    assert len(got) == 32
     scored = [r for r in got if r["device_bound"]]
-    assert len(scored) == 13
+    assert len(scored) == 18
     assert {(r["from"], r["to"]) for r in scored} == {("h100-sxm", "h200-sxm"),
                                                        ("h200-sxm", "h100-sxm")}
-    assert all(abs(r["error_pct"]) < 3.05 and r["in_band"] for r in scored)
+    assert all(abs(r["error_pct"]) < 3.55 and r["in_band"] for r in scored)
     assert all(max(r["batch1_share"]) < 0.8 for r in scored)
     assert all(max(r["batch1_share"]) >= 0.8 for r in got if not r["device_bound"])
 
@@ -203,10 +211,11 @@ def test_the_autocast_probe_on_the_h100_names_no_cause_the_steps_follow():
 
 
 def test_the_steps_registered_before_their_measurement_are_what_predict_gives_now():
-    """`gpu_change.py register`: the H200's recordings of families not yet recorded on the
-    H100, predicted there before any measurement. The kept figures are the present method's:
-    a change of the method shows here, and is re-registered with its date, not mixed with
-    figures that saw a measurement; until recorded, each reads as not yet recorded."""
+    """`gpu_change.py register`: the H200's recordings of three families, predicted on the
+    H100 before any measurement there. The kept figures are still the present method's (a
+    change of the method would show here). Measured since: docs/predict.md, five of six
+    within 5 % and inside their band; the MLP's bf16 step +34 %, out of band, where predict
+    said its device waits on the host 31 % of the step it kept."""
     from validation.predict.gpu_change import AHEAD_CASES, REGISTERED, predicted, registered
 
     kept = json.loads(REGISTERED.read_text())["rows"]
@@ -216,10 +225,15 @@ def test_the_steps_registered_before_their_measurement_are_what_predict_gives_no
         p = predicted(case)
         assert (p.step_ms, p.step_ms_low, p.step_ms_high) == pytest.approx(
             (r["predicted_ms"], r["low_ms"], r["high_ms"]), rel=1e-6)
-    h100 = json.loads(H100.read_text())["controls"]
     table = registered()
-    for r in kept:
-        recorded = any(c["family"] == r["family"] for c in h100)
-        assert (f"| {r['family']} | {r['workload'].split('/')[1]} | h100-sxm | "
-                f"{r['predicted_ms']:.2f} ms |" in table)
-        assert recorded or "not yet recorded" in table
+    assert "not yet recorded" not in table
+    lines = [line for line in table.splitlines() if line.startswith("| ") and " ms " in line]
+    assert len(lines) == 6
+    errors = {tuple(line.split(" | ")[:2]): float(line.split("**")[1].split()[0])
+              for line in lines}
+    off = [k for k, e in errors.items() if abs(e) > 5]
+    assert off == [("| deep MLP (tabular)", "bf16")]
+    assert errors[off[0]] == pytest.approx(34.2, abs=0.05)
+    mlp = next(line for line in lines if line.startswith("| deep MLP (tabular) | bf16"))
+    assert "(out of band)" in mlp and "its device waits on the host 31 %" in mlp
+    assert sum("(out of band)" in line for line in lines) == 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -68,9 +69,10 @@ FAMILIES = {  # the zoo's family name and workload by the fixture's module name
     "diffusion": ("diffusion U-Net (GroupNorm, nn.MultiheadAttention)", "diffusion-unet"),
     "cnn": ("ResNet-18 at 64 px (batch norm)", "resnet18-64px"),
     "mlp": ("deep MLP (tabular)", "tabular-mlp")}
-H100_RUNS = ("bert", "convnext", "recsys", "mixer", "unet", "moe", "lstm", "mobilenet")
+H100_RUNS = ("bert", "convnext", "recsys", "mixer", "unet", "moe", "lstm", "mobilenet",
+             "diffusion", "cnn", "mlp")
 # The H200 recordings kept as fixtures of the families recorded on the H100 (the latest
-# where there are two); every H100 recording is kept.
+# where there are two); of the H100's, each family's first.
 H200_RUNS = {"convnext": "convnext-h200-run", "recsys": "recsys-held-h200-run",
              "unet": "unet-h200-run", "lstm": "lstm-held-h200-run",
              "mobilenet": "mobilenet-held-h200-run"}
@@ -78,6 +80,8 @@ H200_RUNS = {"convnext": "convnext-h200-run", "recsys": "recsys-held-h200-run",
 # measurement, the figures kept in REGISTERED (`register`), compared once recorded.
 AHEAD = {"diffusion": "diffusion-held-h200-run", "cnn": "cnn-run", "mlp": "mlp-run"}
 REGISTERED = PREDICT / "gpu-change-registered.json"
+# predict's own note that the step it kept follows its host (`HOST_BOUND_GPU_NOTE`)
+HOST_WAITS = re.compile(r"the device waits on the host (\d+)% of this step")
 
 
 def _case(m: str, run: str, precision: str, src: str, dst: str) -> Case:
@@ -221,19 +225,23 @@ def registered() -> str:
     """The kept figures beside the step measured there, where it has been."""
     doc = json.loads(REGISTERED.read_text())
     lines = ["| family | step | predicted on | predicted | band | measured there | error | "
-             "step at batch 1 ÷ step, each GPU |", "|" + " --- |" * 8]
+             "step at batch 1 ÷ step, each GPU | predict said |", "|" + " --- |" * 9]
     for r in doc["rows"]:
         precision = r["workload"].split("/")[1]
         try:
             got, n = measured_ms(r["family"], r["to"], precision)
             shares = batch1_shares(r["family"], (r["from"], r["to"]), precision)
-            seen = (f"{got:.2f} ms ({n}) | **{100 * (r['predicted_ms'] / got - 1):+.1f} %** | "
+            band = "" if r["low_ms"] <= got <= r["high_ms"] else " (out of band)"
+            seen = (f"{got:.2f} ms ({n}) | **{100 * (r['predicted_ms'] / got - 1):+.1f} %**"
+                    f"{band} | "
                     + " / ".join(f"{x:.2f}" if x is not None else "—" for x in shares))
         except LookupError:
             seen = "not yet recorded | — | —"
+        waits = next((m[1] for n in r["notes"] if (m := HOST_WAITS.search(n))), None)
         lines.append(f"| {r['family']} | {r['workload'].split('/')[1]} | {r['to']} | "
                      f"{r['predicted_ms']:.2f} ms | {r['low_ms']:.1f}–{r['high_ms']:.1f} | "
-                     f"{seen} |")
+                     f"{seen} | "
+                     f"{f'its device waits on the host {waits} %' if waits else '—'} |")
     return (f"Steps recorded on the H200 only, {doc['about']} (the figures kept in "
             f"{REGISTERED.relative_to(ROOT)}):\n\n" + "\n".join(lines) + "\n")
 

@@ -290,13 +290,14 @@ def batch(g: Grouped, state: StepState, target: int) -> None:
 
 def size(g: Grouped, state: StepState, profile: StepProfile, target: str) -> None:
     """The user's model at another size (`predict.retarget`)."""
-    from .retarget import OFF_EXPONENT, OFF_ROOFLINE, retarget
+    from .retarget import OFF_BYTES_PER_SM_CYCLE, OFF_EXPONENT, retarget
 
     src, tgt, ops, off = retarget(profile, target, state.roofs, g.changes)
     _refresh(g, state, f"{src.name} → {target}")
     if off:
-        state.notes.append(f"{', '.join(off)} ran under {100 * OFF_ROOFLINE:.0f} % of its "
-                           "traffic's roofline (as batch norm does: one block per channel "
+        state.notes.append(f"{', '.join(off)} ran far below its traffic's roofline, under "
+                           f"{OFF_BYTES_PER_SM_CYCLE:g} bytes per SM cycle (as batch norm "
+                           "does: one block per channel "
                            "leaves SMs idle), so its time under a size change is not its "
                            "traffic's: more channels fill idle SMs first (taken as its "
                            f"traffic to a power of at most {OFF_EXPONENT:g}, the band "

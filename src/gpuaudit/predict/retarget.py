@@ -12,8 +12,9 @@ target's work ÷ the source's:
 - convolution groups by a latency, an activation and a FLOP term fitted to their own units
   timed alone (`predict.convfit`: cuDNN's convolutions follow neither their FLOPs nor their
   traffic when the width changes), each moved by its own ratio;
-- memory-bound groups by their traffic, past the kernels' fixed latency; one far below its
-  traffic's roofline (batch norm: `OFF_ROOFLINE`) by a low power of it (`OFF_EXPONENT`);
+- memory-bound groups by their traffic, past the kernels' fixed latency; one moving far fewer
+  bytes than its SMs could (batch norm: `OFF_BYTES_PER_SM_CYCLE`) by a low power of it
+  (`OFF_EXPONENT`);
 - the host's launches by the number of operators (a deeper model launches more).
 
 A model that cannot run on the meta device (data-dependent shapes: `nonzero`, routing by
@@ -50,18 +51,25 @@ U_NEW_UNITS = 0.5
 # U-Net, a diffusion U-Net, ConvNeXt; ResNet-18 at half its width the −15 %).
 U_CONV_FIT = 0.15
 # A memory-bound group whose kernels are long (`LONG_KERNEL_US` on average: not their
-# launches, which `FLOOR_US` takes) and that ran under this share of its traffic's roofline
-# is bound by something its count does not see: the zoo's batch norms ran at 5–7 % of theirs
-# (92–251 µs a kernel), every other memory-bound group of 200 µs or more at 17 % or more, and
-# the groups below 10 % were all of kernels under 7 µs. PyTorch's batch norm reduces each
-# channel in blocks of its own, serially over its N·H·W values: more channels fill idle SMs
-# before they take longer. Swept alone on one H200 (forward + backward at 262,144 values a
-# channel; validation/predict/layer_sweeps.py), 32 → 256 channels took × 1.5 (bf16) and
-# × 1.75 (fp32) the time: time ∝ channels^0.21–0.27 (at 65,536 values a channel the sweep's
-# calls sat on its host's launches and say nothing). A size change moves such a group by its
-# traffic^`OFF_EXPONENT`, its band reaching unchanged and the square root of its traffic (a
-# U-Net's and ResNet-18's batch norms in their steps moved × 1.18 and × 0.93 where their
-# traffic said × 2 and × 0.5).
+# launches, which `FLOOR_US` takes) and that moved fewer bytes than `OFF_BYTES_PER_SM_CYCLE`
+# is bound by something its count does not see: on one H200 the zoo's batch norms ran at 5–7 %
+# of their traffic's roofline (92–251 µs a kernel), every other memory-bound group of 200 µs
+# or more at 17 % or more, and the groups below 10 % were all of kernels under 7 µs. PyTorch's
+# batch norm reduces each channel in blocks of its own, serially over its N·H·W values: more
+# channels fill idle SMs before they take longer. Swept alone on one H200 (forward + backward
+# at 262,144 values a channel; validation/predict/layer_sweeps.py), 32 → 256 channels took
+# × 1.5 (bf16) and × 1.75 (fp32) the time: time ∝ channels^0.21–0.27 (at 65,536 values a
+# channel the sweep's calls sat on its host's launches and say nothing). A size change moves
+# such a group by its traffic^`OFF_EXPONENT`, its band reaching unchanged and the square root
+# of its traffic (a U-Net's and ResNet-18's batch norms in their steps moved × 1.18 and × 0.93
+# where their traffic said × 2 and × 0.5).
+# The mark is in bytes per SM cycle, not a share of the copy bandwidth: a kernel bound by its
+# blocks' latency moves the bytes its SMs issue, whatever the memory could serve. ResNet-18's
+# bf16 batch norm moved 0.30 TB/s on an H200 and on an H100 (132 SMs at 1.98 GHz both): 7 % of
+# the H200's copy rate (4,223 GB/s), 10.1 % of the H100's (3,004 GB/s). 10 % of the H200's
+# copy rate over its SMs × clock: 1.6 bytes per SM cycle. `OFF_ROOFLINE` of the copy rate
+# where the SMs or the clock are not known.
+OFF_BYTES_PER_SM_CYCLE = 1.6
 OFF_ROOFLINE = 0.10
 OFF_EXPONENT = 0.25
 LONG_KERNEL_US = 20.0
@@ -239,7 +247,7 @@ def retarget(profile: StepProfile, target: str, roofs: Roofs,
              changes: dict[int, GroupChange]) -> tuple[Counted, Counted, float, list[str]]:
     """Each group of the recording moved to the `target` model's size (module docstring);
     (the source's count, the target's, the ratio of their operators, the groups moved
-    off their roofline: `OFF_ROOFLINE`)."""
+    off their roofline: `OFF_BYTES_PER_SM_CYCLE`)."""
     record = profile.record
     entry = record.model_params.get("entry") if record is not None else None
     if record is None or record.legacy or not entry:
@@ -289,7 +297,7 @@ def retarget(profile: StepProfile, target: str, roofs: Roofs,
         elif src.bytes.get(key):
             ratio = tgt.bytes.get(key, 0.0) / src.bytes[key]
             share = _traffic_share(g, roofs)
-            if share < OFF_ROOFLINE and ratio > 0 and abs(math.log(ratio)) > 0.05:
+            if _off_roofline(share, roofs) and ratio > 0 and abs(math.log(ratio)) > 0.05:
                 mid = ratio ** OFF_EXPONENT
                 # the band: from unchanged to the traffic's square root, mid in log
                 c.then(mid, FLOOR_US, max(U_SIZE, max(mid, 1 / mid) - 1),
@@ -347,6 +355,16 @@ def _traffic_share(g: UnitGroup, roofs: Roofs) -> float:
             g.kernel_us / max(g.kernels, 1) < LONG_KERNEL_US:
         return 1.0
     return g.bytes / (roofs.memory_gbps * 1e9) / took
+
+
+def _off_roofline(share: float, roofs: Roofs) -> bool:
+    """A group at `share` of its traffic's roofline moved under `OFF_BYTES_PER_SM_CYCLE` (under
+    `OFF_ROOFLINE` where the SMs or the clock are not known)."""
+    clock_mhz = roofs.gpu.max_sm_clock_mhz
+    if not roofs.sms or not clock_mhz:
+        return share < OFF_ROOFLINE
+    per_sm_cycle = share * roofs.memory_gbps * 1e9 / (roofs.sms * clock_mhz * 1e6)
+    return per_sm_cycle < OFF_BYTES_PER_SM_CYCLE
 
 
 def _share_ratio(g: UnitGroup, ideal_ratio: float, src: Counted, tgt: Counted,
