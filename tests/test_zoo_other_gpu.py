@@ -91,11 +91,17 @@ def test_the_autocast_probe_reads_the_rounds_ratio_as_predict_does_and_runs_off_
     monkeypatch.syspath_prepend(str(ROOT / "examples" / "predict"))
     got = autocast_probe.worker("zoo.mlp:build", "fp32-second-model", 2, batch=2)
     assert got["held_ms"] == {} and got["held_ratio"] is None and got["batch"] == 2
-    assert len(got["loop_ms"]["bf16"]) == autocast_probe.LOOP_ROUNDS
-    assert got["loop_ratio"] > 0
+    assert all(len(got["loop_ms"][p]) == autocast_probe.LOOP_ROUNDS
+               for p in ("bf16", "fp32", "tf32"))
+    assert got["loop_ratio"] > 0 and got["loop_tf32_ratio"] > 0
+    assert got["loop_tf32_ratio"] == pytest.approx(
+        autocast_probe.ratio(got["loop_ms"], "tf32", "bf16"))
+    # tf32 ÷ bf16 is tf32's rounds over bf16's, not over fp32's
+    three = {"fp32": [10.0, 10.0, 10.0], "bf16": [20.0, 20.0, 20.0], "tf32": [15.0] * 3}
+    assert autocast_probe.ratio(three, "tf32", "bf16") == pytest.approx(0.75)
     table = autocast_probe.summary([got, {"entry": "e", "condition": "bf16", "error": "x"}])
-    assert "| zoo.mlp:build | fp32-second-model | — |" in table and "| e | bf16 | — | — | x |" \
-        in table
+    assert "| zoo.mlp:build | fp32-second-model | — |" in table
+    assert "| e | bf16 | — | — | — | — | x |" in table
 
 
 def test_gpu_change_between_the_h100_and_the_h200_meets_the_steps_the_device_binds():

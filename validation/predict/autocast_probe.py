@@ -13,13 +13,16 @@ Each condition runs in a process of its own, per family:
 - `fp32-second-model`: as `fp32`, then a second model built in bf16 in the same process and
   its held rounds (the first model's state set apart from the process's).
 
-Each gives the held rounds' bf16 ÷ fp32 ratio (the median of the rounds' ratios, as
-`predict` reads it) and each precision's step in a loop at the batch, in rounds, the way the
-fresh process that measures a target times it: where the conditions' ratios part, the one
-whose ratio the loop's bf16 ÷ fp32 pace (host-bound steps) follows names the cause.
+Each gives the held rounds' bf16 ÷ fp32 and tf32 ÷ bf16 ratios (the median of the rounds'
+ratios, as `predict` reads them) and each precision's step in a loop at the batch, in rounds,
+the way the fresh process that measures a target times it: where the conditions' ratios
+part, the one whose ratio the loop's pace (host-bound steps) follows names the cause. The
+tf32 ÷ bf16 pair is the LSTM's: its held rounds read tf32 at 1.06–1.10× bf16 where its
+steps ran at 0.92–0.97× (docs/predict.md, "On an H100").
 
     PYTHONPATH=src:examples/predict python3 validation/predict/autocast_probe.py OUT.json \
         [zoo.recsys:build zoo.convnext:build] [--rounds 16] [--timeout-s 150] [--batch-size N]
+        [--conditions fp32,bf16,...]
     python3 validation/predict/autocast_probe.py --table KEPT.json    # a kept result's table
 
 OUT.json is written after every condition (Ctrl-C keeps what ran). On a CPU nothing is held
@@ -40,15 +43,16 @@ from typing import Any
 CONDITIONS = ("fp32", "bf16", "fp32-emptied", "fp32-second-model")
 ENTRIES = ("zoo.recsys:build", "zoo.convnext:build")
 LOOP_ROUNDS, LOOP_STEPS = 8, 6
+LOOPED = ("bf16", "fp32", "tf32")  # each round starts one later: each leads as often
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def ratio(held: dict[str, list[float]]) -> float | None:
-    """The median of the rounds' bf16 ÷ fp32 times, as `predict` reads them; None where
+def ratio(held: dict[str, list[float]], of: str = "bf16", over: str = "fp32") -> float | None:
+    """The median of the rounds' `of` ÷ `over` times, as `predict` reads them; None where
     either is missing."""
     from gpuaudit.predict.grouped import paired_ratio
 
-    got = paired_ratio(tuple(held.get("fp32", ())), tuple(held.get("bf16", ())))
+    got = paired_ratio(tuple(held.get(over, ())), tuple(held.get(of, ())))
     return got[0] if got is not None else None
 
 
@@ -78,29 +82,30 @@ def worker(entry: str, condition: str, rounds: int, batch: int | None = None
         timed.warm_up(3, 0.5)
     notes: list[str] = []
     held = held_host(timed, notes, 3 * statistics.median(own_ms), rounds)
-    loop: dict[str, list[float]] = {"bf16": [], "fp32": []}
+    loop: dict[str, list[float]] = {p: [] for p in LOOPED}
     steps = {p: eager_step(timed, p) for p in loop}
     for i in range(LOOP_ROUNDS):
-        for p in (("bf16", "fp32") if i % 2 == 0 else ("fp32", "bf16")):
-            with float32_matmuls(torch, tf32=False):
+        for p in LOOPED[i % 3:] + LOOPED[:i % 3]:
+            with float32_matmuls(torch, tf32=p != "fp32"):
                 ms = [s * 1e3 for s in step_times_s(torch, dev, steps[p], LOOP_STEPS)]
             loop[p].append(round(statistics.median(ms), 4))
     held_lists = {p: list(v) for p, v in held.items()}
     return {"entry": entry, "condition": condition, "device": str(dev),
             "batch": timed.workload.batch_size, "held_ms": held_lists,
-            "held_ratio": ratio(held_lists),
-            "loop_ms": loop, "loop_ratio": ratio(loop), "notes": notes}
+            "held_ratio": ratio(held_lists), "held_tf32_ratio": ratio(held_lists, "tf32", "bf16"),
+            "loop_ms": loop, "loop_ratio": ratio(loop),
+            "loop_tf32_ratio": ratio(loop, "tf32", "bf16"), "notes": notes}
 
 
 def run(out: Path, entries: list[str], rounds: int, timeout_s: float,
-        batch: int | None = None) -> int:
+        batch: int | None = None, conditions: tuple[str, ...] = CONDITIONS) -> int:
     rows: list[dict[str, Any]] = []
     paths = [str(ROOT), str(ROOT / "src"), str(ROOT / "examples" / "predict"),
              *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     try:
         for entry in entries:
-            for cond in CONDITIONS:
+            for cond in conditions:
                 print(f"{entry} {cond}", flush=True)
                 try:
                     # as a module from the root: run as a file, its folder's zoo.py
@@ -124,15 +129,18 @@ def run(out: Path, entries: list[str], rounds: int, timeout_s: float,
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
-    """A table: per family and condition, the held and the loop's bf16 ÷ fp32 ratios."""
+    """A table: per family and condition, the held and the loop's bf16 ÷ fp32 and tf32 ÷
+    bf16 ratios (a row kept before the loop timed tf32 reads its held one alone)."""
     def fmt(x: float | None) -> str:
         return f"{x:.3f}" if x is not None else "—"
 
-    out = ["| family | condition | held bf16 ÷ fp32 | loop bf16 ÷ fp32 | note |",
-           "| --- | --- | --- | --- | --- |"]
+    out = ["| family | condition | held bf16 ÷ fp32 | loop bf16 ÷ fp32 | held tf32 ÷ bf16 | "
+           "loop tf32 ÷ bf16 | note |", "|" + " --- |" * 7]
     for r in rows:
+        held, loop = r.get("held_ms", {}), r.get("loop_ms", {})
         out.append(f"| {r['entry']} | {r['condition']} | {fmt(r.get('held_ratio'))} | "
-                   f"{fmt(r.get('loop_ratio'))} | {r.get('error', '')} |")
+                   f"{fmt(r.get('loop_ratio'))} | {fmt(ratio(held, 'tf32', 'bf16'))} | "
+                   f"{fmt(ratio(loop, 'tf32', 'bf16'))} | {r.get('error', '')} |")
     return "\n".join(out)
 
 
@@ -152,8 +160,13 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, default=150.0)
     ap.add_argument("--batch-size", type=int, help="another batch than the family's (a CPU "
                     "dry run)")
+    ap.add_argument("--conditions", default=",".join(CONDITIONS),
+                    help=f"which of {', '.join(CONDITIONS)} to run, in order")
     a = ap.parse_args()
-    return run(a.out, a.entries, a.rounds, a.timeout_s, a.batch_size)
+    conditions = tuple(c for c in a.conditions.split(",") if c)
+    if not conditions or set(conditions) - set(CONDITIONS):
+        ap.error(f"--conditions: each of {', '.join(CONDITIONS)}")
+    return run(a.out, a.entries, a.rounds, a.timeout_s, a.batch_size, conditions)
 
 
 if __name__ == "__main__":
