@@ -33,7 +33,7 @@ def _module(module: str):
 LIBRARIES = _module("libraries")
 EXPECT = {module: _module(module).EXPECT
           for module in ("development", "held_out", "held_out_second", "held_out_third",
-                         "held_out_fourth", "training_patterns")}
+                         "held_out_fourth", "held_out_fifth", "training_patterns")}
 EXPECT["libraries"] = LIBRARIES.EXPECT
 
 
@@ -91,6 +91,9 @@ def test_each_style_lands_in_the_class_its_family_declared(module, family, tmp_p
 KNOWN_MISSES = {
     ("libraries", "longformer"): "sliding-window scores copied diagonal by diagonal into "
                                  "windows before the softmax: no shape ties them",
+    ("held_out_fifth", "topk_attention"): "the softmax normalizes each query's top-k scores "
+                                          "(T × k), no product's rows (T × T); an einsum "
+                                          "router's top-k experts look the same",
 }
 
 
