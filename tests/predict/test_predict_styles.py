@@ -92,8 +92,7 @@ KNOWN_MISSES = {
     ("libraries", "longformer"): "sliding-window scores copied diagonal by diagonal into "
                                  "windows before the softmax: no shape ties them",
     ("held_out_fifth", "topk_attention"): "the softmax normalizes each query's top-k scores "
-                                          "(T × k), no product's rows (T × T); an einsum "
-                                          "router's top-k experts look the same",
+                                          "(T × k), which no product's rows (T × T) match",
 }
 
 
