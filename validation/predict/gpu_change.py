@@ -160,22 +160,34 @@ def predicted(case: Case) -> Any:
                    Change(gpu=case.target), specs)
 
 
+def against(row: dict[str, Any]) -> dict[str, Any]:
+    """A predicted step (`family`, `workload`, `from`, `to`, `predicted_ms`, `low_ms`,
+    `high_ms`) beside the step measured on its target GPU; LookupError where none was."""
+    precision = row["workload"].split("/")[1]
+    got, n = measured_ms(row["family"], row["to"], precision)
+    shares = batch1_shares(row["family"], (row["from"], row["to"]), precision)
+    return {**row, "measured_ms": got, "recordings": n,
+            "error_pct": 100 * (row["predicted_ms"] / got - 1),
+            "in_band": row["low_ms"] <= got <= row["high_ms"], "batch1_share": shares,
+            "device_bound": all(s is not None and s < HOST_BINDS for s in shares)}
+
+
 def rows() -> list[dict[str, Any]]:
     out = []
     for case in CASES:
-        precision = case.workload.split("/")[1]
         p = predicted(case)
-        got, n = measured_ms(case.family, case.target, precision)
-        shares = batch1_shares(case.family, (case.source, case.target), precision)
-        out.append({"family": case.family, "workload": case.workload, "from": case.source,
-                    "to": case.target, "recorded_ms": p.measured_step_ms,
-                    "predicted_ms": p.step_ms, "low_ms": p.step_ms_low,
-                    "high_ms": p.step_ms_high, "measured_ms": got, "recordings": n,
-                    "error_pct": 100 * (p.step_ms / got - 1),
-                    "in_band": p.step_ms_low <= got <= p.step_ms_high,
-                    "batch1_share": shares,
-                    "device_bound": all(s is not None and s < HOST_BINDS for s in shares)})
+        out.append(against({"family": case.family, "workload": case.workload,
+                            "from": case.source, "to": case.target,
+                            "recorded_ms": p.measured_step_ms, "predicted_ms": p.step_ms,
+                            "low_ms": p.step_ms_low, "high_ms": p.step_ms_high}))
     return out
+
+
+def _measured_cells(r: dict[str, Any]) -> str:
+    """The measured step, the error and the steps at batch 1, as the tables show them."""
+    return (f"{r['measured_ms']:.2f} ms ({r['recordings']}) | **{r['error_pct']:+.1f} %**"
+            f"{'' if r['in_band'] else ' (out of band)'} | "
+            + " / ".join(f"{x:.2f}" if x is not None else "—" for x in r["batch1_share"]))
 
 
 def _table(found: list[dict[str, Any]]) -> list[str]:
@@ -186,10 +198,7 @@ def _table(found: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {r['family']} | {r['workload'].split('/')[1]} | {r['from']} | "
             f"{r['recorded_ms']:.2f} ms | {r['to']} | {r['predicted_ms']:.2f} ms | "
-            f"{r['low_ms']:.1f}–{r['high_ms']:.1f} | {r['measured_ms']:.2f} ms "
-            f"({r['recordings']}) | **{r['error_pct']:+.1f} %**"
-            f"{'' if r['in_band'] else ' (out of band)'} | "
-            f"{' / '.join(f'{s:.2f}' for s in r['batch1_share'])} |")
+            f"{r['low_ms']:.1f}–{r['high_ms']:.1f} | {_measured_cells(r)} |")
     return lines
 
 
@@ -227,14 +236,8 @@ def registered() -> str:
     lines = ["| family | step | predicted on | predicted | band | measured there | error | "
              "step at batch 1 ÷ step, each GPU | predict said |", "|" + " --- |" * 9]
     for r in doc["rows"]:
-        precision = r["workload"].split("/")[1]
         try:
-            got, n = measured_ms(r["family"], r["to"], precision)
-            shares = batch1_shares(r["family"], (r["from"], r["to"]), precision)
-            band = "" if r["low_ms"] <= got <= r["high_ms"] else " (out of band)"
-            seen = (f"{got:.2f} ms ({n}) | **{100 * (r['predicted_ms'] / got - 1):+.1f} %**"
-                    f"{band} | "
-                    + " / ".join(f"{x:.2f}" if x is not None else "—" for x in shares))
+            seen = _measured_cells(against(r))
         except LookupError:
             seen = "not yet recorded | — | —"
         waits = next((m[1] for n in r["notes"] if (m := HOST_WAITS.search(n))), None)

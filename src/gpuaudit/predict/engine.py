@@ -251,9 +251,8 @@ def _sm_pace(here: Roofs, theirs: Roofs, fallback: float) -> float:
     there (a block's latency, not its lanes: Hopper doubled the fp32 lanes of an SM, which
     such kernels do not fill); `fallback` (the fp32 peaks' ratio) where a datasheet lacks
     either."""
-    a, b = here.sms, theirs.sms
-    ca, cb = here.gpu.max_sm_clock_mhz, theirs.gpu.max_sm_clock_mhz
-    return (a * ca) / (b * cb) if a and b and ca and cb else fallback
+    a, b = here.sm_cycles_per_s, theirs.sm_cycles_per_s
+    return a / b if a and b else fallback
 
 
 def _wave_scaled(c: ClassState, w: OpWork, r_here: float, r_there: float, s_here: int,

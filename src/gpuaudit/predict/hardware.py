@@ -68,6 +68,13 @@ class Roofs:
         return self.gpu.peak("fp32")
 
     @property
+    def sm_cycles_per_s(self) -> float | None:
+        """SMs × the datasheet's highest SM clock: the pace of work its blocks' latency
+        bounds, not its lanes or its memory; None where either is unknown."""
+        clock_mhz = self.gpu.max_sm_clock_mhz
+        return self.sms * clock_mhz * 1e6 if self.sms and clock_mhz else None
+
+    @property
     def exp_per_s(self) -> float | None:
         """Exponentials per second (SFUs × SMs × the datasheet's highest SM clock): the roof
         of attention's softmax, which the tensor cores do not compute."""

@@ -360,11 +360,10 @@ def _traffic_share(g: UnitGroup, roofs: Roofs) -> float:
 def _off_roofline(share: float, roofs: Roofs) -> bool:
     """A group at `share` of its traffic's roofline moved under `OFF_BYTES_PER_SM_CYCLE` (under
     `OFF_ROOFLINE` where the SMs or the clock are not known)."""
-    clock_mhz = roofs.gpu.max_sm_clock_mhz
-    if not roofs.sms or not clock_mhz:
+    cycles = roofs.sm_cycles_per_s
+    if not cycles:
         return share < OFF_ROOFLINE
-    per_sm_cycle = share * roofs.memory_gbps * 1e9 / (roofs.sms * clock_mhz * 1e6)
-    return per_sm_cycle < OFF_BYTES_PER_SM_CYCLE
+    return share * roofs.memory_gbps * 1e9 / cycles < OFF_BYTES_PER_SM_CYCLE
 
 
 def _share_ratio(g: UnitGroup, ideal_ratio: float, src: Counted, tgt: Counted,
