@@ -528,6 +528,54 @@ def test_a_region_kept_in_float32_under_autocast_is_counted_on_the_meta_device(
         torch.autocast("meta", enabled=False)
 
 
+TOKEN_STREAM = """
+import torch
+from torch import nn
+
+tokens = torch.randint(0, 100, (4096,))  # nanoGPT's train.bin
+
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 16)
+        self.head = nn.Linear(16, 100)
+
+    def forward(self, idx, targets):
+        logits = self.head(self.emb(idx))
+        return logits, nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def get_batch(n):
+    ix = torch.randint(len(tokens) - 32, (n,))
+    x = torch.stack([tokens[i:i + 32] for i in ix])
+    y = torch.stack([tokens[i + 1:i + 33] for i in ix])
+    return (x, y), None
+
+
+def build():
+    return {"model": LM(), "make_batch": get_batch, "batch_size": 4}
+"""
+
+
+def test_a_batch_drawn_by_value_is_made_on_the_cpu_and_counted_on_meta(tmp_path, monkeypatch):
+    """nanoGPT's `get_batch` slices a token stream at random offsets, which a meta tensor has
+    no value for: the model was counted on the CPU, and refused above a few TFLOP (GPT-2's
+    step is 6). The batch is made on the CPU and only its shapes go to meta; the count is the
+    CPU's, and the model's own loss (`logits, loss = model(x, y)`) is the one trained."""
+    pytest.importorskip("torch")
+    from gpuaudit.predict import retarget
+
+    (tmp_path / "stream.py").write_text(TOKEN_STREAM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(retarget, "CPU_COUNT_FLOP", 1.0)  # no way round meta
+    c = retarget.count("stream:build", 4)
+    assert c.counted_on == "meta"
+    assert c.flops[("gemm", "linear")] == 3 * (2 * 4 * 32 * 16 * 100)  # forward, both grads
+    on_cpu = retarget._count_on("stream:build", 4, "cpu")
+    assert c.flops == on_cpu.flops and c.bytes == on_cpu.bytes
+
+
 READS_IN_BUILD = """
 import torch
 from torch import nn

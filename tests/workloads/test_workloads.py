@@ -409,6 +409,11 @@ def test_the_default_loss_reads_the_outputs_users_models_return():
     parts = {"loss_classifier": torch.tensor(0.5), "loss_box_reg": torch.tensor(0.25),
              "loss_objectness": torch.tensor(2.0)}
     assert default_loss(parts, None).item() == 2.75
+    # nanoGPT's `logits, loss = model(x, y)`: the model's own loss, not the logits' mean
+    assert default_loss((tokens, own), None) is own
+    assert default_loss([tokens, None, own], None) is own
+    # with a target, a scalar beside the logits is an auxiliary term: the loss is the target's
+    assert torch.equal(default_loss((tokens, own), y), default_loss(tokens, y))
     # a dataclass output reads as its fields
     from dataclasses import dataclass
 

@@ -169,7 +169,6 @@ def _count_on(spec: str, batch: int, where: str, limit: float | None = None) -> 
         split_batch,
         takes_keywords,
     )
-    from gpuaudit.workloads.models import call_make_batch
     from gpuaudit.workloads.nets import WithLoss
     from gpuaudit.workloads.optim import make_optimizer
     from gpuaudit.workloads.tally import count_ops
@@ -181,8 +180,9 @@ def _count_on(spec: str, batch: int, where: str, limit: float | None = None) -> 
     try:
         with device:
             w = as_workload(build(), spec)
-            inputs, target = to_device(torch, split_batch(
-                call_make_batch(w.make_batch, batch, where), w.model), device, False)
+        batch_data = _make_batch(w.make_batch, batch, where)
+        with device:
+            inputs, target = to_device(torch, split_batch(batch_data, w.model), device, False)
             net = WithLoss(w.model, w.loss or default_loss, takes_keywords(w.model, inputs))
             if any(isinstance(p, torch.nn.parameter.UninitializedParameter)
                    for p in net.parameters()):
@@ -218,6 +218,23 @@ def _count_on(spec: str, batch: int, where: str, limit: float | None = None) -> 
                    {k: float(v) for k, v in tally.group_bytes.items()}, dict(shapes),
                    tally.total_ops, sum(p.numel() for p in {id(p): p for p in params}.values()),
                    ddp_buckets(params), dict(tally.group_calls), counted_on=where)
+
+
+def _make_batch(make_batch: Any, batch: int, where: str) -> Any:
+    """The batch made on `where`; for the meta device, where the data is drawn by value
+    (nanoGPT's `get_batch` slices a token stream at random offsets, which meta tensors do not
+    have), made on the CPU instead, to be taken to meta: its shapes are what counts."""
+    import torch
+
+    from gpuaudit.workloads.models import call_make_batch
+
+    try:
+        with torch.device(where):
+            return call_make_batch(make_batch, batch, where)
+    except Exception:
+        if where != "meta":
+            raise
+    return call_make_batch(make_batch, batch, "cpu")
 
 
 def _step_flop(net: Any, batch: int, tokens_per_sample: int | None) -> float:

@@ -290,6 +290,14 @@ def default_loss(output: Any, target: Any) -> Any:
     import torch
     import torch.nn.functional as F
 
+    if target is None and isinstance(output, tuple | list):
+        # `logits, loss = model(x, y)`, as nanoGPT and minGPT return them: the loss the model
+        # took is the one scalar (with a target given, a scalar beside the logits is more
+        # likely an auxiliary term, and the target's loss is taken of the logits)
+        scalars = [o for o in output if isinstance(o, torch.Tensor) and o.dim() == 0
+                   and o.is_floating_point()]
+        if len(scalars) == 1:
+            return scalars[0]
     output = _first_output(output)
     if not isinstance(output, torch.Tensor):
         raise TypeError(f"the default loss needs a tensor output, not {type(output).__name__}: "
