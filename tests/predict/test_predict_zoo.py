@@ -989,3 +989,37 @@ def test_a_call_with_more_work_never_comes_out_faster_under_a_size_change():
     assert _monotone(1.2, 0.25, 1, 1) == 1.0  # less work a call: no longer
     assert _monotone(0.3, 0.25, 1, 1) == 0.3
     assert _monotone(0.5, 2.0, 0, 1) == 0.5  # calls not counted: nothing to bound by
+
+
+def test_a_precision_the_model_failed_in_is_refused_not_predicted():
+    """`nn.AdaptiveLogSoftmaxWithLoss` does not run under CUDA autocast (its clusters'
+    float32 log-probabilities are copied into an output made in the input's bfloat16), so on
+    an H100 its bf16 mode raised while fp32 ran and was profiled. A bf16 step predicted from
+    the fp32 profile would be of a step that does not run: with the failure in the same run
+    (planted from the bf16 run's own measurement) it is refused, naming the error; tf32 and
+    another batch are still predicted."""
+    from gpuaudit.model.schema import read_run
+
+    h100 = machine_rates(read_run(FIXTURES / "predict" / "h100-1gpu-bench-quick.json.gz"),
+                         SPECS)
+    run = read_run(ZOO / "adaptive-softmax-fp32-h100-run.json.gz")
+    model = "styles.held_out_fifth:adaptive_softmax"
+    assert predict(load_profile(run), h100, Change(precision="bf16"), SPECS).step_ms > 0
+    failed = next(m for m in run.measurements if m.name == f"{model}/fp32/throughput")
+    failed = failed.model_copy(update={
+        "name": f"{model}/bf16/throughput", "value": None, "samples": [],
+        "params": {**failed.params, "mode": "bf16"},
+        "skipped_reason": "RuntimeError: index_copy_(): self and source expected to have the "
+                          "same dtype, but got (self) BFloat16 and (source) Float"})
+    planted = run.model_copy(update={"measurements": [*run.measurements, failed]})
+    prof = load_profile(planted)
+    assert set(prof.failed_modes) == {"bf16"}
+    with pytest.raises(BadInputError, match=r"--precision bf16: .*adaptive_softmax failed in "
+                                            r"bf16 in run .* \(RuntimeError: index_copy_"):
+        predict(prof, h100, Change(precision="bf16"), SPECS)
+    assert predict(prof, h100, Change(precision="tf32"), SPECS).step_ms > 0
+    assert predict(prof, h100, Change(batch=64), SPECS).step_ms > 0
+    # a mode skipped for memory is no failure of the model's code
+    oom = failed.model_copy(update={"skipped_reason": "out of memory at batch 32"})
+    run2 = run.model_copy(update={"measurements": [*run.measurements, oom]})
+    assert load_profile(run2).failed_modes == {}

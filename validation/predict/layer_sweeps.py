@@ -8,6 +8,7 @@ a call measures the host's launches, not the device, on the lent H200's host.
 
     python3 validation/predict/layer_sweeps.py norm OUT.json
     python3 validation/predict/layer_sweeps.py conv OUT.json [SECONDS]
+    python3 validation/predict/layer_sweeps.py conv1d OUT.json [SECONDS]
 """
 
 from __future__ import annotations
@@ -86,12 +87,40 @@ def conv(torch: Any, seconds: float) -> list[dict[str, Any]]:
     return rows
 
 
+def conv1d(torch: Any, seconds: float) -> list[dict[str, Any]]:
+    """Conv1d forward + backward at N·L = 131,072 as WaveNet's layers run them, bf16 autocast:
+    1×1 C → C and C → 4C, and kernel 2 C → 2C dilated (input padded on the left beforehand,
+    so the output is as long as the unpadded input)."""
+    dev, rows, t0 = torch.device("cuda"), [], time.time()
+    torch.backends.cudnn.benchmark = True
+    for n, length in ((16, 8192), (64, 2048)):
+        for k, mult, dilation in ((1, 1, 1), (1, 4, 1), (2, 2, 1), (2, 2, 64), (2, 2, 512)):
+            for c in (16, 32, 64, 96, 128, 192, 256, 384, 512):
+                if time.time() - t0 > seconds:
+                    continue
+                pad = dilation * (k - 1)
+                x = torch.randn(n, c, length + pad, device=dev, requires_grad=True)
+                layer = torch.nn.Conv1d(c, mult * c, k, dilation=dilation).to(dev)
+                g = torch.randn(n, mult * c, length, device=dev, dtype=torch.bfloat16)
+
+                def step(x: Any = x, layer: Any = layer, g: Any = g) -> None:
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        y = layer(x)
+                    y.backward(g)
+                rows.append({"n": n, "l": length, "k": k, "c": c, "c_out": mult * c,
+                             "dilation": dilation, "ms": round(_ms(torch, step, 10), 5),
+                             "flops": 3 * 2 * n * length * c * mult * c * k})
+    return rows
+
+
+SWEEPS = {"norm": lambda torch, s: norm(torch), "conv": conv, "conv1d": conv1d}
+
+
 def main(argv: list[str]) -> int:
     import torch
 
     what, out = argv[0], Path(argv[1])
-    rows = norm(torch) if what == "norm" else conv(torch, float(argv[2]) if len(argv) > 2
-                                                    else 240.0)
+    rows = SWEEPS[what](torch, float(argv[2]) if len(argv) > 2 else 240.0)
     out.write_text(json.dumps(rows, indent=0))
     print(f"{what}: {len(rows)} configurations")
     return 0

@@ -151,6 +151,9 @@ class StepProfile:
     # half the timed steps' interquartile range ÷ their median: how far the pace moved while
     # the source was timed (0 where the run does not say)
     step_spread: float = 0.0
+    # modes of the same model in the same run whose step raised in the user's code: mode →
+    # the error (`nn.AdaptiveLogSoftmaxWithLoss` under CUDA autocast, say)
+    failed_modes: dict[str, str] = field(default_factory=dict)
 
     @property
     def legacy(self) -> bool:
@@ -247,7 +250,19 @@ def load_profile(run: Run, workload: str | None = None) -> StepProfile:
     record = next((p for p in run.op_profiles if p.workload == name), None)
     if record is None:
         record = legacy.read(run, name, OPTIMIZER_RUN)
-    return replace(step_profile(run.id, record), step_spread=_spread(run, name))
+    return replace(step_profile(run.id, record), step_spread=_spread(run, name),
+                   failed_modes=_failed_modes(run, record))
+
+
+def _failed_modes(run: Run, record: OpProfile) -> dict[str, str]:
+    """The modes of the recorded model that raised in this run (`StepProfile.failed_modes`)."""
+    from gpuaudit.workloads.entry import raised
+
+    names = {record.model, record.model_params.get("entry")} - {None}
+    return {str(m.params["mode"]): str(m.skipped_reason) for m in run.measurements
+            if m.suite == "train" and m.skipped and m.name.endswith("/throughput")
+            and m.params.get("model") in names and "mode" in m.params
+            and raised(m.skipped_reason)}
 
 
 def _spread(run: Run, workload: str) -> float:

@@ -199,18 +199,24 @@ def _eager_in_place(model: Any) -> bool:
 _RAISED = re.compile(r"^[A-Z]\w*(Error|Exception|Exit|Interrupt)\b")
 
 
+def raised(skipped_reason: str | None) -> bool:
+    """Whether a mode was skipped because the user's code raised (the reason starts with the
+    exception's name), not for memory or a precision the GPU lacks."""
+    return bool(_RAISED.match(skipped_reason or ""))
+
+
 def failed_entry_points(specs: list[str], measured: Any) -> str | None:
     """The user's entry points (`pkg.module:build`) none of whose modes ran because their code
     raised (not for memory, not for a precision the GPU lacks): one line naming the first
     and what it raised. A bench keeps its other figures; this says whose code failed."""
     for spec in (s for s in specs if is_entry_point(s)):
         mine = [m for m in measured if m.name.startswith(f"{spec}/")]
-        raised = [m for m in mine if m.skipped and _RAISED.match(m.skipped_reason or "")]
-        if mine and raised and all(m.skipped for m in mine):
+        failed = [m for m in mine if m.skipped and raised(m.skipped_reason)]
+        if mine and failed and all(m.skipped for m in mine):
             # which mode said it: a model that fails under autocast alone fails in bf16
-            mode = raised[0].name[len(spec) + 1:].split("/")[0]
+            mode = failed[0].name[len(spec) + 1:].split("/")[0]
             return (f"--model {spec}: the model failed in every mode "
-                    f"({mode}: {raised[0].skipped_reason})")
+                    f"({mode}: {failed[0].skipped_reason})")
     return None
 
 
