@@ -40,6 +40,14 @@ def test_activations_are_the_input_and_output_the_flops_say():
                      "fp32[16,8,3,3,3] · fp32[16]", count=1,
                      flops=3 * 2 * 2 * (4 * 8 * 8) * 16 * 8 * 27)
     assert convfit.activations(clip) == 2 * 8 * 8 * 16 * 16 + 2 * 16 * 4 * 8 * 8
+    # WaveNet's causal convolution: its input padded beforehand by its dilation, 8,192
+    # outputs of 8,704 samples; a fifth fewer fits no stride
+    causal = TimedUnit(op_class="conv", unit="conv1d", signature="fp32[16,64,8704] · "
+                       "fp32[128,64,2] · fp32[128]", count=3,
+                       flops=3 * 2 * 16 * 8192 * 128 * 64 * 2)
+    assert convfit.activations(causal) == 16 * 64 * 8704 + 16 * 128 * 8192
+    short = causal.model_copy(update={"flops": causal.flops * 0.8 * 8704 / 8192})
+    assert convfit.activations(short) is None
     odd = _unit(8, 16, 32, 32, 3).model_copy(update={"flops": 12345.0})
     assert convfit.activations(odd) is None
     assert convfit.activations(_unit(8, 16, 32, 32, 3).model_copy(
@@ -124,3 +132,41 @@ def test_batch_norms_power_of_its_channels_is_the_sweeps():
     assert powers[0] == pytest.approx(0.21, abs=0.01)
     assert powers[1] == pytest.approx(0.27, abs=0.01)
     assert min(powers) <= OFF_EXPONENT <= max(powers)
+
+
+def test_wavenets_convolutions_and_memory_bound_work_move_as_its_wider_steps_did(monkeypatch):
+    """WaveNet (a held-out family) at twice its channels, recorded on an H100: its
+    convolutions measured × 1.91 and its memory-bound work × 1.97 in the wider model's own
+    profile. The convolutions' terms fitted with each unit weighted by its calls took its
+    64-channel layers (90 calls of one width) as most of the time's FLOPs, and came out
+    × 2.43; each timing by its relative error, × 2.01, inside the class's band. The
+    memory-bound groups, each kernel moved past its fixed latency: that latency was taken of
+    each kernel's share of one profiled step (a third of it), × 1.69; of each kernel as it
+    ran, × 1.86."""
+    pytest.importorskip("torch")
+    from gpuaudit.model.schema import read_run
+    from gpuaudit.predict import machine_rates
+    from tests.predict.test_predict_zoo import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    h100 = machine_rates(read_run(FIXTURES / "predict" / "h100-1gpu-bench-quick.json.gz"),
+                         SPECS)
+    run = zoo_run("wavenet-h100-run")
+    measured = json.loads((ZOO / "size-class-times-h100.json").read_text())["models"]
+    source = measured["zoo.wavenet:build"]["class_ms"]
+    there = measured["zoo.wavenet:build_large"]["class_ms"]
+    p = predict(load_profile(run, "wavenet/bf16"), h100, Change(model="zoo.wavenet:build_large"),
+                SPECS)
+    by = {c.op_class: c for c in p.classes}
+    conv = by["conv"]
+    assert "fitted latency, activation and FLOP terms" in conv.basis
+    got, want = conv.predicted_ms / conv.measured_ms, there["conv"] / source["conv"]
+    assert want == pytest.approx(1.908, abs=0.001)
+    assert got == pytest.approx(want, rel=0.06)
+    ew = by["elementwise"]
+    got, want = ew.predicted_ms / ew.measured_ms, there["elementwise"] / source["elementwise"]
+    assert got == pytest.approx(want, rel=ew.uncertainty_pct / 100)
+    assert got > 1.8
+    # the step: the wider model's own profiled step inside the band
+    wide_ms = measured["zoo.wavenet:build_large"]["step_ms"]
+    assert p.step_ms_low <= wide_ms <= p.step_ms_high

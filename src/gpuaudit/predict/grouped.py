@@ -44,7 +44,10 @@ class Grouped:
     # and the uncertainty they add
     class_factor: dict[str, float] = field(default_factory=lambda: defaultdict(lambda: 1.0))
     class_unc: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    kernels: dict[int, list[float]] = field(default_factory=dict)  # group → its µs per step
+    # group → its kernels' µs over the profiled steps (`steps`): a kernel's fixed latency
+    # (`groups.FLOOR_US`) is of each kernel as it ran, not of its share of one step
+    kernels: dict[int, list[float]] = field(default_factory=dict)
+    steps: int = 1
     host_scale: float = 1.0  # the host's work per step, × (another size launches more)
     host_unc: float = 0.0  # the relative uncertainty on it
     notes: list[str] = field(default_factory=list)  # said with the prediction
@@ -52,14 +55,14 @@ class Grouped:
     def recorded_us(self, i: int) -> float:
         """A group's recorded time per step (µs): its kernels' as `group_us` reads them."""
         ks = self.kernels.get(i)
-        return sum(ks) if ks is not None else self.changes[i].group.kernel_us
+        return sum(ks) / self.steps if ks is not None else self.changes[i].group.kernel_us
 
     def group_us(self, i: int) -> float:
         """A group's new time per step (µs), its kernels each changed."""
         c = self.changes[i]
         ks = self.kernels.get(i)
         if ks is not None:
-            return sum(c.apply(d) for d in ks)
+            return sum(c.apply(d) for d in ks) / self.steps
         g = c.group
         if not g.kernels:
             return g.kernel_us * c.ratio
@@ -108,11 +111,10 @@ def start(record: OpProfile | None) -> Grouped | None:
 
         # each kernel's share of the time its group's kernels held the device (those that
         # ran side by side share it), as the group's time was read from the trace
-        steps = max(1, tl.steps)
         per: dict[int, list[float]] = defaultdict(list)
         for d, gi in zip(shared_us(tl.start_us, tl.dur_us, tl.group), tl.group, strict=True):
-            per[gi].append(d / steps)
-        out.kernels = dict(per)
+            per[gi].append(d)
+        out.kernels, out.steps = dict(per), max(1, tl.steps)
     return out
 
 
