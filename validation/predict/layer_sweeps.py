@@ -61,6 +61,15 @@ def norm(torch: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _bf16_forward_backward(torch: Any, layer: Any, x: Any, g: Any) -> Callable[[], None]:
+    """One call of `layer` on `x` under bf16 autocast and its backward from `g`."""
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = layer(x)
+        y.backward(g)
+    return step
+
+
 def conv(torch: Any, seconds: float) -> list[dict[str, Any]]:
     """Conv2d forward + backward (C → C channels, 3×3, 1×1 and 7×7 depthwise), bf16 autocast."""
     dev, rows, t0 = torch.device("cuda"), [], time.time()
@@ -76,11 +85,7 @@ def conv(torch: Any, seconds: float) -> list[dict[str, Any]]:
                 layer = torch.nn.Conv2d(c, c, k, padding=k // 2,
                                         groups=c if depthwise else 1).to(dev)
                 g = torch.randn(n, c, hw, hw, device=dev, dtype=torch.bfloat16)
-
-                def step(x: Any = x, layer: Any = layer, g: Any = g) -> None:
-                    with torch.autocast("cuda", dtype=torch.bfloat16):
-                        y = layer(x)
-                    y.backward(g)
+                step = _bf16_forward_backward(torch, layer, x, g)
                 rows.append({"n": n, "hw": hw, "k": k, "c": c, "dw": depthwise,
                              "ms": round(_ms(torch, step, 10), 5),
                              "flops": 3 * 2 * n * hw * hw * c * (1 if depthwise else c) * k * k})
@@ -102,11 +107,7 @@ def conv1d(torch: Any, seconds: float) -> list[dict[str, Any]]:
                 x = torch.randn(n, c, length + pad, device=dev, requires_grad=True)
                 layer = torch.nn.Conv1d(c, mult * c, k, dilation=dilation).to(dev)
                 g = torch.randn(n, mult * c, length, device=dev, dtype=torch.bfloat16)
-
-                def step(x: Any = x, layer: Any = layer, g: Any = g) -> None:
-                    with torch.autocast("cuda", dtype=torch.bfloat16):
-                        y = layer(x)
-                    y.backward(g)
+                step = _bf16_forward_backward(torch, layer, x, g)
                 rows.append({"n": n, "l": length, "k": k, "c": c, "c_out": mult * c,
                              "dilation": dilation, "ms": round(_ms(torch, step, 10), 5),
                              "flops": 3 * 2 * n * length * c * mult * c * k})

@@ -321,12 +321,9 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
         grouped.size(g, state, profile, change.model)
     if change.precision is not None:
         target = change.precision.strip().lower()
-        if target in profile.failed_modes:
-            raise BadInputError(
-                f"--precision {target}: {profile.model} failed in {target} in run "
-                f"{profile.run_id} ({profile.failed_modes[target]}): its step does not run there")
         precision_change.check(state, target)
         precision_change.check_weights(profile, target)
+        precision_change.check_ran(profile, target)
         if g is not None and target != state.precision:
             grouped.precision(g, state, target)
         else:

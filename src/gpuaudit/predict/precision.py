@@ -76,6 +76,15 @@ def check_weights(profile: StepProfile, target: str) -> None:
             "in build() to predict it")
 
 
+def check_ran(profile: StepProfile, target: str) -> None:
+    """A refusal where the same run tried `target` and the model's code raised there: a
+    prediction would be of a step that does not run."""
+    why = profile.failed_modes.get(target)
+    if why is not None:
+        raise BadInputError(f"--precision {target}: {profile.model} failed in {target} in run "
+                            f"{profile.run_id} ({why}): its step does not run there")
+
+
 def change(state: StepState, target: str) -> None:
     """`state` re-timed in `target` precision (module docstring)."""
     check(state, target)
