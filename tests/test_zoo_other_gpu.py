@@ -26,7 +26,8 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
                           .read_text())
     now = current(rows)
     held = {fam for w, fam in now if w == "held_out"}
-    assert held == {f["family"] for f in manifest["held_out"]} and len(held) == 12
+    # families declared since the last recording wait for theirs
+    assert held <= {f["family"] for f in manifest["held_out"]} and len(held) == 12
     assert {fam for w, fam in now if w == "development"} == {
         "ResNet-18 at 64 px (batch norm)", "deep MLP (tabular)"}
 
