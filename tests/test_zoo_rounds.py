@@ -364,6 +364,22 @@ def test_pack_makes_its_destination_and_puts_results_before_traces(tmp_path):
     assert [len(group) for group in names] == [2, 1, 1]
 
 
+def test_the_record_step_outlasts_the_time_the_recorder_keeps_for_targets(tmp_path):
+    """The harness stops the recorder no sooner than its budget plus the targets' minimum
+    (under one device call's 10 minutes): a stop at the budget plus 40 s killed the last
+    family's targets before any round."""
+    from validation.capabilities import CAPABILITIES
+    from validation.harness import Context
+    from validation.predict.zoo import TARGETS_MIN_S
+
+    for budget, least in (("120", 120 + TARGETS_MIN_S), ("330", 330 + TARGETS_MIN_S),
+                          ("520", 590)):
+        ctx = Context(tmp_path / "raw", tmp_path / "work", tmp_path / "peers", False, (budget,),
+                      "record")
+        step = next(s for s in CAPABILITIES["predict-zoo"].steps(ctx) if s.name == "record")
+        assert least <= step.timeout_s <= 590
+
+
 def test_a_family_profiled_within_the_budget_keeps_time_for_its_targets(tmp_path, monkeypatch):
     """The targets of a family whose profile ended with 5 s of the budget left still get
     `TARGETS_MIN_S`, and with more left, all of it; a family whose recording failed, or
