@@ -62,6 +62,11 @@ HOLDS = {
     "diffusion": {("conv", "conv2d"), ("norm", "group_norm"), ("attention", "bmm"),
                   ("attention", "softmax"), ("gemm", "linear")},
     "convnext": {("conv", "conv2d"), ("norm", "layer_norm"), ("gemm", "linear")},
+    # recorded on an H100: its reparameterization, its pad before a strided convolution and
+    # its nearest upsampling are elementwise work, not convolution
+    "vae": {("conv", "conv2d"), ("norm", "group_norm"), ("elementwise", "silu"),
+            ("elementwise", "pad"), ("elementwise", "upsample_nearest2d"),
+            ("elementwise", "randn_like")},
 }
 
 
