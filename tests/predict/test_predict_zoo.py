@@ -67,6 +67,12 @@ HOLDS = {
     "vae": {("conv", "conv2d"), ("norm", "group_norm"), ("elementwise", "silu"),
             ("elementwise", "pad"), ("elementwise", "upsample_nearest2d"),
             ("elementwise", "randn_like")},
+    # recorded on an H100: its hand-written RMSNorm (pow, mean, rsqrt), the complex rotary
+    # multiply and repeat_kv's expanded keys and values are elementwise work; attention is
+    # SDPA's alone
+    "llama": {("gemm", "linear"), ("attention", "scaled_dot_product_attention"),
+              ("embedding", "embedding"), ("elementwise", "mul"), ("elementwise", "pow"),
+              ("elementwise", "rsqrt"), ("elementwise", "expand"), ("elementwise", "silu")},
 }
 
 

@@ -77,6 +77,11 @@ def class_ms(entry: str, precision: str) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     sys.path[:0] = [str(ROOT / "src"), str(ROOT / "examples" / "predict")]
     out, specs = Path(argv[0]), argv[1:]
+    entries = [spec.rsplit("@", 1)[0] for spec in specs]
+    if len(set(entries)) < len(entries):  # its file keys each model once
+        print("class_times: each model once a run (another precision in a run of its own)",
+              file=sys.stderr)
+        return 2
     models: dict[str, Any] = {}
     t0 = time.time()
     for spec in specs:
