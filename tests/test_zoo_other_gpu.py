@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.predict import zoo_run
+from tests.support.predict import h100_rates, zoo_run
 from validation.predict.held_pace import autocast
 from validation.predict.zoo_tables import current, current_cases
 
@@ -191,12 +191,11 @@ def test_a_gpu_change_of_a_host_bound_step_says_another_gpu_barely_moves_it():
     H200 it is predicted as it was recorded, and the note says it follows its host, not the
     GPU (its H200 loan's faster host ran it at 4.69 ms); ConvNeXt's, the device's, keeps the
     plain note that the host is taken as fast."""
-    from gpuaudit.model.schema import read_run
-    from gpuaudit.predict import Change, load_profile, machine_rates, predict
+    from gpuaudit.predict import Change, load_profile, predict
     from gpuaudit.specs.catalog import load_catalog
 
     specs = load_catalog()
-    rates = machine_rates(read_run(FIXTURES / "h100-1gpu-bench-quick.json.gz"), specs)
+    rates = h100_rates(specs)
 
     def notes(run: str, workload: str) -> tuple[float, float, list[str]]:
         prof = load_profile(zoo_run(run), workload)

@@ -10,7 +10,7 @@ from gpuaudit.model.opprofile import TimedUnit, UnitTime
 from gpuaudit.predict import Change, convfit, load_profile, predict
 from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
-from tests.support.predict import h200_rates, zoo_run
+from tests.support.predict import h100_rates, h200_rates, zoo_run
 
 ZOO = FIXTURES / "predict" / "zoo"
 SPECS = load_catalog()
@@ -144,13 +144,10 @@ def test_wavenets_convolutions_and_memory_bound_work_move_as_its_wider_steps_did
     each kernel's share of one profiled step (a third of it), × 1.69; of each kernel as it
     ran, × 1.86."""
     pytest.importorskip("torch")
-    from gpuaudit.model.schema import read_run
-    from gpuaudit.predict import machine_rates
     from tests.predict.test_predict_zoo import EXAMPLES
 
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    h100 = machine_rates(read_run(FIXTURES / "predict" / "h100-1gpu-bench-quick.json.gz"),
-                         SPECS)
+    h100 = h100_rates(SPECS)
     run = zoo_run("wavenet-h100-run")
     measured = json.loads((ZOO / "size-class-times-h100.json").read_text())["models"]
     source = measured["zoo.wavenet:build"]["class_ms"]
@@ -179,13 +176,10 @@ def test_the_vaes_size_step_is_the_held_out_miss_its_convolutions_make(monkeypat
     its band, below the 59.3 ms it ran in; its group norms move as they did. A conv rule that
     reaches the measured ratio fails here: then the docs' miss is to be re-read."""
     pytest.importorskip("torch")
-    from gpuaudit.model.schema import read_run
-    from gpuaudit.predict import machine_rates
     from tests.predict.test_predict_zoo import EXAMPLES
 
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    h100 = machine_rates(read_run(FIXTURES / "predict" / "h100-1gpu-bench-quick.json.gz"),
-                         SPECS)
+    h100 = h100_rates(SPECS)
     measured = json.loads((ZOO / "vae-size-class-times-h100.json").read_text())["models"]
     source, there = measured["zoo.vae:build"]["bf16"], measured["zoo.vae:build_large"]["bf16"]
     p = predict(load_profile(zoo_run("vae-h100-run"), "vae-128/bf16"), h100,

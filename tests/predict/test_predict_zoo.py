@@ -25,6 +25,7 @@ from gpuaudit.predict import timeline as tlm
 from gpuaudit.specs.catalog import load_catalog
 from gpuaudit.workloads.kernelview import parse_trace
 from tests.conftest import FIXTURES
+from tests.support.predict import h100_rates
 
 ZOO = FIXTURES / "predict" / "zoo"
 SPECS = load_catalog()
@@ -975,8 +976,7 @@ def test_the_batch_norm_mark_is_the_same_bytes_per_sm_cycle_on_a_gpu_of_less_ban
     from gpuaudit.model.schema import read_run
     from gpuaudit.predict import retarget as rt
 
-    h100 = machine_rates(read_run(FIXTURES / "predict" / "h100-1gpu-bench-quick.json.gz"),
-                         SPECS)
+    h100 = h100_rates(SPECS)
     prof = load_profile(read_run(ZOO / "cnn-held-h100-run.json.gz"), "resnet18-64px/bf16")
     bn = next(g for g in prof.record.groups if g.unit == "batch_norm")
     share = rt._traffic_share(bn, h100.roofs)
@@ -1011,8 +1011,7 @@ def test_a_precision_the_model_failed_in_is_refused_not_predicted():
     another batch are still predicted."""
     from gpuaudit.model.schema import read_run
 
-    h100 = machine_rates(read_run(FIXTURES / "predict" / "h100-1gpu-bench-quick.json.gz"),
-                         SPECS)
+    h100 = h100_rates(SPECS)
     run = read_run(ZOO / "adaptive-softmax-fp32-h100-run.json.gz")
     model = "styles.held_out_fifth:adaptive_softmax"
     assert predict(load_profile(run), h100, Change(precision="bf16"), SPECS).step_ms > 0

@@ -1,4 +1,4 @@
-"""What the predict tests read: the recorded runs (an H200 machine's rates, a CPU op profile)
+"""What the predict tests read: the recorded runs (an H200's and an H100's rates, a CPU op profile)
 and a fresh `bench train --op-profile` run on this CPU."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from tests.conftest import FIXTURES, load_fixture
 
 PREDICT = FIXTURES / "predict"
 H200_2GPU = PREDICT / "h200-2gpu-bench-quick.json"
+H100_1GPU = PREDICT / "h100-1gpu-bench-quick.json.gz"
 CPU_PROFILE = PREDICT / "cpu-gpt-tiny-op-profile.json"
 
 
@@ -31,6 +32,14 @@ def h200_rates(specs: Any) -> Any:
     from gpuaudit.predict import machine_rates
 
     return machine_rates(load_run(H200_2GPU.read_text()), specs)
+
+
+def h100_rates(specs: Any) -> Any:
+    """The recorded H100 machine's rates (`H100_1GPU`), as `predict` takes them."""
+    from gpuaudit.model.schema import read_run
+    from gpuaudit.predict import machine_rates
+
+    return machine_rates(read_run(H100_1GPU), specs)
 
 
 def zoo_run(name: str) -> Any:
