@@ -76,18 +76,17 @@ def class_ms(entry: str, precision: str) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     sys.path[:0] = [str(ROOT / "src"), str(ROOT / "examples" / "predict")]
-    out, specs = Path(argv[0]), argv[1:]
-    entries = [spec.rsplit("@", 1)[0] for spec in specs]
-    if len(set(entries)) < len(entries):  # its file keys each model once
+    out, specs = Path(argv[0]), [spec.rsplit("@", 1) for spec in argv[1:]]
+    if len({entry for entry, _ in specs}) < len(specs):  # its file keys each model once
         print("class_times: each model once a run (another precision in a run of its own)",
               file=sys.stderr)
         return 2
     models: dict[str, Any] = {}
     t0 = time.time()
-    for spec in specs:
-        entry, precision = spec.rsplit("@", 1)
+    for entry, precision in specs:
         models[entry] = class_ms(entry, precision)
-        print(f"[{time.time() - t0:.0f} s] {spec}: {models[entry]['class_ms']}", flush=True)
+        print(f"[{time.time() - t0:.0f} s] {entry}@{precision}: {models[entry]['class_ms']}",
+              flush=True)
     out.write_text(json.dumps({"models": models}, indent=1))
     return 0
 
