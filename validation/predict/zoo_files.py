@@ -1,6 +1,7 @@
 """A zoo recording's files: packed into tars for the way back from the device machine, its
 kernel views read again from the traces it kept, and its compared results merged into the
-published ones (`zoo.py pack`, `zoo.py reparse`, `zoo.py merge`)."""
+published ones, the recording kept beside them so that they can be compared again after a
+change of the method (`zoo.py pack`, `zoo.py reparse`, `zoo.py merge`)."""
 
 from __future__ import annotations
 
@@ -93,4 +94,45 @@ def merge(published: Path, results: Path, label: str) -> int:
     published.write_text(json.dumps(doc, indent=1))
     print(f"merge: {len(new['rows'])} rows and {len(new['controls'])} controls of the "
           f"{RECORDER[label]} recording into {published}")
+    if (results.parent / "runs").is_dir():
+        kept = keep(results.parent, kept_recording(published, label))
+        print(f"merge: the recording kept in {kept}")
     return 0
+
+
+# what `compare` reads of a recording: the traces stay out (a recording's runs, cases and
+# rates come to 150-200 kB packed; its traces to megabytes)
+KEPT = ("runs", "status", "cases", "rates.json", "status.json")
+
+
+def kept_recording(published: Path, label: str) -> Path:
+    """Where a published file's recording `label` is kept ("…/recordings/zoo-results-h100/
+    fourteenth.tar.gz")."""
+    return published.parent / "recordings" / published.stem / f"{label}.tar.gz"
+
+
+def keep(zoo: Path, dest: Path) -> Path:
+    """A recording's folder (OUTDIR/zoo) packed without its traces into `dest`, as
+    LABEL/zoo/…, so that `compare` on it unpacked names its rows LABEL again. A run records
+    the command that made it, with the recording machine's path to this repository: kept,
+    that path is the repository's own (`validation/predict/zoo.py`), as on a user's machine."""
+    import io
+    import tarfile
+
+    label = dest.name.removesuffix(".tar.gz")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    files = [f for name in KEPT if (zoo / name).exists()
+             for f in ([zoo / name] if (zoo / name).is_file()
+                       else sorted((zoo / name).rglob("*")))]
+    with tarfile.open(dest, "w:gz") as tar:
+        for f in files:
+            if not f.is_file():
+                continue
+            data = _IN_REPOSITORY.sub(r'"\1"', f.read_text()).encode()
+            info = tarfile.TarInfo(f"{label}/zoo/{f.relative_to(zoo)}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return dest
+
+
+_IN_REPOSITORY = re.compile(r'"/[^"]*?/((?:src|validation|examples|tests)/[^"]*)"')

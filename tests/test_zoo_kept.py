@@ -1,0 +1,74 @@
+"""The published zoo results are what `predict` gives now: every recording kept beside them
+(`zoo.py merge` keeps each one it merges) is compared again here, and its rows must come out
+as published, field for field. A change of the method that moves a published figure fails
+here until the recordings are compared again and the figures published anew."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+
+ROOT = Path(__file__).resolve().parents[1]
+PREDICT = FIXTURES / "predict"
+KEPT = sorted((PREDICT / "recordings").glob("*/*.tar.gz"))
+
+
+def test_recordings_are_kept_for_each_published_file_that_has_them():
+    assert {p.parent.name for p in KEPT} <= {"zoo-results", "zoo-results-h100"}
+    assert {p.name for p in KEPT if p.parent.name == "zoo-results-h100"} >= \
+        {"thirteenth.tar.gz", "fourteenth.tar.gz"}
+
+
+@pytest.mark.parametrize("kept", KEPT, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_kept_recording_compares_to_its_published_rows(kept, tmp_path, monkeypatch, capsys):
+    from validation.predict.zoo import compare
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "predict"))  # the size entries
+    label = kept.name.removesuffix(".tar.gz")
+    with tarfile.open(kept) as tar:
+        tar.extractall(tmp_path, filter="data")
+    assert compare([tmp_path / label / "zoo"], None) == 0
+    capsys.readouterr()
+    got = json.loads((tmp_path / label / "zoo" / "results.json").read_text())
+    published = json.loads((PREDICT / f"{kept.parent.name}.json").read_text())
+    mine = [r for r in published["rows"] if r.get("recording") == label]
+    assert any("predicted" in r for r in mine)
+    assert [{**r, "recording": label} for r in got["rows"]] == mine
+    assert got["rates"] == published["rates"][label]
+
+
+def test_merge_keeps_the_recording_without_its_traces_and_with_the_repositorys_paths(tmp_path):
+    """A run names the command that made it with the recording machine's folders; kept, it
+    names the repository's own paths, and the traces stay behind."""
+    from validation.predict.zoo_files import kept_recording, merge
+
+    published = tmp_path / "zoo-results-h100.json"
+    doc = json.loads((PREDICT / "zoo-results-h100.json").read_text())
+    published.write_text(json.dumps(doc))
+    zoo = tmp_path / "fourteenth" / "zoo"
+    for sub in ("runs", "status", "traces"):
+        (zoo / sub).mkdir(parents=True)
+    (zoo / "runs" / "vae.json").write_text(json.dumps(
+        {"command": ["/somewhere/checkout/validation/predict/zoo.py", "worker"]}))
+    (zoo / "status" / "vae.json").write_text("{}")
+    (zoo / "traces" / "big.json.gz").write_bytes(b"x" * 1000)
+    (zoo / "rates.json").write_text(json.dumps({"command": ["/x/y/src/gpuaudit/__main__.py"]}))
+    rows = [r for r in doc["rows"] if r.get("recording") == "fourteenth"]
+    (zoo / "results.json").write_text(json.dumps(
+        {"rates": doc["rates"]["fourteenth"], "rows": rows, "controls": []}))
+    assert merge(published, zoo / "results.json", "fourteenth") == 0
+    kept = kept_recording(published, "fourteenth")
+    assert kept == tmp_path / "recordings" / "zoo-results-h100" / "fourteenth.tar.gz"
+    with tarfile.open(kept) as tar:
+        names = sorted(tar.getnames())
+        run = json.loads(tar.extractfile("fourteenth/zoo/runs/vae.json").read())  # type: ignore[union-attr]
+        rates = json.loads(tar.extractfile("fourteenth/zoo/rates.json").read())  # type: ignore[union-attr]
+    assert names == ["fourteenth/zoo/rates.json", "fourteenth/zoo/runs/vae.json",
+                     "fourteenth/zoo/status/vae.json"]
+    assert run["command"] == ["validation/predict/zoo.py", "worker"]
+    assert rates["command"] == ["src/gpuaudit/__main__.py"]
