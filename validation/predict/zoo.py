@@ -314,6 +314,19 @@ def _predict_case(run: Any, prof: Any, change: dict[str, Any], status: dict[str,
     return predict(profile, rates, Change(precision=change["precision"]), specs)
 
 
+def predicted_fields(p: Any, measured: float, source_ms: float) -> dict[str, Any]:
+    """A case's row as its prediction `p` fills it, beside its `measured` samples/s (its
+    source's profiled step `source_ms`)."""
+    return {"predicted": p.samples_per_s, "low": p.samples_per_s_low,
+            "high": p.samples_per_s_high, "band_pct": p.uncertainty_pct, "step_ms": p.step_ms,
+            "measured_from_step_ms": source_ms, "notes": list(p.notes),
+            "to": f"{p.target.model}/{p.target.mode} batch {p.target.batch_per_gpu}",
+            "classes": {c.op_class: [round(c.measured_ms, 3), round(c.predicted_ms, 3)]
+                        for c in p.classes},
+            "error_pct": 100 * (p.samples_per_s - measured) / measured,
+            "in_band": p.samples_per_s_low <= measured <= p.samples_per_s_high}
+
+
 def _found(out: Path, name: str) -> tuple[Any, dict[str, Any]] | None:
     """A folder's run of the family (None in a targets-only recording) and its status."""
     from gpuaudit.model import load_run
@@ -397,15 +410,7 @@ def compare(outs: list[Path], rates_path: str | None, which: str | None = None,
                 row["refused"] = str(exc)[:300]
                 rows.append(row)
                 continue
-            row.update(predicted=p.samples_per_s, low=p.samples_per_s_low,
-                       high=p.samples_per_s_high, band_pct=p.uncertainty_pct,
-                       step_ms=p.step_ms, measured_from_step_ms=profs[src].step_ms,
-                       notes=list(p.notes), to=f"{p.target.model}/{p.target.mode} batch "
-                       f"{p.target.batch_per_gpu}",
-                       classes={c.op_class: [round(c.measured_ms, 3), round(c.predicted_ms, 3)]
-                                for c in p.classes})
-            row["error_pct"] = 100 * (p.samples_per_s - measured) / measured
-            row["in_band"] = p.samples_per_s_low <= measured <= p.samples_per_s_high
+            row.update(predicted_fields(p, measured, profs[src].step_ms))
             rows.append(row)
     doc = {"rates": {"run_id": rates.run_id, "basis": list(rates.roofs.basis)}, "rows": rows,
            "controls": controls}

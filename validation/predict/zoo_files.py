@@ -116,6 +116,7 @@ def keep(zoo: Path, dest: Path) -> Path:
     LABEL/zoo/…, so that `compare` on it unpacked names its rows LABEL again. A run records
     the command that made it, with the recording machine's path to this repository: kept,
     that path is the repository's own (`validation/predict/zoo.py`), as on a user's machine."""
+    import gzip
     import io
     import tarfile
 
@@ -124,7 +125,8 @@ def keep(zoo: Path, dest: Path) -> Path:
     files = [f for name in KEPT if (zoo / name).exists()
              for f in ([zoo / name] if (zoo / name).is_file()
                        else sorted((zoo / name).rglob("*")))]
-    with tarfile.open(dest, "w:gz") as tar:
+    # no time in the archive: the same recording kept again is the same file
+    with gzip.GzipFile(dest, "wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
         for f in files:
             if not f.is_file():
                 continue

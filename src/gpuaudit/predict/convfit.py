@@ -11,7 +11,9 @@ So each convolution call of the recording is taken as a latency, a time per acti
 element (each call's input and output) and a time per FLOP, the three fitted (least squares,
 none negative) to the group's units timed alone in the recorded precision, at every batch
 timed; the group then moves by each term's share of its time here times that term's ratio
-there ÷ here (its calls, its traffic, its FLOPs: `predict.retarget`).
+there ÷ here (its calls, its traffic, its FLOPs: `predict.retarget`). The FLOP term can also
+be held at the GPU's matmul rate, the other two fitted around it: the rate wider calls reach
+(`predict.retarget` takes a wider model between the two).
 """
 
 from __future__ import annotations
@@ -73,11 +75,13 @@ def activations(unit: TimedUnit) -> float | None:
     return None
 
 
-def fit(units: list[TimedUnit], precision: str) -> ConvCost | None:
+def fit(units: list[TimedUnit], precision: str,
+        ms_per_tflop: float | None = None) -> ConvCost | None:
     """The three terms fitted to `units`' timings in `precision` (module docstring), each
     timing's error relative to its time (every shape timed is equal evidence of how the
     time follows the width; how much of the step it is, its calls, weighs the terms' parts
-    in `parts_here`); None with fewer than `MIN_POINTS` timings or none of the terms found.
+    in `parts_here`); with `ms_per_tflop`, the FLOP term held at it and the other two
+    fitted. None with fewer than `MIN_POINTS` timings or none of the terms found.
     Weighted by calls, the shapes that make most of a step set the terms: WaveNet's 64-channel
     layers, 90 calls of dilated and 1×1 convolutions of one width, fitted a FLOP term that
     took its 256-channel head (2 calls) at twice its time, and at twice the width its
@@ -99,10 +103,14 @@ def fit(units: list[TimedUnit], precision: str) -> ConvCost | None:
         return None
     x = np.array(rows) * np.array(weights)[:, None]
     y = np.array(times) * np.array(weights)
+    free = range(3)
+    if ms_per_tflop is not None:
+        y = y - ms_per_tflop * x[:, 2]
+        free = range(2)
     best: tuple[float, np.ndarray] | None = None
     # least squares with no term negative: the best of the fits on each subset of terms
-    for k in (1, 2, 3):
-        for cols in itertools.combinations(range(3), k):
+    for k in range(1, len(free) + 1):
+        for cols in itertools.combinations(free, k):
             sol = np.linalg.lstsq(x[:, cols], y, rcond=None)[0]
             if (sol < 0).any():
                 continue
@@ -111,6 +119,9 @@ def fit(units: list[TimedUnit], precision: str) -> ConvCost | None:
             res = float(np.linalg.norm(x @ full - y))
             if best is None or res < best[0]:
                 best = (res, full)
+    if ms_per_tflop is not None:
+        a, b = (float(v) for v in best[1][:2]) if best is not None else (0.0, 0.0)
+        return ConvCost(a, b, ms_per_tflop, len(rows))
     if best is None or not best[1].any():
         return None
     a, b, c = (float(v) for v in best[1])
