@@ -3,7 +3,7 @@
 cuDNN's convolutions at the channel counts of most CNNs run far below their FLOP roofline,
 and their time does not follow their FLOPs when the width changes: in one H200's steps the
 zoo's convolutions moved × 1.81 (a diffusion U-Net, FLOPs × 2.25), × 1.94 (a U-Net, FLOPs
-× 4), × 1.35 (ConvNeXt, × 2.24) and × 0.55 (ResNet-18 at half its width, × 0.25). Swept alone
+× 4), × 1.35 (ConvNeXt, × 1.94) and × 0.55 (ResNet-18 at half its width, × 0.25). Swept alone
 (3×3, N·H·W fixed), their forward + backward took a + b·C + c·C² in the channels C, the C²
 term at the GPU's matmul rate and the C term, the activations', far from their traffic's.
 

@@ -52,7 +52,7 @@ U_NEW_UNITS = 0.5
 # U-Net the +13 %, a diffusion U-Net, ConvNeXt; ResNet-18 at half its width the −15 %), and
 # WaveNet's on an H100 +5 %. Where wider calls take the middle of the fitted FLOP rate and
 # the matmul rate (`_conv_fitted`), the band reaches both as well: the H100's VAE (+25 %
-# fitted alone) +13 %, MobileNetV2 (+17 %) 0 %, the rest within −7 … +9 % on either GPU.
+# fitted alone) +13 %, MobileNetV2 (+16 %) −1 %, the rest within −7 … +9 % on either GPU.
 U_CONV_FIT = 0.15
 # A memory-bound group whose kernels are long (`LONG_KERNEL_US` on average: not their
 # launches, which `FLOOR_US` takes) and that moved fewer bytes than `OFF_BYTES_PER_SM_CYCLE`
