@@ -103,6 +103,8 @@ def merge(published: Path, results: Path, label: str) -> int:
 # what `compare` reads of a recording: the traces stay out (a recording's runs, cases and
 # rates come to 150-200 kB packed; its traces to megabytes)
 KEPT = ("runs", "status", "cases", "rates.json", "status.json")
+# a path into the repository on the recording machine ("/…/validation/predict/zoo.py")
+_IN_REPOSITORY = re.compile(r'"/[^"]*?/((?:src|validation|examples|tests)/[^"]*)"')
 
 
 def kept_recording(published: Path, label: str) -> Path:
@@ -135,6 +137,3 @@ def keep(zoo: Path, dest: Path) -> Path:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return dest
-
-
-_IN_REPOSITORY = re.compile(r'"/[^"]*?/((?:src|validation|examples|tests)/[^"]*)"')

@@ -119,7 +119,7 @@ def fit(units: list[TimedUnit], precision: str,
             res = float(np.linalg.norm(x @ full - y))
             if best is None or res < best[0]:
                 best = (res, full)
-    if ms_per_tflop is not None:
+    if ms_per_tflop is not None:  # neither term positive: the held FLOP term is the time
         a, b = (float(v) for v in best[1][:2]) if best is not None else (0.0, 0.0)
         return ConvCost(a, b, ms_per_tflop, len(rows))
     if best is None or not best[1].any():

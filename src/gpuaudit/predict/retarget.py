@@ -338,9 +338,10 @@ def _conv_fitted(profile: StepProfile, src: Counted, tgt: Counted, key: tuple[st
     """A convolution group moved by the latency, activation and FLOP terms fitted to its
     units timed alone (`predict.convfit`): (its ratio, its uncertainty, what it says); None
     where they cannot be. The FLOP term's rate is the one the recorded widths reached; wider
-    calls reach more of the GPU's matmul rate (`CONV_WIDER`), so where each call's FLOPs grow
-    and the fitted rate is below the matmul rate, the group moves by the middle (in log) of
-    the ratios with the FLOP term at either rate, its band reaching both."""
+    calls reach more of the GPU's matmul rate (a 3×3 convolution swept alone took its C² term
+    at that rate), so where each call's FLOPs grow and the fitted rate is below the matmul
+    rate, the group moves by the middle (in log) of the ratios with the FLOP term at either
+    rate, its band reaching both."""
     units = [u for u in (profile.record.timed if profile.record else ())
              if (u.op_class, u.unit) == key]
     cost = convfit.fit(units, profile.precision)
