@@ -5,12 +5,11 @@ package named `mine`, renamed here), its wider variant measured in a process of 
 beside its convolutions' time in both models' own steps (`class_times.py`). Not tuned on:
 docs/predict.md shows them as they came out."""
 
-import gzip
 import json
 
 import pytest
 
-from gpuaudit.model import load_run
+from gpuaudit.model.schema import read_run
 from gpuaudit.predict import Change, load_profile, machine_rates, predict
 from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
@@ -21,7 +20,7 @@ SPECS = load_catalog()
 
 
 def _run(name):
-    return load_run(gzip.decompress((USER / f"{name}-h100.json.gz").read_bytes()).decode())
+    return read_run(USER / f"{name}-h100.json.gz")
 
 
 def _samples_per_s(run):
