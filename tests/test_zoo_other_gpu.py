@@ -19,7 +19,7 @@ H100 = FIXTURES / "zoo-results-h100.json"
 
 
 def test_the_h100_recordings_are_held_out_families_each_with_every_case():
-    """docs/predict.md: the fourteen held-out families, 87 of 98 cases within 10 %, 97 inside
+    """docs/predict.md: the fourteen held-out families, 89 of 98 cases within 10 %, 97 inside
     their band; the two development families apart, 12 of 14 within 10 %, all in band."""
     rows = json.loads(H100.read_text())["rows"]
     manifest = json.loads((ROOT / "examples" / "predict" / "zoo" / "manifest.json")
@@ -37,11 +37,12 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
 
     held_rows, dev_rows = scored("held_out"), scored("development")
     assert len(held_rows) == 98 and len(dev_rows) == 14
-    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 87
+    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 89
     assert all(r["in_band"] for r in dev_rows)
-    # out of band: the Llama's ×2 (host-bound, measured over every round)
+    # out of band: the Llama's fp32 → bf16, its 16-bit elementwise kernels slower than their
+    # traffic says (its casts carried since: +15.6 % without them)
     assert [(r["family"].split()[0], r["case"]) for r in held_rows
-            if not r["in_band"]] == [("Llama-style", "batch ×2")]
+            if not r["in_band"]] == [("Llama-style", "fp32 → bf16")]
     assert sum(abs(r["error_pct"]) <= 10 for r in dev_rows) == 12
     # ResNet-18's size step, its batch norm marked by bytes per SM cycle (+51 % at 10 % of
     # the H100's bandwidth)
@@ -55,17 +56,19 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
     assert sum(abs(r["error_pct"]) <= 5 for r in new) == 21
     wavenet = next(r for r in new if r["family"].startswith("WaveNet") and r["case"] == "size")
     assert wavenet["error_pct"] == pytest.approx(0.7, abs=0.1)
-    # the two declared after those: the VAE bound by the device (its source at its pace in
-    # every round), the Llama's bf16 step by the host (in 1 round of 10)
+    # the two declared after those, each bound by the device (its source at its pace in every
+    # round): the VAE's first recording, the Llama's second (its first, the 13th, bound by
+    # a host whose pace its bf16 step kept in 1 round of 10)
     later = {(r["family"].split()[0], r["case"]): r for r in held_rows
-             if r["recording"] in ("thirteenth", "fourteenth")}
-    assert len(later) == 14
-    assert sum(abs(r["error_pct"]) <= 10 for r in later.values()) == 11
+             if r["recording"] in ("fourteenth", "sixteenth")}
+    assert len(later) == 14 and all(r["rounds_at_pace"] == r["rounds"] for r in later.values())
+    assert sum(abs(r["error_pct"]) <= 10 for r in later.values()) == 13
     # the VAE's size step, -17.7 % out of band with its convolutions' fitted terms alone, now
     # between those and the matmul rate (tests/predict/test_predict_convfit.py)
     vae = later[("convolutional", "size")]
     assert vae["error_pct"] == pytest.approx(-11.8, abs=0.1) and vae["in_band"]
-    assert later[("Llama-style", "size")]["rounds_at_pace"] == 1
+    cast = later[("Llama-style", "fp32 → bf16")]
+    assert cast["error_pct"] == pytest.approx(7.5, abs=0.1) and not cast["in_band"]
 
 
 def test_a_set_with_no_family_recorded_gets_no_table():

@@ -159,7 +159,8 @@ def _refresh(g: Grouped, state: StepState, why: str) -> None:
 def precision(g: Grouped, state: StepState, target: str) -> None:
     src = state.precision
     rates = (state.roofs.matmul(src) or 1.0, state.roofs.matmul(target) or 1.0)
-    grp.precision_change(g.record, g.changes, src, target, rates, state.roofs.memory_gbps)
+    only = grp.precision_change(g.record, g.changes, src, target, rates,
+                                state.roofs.memory_gbps)
     state.notes.extend(n for n in g.notes if n not in state.notes)
     held = held_ratio(g.record, src, target)
     if held is not None:
@@ -180,6 +181,13 @@ def precision(g: Grouped, state: StepState, target: str) -> None:
         state.basis.append(f"the host's work per step × {ratio:.2f} ±{100 * unc:.0f} %: "
                            f"autocast switched {'off' if _autocast(src) else 'on'} ({how})")
     _refresh(g, state, f"{src} → {target}")
+    for cls, added in only.items():
+        if cls in state.classes:
+            state.classes[cls].basis.append(
+                f"{src} → {target}: +{added.ms:.3g} ms a step for {added.bytes / 1e9:.3g} GB "
+                f"moved under {target} past what a width change explains (casts, no kernel "
+                f"under {src}), at {grp.CAST_OF_COPY:.2f} × the memory copy rate "
+                f"±{100 * grp.U_CAST:.0f} %")
     _fallback_note(g, state, f"precision {src} → {target} change")
     width = ELEMENT_BYTES[target] / ELEMENT_BYTES[src]
     for cls, c in state.classes.items():

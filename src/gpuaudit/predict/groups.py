@@ -19,6 +19,9 @@ that group, and the timeline is replayed with them (`predict.timeline`).
   precision family; at another batch size, the line through the two batch sizes counted),
   applied to each kernel past a fixed latency (`FLOOR_US`: a kernel of a few µs is its launch
   and its first wave, whatever it moves).
+- Traffic the other precision family moves past what a width change explains (its casts to
+  fp32 of what is fp32 here, no kernel here) at a cast's rate (`CAST_OF_COPY`), spread over
+  the class's groups.
 - Time no operator or an unknown operator took is carried unchanged, ±50 %.
 """
 
@@ -60,6 +63,17 @@ U_EFFICIENCY = {True: 0.35, False: 0.15}  # (to a higher rate?)
 U_BYTES = 0.05  # traffic counted under the target
 U_BYTES_BATCH = 0.08  # traffic from the line through two batch sizes
 U_OPAQUE = 0.5
+# Traffic the other precision family's step moves past what a width change explains: casts.
+# A cast to fp32 of what is fp32 already (`x.float()`, `.to(torch.float32)`, `type_as`) is no
+# kernel, or no operator, in an fp32 step and a kernel under autocast, and a cast of what
+# needs a gradient has that gradient cast back, as many bytes the other way. Timed alone on an
+# H100 at 1 GiB: fp32 → bf16 at 1.00 × the memory copy rate, bf16 → fp32 at 0.65 (either way
+# 6 bytes an element); half the traffic each way runs at 0.79 ×, the band reaching one way
+# only. The 16-bit steps' cast groups of the zoo ran at 0.75–0.79 × on the same GPU.
+CAST_DOWN_OF_COPY, CAST_UP_OF_COPY = 1.0, 0.65
+CAST_OF_COPY = 2 / (1 / CAST_DOWN_OF_COPY + 1 / CAST_UP_OF_COPY)
+U_CAST = 0.25
+WIDEST = 2.0  # the largest ratio of two precision families' element widths (fp32 : 16-bit)
 U_EXTRAPOLATED = 0.05  # per doubling of the batch past the sizes timed
 # A normalization without a timing alone, across the fp32 ↔ 16-bit families: its kernels
 # compute in fp32 whatever they read and are bound by their rows' or channels' latency more
@@ -96,6 +110,17 @@ class GroupChange:
         self.ratio *= ratio
         self.unc = math.sqrt(self.unc**2 + unc**2)
         self.basis.append(why)
+
+    def moved_us(self) -> float:
+        """Its time per step past its kernels' fixed latency, after the change."""
+        g = self.group
+        return max(0.0, g.kernel_us - g.kernels * self.floor_us) * self.ratio
+
+    def carry(self, share: float, unc: float) -> None:
+        """Take on work that ran beside it only in the other step: its moved time × (1 +
+        `share`), the added part ±`unc`. Said in its class's basis, not its own."""
+        self.ratio *= 1 + share
+        self.unc = math.hypot(self.unc, unc * share / (1 + share))
 
 
 def union_ms(p: OpProfile, index: int) -> float | None:
@@ -263,9 +288,10 @@ def efficiency_ratio(g: UnitGroup, rates: tuple[float, float], memory_gbps: floa
 
 
 def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, target: str,
-                     rates: tuple[float, float], memory_gbps: float) -> None:
+                     rates: tuple[float, float], memory_gbps: float) -> dict[str, Casts]:
     """Every group moved from `src` to `target` (module docstring); `rates`: the measured
-    matmul rates here and there (the untimed matmul-bound groups' roofline)."""
+    matmul rates here and there (the untimed matmul-bound groups' roofline). Returns, per
+    class, the casts it does only there, carried by its groups."""
     by_class: dict[str, list[TimedUnit]] = {}
     for u in p.timed:
         by_class.setdefault(u.op_class, []).append(u)
@@ -274,6 +300,10 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
     class_us: dict[str, float] = {}
     for g in p.groups:
         class_us[g.op_class] = class_us.get(g.op_class, 0.0) + g.kernel_us
+    # Casts to fp32 of what is fp32 already appear only in a 16-bit target: its traffic there
+    # that no width change explains, per class
+    to_16 = alt_matches and _width(target) != "float32"
+    casts: dict[str, float] = {}
     for i, g in enumerate(p.groups):
         c = changes[i]
         own = timed_ratio(_units(p, g), src, target, g.kernel_us)
@@ -313,6 +343,11 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
             c.then(ratio, 0.0, U_NORM, f"{src} → {target}: not timed; a normalization's "
                    f"time follows its elements, not its bytes: ×{ratio:.3g} (the development "
                    "families' norms)")
+        elif to_16 and g.alt_bytes is not None and g.alt_bytes > WIDEST * g.bytes:
+            casts[g.op_class] = casts.get(g.op_class, 0.0) + g.alt_bytes - g.bytes
+            c.then(1.0, 0.0, 0.02, f"{src} → {target}: {g.alt_bytes / 1e9:.3g} GB there "
+                   f"against {g.bytes / 1e9:.3g} here, more than a width change moves: kept, "
+                   "the rest carried as casts")
         elif alt_matches and g.alt_bytes is not None and g.bytes > 0:
             ratio = g.alt_bytes / g.bytes
             c.then(ratio, FLOOR_US, U_BYTES, f"{src} → {target}: traffic counted under "
@@ -323,6 +358,39 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
                    f"×{ratio:g} assumed")
         else:
             c.then(1.0, 0.0, 0.05, f"{src} → {target}: moves nothing counted: kept")
+    if not to_16:
+        return {}
+    for rec in p.classes:  # units called only there: no group here holds their traffic
+        if rec.op_class in MEMORY_CLASSES and rec.alt_bytes is not None:
+            held = sum(g.alt_bytes or 0.0 for g in p.groups if g.op_class == rec.op_class)
+            if rec.alt_bytes > held:
+                casts[rec.op_class] = casts.get(rec.op_class, 0.0) + rec.alt_bytes - held
+    return {cls: _carry_casts(changes, cls, b, memory_gbps) for cls, b in casts.items()
+            if b > 0}
+
+
+@dataclass(frozen=True)
+class Casts:
+    """Traffic a class moves in the other precision family's step past what a width change
+    explains (`CAST_OF_COPY`), and its time there."""
+
+    bytes: float
+    ms: float
+
+
+def _carry_casts(changes: dict[int, GroupChange], cls: str, moved_bytes: float,
+                 memory_gbps: float) -> Casts:
+    """The class's casts at a cast's rate, spread over its groups' moved time: their kernels
+    run in the same stream, so a device-bound step takes them whole and a host-bound one
+    hides them where its kernels wait on the host (a class with no kernel here: the step's
+    groups)."""
+    ms = moved_bytes / (memory_gbps * 1e9 * CAST_OF_COPY) * 1e3
+    mine = [c for c in changes.values() if c.group.op_class == cls and c.moved_us() > 0] or \
+        [c for c in changes.values() if c.moved_us() > 0]
+    total = sum(c.moved_us() for c in mine)
+    for c in mine:
+        c.carry(ms * 1e3 / total, U_CAST)
+    return Casts(moved_bytes, ms)
 
 
 def _line(here: float, there: float | None, batch: int, alt_batch: int, target: int
