@@ -167,6 +167,9 @@ class UnitGroup(Amounts):
     alt_bytes: float | None = None
     alt_batch_flops: float | None = None
     alt_batch_bytes: float | None = None
+    # of `bytes`, what operators moved with an operand out of one dense layout (a slice, a
+    # broadcast, a transpose made contiguous: `workloads.tally.strided`); None: not counted
+    strided_bytes: float | None = None
 
 
 class UnitTime(Amounts):

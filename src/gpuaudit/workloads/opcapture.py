@@ -177,7 +177,8 @@ def op_profile(c: Captured, *, workload: str, model: str, mode: Any, batch: int,
         bytes=float(t.group_bytes.get((cls, unit), 0)),
         alt_bytes=float(alt.group_bytes.get((cls, unit), 0)) if alt is not None else None,
         alt_batch_flops=float(half.group_flops.get((cls, unit), 0)) if half else None,
-        alt_batch_bytes=float(half.group_bytes.get((cls, unit), 0)) if half else None)
+        alt_batch_bytes=float(half.group_bytes.get((cls, unit), 0)) if half else None,
+        strided_bytes=float(t.group_strided.get((cls, unit), 0)))
         for cls, unit in keys)
     index = {key: i for i, key in enumerate(keys)}
     timeline = None

@@ -54,6 +54,7 @@ class OpTally:
     group_flops: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
     group_bytes: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
     group_calls: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
+    group_strided: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
     # bytes per class as each operator's own name classes it (not its unit's; forced regions
     # left out): how recordings made before the unit classes split the step
     by_name_bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -207,6 +208,43 @@ class _Op:
     attention: tuple[int, int, int, int, int, bool] | None
     forced: str | None
     conv_unit: str | None = None  # a convolution's backward: the forward unit it belongs to
+    strided: bool = False  # its kernels index element by element (`strided`)
+
+
+def strided(args: tuple[Any, ...], out: Any, torch: Any) -> bool:
+    """Whether an operator without FLOPs reads or writes its elements out of one dense
+    layout: an input that is a slice, an expansion or a gap-strided view, one broadcast
+    against its output, or inputs and output laid out differently (a transpose made
+    contiguous). PyTorch loads such operands element by element, not vectorized, and their
+    time does not follow their bytes across precisions: timed alone on an H100 at a
+    decoder's shapes (validation/predict/strided_kernels.py), they took 0.61–1.05 of their
+    fp32 time in bf16, where operands sharing one dense layout took 0.43–0.57. A reduction
+    of dense inputs (an output smaller than them) is not marked: it accumulates in fp32
+    whatever it reads."""
+    ins = [t for t in tensors(args, torch) if t.numel() > 1]
+    outs = [t for t in tensors(out, torch) if t.numel() > 1]
+    if not ins or not outs:
+        return False
+    if not all(_dense(t) for t in ins):
+        return True
+    size = max(t.numel() for t in outs)
+    if any(t.numel() < size for t in ins):
+        return True  # broadcast into the output (a reduction's output is the smaller)
+    layout = outs[0].stride()
+    return any(t.stride() != layout for t in ins + outs if t.shape == outs[0].shape)
+
+
+def _dense(t: Any) -> bool:
+    """Whether a tensor's elements fill its storage span without gaps or repeats, in some
+    order of its dimensions (contiguous, channels-last, a whole transpose): its strides,
+    sorted, each the product of the sizes inside it."""
+    step = 1
+    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape, strict=True)
+                               if sz > 1):
+        if stride != step:
+            return False
+        step *= size
+    return True
 
 
 def _conv_unit(name: str, args: tuple[Any, ...], torch: Any) -> str | None:
@@ -261,7 +299,8 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
             seen.append(_Op(name, flops, moved, gemm_shape(name, args, out, torch),
                             first.element_size() if first is not None else 4,
                             str(first.dtype).removeprefix("torch.") if first is not None
-                            else None, att, forced, _conv_unit(name, args, torch)))
+                            else None, att, forced, _conv_unit(name, args, torch),
+                            flops == 0 and strided(args, out, torch)))
             return out
 
     calls: list[Call] = []
@@ -311,6 +350,8 @@ def _tally(tree: optrace.OpTree, seen: list[_Op], calls: list[Call] | None) -> O
         tally.ops[cls] += 1
         tally.group_flops[key] += op.flops
         tally.group_bytes[key] += op.moved
+        if op.strided:
+            tally.group_strided[key] += op.moved
         tally.op_bytes[op.name] += op.moved
         tally.op_count[op.name] += 1
         tally.op_class.setdefault(op.name, cls)
