@@ -19,8 +19,9 @@ H100 = FIXTURES / "zoo-results-h100.json"
 
 
 def test_the_h100_recordings_are_held_out_families_each_with_every_case():
-    """docs/predict.md: the fourteen held-out families, 89 of 98 cases within 10 %, 97 inside
-    their band; the two development families apart, 12 of 14 within 10 %, all in band."""
+    """docs/predict.md: the fourteen held-out families, 89 of 98 cases within 10 %, all 98
+    inside their band; the three development families apart, 19 of 21 within 10 %, 20 in
+    band."""
     rows = json.loads(H100.read_text())["rows"]
     manifest = json.loads((ROOT / "examples" / "predict" / "zoo" / "manifest.json")
                           .read_text())
@@ -29,21 +30,21 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
     # families declared since the last recording wait for theirs
     assert held <= {f["family"] for f in manifest["held_out"]} and len(held) == 14
     assert {fam for w, fam in now if w == "development"} == {
-        "ResNet-18 at 64 px (batch norm)", "deep MLP (tabular)"}
+        "ResNet-18 at 64 px (batch norm)", "deep MLP (tabular)",
+        "GPT with hand-written attention"}
 
     def scored(which: str) -> list[dict]:
         return [r for (w, fam), rec in now.items() if w == which for r in rows
                 if r["family"] == fam and r.get("recording") == rec and "error_pct" in r]
 
     held_rows, dev_rows = scored("held_out"), scored("development")
-    assert len(held_rows) == 98 and len(dev_rows) == 14
+    assert len(held_rows) == 98 and len(dev_rows) == 21
     assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 89
-    assert all(r["in_band"] for r in dev_rows)
-    # out of band: the Llama's fp32 → bf16, its 16-bit elementwise kernels slower than their
-    # traffic says (its casts carried since: +15.6 % without them)
-    assert [(r["family"].split()[0], r["case"]) for r in held_rows
-            if not r["in_band"]] == [("Llama-style", "fp32 → bf16")]
-    assert sum(abs(r["error_pct"]) <= 10 for r in dev_rows) == 12
+    assert all(r["in_band"] for r in held_rows)
+    # out of band: the hand-written GPT's size step (-7.8 %), first recorded here
+    assert [(r["family"].split()[0], r["case"]) for r in dev_rows
+            if not r["in_band"]] == [("GPT", "size")]
+    assert sum(abs(r["error_pct"]) <= 10 for r in dev_rows) == 19
     # ResNet-18's size step, its batch norm marked by bytes per SM cycle (+51 % at 10 % of
     # the H100's bandwidth)
     size = next(r for r in dev_rows if r["family"].startswith("ResNet") and r["case"] == "size")
@@ -57,18 +58,20 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
     wavenet = next(r for r in new if r["family"].startswith("WaveNet") and r["case"] == "size")
     assert wavenet["error_pct"] == pytest.approx(0.7, abs=0.1)
     # the two declared after those, each bound by the device (its source at its pace in every
-    # round): the VAE's first recording, the Llama's second (its first, the 13th, bound by
+    # round): the VAE's first recording, the Llama's third (its first, the 13th, bound by
     # a host whose pace its bf16 step kept in 1 round of 10)
     later = {(r["family"].split()[0], r["case"]): r for r in held_rows
-             if r["recording"] in ("fourteenth", "sixteenth")}
+             if r["recording"] in ("fourteenth", "seventeenth")}
     assert len(later) == 14 and all(r["rounds_at_pace"] == r["rounds"] for r in later.values())
     assert sum(abs(r["error_pct"]) <= 10 for r in later.values()) == 13
     # the VAE's size step, -17.7 % out of band with its convolutions' fitted terms alone, now
     # between those and the matmul rate (tests/predict/test_predict_convfit.py)
     vae = later[("convolutional", "size")]
     assert vae["error_pct"] == pytest.approx(-11.8, abs=0.1) and vae["in_band"]
+    # the Llama's fp32 → bf16, its casts carried (+15.6 % without them on the 16th) and its
+    # strided traffic at its own ratio (+8.1 % without it)
     cast = later[("Llama-style", "fp32 → bf16")]
-    assert cast["error_pct"] == pytest.approx(7.5, abs=0.1) and not cast["in_band"]
+    assert cast["error_pct"] == pytest.approx(7.1, abs=0.1) and cast["in_band"]
 
 
 def test_a_set_with_no_family_recorded_gets_no_table():

@@ -51,3 +51,21 @@ def test_the_marked_cases_are_those_whose_bf16_time_did_not_halve():
               if case not in CONTIGUOUS and case not in REDUCTIONS]
     assert max(contiguous) < 0.58 < 0.60 < min(marked)
     assert [round(f(marked), 2) for f in (min, max)] == [0.61, 1.05]
+
+
+def test_the_precision_rule_takes_the_median_of_the_marked_cases():
+    """Strided traffic's ratio across precisions is taken to the power that carries the
+    marked cases' median (0.78 of their fp32 time in bf16) from their traffic's 0.5; its
+    band (±30 % of the strided part) holds 17 of the 18 (all but 1.05)."""
+    import math
+    import statistics
+
+    from gpuaudit.predict import groups as grp
+
+    marked = [r for (case, _), r in bf16_over_fp32(TIMED).items()
+              if case not in CONTIGUOUS and case not in REDUCTIONS]
+    mid = statistics.median(marked)
+    assert mid == pytest.approx(0.78, abs=0.01)
+    assert abs(grp.STRIDED_POWER - math.log(mid) / math.log(0.5)) < 0.002
+    inside = [r for r in marked if abs(r / 0.5 ** grp.STRIDED_POWER - 1) <= grp.U_STRIDED]
+    assert len(marked) == 18 and len(inside) == 17

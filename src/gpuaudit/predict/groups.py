@@ -19,6 +19,8 @@ that group, and the timeline is replayed with them (`predict.timeline`).
   precision family; at another batch size, the line through the two batch sizes counted),
   applied to each kernel past a fixed latency (`FLOOR_US`: a kernel of a few µs is its launch
   and its first wave, whatever it moves).
+  Across precisions, the part of it strided operators moved follows that ratio to a power
+  (`STRIDED_POWER`).
 - Traffic the other precision family moves past what a width change explains (its casts to
   fp32 of what is fp32 here, no kernel here) at a cast's rate (`CAST_OF_COPY`), spread over
   the class's groups.
@@ -73,6 +75,14 @@ U_OPAQUE = 0.5
 CAST_DOWN_OF_COPY, CAST_UP_OF_COPY = 1.0, 0.65
 CAST_OF_COPY = 2 / (1 / CAST_DOWN_OF_COPY + 1 / CAST_UP_OF_COPY)
 U_CAST = 0.25
+# Traffic moved by operators with an operand out of one dense layout (`UnitGroup.
+# strided_bytes`: a slice, a broadcast, a repeat, a transpose made contiguous) is loaded
+# element by element, and its time follows its bytes only in part: timed alone on an H100
+# (validation/predict/strided_kernels.py), such operators took 0.61–1.05 of their fp32 time
+# in bf16, median 0.78, where dense ones took 0.43–0.57. Their traffic's ratio is taken to
+# the power ln 0.78 ÷ ln 0.5, ±30 % (17 of the 18 timings).
+STRIDED_POWER = 0.354
+U_STRIDED = 0.3
 WIDEST = 2.0  # the largest ratio of two precision families' element widths (fp32 : 16-bit)
 U_EXTRAPOLATED = 0.05  # per doubling of the batch past the sizes timed
 # A normalization without a timing alone, across the fp32 ↔ 16-bit families: its kernels
@@ -349,9 +359,9 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
                    f"against {g.bytes / 1e9:.3g} here, more than a width change moves: kept, "
                    "the rest carried as casts")
         elif alt_matches and g.alt_bytes is not None and g.bytes > 0:
-            ratio = g.alt_bytes / g.bytes
-            c.then(ratio, FLOOR_US, U_BYTES, f"{src} → {target}: traffic counted under "
-                   f"{p.alt_precision} ×{ratio:.3g} past {FLOOR_US:g} µs a kernel")
+            ratio, unc, why = _traffic_ratio(g)
+            c.then(ratio, FLOOR_US, unc, f"{src} → {target}: traffic counted under "
+                   f"{p.alt_precision} ×{ratio:.3g}{why} past {FLOOR_US:g} µs a kernel")
         elif g.bytes > 0 and g.op_class in MEMORY_CLASSES:
             ratio = 0.6 if _width(target) != "float32" else 1.6
             c.then(ratio, FLOOR_US, 0.25, f"{src} → {target}: traffic not counted there: "
@@ -367,6 +377,20 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
                 casts[rec.op_class] = casts.get(rec.op_class, 0.0) + rec.alt_bytes - held
     return {cls: _carry_casts(changes, cls, b, memory_gbps) for cls, b in casts.items()
             if b > 0}
+
+
+def _traffic_ratio(g: UnitGroup) -> tuple[float, float, str]:
+    """A memory-bound group's time there ÷ here from its traffic counted in both: the share
+    of its traffic its strided operators moved (`UnitGroup.strided_bytes`) follows that
+    ratio to the power `STRIDED_POWER`, the rest the ratio itself. Its uncertainty, and
+    what it says."""
+    ratio = (g.alt_bytes or 0.0) / g.bytes
+    if not g.strided_bytes:
+        return ratio, U_BYTES, ""
+    share = min(1.0, g.strided_bytes / g.bytes)
+    own = ratio ** STRIDED_POWER
+    return ((1 - share) * ratio + share * own, math.hypot(U_BYTES, share * U_STRIDED),
+            f" ({share:.0%} of it strided: ×{own:.3g})")
 
 
 @dataclass(frozen=True)
