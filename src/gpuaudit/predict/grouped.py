@@ -185,8 +185,8 @@ def precision(g: Grouped, state: StepState, target: str) -> None:
         if cls in state.classes:
             state.classes[cls].basis.append(
                 f"{src} → {target}: +{added.ms:.3g} ms a step for {added.bytes / 1e9:.3g} GB "
-                f"moved under {target} past what a width change explains (casts, no kernel "
-                f"under {src}), at {grp.CAST_OF_COPY:.2f} × the memory copy rate "
+                f"moved under {target} past what a width change explains (casts {src} does "
+                f"not run), at {grp.CAST_OF_COPY:.2f} × the memory copy rate "
                 f"±{100 * grp.U_CAST:.0f} %")
     _fallback_note(g, state, f"precision {src} → {target} change")
     width = ELEMENT_BYTES[target] / ELEMENT_BYTES[src]

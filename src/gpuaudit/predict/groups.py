@@ -414,7 +414,7 @@ def _carry_casts(changes: dict[int, GroupChange], cls: str, moved_bytes: float,
     total = sum(c.moved_us() for c in mine)
     for c in mine:
         c.carry(ms * 1e3 / total, U_CAST)
-    return Casts(moved_bytes, ms)
+    return Casts(moved_bytes, ms if mine else 0.0)
 
 
 def _line(here: float, there: float | None, batch: int, alt_batch: int, target: int
