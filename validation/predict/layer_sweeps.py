@@ -20,20 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script
+from validation.predict.cuda_events import mean_ms
+
 CHANNELS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-
-
-def _ms(torch: Any, fn: Callable[[], None], n: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(n):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / n
 
 
 def norm(torch: Any) -> list[dict[str, Any]]:
@@ -56,7 +46,7 @@ def norm(torch: Any) -> list[dict[str, Any]]:
                             y = m(x)
                         y.backward(g)
                     rows.append({"kind": kind, "n": n, "c": c, "hw": h * h, "dtype": str(dt),
-                                 "ms": round(_ms(torch, step, 20), 5),
+                                 "ms": round(mean_ms(step, 20), 5),
                                  "elems": n * c * h * h})
     return rows
 
@@ -87,7 +77,7 @@ def conv(torch: Any, seconds: float) -> list[dict[str, Any]]:
                 g = torch.randn(n, c, hw, hw, device=dev, dtype=torch.bfloat16)
                 step = _bf16_forward_backward(torch, layer, x, g)
                 rows.append({"n": n, "hw": hw, "k": k, "c": c, "dw": depthwise,
-                             "ms": round(_ms(torch, step, 10), 5),
+                             "ms": round(mean_ms(step, 10), 5),
                              "flops": 3 * 2 * n * hw * hw * c * (1 if depthwise else c) * k * k})
     return rows
 
@@ -109,7 +99,7 @@ def conv1d(torch: Any, seconds: float) -> list[dict[str, Any]]:
                 g = torch.randn(n, mult * c, length, device=dev, dtype=torch.bfloat16)
                 step = _bf16_forward_backward(torch, layer, x, g)
                 rows.append({"n": n, "l": length, "k": k, "c": c, "c_out": mult * c,
-                             "dilation": dilation, "ms": round(_ms(torch, step, 10), 5),
+                             "dilation": dilation, "ms": round(mean_ms(step, 10), 5),
                              "flops": 3 * 2 * n * length * c * mult * c * k})
     return rows
 
@@ -118,6 +108,10 @@ SWEEPS = {"norm": lambda torch, s: norm(torch), "conv": conv, "conv1d": conv1d}
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3) or argv[0] not in SWEEPS:
+        print(f"usage: layer_sweeps.py {{{'|'.join(SWEEPS)}}} OUT.json [SECONDS]",
+              file=sys.stderr)
+        return 2
     import torch
 
     what, out = argv[0], Path(argv[1])

@@ -18,25 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script
+from validation.predict.cuda_events import mean_ms
+
 SHAPES = ((8, 14, 2, 1024, 64), (8, 12, 4, 1024, 64), (16, 16, 4, 2048, 128))
 WARM_UP, TIMED = 5, 50
 # the cases whose operands share one dense layout; every other one has a strided operand
 CONTIGUOUS = ("mul contiguous", "add contiguous", "mul on transposed")
-
-
-def _ms(fn: Callable[[], Any]) -> float:
-    import torch
-
-    for _ in range(WARM_UP):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(TIMED):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / TIMED
 
 
 def cases(shape: tuple[int, ...], dtype: Any, device: str = "cuda"
@@ -76,7 +64,7 @@ def measure() -> dict[str, Any]:
         for dtype in (torch.float32, torch.bfloat16):
             for name, fn in cases(shape, dtype).items():
                 rows.append({"shape": list(shape), "dtype": str(dtype), "case": name,
-                             "ms": round(_ms(fn), 5)})
+                             "ms": round(mean_ms(fn, TIMED, WARM_UP), 5)})
                 print(rows[-1], file=sys.stderr, flush=True)
             torch.cuda.empty_cache()
     return {"gpu": torch.cuda.get_device_name(), "rows": rows}

@@ -1,0 +1,22 @@
+"""Timing a call on the GPU with CUDA events, for the sweeps and probes here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def mean_ms(fn: Callable[[], Any], calls: int, warm_up: int = 3) -> float:
+    """`fn`'s mean time over `calls` calls queued back to back, after `warm_up` untimed."""
+    import torch
+
+    for _ in range(warm_up):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / calls
