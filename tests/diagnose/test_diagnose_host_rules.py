@@ -117,6 +117,21 @@ def test_py_spy_raw_lines_with_command_lines_that_hold_newlines():
     assert frames[stacks[0].frames[1]].line == 9
 
 
+def test_a_frame_whose_file_name_came_back_with_a_nul_byte_is_read_as_no_file():
+    """py-spy reads names from a running process; one read mid-change held a NUL byte and
+    `doctor` died reading its source line (linecache: "embedded null byte")."""
+    from gpuaudit.diagnose.stacks import source_lines
+    from gpuaudit.hw.pystacks import UNREADABLE, StackChunk
+
+    text = ('process 12:"python3 job.py";thread (12): MainThread;<module> (/job.py:3);'
+            'step (/jo\x00b.py:9) 40\n')
+    frames, stacks = parse_raw(text)
+    assert [f.file for f in frames] == ["/job.py", UNREADABLE]
+    chunk = StackChunk(start_s=0.0, end_s=1.0, rate_hz=100, target_pid=12, frames=frames,
+                       stacks=tuple(stacks))
+    assert source_lines([chunk]) == {}  # /job.py does not exist here; nothing raised
+
+
 @pytest.mark.parametrize("venv", ["/srv/torch/.venv", "/home/ana/torch/env", "/usr/local/venv"])
 def test_libraries_in_a_virtualenv_under_a_folder_named_torch_are_not_pytorch(venv):
     """Stacks are classified by the installed package, not by "/torch/" anywhere in the

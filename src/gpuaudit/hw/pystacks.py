@@ -38,6 +38,9 @@ _THREAD = re.compile(r"^thread \((?P<tid>\w+)\)(?::\s*(?P<name>.*))?$")
 _FINAL = ("Permission Denied", "Operation not permitted", "ptrace", "No such file")
 
 
+UNREADABLE = "<unreadable>"  # a frame's file name that came back damaged
+
+
 @dataclass(frozen=True)
 class Frame:
     function: str
@@ -93,7 +96,10 @@ def parse_raw(text: str) -> tuple[tuple[Frame, ...], list[Stack]]:
                 thread = m["name"]
                 continue
             if (f := _FRAME.match(part)) is not None:
-                frame = Frame(f["fn"], f["file"], int(f["line"]) if f["line"] else None)
+                # a file name read while the process rewrote it can hold a NUL byte, which
+                # no file has (and linecache raises on): kept as a frame of no file
+                file = f["file"] if "\x00" not in f["file"] else UNREADABLE
+                frame = Frame(f["fn"], file, int(f["line"]) if f["line"] else None)
                 frames.append(table.setdefault(frame, len(table)))
         out.append(Stack(pid=pid, tid=tid, thread=thread, frames=tuple(frames),
                          count=int(count)))
