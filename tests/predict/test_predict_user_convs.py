@@ -9,23 +9,14 @@ import json
 
 import pytest
 
-from gpuaudit.model.schema import read_run
 from gpuaudit.predict import Change, load_profile, machine_rates, predict
 from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
+from tests.support.predict import train_samples_per_s, user_run
 
 USER = FIXTURES / "predict" / "user"
 EXAMPLES = FIXTURES.parents[1] / "examples" / "predict"
 SPECS = load_catalog()
-
-
-def _run(name):
-    return read_run(USER / f"{name}-h100.json.gz")
-
-
-def _samples_per_s(run):
-    return next(m.value for m in run.measurements if m.suite == "train"
-                and m.name.endswith("/throughput"))
 
 
 # (model, its step's bf16 throughput predicted at the wider width, the conv class's ratio)
@@ -43,13 +34,13 @@ def test_a_users_wider_convolutional_model_is_predicted_within_its_band(
     was above the matmul rate and C3D's fit found no FLOP term, so neither took the middle."""
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    rates = machine_rates(_run("rates"), SPECS)
-    run = _run(f"{name}-run")
+    rates = machine_rates(user_run("rates"), SPECS)
+    run = user_run(f"{name}-run")
     target = f"user.{name}:build_wide"
     p = predict(load_profile(run, run.op_profiles[0].workload), rates, Change(model=target),
                 SPECS)
     assert p.samples_per_s == pytest.approx(predicted, rel=1e-3)
-    measured = _samples_per_s(_run(f"{name}-wide"))
+    measured = train_samples_per_s(user_run(f"{name}-wide"))
     assert p.samples_per_s_low <= measured <= p.samples_per_s_high
     assert abs(p.samples_per_s / measured - 1) < 0.10
     conv = {c.op_class: c for c in p.classes}["conv"]
@@ -60,5 +51,5 @@ def test_a_users_wider_convolutional_model_is_predicted_within_its_band(
     want = (times[target]["class_ms"]["conv"] / times[f"user.{name}:build"]["class_ms"]["conv"])
     assert abs(got / want - 1) < conv.uncertainty_pct / 100
     # the source's pace held: the same model timed again in a fresh process
-    again, profiled = _samples_per_s(_run(f"{name}-again")), _samples_per_s(run)
+    again, profiled = train_samples_per_s(user_run(f"{name}-again")), train_samples_per_s(run)
     assert again == pytest.approx(profiled, rel=0.02)

@@ -9,27 +9,16 @@ rules: this is its second."""
 
 import pytest
 
-from gpuaudit.model.schema import read_run
 from gpuaudit.predict import Change, load_profile, machine_rates, predict
 from gpuaudit.specs.catalog import load_catalog
-from tests.conftest import FIXTURES
+from tests.support.predict import train_samples_per_s, user_run
 
-USER = FIXTURES / "predict" / "user"
 SPECS = load_catalog()
-
-
-def _run(name):
-    return read_run(USER / f"{name}-h100.json.gz")
-
-
-def _samples_per_s(run):
-    return next(m.value for m in run.measurements if m.suite == "train"
-                and m.name.endswith("/throughput"))
 
 
 def _predict(run, change):
     return predict(load_profile(run, run.op_profiles[0].workload),
-                   machine_rates(_run("users-rates"), SPECS), change, SPECS)
+                   machine_rates(user_run("users-rates"), SPECS), change, SPECS)
 
 
 CHANGES = [  # (recorded, change, measured by)
@@ -51,8 +40,8 @@ def test_a_users_decoder_is_predicted_inside_its_band(model, case):
     """Every case of both within 5 % and inside its band: the GPT-NeoX −0.5 to +3.8 %, the
     Qwen2 −1.8 to +4.6 %."""
     recorded, change, measured_by = CHANGES[case]
-    p = _predict(_run(f"{model}-{recorded}"), change)
-    measured = _samples_per_s(_run(f"{model}-{measured_by}"))
+    p = _predict(user_run(f"{model}-{recorded}"), change)
+    measured = train_samples_per_s(user_run(f"{model}-{measured_by}"))
     assert p.samples_per_s == pytest.approx(PREDICTED[model][case], rel=1e-3)
     assert abs(p.samples_per_s / measured - 1) < 0.05
     assert p.samples_per_s_low <= measured <= p.samples_per_s_high
@@ -62,13 +51,13 @@ def test_without_its_strided_traffic_the_neox_misses_its_band():
     """The same fp32 recording with its strided traffic unmarked (as a recording made before
     the op profile marked it): fp32 → bf16 comes out +6.9 %, outside its band, against +3.8 %
     inside it."""
-    run = _run("neox-fp32-run")
+    run = user_run("neox-fp32-run")
     prof = run.op_profiles[0]
     assert sum(g.strided_bytes or 0.0 for g in prof.groups) > 0
     unmarked = prof.model_copy(update={"groups": tuple(
         g.model_copy(update={"strided_bytes": None}) for g in prof.groups)})
     old = run.model_copy(update={"op_profiles": (unmarked,)})
-    measured = _samples_per_s(_run("neox-bf16"))
+    measured = train_samples_per_s(user_run("neox-bf16"))
     p = _predict(old, Change(precision="bf16"))
     assert p.samples_per_s / measured - 1 == pytest.approx(0.069, abs=0.002)
     assert not p.samples_per_s_low <= measured <= p.samples_per_s_high
@@ -79,7 +68,7 @@ def test_the_qwens_fp32_step_carries_its_bf16_casts():
     3 µs kernel, a cast of the positions): the recording counts 3.15 GB for it under bf16,
     carried as casts (1.32 ms a step); the bf16 step ran them as its `to` group, 3.15 GB in
     1.32 ms."""
-    run, bf16 = _run("qwen-fp32-run"), _run("qwen-bf16-run")
+    run, bf16 = user_run("qwen-fp32-run"), user_run("qwen-bf16-run")
     p = _predict(run, Change(precision="bf16"))
     basis = next(c.basis for c in p.classes if c.op_class == "elementwise")
     to = next(g for g in bf16.op_profiles[0].groups if g.unit == "to")

@@ -59,3 +59,17 @@ def zoo_rows(recording: str) -> list[dict[str, Any]]:
 
     rows = json.loads((PREDICT / "zoo-results.json").read_text())["rows"]
     return [r for r in rows if r.get("recording") == recording]
+
+
+def user_run(name: str) -> Any:
+    """A model written as a user writes one, as recorded on an H100
+    (`tests/fixtures/predict/user/NAME-h100.json.gz`)."""
+    from gpuaudit.model.schema import read_run
+
+    return read_run(PREDICT / "user" / f"{name}-h100.json.gz")
+
+
+def train_samples_per_s(run: Any) -> float:
+    """A `bench train` run's measured throughput."""
+    return float(next(m.value for m in run.measurements if m.suite == "train"
+                      and m.name.endswith("/throughput")))

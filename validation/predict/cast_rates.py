@@ -18,25 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script
+from validation.predict.cuda_events import median_ms
+
 SIZES_MIB = (16, 64, 256, 1024)
 WARM_UP, TIMED = 3, 30
-
-
-def _median_ms(fn: Callable[[], Any]) -> float:
-    import torch
-
-    for _ in range(WARM_UP):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(TIMED):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def cases(n: int) -> dict[str, tuple[Callable[[], Any], int]]:
@@ -66,7 +52,7 @@ def measure() -> dict[str, Any]:
     rows = []
     for mib in SIZES_MIB:
         for name, (fn, moved) in cases(mib * 2**20 // 4).items():
-            ms = _median_ms(fn)
+            ms = median_ms(fn, TIMED, WARM_UP)
             rows.append({"case": name, "fp32_mb": mib, "ms": round(ms, 5), "bytes": moved,
                          "gbps": round(moved / ms / 1e6, 1)})
             print(f"{mib:5d} MiB {name:26s} {ms:8.4f} ms {moved / ms / 1e6:8.1f} GB/s",

@@ -20,3 +20,21 @@ def mean_ms(fn: Callable[[], Any], calls: int, warm_up: int = 3) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / calls
+
+
+def median_ms(fn: Callable[[], Any], calls: int, warm_up: int = 3) -> float:
+    """`fn`'s median time over `calls` calls, each timed alone (synchronized between)."""
+    import torch
+
+    for _ in range(warm_up):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(calls):
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
