@@ -19,7 +19,7 @@ H100 = FIXTURES / "zoo-results-h100.json"
 
 
 def test_the_h100_recordings_are_held_out_families_each_with_every_case():
-    """docs/predict.md: the fourteen held-out families, 89 of 98 cases within 10 %, all 98
+    """docs/predict.md: the fourteen held-out families, 88 of 98 cases within 10 %, 97
     inside their band; the four development families apart, 26 of 28 within 10 %, 27 in
     band."""
     rows = json.loads(H100.read_text())["rows"]
@@ -39,8 +39,11 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
 
     held_rows, dev_rows = scored("held_out"), scored("development")
     assert len(held_rows) == 98 and len(dev_rows) == 28
-    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 89
-    assert all(r["in_band"] for r in held_rows)
+    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 88
+    # out of band: the MoE's batch ×2 (20th, +29.7 %), its replay gaining nothing where its
+    # step in a plain loop gained more than its kernels
+    assert [(r["family"].split()[0], r["case"], r["recording"]) for r in held_rows
+            if not r["in_band"]] == [("mixture-of-experts", "batch ×2", "twentieth")]
     # out of band: the hand-written GPT's size step (-7.8 %), first recorded here
     assert [(r["family"].split()[0], r["case"]) for r in dev_rows
             if not r["in_band"]] == [("GPT", "size")]

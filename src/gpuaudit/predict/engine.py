@@ -63,6 +63,12 @@ HOST_MOVED_NOTE = 0.05
 # barely moves: said, beside the host it keeps (a DLRM's fp32 step, 51 %: H100 → H200 6.13 →
 # 6.14 ms predicted, where its H200 loan's faster host ran it at 4.69).
 HOST_BOUND_GPU_NOTE = 0.2
+# Past this, a note says the replay fills the timed step only with a host slower than its
+# measured pace, so part of the step is placed nowhere: a larger batch or model may add more
+# than the replay does (the MoE's bf16 step on H100s: its host replayed 28 % slower than its
+# step at batch 1 allows; from batch 16 to 32 its step gained 1.42 ms per ms its kernels
+# gained, where the replay gains about 0.1; tests/fixtures/predict/zoo/moe-batch-steps-h100.json).
+HOST_SHORT_NOTE = 0.10
 
 # Where no all-reduce was measured: a ring reaches this share of one direction of the GPU's
 # link at large sizes, and this share of that at 1 MiB (both measured on 2 × H200, NV18:
@@ -297,6 +303,15 @@ def spec_allreduce(gpu: GpuSpec) -> AllReduce:
 # --- the entry point -------------------------------------------------------------------------
 
 
+def _unplaced_note(replayed: grouped.Step) -> str:
+    syncs = (f" at its {replayed.syncs_per_step:.0f} synchronizations a step"
+             if replayed.syncs_per_step >= 1 else "")
+    return (f"the replay fills the timed step only with a host {replayed.host_short:.0%} slower "
+            "than its measured pace: part of the step is placed nowhere (a device exposed"
+            f"{syncs}, or host work that grows with the batch), so a larger batch or model may "
+            "add more time than predicted; time the step at the new size to know")
+
+
 def predict(profile: StepProfile, rates: MachineRates, change: Change,
             specs: SpecCatalog) -> Prediction:
     """`profile` with `change` applied (module docstring)."""
@@ -307,6 +322,7 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
     checks.refuse_or_note(profile, state)
     source = _scenario(state, profile, profile.mode)
     source_compute = state.compute_ms
+    source_batch = state.batch
     measured = {cls: c.measured_ms for cls, c in state.classes.items()}
     g = grouped.start(profile.record) if change.params is None else None
     if change.params is not None and change.model is not None:
@@ -366,6 +382,9 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
                 f"profiled (its step at batch {g.record.host_batch}, round by round): the band "
                 "carries it, and a host-bound figure holds only on a host at the profiled "
                 "pace; profile again on a quiet host for a narrower one")
+        grows = change.model is not None or (change.batch or 0) > source_batch
+        if grows and replayed.host_short > HOST_SHORT_NOTE:
+            state.notes.append(_unplaced_note(replayed))
     if "gpu" in state.changes:
         waits = replayed.host_bound_share if replayed is not None else 0.0
         state.notes.append(

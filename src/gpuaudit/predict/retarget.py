@@ -162,7 +162,17 @@ class _NeedsData(Exception):
 
 def _count_on(spec: str, batch: int, where: str, limit: float | None = None) -> Counted:
     """The count on `where`; `limit`: the most FLOPs (6 × parameters × samples or tokens) a
-    step may have, refused before it runs."""
+    step may have, refused before it runs. Under one seed, the caller's random state kept: a
+    model whose work follows its data (an MoE's routing of random tokens through random
+    weights) counts the same every time."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return _count_seeded(spec, batch, where, limit)
+
+
+def _count_seeded(spec: str, batch: int, where: str, limit: float | None) -> Counted:
     import torch
 
     from gpuaudit.workloads.buckets import ddp_buckets
