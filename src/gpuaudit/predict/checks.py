@@ -18,6 +18,8 @@ not understand is measured, and the prediction says so, widens its band, or refu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.opprofile import OPAQUE_CLASSES, TENSOR_CLASSES
 
@@ -67,15 +69,20 @@ def refuse_or_note(profile: StepProfile, state: StepState) -> None:
                            f"does not understand ({named}): carried as it is, ±50 %")
 
 
-def roofline(state: StepState, changes: tuple[str, ...]) -> None:
-    """Classes above their roofline: a note; a wider band where the change rests on it."""
+def roofline(state: StepState, changes: tuple[str, ...],
+             recorded: Mapping[str, float | None]) -> None:
+    """Classes that ran above their roofline in the recorded step (`recorded`: each class's
+    achieved share there; the state's is recalibrated by a size change against the work it
+    had before, which a smaller model's time would put above any roofline): a note; a wider
+    band where the change rests on it."""
     for cls, c in state.classes.items():
-        if c.achieved is None or c.achieved <= ROOF_LIMIT:
+        achieved = recorded.get(cls)
+        if achieved is None or achieved <= ROOF_LIMIT:
             continue
         rests = [ch for ch in changes if ch in ("gpu", "params", "model")]
         why = ("its work is undercounted or not all its own" if cls in TENSOR_CLASSES else
                "its traffic is served from cache, or its work is not all its own")
-        state.notes.append(f"{cls} ran at {100 * c.achieved:.0f} % of the time its counted work "
+        state.notes.append(f"{cls} ran at {100 * achieved:.0f} % of the time its counted work "
                            f"allows at the measured rates: {why}"
                            + (f"; ±{100 * U_ROOF:.0f} % more on it for the "
                               f"{'/'.join(rests)} change" if rests else ""))

@@ -324,6 +324,7 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
     source_compute = state.compute_ms
     source_batch = state.batch
     measured = {cls: c.measured_ms for cls, c in state.classes.items()}
+    achieved = {cls: c.achieved for cls, c in state.classes.items()}
     g = grouped.start(profile.record) if change.params is None else None
     if change.params is not None and change.model is not None:
         raise BadInputError("--params and --model are two ways to say another size: give one")
@@ -356,7 +357,7 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
         _gpu(state, _spec(specs, change.gpu))
         if g is not None:
             grouped.class_changed(g, state, before)
-    checks.roofline(state, tuple(state.changes))
+    checks.roofline(state, tuple(state.changes), achieved)
     gpus = change.gpus or 1
     if gpus < 1:
         raise BadInputError(f"--gpus {gpus}: must be at least 1")
@@ -424,7 +425,8 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
     classes = tuple(ClassTime(op_class=cls, measured_ms=round(measured.get(cls, 0.0), 6),
                               predicted_ms=round(c.ms, 6),
                               uncertainty_pct=round(100 * c.unc, 2),
-                              achieved_pct=round(100 * c.achieved, 2) if c.achieved else None,
+                              achieved_pct=(round(100 * achieved[cls], 2)
+                                            if achieved.get(cls) else None),
                               basis="; ".join(c.basis) or "unchanged")
                     for cls, c in state.classes.items())
     _memory_note(state, profile, change)
