@@ -32,12 +32,8 @@ def test_each_timed_case_is_marked_as_its_operands_are_laid_out(case):
     share = _strided_share(fn)
     if case in CONTIGUOUS or case in REDUCTIONS:
         assert share == 0.0
-    elif case.startswith("repeat_kv"):
-        # its copy of the expanded keys; the `_unsafe_view` after it is tallied as traffic
-        # (it has no alias in its schema) though it moves nothing
-        assert share == 0.5
-    else:
-        assert share == 1.0
+    else:  # repeat_kv's traffic is its copy of the expanded keys: the `_unsafe_view` after
+        assert share == 1.0  # it moves nothing, though its schema names no alias
 
 
 def test_the_marked_cases_are_those_whose_bf16_time_did_not_halve():
@@ -69,3 +65,16 @@ def test_the_precision_rule_takes_the_median_of_the_marked_cases():
     assert abs(grp.STRIDED_POWER - math.log(mid) / math.log(0.5)) < 0.002
     inside = [r for r in marked if abs(r / 0.5 ** grp.STRIDED_POWER - 1) <= grp.U_STRIDED]
     assert len(marked) == 18 and len(inside) == 17
+
+
+def test_an_unsafe_view_moves_nothing():
+    """`_unsafe_view` (matmul's reshape of its result) aliases its input, though its schema
+    does not say so: no traffic, where a reshape that copies moves its bytes twice."""
+    torch = pytest.importorskip("torch")
+    from gpuaudit.workloads.tally import traffic
+
+    x = torch.ones(4, 8)
+    op = torch.ops.aten._unsafe_view.default
+    assert traffic(op, (x, [32]), {}, op(x, [32]), torch) == 0
+    copy = torch.ops.aten.clone.default
+    assert traffic(copy, (x,), {}, copy(x), torch) == 2 * x.numel() * 4

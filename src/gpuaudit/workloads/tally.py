@@ -26,9 +26,10 @@ from gpuaudit.workloads import optrace
 from gpuaudit.workloads.calls import Call, match, recording
 from gpuaudit.workloads.opclass import canonical, op_class
 
-# Ops that allocate without writing: no memory traffic.
+# Ops that allocate without writing, and `_unsafe_view` (a view whose schema does not say so:
+# matmul's and einsum's reshapes of their results): no memory traffic.
 _NO_TRAFFIC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-               "lift_fresh", "resize_", "set_", "record_stream"}
+               "lift_fresh", "resize_", "set_", "record_stream", "_unsafe_view"}
 MARK = "ga#"
 GroupKey = tuple[str, str]  # (class, unit name)
 
