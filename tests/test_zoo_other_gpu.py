@@ -20,8 +20,8 @@ H100 = FIXTURES / "zoo-results-h100.json"
 
 def test_the_h100_recordings_are_held_out_families_each_with_every_case():
     """docs/predict.md: the fourteen held-out families, 88 of 98 cases within 10 %, 97
-    inside their band; the four development families apart, 26 of 28 within 10 %, 27 in
-    band."""
+    inside their band; the four development families apart, 26 of 28 within 10 %, all 28
+    in band."""
     rows = json.loads(H100.read_text())["rows"]
     manifest = json.loads((ROOT / "examples" / "predict" / "zoo" / "manifest.json")
                           .read_text())
@@ -44,9 +44,11 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
     # step in a plain loop gained more than its kernels
     assert [(r["family"].split()[0], r["case"], r["recording"]) for r in held_rows
             if not r["in_band"]] == [("mixture-of-experts", "batch ×2", "twentieth")]
-    # out of band: the hand-written GPT's size step (-7.8 %), first recorded here
-    assert [(r["family"].split()[0], r["case"]) for r in dev_rows
-            if not r["in_band"]] == [("GPT", "size")]
+    # the hand-written GPT's size step, first recorded here: -7.8 % and out of its band with
+    # its copies kept, -4.1 % moved by their units' traffic
+    assert all(r["in_band"] for r in dev_rows)
+    gpt = next(r for r in dev_rows if r["family"].startswith("GPT") and r["case"] == "size")
+    assert gpt["error_pct"] == pytest.approx(-4.1, abs=0.05)
     assert sum(abs(r["error_pct"]) <= 10 for r in dev_rows) == 26
     # ResNet-18's size step, its batch norm marked by bytes per SM cycle (+51 % at 10 % of
     # the H100's bandwidth)

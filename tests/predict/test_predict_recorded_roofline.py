@@ -6,23 +6,12 @@ smaller size (the H100's 17th recording, kept) was said to have run its matmuls 
 its attention at 232 % and its optimizer at 271 %, where its recorded step ran them at
 under 100 %."""
 
-import tarfile
-
-from gpuaudit.model import load_run
-from gpuaudit.predict import Change, load_profile, machine_rates, predict
+from gpuaudit.predict import Change, load_profile, predict
 from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
+from tests.support.predict import kept_h100
 
 SPECS = load_catalog()
-KEPT = FIXTURES / "predict" / "recordings" / "zoo-results-h100"
-
-
-def _kept(label, family):
-    with tarfile.open(KEPT / f"{label}.tar.gz") as tar:
-        def read(name):
-            return tar.extractfile(f"{label}/zoo/{name}").read().decode()
-        run, rates = load_run(read(f"runs/{family}.json")), load_run(read("rates.json"))
-    return run, machine_rates(rates, SPECS)
 
 
 def _roofs(p):
@@ -31,7 +20,7 @@ def _roofs(p):
 
 def test_a_smaller_model_is_not_said_to_have_run_above_its_roofline(monkeypatch):
     monkeypatch.syspath_prepend(str(FIXTURES.parents[1] / "examples" / "predict"))
-    run, rates = _kept("seventeenth", "gpt_manual")
+    run, rates = kept_h100("seventeenth", "gpt_manual")
     profile = load_profile(run, "gpt-manual/bf16")
     source = predict(profile, rates, Change(batch=profile.batch * 2), SPECS)
     small = predict(profile, rates, Change(model="zoo.gpt_manual:build_small"), SPECS)
@@ -44,7 +33,7 @@ def test_a_smaller_model_is_not_said_to_have_run_above_its_roofline(monkeypatch)
 def test_a_class_that_ran_above_its_roofline_is_said_to_whatever_the_change():
     """MobileNetV2's fp32 step (the 15th) ran its matmuls at 164 % of their ideal: said for
     another precision as for a batch, where the precision change's recalibration hid it."""
-    run, rates = _kept("fifteenth", "mobilenet")
+    run, rates = kept_h100("fifteenth", "mobilenet")
     profile = load_profile(run, "mobilenet-v2/fp32")
     for change in (Change(precision="bf16"), Change(batch=profile.batch * 2)):
         p = predict(profile, rates, change, SPECS)

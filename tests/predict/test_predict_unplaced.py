@@ -5,34 +5,24 @@ nothing at twice the batch, where in a plain loop on an H100 (`batch_steps.py`) 
 gained more than its kernels did. A prediction to a larger batch or model says so."""
 
 import json
-import tarfile
 
 import pytest
 
-from gpuaudit.model import load_run
-from gpuaudit.predict import Change, load_profile, machine_rates, predict
+from gpuaudit.predict import Change, load_profile, predict
 from gpuaudit.predict.engine import HOST_SHORT_NOTE
 from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
+from tests.support.predict import kept_h100
 from validation.predict.batch_steps import follows, settled_ms
 
 SPECS = load_catalog()
-KEPT = FIXTURES / "predict" / "recordings" / "zoo-results-h100"
 STEPS = FIXTURES / "predict" / "zoo" / "moe-batch-steps-h100.json"
 UNPLACED = "part of the step is placed nowhere"
 
 
-def _kept(label, family):
-    with tarfile.open(KEPT / f"{label}.tar.gz") as tar:
-        def read(name):
-            return tar.extractfile(f"{label}/zoo/{name}").read().decode()
-        run, rates = load_run(read(f"runs/{family}.json")), load_run(read("rates.json"))
-    return run, machine_rates(rates, SPECS)
-
-
 @pytest.fixture(scope="module")
 def moe():
-    return _kept("twentieth", "moe")
+    return kept_h100("twentieth", "moe")
 
 
 def _unplaced(p):
@@ -90,7 +80,7 @@ def test_a_host_measured_as_slow_as_the_replay_needs_takes_the_note_away(moe):
 
 
 def test_a_device_bound_step_is_not():
-    run, rates = _kept("eighteenth", "vit")
+    run, rates = kept_h100("eighteenth", "vit")
     assert not _unplaced(predict(load_profile(run, "vit-b16/bf16"), rates, Change(batch=256),
                                  SPECS))
 

@@ -73,3 +73,21 @@ def train_samples_per_s(run: Any) -> float:
     """A `bench train` run's measured throughput."""
     return float(next(m.value for m in run.measurements if m.suite == "train"
                       and m.name.endswith("/throughput")))
+
+
+def kept_h100(label: str, family: str) -> tuple[Any, Any]:
+    """A family's run and its recording's rates, from a recording the H100's zoo results keep
+    (`tests/fixtures/predict/recordings/zoo-results-h100/LABEL.tar.gz`): (run, MachineRates)."""
+    import tarfile
+
+    from gpuaudit.model import load_run
+    from gpuaudit.predict import machine_rates
+    from gpuaudit.specs.catalog import load_catalog
+
+    with tarfile.open(PREDICT / "recordings" / "zoo-results-h100" / f"{label}.tar.gz") as tar:
+        def read(name: str) -> str:
+            member = tar.extractfile(f"{label}/zoo/{name}")
+            assert member is not None
+            return member.read().decode()
+        run, rates = load_run(read(f"runs/{family}.json")), load_run(read("rates.json"))
+    return run, machine_rates(rates, load_catalog())

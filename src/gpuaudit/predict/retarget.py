@@ -46,6 +46,8 @@ from .profile import Gemm, StepProfile
 log = logging.getLogger(__name__)
 
 U_SIZE = 0.08  # a unit group carried to another size by its counted work
+# one carried by its unit's traffic in its other classes (its own class counted nothing)
+U_UNIT = 0.25
 U_NEW_UNITS = 0.5
 # A convolution group moved by its units' fitted terms (`predict.convfit`): in one H200's
 # steps the zoo's convolution classes moved within −15 … +13 % of what these predicted (a
@@ -338,9 +340,22 @@ def retarget(profile: StepProfile, target: str, roofs: Roofs,
                 off.append(f"{g.op_class}/{g.unit}")
             else:
                 c.then(ratio, FLOOR_US, U_SIZE, f"{how}: its traffic ×{ratio:.3g}")
+        elif (unit := _unit_traffic_ratio(src, tgt, g.unit)) is not None:
+            c.then(unit, FLOOR_US, U_UNIT, f"{how}: nothing counted in its class, its unit's "
+                   f"traffic ×{unit:.3g}")
         else:
             c.then(1.0, 0.0, U_SIZE, f"{how}: nothing counted: kept")
     return src, tgt, (tgt.ops / src.ops if src.ops else 1.0), off
+
+
+def _unit_traffic_ratio(src: Counted, tgt: Counted, unit: str) -> float | None:
+    """Target ÷ source of the traffic its unit moves in every class; None where the unit
+    moves none. A group with nothing counted in its own class is work the count does not
+    see: autocast's casts of a linear layer's weights, the copy a matmul makes of a
+    transposed operand. It grows with what its unit moves, not with nothing."""
+    here = sum(v for (_, u), v in src.bytes.items() if u == unit)
+    there = sum(v for (_, u), v in tgt.bytes.items() if u == unit)
+    return there / here if here > 0 and there > 0 else None
 
 
 def _conv_fitted(profile: StepProfile, src: Counted, tgt: Counted, key: tuple[str, str],
