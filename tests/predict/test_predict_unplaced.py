@@ -96,3 +96,6 @@ def test_the_batch_steps_probe_reads_its_record_back_and_refuses_bad_arguments(c
     assert "whole numbers ≥ 1" in capsys.readouterr().err
     assert main(["summarize", str(STEPS.with_name("absent.json"))]) == 2
     assert main([]) == 2
+    from validation.predict import class_times  # the probe that shares its training step
+
+    assert class_times.main(["out.json", "zoo.moe:build"]) == 2

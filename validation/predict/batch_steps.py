@@ -32,30 +32,10 @@ SETTLED = 5  # the last rounds, past the first steps' one-off costs (new shapes,
 def record(entry: str, precision: str, batches: list[int]) -> dict[str, Any]:
     import torch
 
-    from gpuaudit.workloads.entry import default_loss, load, split_batch
-    from gpuaudit.workloads.precision import autocast_dtype, float32_matmuls
+    from gpuaudit.workloads.precision import float32_matmuls
+    from validation.predict.train_step import train_step
 
-    torch.backends.cudnn.benchmark = True
-    dev = torch.device("cuda")
-    w = load(entry)
-    model = w.model.to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    loss_fn = w.loss or default_loss
-    dtype = autocast_dtype(torch, precision)
-    data = {}
-    for b in batches:
-        inputs, target = split_batch(w.make_batch(b))
-        data[b] = (tuple(t.to(dev) if torch.is_tensor(t) else t for t in inputs),
-                   target.to(dev) if torch.is_tensor(target) else target)
-
-    def step(b: int) -> None:
-        inputs, target = data[b]
-        with torch.autocast("cuda", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            loss = loss_fn(model(*inputs), target)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step, _ = train_step(entry, precision, batches)
     with float32_matmuls(torch, tf32=precision != "fp32"):
         rounds, kernels = _measure(step, batches)
     return {"entry": entry, "precision": precision, "gpu": torch.cuda.get_device_name(0),
@@ -134,7 +114,7 @@ def main(argv: list[str]) -> int:
             print(f"batch_steps: batches are whole numbers ≥ 1, not {argv[4]!r}",
                   file=sys.stderr)
             return 2
-        sys.path[:0] = [str(ROOT / "src"), str(ROOT / "examples" / "predict")]
+        sys.path[:0] = [str(ROOT), str(ROOT / "src"), str(ROOT / "examples" / "predict")]
         doc = record(argv[2], argv[3], batches)
         Path(argv[1]).write_text(json.dumps(doc, indent=1))
         print(summarize(doc))

@@ -37,26 +37,13 @@ def class_ms(entry: str, precision: str) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from gpuaudit.workloads.entry import default_loss, load, split_batch
-    from gpuaudit.workloads.precision import autocast_dtype, float32_matmuls
+    from gpuaudit.workloads.precision import float32_matmuls
+    from validation.predict.train_step import train_step
 
-    torch.backends.cudnn.benchmark = True
-    dev = torch.device("cuda")
-    w = load(entry)
-    model = w.model.to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    inputs, target = split_batch(w.make_batch(w.batch_size))
-    inputs = tuple(t.to(dev) if torch.is_tensor(t) else t for t in inputs)
-    target = target.to(dev) if torch.is_tensor(target) else target
-    loss_fn = w.loss or default_loss
-    dtype = autocast_dtype(torch, precision)
+    step_at, (batch,) = train_step(entry, precision)
 
     def step() -> None:
-        with torch.autocast("cuda", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            loss = loss_fn(model(*inputs), target)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step_at(batch)
 
     with float32_matmuls(torch, tf32=precision != "fp32"):
         for _ in range(WARM_UP):
@@ -75,7 +62,10 @@ def class_ms(entry: str, precision: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    sys.path[:0] = [str(ROOT / "src"), str(ROOT / "examples" / "predict")]
+    if len(argv) < 2 or any(spec.count("@") != 1 for spec in argv[1:]):
+        print("usage: class_times.py OUT.json MODULE:build@PRECISION [...]", file=sys.stderr)
+        return 2
+    sys.path[:0] = [str(ROOT), str(ROOT / "src"), str(ROOT / "examples" / "predict")]
     out, specs = Path(argv[0]), [spec.rsplit("@", 1) for spec in argv[1:]]
     if len({entry for entry, _ in specs}) < len(specs):  # its file keys each model once
         print("class_times: each model once a run (another precision in a run of its own)",
