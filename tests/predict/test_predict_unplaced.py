@@ -51,7 +51,7 @@ def test_the_moe_step_follows_its_kernels_where_its_replay_does_not(moe):
 def test_a_larger_batch_of_it_is_said_to_may_add_more(moe):
     run, rates = moe
     [note] = _unplaced(predict(load_profile(run, "moe-8x/bf16"), rates, Change(batch=32), SPECS))
-    assert "a host 28% slower than its measured pace" in note
+    assert "a host 28 % slower than its measured pace" in note
     assert "at its 32 synchronizations a step" in note
 
 

@@ -306,8 +306,8 @@ def spec_allreduce(gpu: GpuSpec) -> AllReduce:
 def _unplaced_note(replayed: grouped.Step) -> str:
     syncs = (f" at its {replayed.syncs_per_step:.0f} synchronizations a step"
              if replayed.syncs_per_step >= 1 else "")
-    return (f"the replay fills the timed step only with a host {replayed.host_short:.0%} slower "
-            "than its measured pace: part of the step is placed nowhere (a device exposed"
+    return (f"the replay fills the timed step only with a host {100 * replayed.host_short:.0f} % "
+            "slower than its measured pace: part of the step is placed nowhere (a device exposed"
             f"{syncs}, or host work that grows with the batch), so a larger batch or model may "
             "add more time than predicted; time the step at the new size to know")
 
