@@ -361,9 +361,7 @@ class Step:
     alpha: float
     alpha_measured: bool = True
     host_moved: float = 0.0  # the host's pace over its timed rounds (`tlm.rounds_moved`)
-    # how much slower than its measured pace the host had to be replayed to fill the timed
-    # step (0 where the measured pace filled it, or none was measured)
-    host_short: float = 0.0
+    host_short: float = 0.0  # `tlm.Replay.host_short`
     syncs_per_step: float = 0.0  # the host's waits for the device in each recorded step
 
 
@@ -402,8 +400,5 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
     mid, share = tlm.period(tl, durs(0.0), alpha, lat, gap)
     low, _ = tlm.period(tl, durs(-1.0), alpha * (1 - u), lat, gap)
     high, _ = tlm.period(tl, durs(1.0), alpha * (1 + u), lat, gap)
-    recorded = tlm.host_us(tl, lat) if host_ms else 0.0
-    measured = host_ms * 1e3 / recorded if host_ms and recorded > 0 else None
-    short = max(0.0, rep.alpha / measured - 1) if measured else 0.0
     return Step(mid * fix / 1e3, low * fix / 1e3, high * fix / 1e3, share, rep.alpha,
-                rep.identified, moved, short, len(tl.syncs) / max(1, tl.steps))
+                rep.identified, moved, rep.host_short, len(tl.syncs) / max(1, tl.steps))

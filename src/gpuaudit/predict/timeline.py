@@ -58,6 +58,10 @@ class Replay:
     # alone slower than the whole step was slower at one of the two), or over the rounds
     # its step at batch 1 was timed in (half their range ÷ their median), the largest
     unsteady: float = 0.0
+    # how much slower than its measured pace (`host_step_us` ÷ the recorded host) α had to
+    # make the host to fill the timed step (0 where the measured pace filled it, or none was
+    # measured): time the replay places nowhere
+    host_short: float = 0.0
 
     @property
     def alpha_unc(self) -> float:
@@ -221,10 +225,15 @@ def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None,
     host moved otherwise: the timed steps' half interquartile range ÷ their median, or its
     rounds at batch 1 (`rounds_moved`), the larger). `held`: `host_step_us` is the step at
     the recorded batch issued with the device held, not the step at batch 1."""
-    rep = _calibrate(tl, step_us, host_step_us, held, spread)
+    lat = latency_us(tl)
+    recorded = host_us(tl, lat)
+    rep = _calibrate(tl, step_us, host_step_us, held, spread, lat, recorded)
     apart = host_step_us / step_us - 1 if host_step_us and step_us > 0 else 0.0
     if max(apart, spread) > 0:
         rep = dataclasses.replace(rep, unsteady=max(apart, spread))
+    paced = host_step_us / recorded if host_step_us and recorded > 0 else None
+    if paced and rep.alpha > paced:
+        rep = dataclasses.replace(rep, host_short=rep.alpha / paced - 1)
     return rep
 
 
@@ -240,17 +249,16 @@ def rounds_moved(rounds_ms: Sequence[float]) -> float:
     return (max(r) - min(r)) / 2 / statistics.median(r)
 
 
-def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None,
-               held: bool = False, spread: float = 0.0) -> Replay:
+def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None, held: bool,
+               spread: float, lat: float, recorded: float) -> Replay:
     """α such that the recorded kernels replay in the timed step (module docstring). Where
     they do at the profiled pace already (the device never waited on the host), α is the
     host's time per step measured without the profiler ÷ the recorded one (`host_step_us`,
     the step at a batch whose kernels hide nothing), else `DEFAULT_ALPHA`; where the device
     waited under `IDENTIFIED_SHARE` at the α found, that α only bounds it from above, and the
-    measured ratio (else `DEFAULT_ALPHA`) below the bound is taken."""
-    lat = latency_us(tl)
+    measured ratio (else `DEFAULT_ALPHA`) below the bound is taken. `lat`: the trace's
+    launch latency; `recorded`: the host's own time per step in it (`host_us`)."""
     durs = tl.dur_us
-    recorded = host_us(tl, lat)
     # the host's own time per step measured without the profiler, as a share of the recorded
     measured = (min(1.0, max(ALPHA_RANGE[0], host_step_us / recorded))
                 if host_step_us and recorded > 0 else None)
