@@ -12,14 +12,13 @@ time the launch more than the traffic; the 1 GiB rows give the rates.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script
-from validation.predict.cuda_events import median_ms
+from validation.predict.cuda_events import median_ms, probe_main
 
 SIZES_MIB = (16, 64, 256, 1024)
 WARM_UP, TIMED = 3, 30
@@ -67,13 +66,6 @@ def of_copy(doc: dict[str, Any], case: str, mib: int = SIZES_MIB[-1]) -> float:
     return rate[case] / rate["copy fp32"]
 
 
-def main() -> int:
-    if len(sys.argv) != 2:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
-        return 2
-    Path(sys.argv[1]).write_text(json.dumps(measure(), indent=1))
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(probe_main(sys.argv[1:], __doc__.strip().splitlines()[-1].strip(),
+                                measure))

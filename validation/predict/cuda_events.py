@@ -1,8 +1,12 @@
-"""Timing a call on the GPU with CUDA events, for the sweeps and probes here."""
+"""Timing a call on the GPU with CUDA events, for the sweeps and probes here, and the probes'
+command line."""
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -38,3 +42,12 @@ def median_ms(fn: Callable[[], Any], calls: int, warm_up: int = 3) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     return sorted(times)[len(times) // 2]
+
+
+def probe_main(argv: list[str], usage: str, measure: Callable[[], dict[str, Any]]) -> int:
+    """`PROBE OUT.json`: what `measure` returns, written to OUT.json; else `usage` and 2."""
+    if len(argv) != 1:
+        print(usage, file=sys.stderr)
+        return 2
+    Path(argv[0]).write_text(json.dumps(measure(), indent=1))
+    return 0

@@ -12,14 +12,13 @@ at 8 × 1,024 tokens, and a wider one at 16 × 2,048.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script
-from validation.predict.cuda_events import mean_ms
+from validation.predict.cuda_events import mean_ms, probe_main
 
 SHAPES = ((8, 14, 2, 1024, 64), (8, 12, 4, 1024, 64), (16, 16, 4, 2048, 128))
 WARM_UP, TIMED = 5, 50
@@ -77,13 +76,6 @@ def bf16_over_fp32(doc: dict[str, Any]) -> dict[tuple[str, tuple[int, ...]], flo
             for (case, shape, dtype), t in ms.items() if dtype == "torch.bfloat16"}
 
 
-def main() -> int:
-    if len(sys.argv) != 2:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
-        return 2
-    Path(sys.argv[1]).write_text(json.dumps(measure(), indent=1))
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(probe_main(sys.argv[1:], __doc__.strip().splitlines()[-1].strip(),
+                                measure))
