@@ -19,7 +19,7 @@ H100 = FIXTURES / "zoo-results-h100.json"
 
 
 def test_the_h100_recordings_are_held_out_families_each_with_every_case():
-    """docs/predict.md: the fourteen held-out families, 88 of 98 cases within 10 %, 97
+    """docs/predict.md: the fourteen held-out families, 87 of 98 cases within 10 %, 94
     inside their band; the four development families apart, 26 of 28 within 10 %, all 28
     in band."""
     rows = json.loads(H100.read_text())["rows"]
@@ -39,11 +39,18 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
 
     held_rows, dev_rows = scored("held_out"), scored("development")
     assert len(held_rows) == 98 and len(dev_rows) == 28
-    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 88
+    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 87
     # out of band: the MoE's batch ×2 (20th, +29.7 %), its replay gaining nothing where its
-    # step in a plain loop gained more than its kernels
-    assert [(r["family"].split()[0], r["case"], r["recording"]) for r in held_rows
-            if not r["in_band"]] == [("mixture-of-experts", "batch ×2", "twentieth")]
+    # step in a plain loop gained more than its kernels; ConvNeXt's cases from bf16 (21st),
+    # measured where its bf16 source ran at its profiled pace in no round
+    missed = [(r["family"].split()[0], r["case"], r["recording"]) for r in held_rows
+              if not r["in_band"]]
+    assert missed == [("mixture-of-experts", "batch ×2", "twentieth"),
+                      ("ConvNeXt", "batch ×0.5", "twenty-first"),
+                      ("ConvNeXt", "batch ×2", "twenty-first"),
+                      ("ConvNeXt", "size", "twenty-first")]
+    assert all(r["rounds_at_pace"] == 0 for r in held_rows
+               if r["recording"] == "twenty-first" and not r["in_band"])
     # the hand-written GPT's size step, first recorded here: -7.8 % and out of its band with
     # its copies kept, -4.1 % moved by their units' traffic
     assert all(r["in_band"] for r in dev_rows)
