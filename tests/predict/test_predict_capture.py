@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpuaudit.workloads import buckets, kernelview, opclass, tally, timing  # noqa: E402
+from gpuaudit.workloads import buckets, kernelview, opclass, optrace, tally, timing  # noqa: E402
 from tests.support.predict import op_profile_run  # noqa: E402
 
 MB = 2**20
@@ -350,7 +350,7 @@ def test_a_profile_keeps_torchs_no_cycles_warning_out_of_the_output_and_others_i
             return False
 
     monkeypatch.setattr(torch.profiler, "profile", NoisyProfile)
-    monkeypatch.setattr(kernelview, "_exported", lambda prof: prof.events)
+    monkeypatch.setattr(optrace, "exported", lambda prof: prof.events)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         kernelview.profile_kernels(torch, torch.device("cpu"), lambda: torch.ones(8).sum(), 1)

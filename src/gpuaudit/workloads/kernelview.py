@@ -19,8 +19,6 @@ import bisect
 import gzip
 import json
 import math
-import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -323,7 +321,7 @@ def _profiled_events(torch: Any, device: Any, fn: Callable[[], Any], steps: int,
             with record_function(f"{optrace.STEP_MARK}#{i}"):
                 fn()
         sync(torch, device)
-    return _exported(prof)
+    return optrace.exported(prof)
 
 
 def _retaken(events: list[dict[str, Any]], again: Callable[[], list[dict[str, Any]]]
@@ -331,18 +329,6 @@ def _retaken(events: list[dict[str, Any]], again: Callable[[], list[dict[str, An
     """`events`, or a session taken once more where they hold no device activity (a session
     started while an earlier one's CUPTI teardown ran: `profile_kernels`)."""
     return events if any(e.get("cat") in DEVICE_CATS for e in events) else again()
-
-
-def _exported(prof: Any) -> list[dict[str, Any]]:
-    """A finished torch.profiler session's chrome trace events."""
-    fd, path = tempfile.mkstemp(suffix=".json", prefix="gpuaudit-trace-")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            return list(json.load(f).get("traceEvents", []))
-    finally:
-        os.unlink(path)
 
 
 MARK = "gpuaudit.mark:"
@@ -413,7 +399,7 @@ def _marked_events(torch: Any, device: Any,
             finally:
                 fn = None
         sync(torch, device)
-    return _exported(prof)
+    return optrace.exported(prof)
 
 
 def save_trace(events: list[dict[str, Any]], path: str) -> None:

@@ -24,6 +24,9 @@ operator runs inside a `record_function` marker, and the marker's stack gives it
 from __future__ import annotations
 
 import bisect
+import json
+import os
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -115,6 +118,19 @@ def chain(ev: OpEvent | None) -> list[OpEvent]:
 
 def _outermost_op(ev: OpEvent) -> OpEvent | None:
     return next((e for e in chain(ev) if e.is_op), None)
+
+
+def exported(prof: Any) -> list[dict[str, Any]]:
+    """A finished torch.profiler session's chrome trace events (the profiler writes them only
+    to a file)."""
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="gpuaudit-trace-")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            return list(json.load(f).get("traceEvents", []))
+    finally:
+        os.unlink(path)
 
 
 def build(events: Iterable[dict[str, Any]]) -> OpTree:

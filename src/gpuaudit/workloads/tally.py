@@ -14,9 +14,6 @@ timed classes are recorded too (`workloads.calls`), for timing them alone.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -308,19 +305,8 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
     recorder = recording(calls) if record_calls else contextlib.nullcontext()
     with profiled([ProfilerActivity.CPU], record_shapes=True) as prof, recorder, Counter():
         fn()
-    tree = optrace.build(_events(prof))
+    tree = optrace.build(optrace.exported(prof))
     return _tally(tree, seen, calls if record_calls else None)
-
-
-def _events(prof: Any) -> list[dict[str, Any]]:
-    fd, path = tempfile.mkstemp(suffix=".json", prefix="gpuaudit-tally-")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            return list(json.load(f).get("traceEvents", []))
-    finally:
-        os.unlink(path)
 
 
 def _tally(tree: optrace.OpTree, seen: list[_Op], calls: list[Call] | None) -> OpTally:
