@@ -5,6 +5,7 @@ bf16 step's held host work in the two recording processes."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -283,3 +284,24 @@ def test_the_steps_registered_before_their_measurement_are_what_predict_gives_no
     mlp = next(line for line in lines if line.startswith("| deep MLP (tabular) | bf16"))
     assert "(out of band)" in mlp and "its device waits on the host 31 %" in mlp
     assert sum("(out of band)" in line for line in lines) == 1
+
+
+def test_convnexts_bf16_step_runs_as_slow_in_a_process_of_its_own_as_in_the_targets():
+    """docs/predict.md (ConvNeXt's 21st recording): its bf16 step, profiled at 12.22 ms, ran
+    at ~20 ms in the targets' process; on the next loan, in a process of its own before and
+    after that process, it ran as slow, at the pace of its step at batch 1: the host moved,
+    not the process."""
+    pace = json.loads((FIXTURES / "zoo" / "convnext-pace-h100.json").read_text())
+    alone = {(r["order"], r["batch"]): statistics.median(r["steps_ms"]) for r in pace["runs"]
+             if r["precision"] == "bf16"}
+    at_128 = [ms for (_, batch), ms in sorted(alone.items()) if batch == 128]
+    assert [round(ms, 1) for ms in at_128] == [21.0, 17.6]
+    fresh = pace["fresh_process"]["bf16"]
+    held = fresh["alone"] + fresh["alone_again"]
+    assert (round(min(fresh["alone"]), 1), round(max(fresh["alone"]), 1)) == (19.3, 23.8)
+    assert all(min(held) <= ms <= max(held) for ms in at_128)
+    # bound by the host: its step at batch 1, just after, within 5 % of the one at 128
+    for order in (0, 4):
+        assert alone[(order + 1, 1)] == pytest.approx(alone[(order, 128)], rel=0.05)
+    # never near the profiled pace the 21st's cases start from
+    assert min(at_128 + fresh["alone"]) > 12.22 * 1.05

@@ -4,7 +4,12 @@ then three host-bound zoo steps (ConvNeXt, the LSTM, the diffusion U-Net in bf16
 timed in three fresh processes (free, pinned with taskset, free): their median, quartiles
 and extremes.
 
-    PYTHONPATH=src:examples/predict python3 validation/predict/hostpace.py all [OUTDIR]
+    PYTHONPATH=src:examples/predict python3 -m validation.predict.hostpace all [OUTDIR]
+    PYTHONPATH=src:examples/predict python3 -m validation.predict.hostpace model \
+        ENTRY PRECISION BATCH STEPS
+
+(as a module from the repository's root: run as a script, this folder's `zoo.py` would stand
+before the zoo's package `zoo`).
 
 The figures of docs/predict.md's model-zoo evidence ("the lent machine's host changes its
 pace within a minute") come from it, on a GPU; its JSON goes to OUTDIR/hostpace.json
@@ -19,8 +24,10 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = (("zoo.convnext:build", "bf16", 128, 400), ("zoo.lstm:build", "bf16", 128, 300),
          ("zoo.diffusion:build", "bf16", 64, 200))
 
@@ -80,8 +87,9 @@ def main() -> int:
     res["runs"] = []
     for entry, precision, batch, steps in STEPS:
         for pin in ("", f"taskset -c {core} ", ""):
-            p = subprocess.run(f"{pin}{sys.executable} {__file__} model {entry} {precision} "
-                               f"{batch} {steps}", shell=True, capture_output=True, text=True)
+            p = subprocess.run(f"{pin}{sys.executable} -m validation.predict.hostpace model "
+                               f"{entry} {precision} {batch} {steps}", shell=True,
+                               capture_output=True, text=True, cwd=ROOT)
             lines = p.stdout.strip().splitlines()
             r = json.loads(lines[-1]) if lines else {"error": p.stderr[-800:]}
             r.update(entry=entry, pinned=bool(pin))
