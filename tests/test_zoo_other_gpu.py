@@ -297,9 +297,9 @@ def test_convnexts_bf16_step_runs_as_slow_in_a_process_of_its_own_as_in_the_targ
     at_128 = [ms for (_, batch), ms in sorted(alone.items()) if batch == 128]
     assert [round(ms, 1) for ms in at_128] == [21.0, 17.6]
     fresh = pace["fresh_process"]["bf16"]
-    held = fresh["alone"] + fresh["alone_again"]
+    there = fresh["alone"] + fresh["alone_again"]  # its 6 steps' medians, alone in turn
     assert (round(min(fresh["alone"]), 1), round(max(fresh["alone"]), 1)) == (19.3, 23.8)
-    assert all(min(held) <= ms <= max(held) for ms in at_128)
+    assert all(min(there) <= ms <= max(there) for ms in at_128)
     # bound by the host: its step at batch 1, just after, within 5 % of the one at 128
     for order in (0, 4):
         assert alone[(order + 1, 1)] == pytest.approx(alone[(order, 128)], rel=0.05)
