@@ -1,0 +1,324 @@
+"""`predict --model`: another size of the user's model counted on the meta device, or on the
+CPU where its shapes follow its data, an autocast region kept in float32, a batch drawn by
+value, lazy layers, and the refusals where the target is another model, not a size."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuaudit.errors import BadInputError
+from gpuaudit.model import load_run
+from gpuaudit.predict import Change, load_profile, predict
+from gpuaudit.specs.catalog import load_catalog
+from tests.conftest import FIXTURES
+from tests.support.predict import h200_rates
+
+ZOO = FIXTURES / "predict" / "zoo"
+SPECS = load_catalog()
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "predict"
+
+
+def rates():
+    return h200_rates(SPECS)
+
+
+def zoo_run(name: str):
+    return load_run((ZOO / f"{name}-run.json").read_text())
+
+
+def test_another_size_of_the_users_model_is_counted_on_the_meta_device(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    run = zoo_run("mlp")
+    prof = load_profile(run, "tabular-mlp/bf16")
+    p = predict(prof, rates(), Change(model="zoo.mlp:build_large"), SPECS)
+    assert p.target.model == "zoo.mlp:build_large" and p.changes == ("model",)
+    assert p.step_ms > p.measured_step_ms  # four times the hidden width
+    assert any("counted on the meta device" in b for b in p.basis)
+
+
+ROUTED = """
+import torch
+from torch import nn
+
+
+class Routed(nn.Module):  # top-1 routing by value: which rows reach an expert follows the data
+    def __init__(self, dim=16, hidden=32, experts=4):
+        super().__init__()
+        self.router = nn.Linear(dim, experts, bias=False)
+        self.experts = nn.ModuleList(nn.Linear(dim, hidden, bias=False) for _ in range(experts))
+        self.head = nn.Linear(hidden, 1, bias=False)
+
+    def forward(self, x):
+        chosen = self.router(x).argmax(-1)
+        out = x.new_zeros(x.shape[0], self.experts[0].out_features)
+        for e, expert in enumerate(self.experts):
+            rows = torch.nonzero(chosen == e).flatten()
+            out = out.index_add(0, rows, expert(x[rows]))
+        return self.head(out)
+
+
+def build():
+    return {"model": Routed(), "batch_size": 8,
+            "make_batch": lambda n: ((torch.randn(n, 16),), torch.randn(n, 1))}
+"""
+
+
+def test_a_model_whose_shapes_follow_its_data_is_counted_on_the_cpu(tmp_path, monkeypatch,
+                                                                    caplog):
+    """`nonzero` has no meta implementation: such a model is counted with real tensors on the
+    CPU, where top-1 routing sends each row through exactly one expert (so the experts' FLOPs
+    are the data's rows × the layer's, whatever the routing), or refused when too large. The
+    count says it starts, as it shows no progress."""
+    pytest.importorskip("torch")
+    from gpuaudit.predict import retarget
+
+    (tmp_path / "routed.py").write_text(ROUTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with caplog.at_level("INFO", logger="gpuaudit.predict"):
+        c = retarget.count("routed:build", 8)
+    assert c.counted_on == "cpu" and c.params == 16 * 4 + 4 * 16 * 32 + 32
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "counting routed:build on the CPU with real tensors"]
+    linear = sum(f for (cls, _unit), f in c.flops.items() if cls == "gemm")
+    # the router forward only (argmax passes no gradient), the experts forward and their
+    # weights' gradient (8 rows in all; their input needs none), the head all three
+    assert linear == 2 * 8 * 16 * 4 + 2 * (2 * 8 * 16 * 32) + 3 * (2 * 8 * 32)
+    monkeypatch.setattr(retarget, "CPU_COUNT_FLOP", 1.0)
+    with pytest.raises(BadInputError, match="too much to count on the CPU"):
+        retarget.count("routed:build", 8)
+
+
+FP32_REGION = """
+import torch
+from torch import nn
+
+
+class Router(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp, self.score = nn.Linear(16, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.inp(x)
+        with torch.autocast(device_type=x.device.type, enabled=False):  # kept in float32
+            w = torch.softmax(self.score(h.float()), dim=-1)
+        return (h * w.mean(-1, keepdim=True)).sum(-1, keepdim=True)
+
+
+def build():
+    return {"model": Router(), "batch_size": 8,
+            "make_batch": lambda n: ((torch.randn(n, 16),), torch.randn(n, 1))}
+"""
+
+
+def test_a_region_kept_in_float32_under_autocast_is_counted_on_the_meta_device(
+        tmp_path, monkeypatch):
+    """`torch.autocast(x.device.type, enabled=False)` names the meta device there, which
+    autocast refuses: such a model was counted on the CPU, and refused when large. It is
+    counted on meta, exactly as on the CPU, and autocast is left as it was."""
+    torch = pytest.importorskip("torch")
+    from gpuaudit.predict import retarget
+
+    (tmp_path / "fp32_region.py").write_text(FP32_REGION)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    init = torch.autocast.__init__
+    c = retarget.count("fp32_region:build", 8)
+    assert c.counted_on == "meta"
+    assert torch.autocast.__init__ is init
+    on_cpu = retarget._count_on("fp32_region:build", 8, "cpu")
+    assert c.flops == on_cpu.flops and c.flops[("gemm", "linear")] > 0
+    with pytest.raises(RuntimeError, match="unsupported scalarType"):
+        torch.autocast("meta", enabled=False)
+
+
+TOKEN_STREAM = """
+import torch
+from torch import nn
+
+tokens = torch.randint(0, 100, (4096,))  # nanoGPT's train.bin
+
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 16)
+        self.head = nn.Linear(16, 100)
+
+    def forward(self, idx, targets):
+        logits = self.head(self.emb(idx))
+        return logits, nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def get_batch(n):
+    ix = torch.randint(len(tokens) - 32, (n,))
+    x = torch.stack([tokens[i:i + 32] for i in ix])
+    y = torch.stack([tokens[i + 1:i + 33] for i in ix])
+    return (x, y), None
+
+
+def build():
+    return {"model": LM(), "make_batch": get_batch, "batch_size": 4}
+"""
+
+
+def test_a_batch_drawn_by_value_is_made_on_the_cpu_and_counted_on_meta(tmp_path, monkeypatch):
+    """nanoGPT's `get_batch` slices a token stream at random offsets, which a meta tensor has
+    no value for: the model was counted on the CPU, and refused above a few TFLOP (GPT-2's
+    step is 6). The batch is made on the CPU and only its shapes go to meta; the count is the
+    CPU's, and the model's own loss (`logits, loss = model(x, y)`) is the one trained."""
+    pytest.importorskip("torch")
+    from gpuaudit.predict import retarget
+
+    (tmp_path / "stream.py").write_text(TOKEN_STREAM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(retarget, "CPU_COUNT_FLOP", 1.0)  # no way round meta
+    c = retarget.count("stream:build", 4)
+    assert c.counted_on == "meta"
+    assert c.flops[("gemm", "linear")] == 3 * (2 * 4 * 32 * 16 * 100)  # forward, both grads
+    on_cpu = retarget._count_on("stream:build", 4, "cpu")
+    assert c.flops == on_cpu.flops and c.bytes == on_cpu.bytes
+
+
+READS_IN_BUILD = """
+import torch
+from torch import nn
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 8)
+        # a value read while building (as parametrizations and init checks do)
+        self.gain = float(self.fc.weight.abs().max().item())
+
+    def forward(self, x):
+        return self.fc(x) * self.gain
+
+
+def build():
+    return {"model": Scaled(), "batch_size": 4,
+            "make_batch": lambda n: ((torch.randn(n, 16),), torch.randn(n, 8))}
+
+
+def broken():
+    raise ValueError("no such config")
+"""
+
+
+def test_a_model_that_cannot_be_built_on_the_meta_device_is_counted_on_the_cpu(
+        tmp_path, monkeypatch, caplog):
+    """A build that reads a value (`.item()`, as torch's orthogonal parametrization does) fails
+    on meta: it was refused outright. It is counted on the CPU, its step weighed once built
+    (its size is unknown before); a build that fails everywhere is the user's error."""
+    pytest.importorskip("torch")
+    from gpuaudit.predict import retarget
+
+    (tmp_path / "reads.py").write_text(READS_IN_BUILD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with caplog.at_level("INFO", logger="gpuaudit.predict"):
+        c = retarget.count("reads:build", 4)
+    assert c.counted_on == "cpu" and c.params == 16 * 8 + 8
+    assert c.flops[("gemm", "linear")] == 2 * (2 * 4 * 16 * 8)  # forward, weight gradient
+    assert "it could not be built on the meta device: RuntimeError" in caplog.text
+    monkeypatch.setattr(retarget, "CPU_COUNT_FLOP", 1.0)
+    with pytest.raises(BadInputError, match="could not be built on the meta device, and a "
+                                            "step of about 0 TFLOP is too much"):
+        retarget.count("reads:build", 4)
+    with pytest.raises(BadInputError, match=r"could not be built on the cpu device "
+                                            r"\(ValueError: no such config\)"):
+        retarget.count("reads:broken", 4)
+
+
+def test_the_size_count_survives_an_optimizer_that_makes_tensors_with_no_device(monkeypatch):
+    """torch 2.11's Adam made its step counter with `torch.tensor(0.0)` (no device) and read it
+    with `.item()`: under the meta device that counter is a meta tensor and `.item()` fails,
+    which refused every size change on the H200. The optimizer steps outside the meta device."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    real = torch.optim.AdamW
+
+    class OldAdamW(real):  # as 2.11 did: a device-less tensor read back on the host
+        def step(self, closure=None):
+            torch.tensor(0.0).item()
+            return super().step(closure)
+
+    monkeypatch.setattr(torch.optim, "AdamW", OldAdamW)
+    prof = load_profile(zoo_run("mlp"), "tabular-mlp/bf16")
+    p = predict(prof, rates(), Change(model="zoo.mlp:build_large"), SPECS)
+    assert p.step_ms > p.measured_step_ms
+
+
+OTHER_MLPS = """
+import torch
+from torch import nn
+from zoo.mlp import _batch
+
+
+def gelu_mlp():  # the recorded MLP's layers with GELU for ReLU: another model, not a size
+    layers, width = [], 512
+    for _ in range(6):
+        layers += [nn.Linear(width, 2048), nn.LayerNorm(2048), nn.GELU(), nn.Dropout(0.1)]
+        width = 2048
+    return {"model": nn.Sequential(*layers, nn.Linear(width, 10)), "make_batch": _batch}
+
+
+def lazy():
+    return nn.Sequential(nn.LazyLinear(64), nn.ReLU(), nn.LazyLinear(10)), _batch
+
+
+def eager():
+    return nn.Sequential(nn.Linear(512, 64), nn.ReLU(), nn.Linear(64, 10)), _batch
+
+
+def numpy_batch():  # a batch as NumPy makes it, on no device
+    import numpy as np
+
+    def make(n):
+        return (np.random.randn(n, 512).astype("float32"), np.random.randint(0, 10, n))
+    return nn.Sequential(nn.Linear(512, 64), nn.ReLU(), nn.Linear(64, 10)), make
+"""
+
+
+def test_a_target_with_layers_the_recording_never_ran_is_refused(tmp_path, monkeypatch):
+    """A GELU where the recording ran a ReLU has no recorded time to scale: it was left out
+    of the step (and the ReLU moved × 0), a figure for another model than either. A size
+    of the same model runs the same units, a new memory-bound one included."""
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    (tmp_path / "other_mlps.py").write_text(OTHER_MLPS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    prof = load_profile(zoo_run("mlp"), "tabular-mlp/bf16")
+    with pytest.raises(BadInputError, match=r"its elementwise/gelu never ran in the recorded "
+                                            r"zoo.mlp:build"):
+        predict(prof, rates(), Change(model="other_mlps:gelu_mlp"), SPECS)
+
+
+def test_lazy_layers_are_counted_once_initialized(tmp_path, monkeypatch):
+    """LazyLinear takes its shapes, and initializes its weights, at its first call: counted
+    from there, the initialization was a unit of the step (`uniform_`) the recording never
+    ran, and the step was the eager model's plus it."""
+    pytest.importorskip("torch")
+    from gpuaudit.predict.retarget import count
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    (tmp_path / "other_mlps.py").write_text(OTHER_MLPS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lazy, eager = count("other_mlps:lazy", 8), count("other_mlps:eager", 8)
+    assert (lazy.flops, lazy.bytes, lazy.params) == (eager.flops, eager.bytes, eager.params)
+    # NumPy arrays are made tensors on the counting device, as training makes them
+    arrays = count("other_mlps:numpy_batch", 8)
+    assert (arrays.flops, arrays.params) == (eager.flops, eager.params)
+
+
+def test_another_size_needs_a_recording_that_names_its_entry_point():
+    run = zoo_run("mlp")
+    doc = json.loads(run.model_dump_json())
+    for p in doc["op_profiles"]:
+        p["model_params"].pop("entry", None)
+    with pytest.raises(BadInputError, match="does not say which entry point"):
+        predict(load_profile(load_run(json.dumps(doc)), "tabular-mlp/bf16"), rates(),
+                Change(model="zoo.mlp:build_large"), SPECS)
