@@ -13,28 +13,18 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model import load_run
 from gpuaudit.predict import Change, load_profile, predict
 from gpuaudit.specs.catalog import load_catalog
-from tests.conftest import FIXTURES
-from tests.support.predict import h200_rates
+from tests.support.predict import h200_rates, zoo_plain_run
 
-ZOO = FIXTURES / "predict" / "zoo"
 SPECS = load_catalog()
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "predict"
-
-
-def rates():
-    return h200_rates(SPECS)
-
-
-def zoo_run(name: str):
-    return load_run((ZOO / f"{name}-run.json").read_text())
 
 
 def test_another_size_of_the_users_model_is_counted_on_the_meta_device(monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    run = zoo_run("mlp")
+    run = zoo_plain_run("mlp")
     prof = load_profile(run, "tabular-mlp/bf16")
-    p = predict(prof, rates(), Change(model="zoo.mlp:build_large"), SPECS)
+    p = predict(prof, h200_rates(), Change(model="zoo.mlp:build_large"), SPECS)
     assert p.target.model == "zoo.mlp:build_large" and p.changes == ("model",)
     assert p.step_ms > p.measured_step_ms  # four times the hidden width
     assert any("counted on the meta device" in b for b in p.basis)
@@ -247,8 +237,8 @@ def test_the_size_count_survives_an_optimizer_that_makes_tensors_with_no_device(
             return super().step(closure)
 
     monkeypatch.setattr(torch.optim, "AdamW", OldAdamW)
-    prof = load_profile(zoo_run("mlp"), "tabular-mlp/bf16")
-    p = predict(prof, rates(), Change(model="zoo.mlp:build_large"), SPECS)
+    prof = load_profile(zoo_plain_run("mlp"), "tabular-mlp/bf16")
+    p = predict(prof, h200_rates(), Change(model="zoo.mlp:build_large"), SPECS)
     assert p.step_ms > p.measured_step_ms
 
 
@@ -291,10 +281,10 @@ def test_a_target_with_layers_the_recording_never_ran_is_refused(tmp_path, monke
     monkeypatch.syspath_prepend(str(EXAMPLES))
     (tmp_path / "other_mlps.py").write_text(OTHER_MLPS)
     monkeypatch.syspath_prepend(str(tmp_path))
-    prof = load_profile(zoo_run("mlp"), "tabular-mlp/bf16")
+    prof = load_profile(zoo_plain_run("mlp"), "tabular-mlp/bf16")
     with pytest.raises(BadInputError, match=r"its elementwise/gelu never ran in the recorded "
                                             r"zoo.mlp:build"):
-        predict(prof, rates(), Change(model="other_mlps:gelu_mlp"), SPECS)
+        predict(prof, h200_rates(), Change(model="other_mlps:gelu_mlp"), SPECS)
 
 
 def test_lazy_layers_are_counted_once_initialized(tmp_path, monkeypatch):
@@ -315,10 +305,10 @@ def test_lazy_layers_are_counted_once_initialized(tmp_path, monkeypatch):
 
 
 def test_another_size_needs_a_recording_that_names_its_entry_point():
-    run = zoo_run("mlp")
+    run = zoo_plain_run("mlp")
     doc = json.loads(run.model_dump_json())
     for p in doc["op_profiles"]:
         p["model_params"].pop("entry", None)
     with pytest.raises(BadInputError, match="does not say which entry point"):
-        predict(load_profile(load_run(json.dumps(doc)), "tabular-mlp/bf16"), rates(),
+        predict(load_profile(load_run(json.dumps(doc)), "tabular-mlp/bf16"), h200_rates(),
                 Change(model="zoo.mlp:build_large"), SPECS)

@@ -9,24 +9,13 @@ import math
 
 import pytest
 
-from gpuaudit.model import load_run
 from gpuaudit.model.opprofile import Timeline
 from gpuaudit.predict import Change, load_profile, predict
 from gpuaudit.predict import timeline as tlm
 from gpuaudit.specs.catalog import load_catalog
-from tests.conftest import FIXTURES
-from tests.support.predict import h200_rates
+from tests.support.predict import h200_rates, zoo_plain_run
 
-ZOO = FIXTURES / "predict" / "zoo"
 SPECS = load_catalog()
-
-
-def rates():
-    return h200_rates(SPECS)
-
-
-def zoo_run(name: str):
-    return load_run((ZOO / f"{name}-run.json").read_text())
 
 
 def _timeline(**kw):
@@ -81,14 +70,14 @@ def test_timed_steps_that_moved_widen_the_hosts_band_as_far_as_they_moved():
 
 
 def test_the_sources_timed_spread_is_read_from_its_run_and_widens_a_host_bound_band():
-    run = zoo_run("recsys")
+    run = zoo_plain_run("recsys")
     prof = load_profile(run, "dlrm/bf16")
     # dlrm/bf16/step_time: median 6.672 ms, IQR 6.360–7.166 ms
     assert prof.step_spread == pytest.approx((7.165552020072937 - 6.360040187835693) / 2
                                              / 6.671823978424072)
-    steady = predict(dataclasses.replace(prof, step_spread=0.0), rates(), Change(batch=8192),
+    steady = predict(dataclasses.replace(prof, step_spread=0.0), h200_rates(), Change(batch=8192),
                      SPECS)
-    moved = predict(dataclasses.replace(prof, step_spread=0.5), rates(), Change(batch=8192),
+    moved = predict(dataclasses.replace(prof, step_spread=0.5), h200_rates(), Change(batch=8192),
                     SPECS)
     assert moved.step_ms == pytest.approx(steady.step_ms)
     assert moved.step_ms_high - moved.step_ms_low > steady.step_ms_high - steady.step_ms_low

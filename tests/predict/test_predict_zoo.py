@@ -20,21 +20,16 @@ import pytest
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import load_run
 from gpuaudit.model.opprofile import OpClassRecord, TimedUnit, UnitGroup, UnitTime
-from gpuaudit.predict import Change, grouped, load_profile, machine_rates, predict
+from gpuaudit.predict import Change, grouped, load_profile, predict
 from gpuaudit.predict import groups as grp
 from gpuaudit.specs.catalog import load_catalog
 from gpuaudit.workloads.kernelview import parse_trace
 from tests.conftest import FIXTURES
-from tests.support.predict import h100_rates
+from tests.support.predict import h100_rates, h200_rates, zoo_plain_run
 
 ZOO = FIXTURES / "predict" / "zoo"
 SPECS = load_catalog()
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "predict"
-
-
-def rates():
-    return machine_rates(load_run((FIXTURES / "predict" / "h200-2gpu-bench-quick.json")
-                                  .read_text()), SPECS)
 
 
 def view(family: str):
@@ -196,22 +191,22 @@ def test_an_untimed_group_carries_its_share_of_the_roofline_to_the_other_rate():
 
 
 def test_switching_autocast_off_or_on_moves_the_hosts_work():
-    run = zoo_run("mlp")
+    run = zoo_plain_run("mlp")
     prof = load_profile(run, "tabular-mlp/bf16")
-    p = predict(prof, rates(), Change(precision="fp32"), SPECS)
+    p = predict(prof, h200_rates(), Change(precision="fp32"), SPECS)
     assert any(f"× {grouped.AUTOCAST_OFF_HOST:.2f}" in b and "autocast switched off" in b
                for b in p.basis)
-    back = predict(load_profile(run, "tabular-mlp/fp32"), rates(), Change(precision="bf16"),
+    back = predict(load_profile(run, "tabular-mlp/fp32"), h200_rates(), Change(precision="bf16"),
                    SPECS)
     assert any(f"× {1 / grouped.AUTOCAST_OFF_HOST:.2f}" in b and "switched on" in b
                for b in back.basis)
-    same = predict(load_profile(run, "tabular-mlp/fp32"), rates(), Change(precision="tf32"),
+    same = predict(load_profile(run, "tabular-mlp/fp32"), h200_rates(), Change(precision="tf32"),
                    SPECS)
     assert not any("autocast switched" in b for b in same.basis)
 
 
 def test_the_hosts_cost_of_autocast_is_the_models_own_where_its_recording_timed_it():
-    prof = load_profile(zoo_run("mlp"), "tabular-mlp/fp32")
+    prof = load_profile(zoo_plain_run("mlp"), "tabular-mlp/fp32")
     assert grouped.host_ratio(prof.record) is None  # recorded before the rounds
     # planted: four rounds of the step at batch 1, each beside the same under autocast
     rounds = (10.0, 12.0, 11.0, 10.0)
@@ -229,27 +224,23 @@ def test_the_hosts_cost_of_autocast_is_the_models_own_where_its_recording_timed_
     assert ratio == pytest.approx(1.55) and unc == pytest.approx(0.1625 / 1.55)
     # a pair with a round missing is dropped; fewer than two pairs time nothing
     assert grouped.host_ratio(planted((15.0,)).record) is None
-    p = predict(steady, rates(), Change(precision="bf16"), SPECS)
+    p = predict(steady, h200_rates(), Change(precision="bf16"), SPECS)
     assert any("× 1.50 ±5 %" in b and "switched on" in b and "round by round" in b
                for b in p.basis)
     # a host 2.5 × slower with autocast, not the families' 1.18: the step becomes
     # host-bound and longer than the fitted ratio's
-    fitted = predict(prof, rates(), Change(precision="bf16"), SPECS)
-    slow = predict(planted((25.0, 30.0, 27.5, 25.0)), rates(), Change(precision="bf16"), SPECS)
+    fitted = predict(prof, h200_rates(), Change(precision="bf16"), SPECS)
+    slow = predict(planted((25.0, 30.0, 27.5, 25.0)), h200_rates(), Change(precision="bf16"), SPECS)
     assert slow.step_ms > fitted.step_ms * 1.1 and slow.step_ms_high > fitted.step_ms_high
 
 
 # --- predictions from recorded zoo runs --------------------------------------------------------
 
 
-def zoo_run(name: str):
-    return load_run((ZOO / f"{name}-run.json").read_text())
-
-
 def test_a_batch_change_alone_is_predicted_from_the_units_timed_at_other_batches():
-    run = zoo_run("recsys")  # a second-session recording: the host's own time measured
+    run = zoo_plain_run("recsys")  # a second-session recording: the host's own time measured
     prof = load_profile(run, "dlrm/bf16")
-    p = predict(prof, rates(), Change(batch=8192), SPECS)
+    p = predict(prof, h200_rates(), Change(batch=8192), SPECS)
     assert p.target.batch_per_gpu == 8192 and p.changes == ("batch",)
     assert p.step_ms_low <= p.step_ms <= p.step_ms_high
     assert any("replayed from its recorded timeline" in b for b in p.basis)
@@ -259,7 +250,7 @@ def test_a_batch_change_alone_is_predicted_from_the_units_timed_at_other_batches
 def test_a_model_whose_batch_makes_the_same_work_refuses_a_batch_change():
     """make_batch(N) that ignores N (a whole graph a step): the work counted at the recorded
     batch and at the other one is the same, so no batch change is this model's to predict."""
-    prof = load_profile(zoo_run("recsys"), "dlrm/bf16")
+    prof = load_profile(zoo_plain_run("recsys"), "dlrm/bf16")
     rec = prof.record
     assert rec is not None and rec.alt_batch not in (None, rec.batch)
     same = rec.model_copy(update={"groups": tuple(
@@ -267,17 +258,17 @@ def test_a_model_whose_batch_makes_the_same_work_refuses_a_batch_change():
         for g in rec.groups)})
     with pytest.raises(BadInputError, match=r"--batch-size 8192: dlrm/bf16 did the same work "
                                             r"at batch \d+ and \d+"):
-        predict(dataclasses.replace(prof, record=same), rates(), Change(batch=8192), SPECS)
+        predict(dataclasses.replace(prof, record=same), h200_rates(), Change(batch=8192), SPECS)
     # its precision still changes (the batch is not touched)
-    p = predict(dataclasses.replace(prof, record=same), rates(), Change(precision="fp32"),
+    p = predict(dataclasses.replace(prof, record=same), h200_rates(), Change(precision="fp32"),
                 SPECS)
     assert p.changes == ("precision",)
 
 
 def test_batch_and_precision_combine():
-    run = zoo_run("mlp")
+    run = zoo_plain_run("mlp")
     prof = load_profile(run, "tabular-mlp/bf16")
-    both = predict(prof, rates(), Change(batch=4096, precision="fp32"), SPECS)
+    both = predict(prof, h200_rates(), Change(batch=4096, precision="fp32"), SPECS)
     assert both.changes == ("precision", "batch") and both.target.mode == "fp32"
     assert both.target.batch_per_gpu == 4096
 
@@ -294,11 +285,11 @@ def _with_unknown(run, share: float):
 
 
 def test_time_the_model_does_not_understand_refuses_or_widens_the_band():
-    run = zoo_run("mlp")
+    run = zoo_plain_run("mlp")
     with pytest.raises(BadInputError, match=r"30 % .*mylib::fused_thing.*no prediction"):
-        predict(load_profile(_with_unknown(run, 0.3), "tabular-mlp/bf16"), rates(),
+        predict(load_profile(_with_unknown(run, 0.3), "tabular-mlp/bf16"), h200_rates(),
                 Change(precision="fp32"), SPECS)
-    p = predict(load_profile(_with_unknown(run, 0.1), "tabular-mlp/bf16"), rates(),
+    p = predict(load_profile(_with_unknown(run, 0.1), "tabular-mlp/bf16"), h200_rates(),
                 Change(precision="fp32"), SPECS)
     assert any("does not understand" in n and "mylib::fused_thing" in n for n in p.notes)
     unknown = next(c for c in p.classes if c.op_class == "unknown")
@@ -306,14 +297,14 @@ def test_time_the_model_does_not_understand_refuses_or_widens_the_band():
 
 
 def test_a_class_above_its_roofline_is_said():
-    run = zoo_run("cnn")
+    run = zoo_plain_run("cnn")
     doc = json.loads(run.model_dump_json())
     for p in doc["op_profiles"]:
         for c in p["classes"]:
             if c["op_class"] == "gemm":
                 c["flops"] *= 1e4  # far more work counted than its time allows
     planted = load_run(json.dumps(doc))
-    p = predict(load_profile(planted, "resnet18-64px/bf16"), rates(),
+    p = predict(load_profile(planted, "resnet18-64px/bf16"), h200_rates(),
                 Change(gpu="a100-sxm4-80gb"), SPECS)
     note = next(n for n in p.notes if n.startswith("gemm ran at"))
     assert "undercounted" in note and "gpu change" in note
@@ -325,14 +316,14 @@ def test_a_run_recorded_before_the_unit_groups_refuses_a_batch_change_it_cannot_
     legacy = load_run(json.dumps(doc["runs"]["P1"]))
     prof = load_profile(legacy, "resnet50/bf16")
     with pytest.raises(BadInputError, match="recorded before the unit groups"):
-        predict(prof, rates(), Change(batch=128), SPECS)
+        predict(prof, h200_rates(), Change(batch=128), SPECS)
 
 
 def test_cli_predicts_another_batch_alone(tmp_path):
     import subprocess
 
     path = tmp_path / "run.json"
-    path.write_text(zoo_run("mlp").model_dump_json())
+    path.write_text(zoo_plain_run("mlp").model_dump_json())
     out = subprocess.run([sys.executable, "-m", "gpuaudit", "predict", str(path), "--workload",
                           "tabular-mlp/bf16", "--batch-size", "4096", "--rates",
                           str(FIXTURES / "predict" / "h200-2gpu-bench-quick.json"), "--json"],
@@ -344,7 +335,7 @@ def test_cli_predicts_another_batch_alone(tmp_path):
 
 def test_the_recorded_zoo_runs_read_back_typed():
     for name in ("mlp", "cnn", "recsys"):
-        run = zoo_run(name)
+        run = zoo_plain_run(name)
         assert run.schema_version == 3 and len(run.op_profiles) == 2
         for p in run.op_profiles:
             assert p.timeline is not None and len(p.timeline.group) == len(p.timeline.dur_us)
@@ -443,7 +434,7 @@ def test_a_convolutions_backward_is_charged_to_a_convolution_unit():
 
 def test_flops_counted_under_a_memory_bound_unit_join_the_busiest_matmul_bound_group():
     # the fp32 ResNet-18 recording: its convolutions' gradients tallied under the ReLUs
-    prof = next(p for p in zoo_run("cnn").op_profiles if p.precision == "fp32")
+    prof = next(p for p in zoo_plain_run("cnn").op_profiles if p.precision == "fp32")
     stray = sum(g.flops for g in prof.groups if g.op_class == "elementwise")
     conv = next(g for g in prof.groups if (g.op_class, g.unit) == ("conv", "conv2d"))
     assert stray > conv.flops  # the backward's two thirds
@@ -454,14 +445,14 @@ def test_flops_counted_under_a_memory_bound_unit_join_the_busiest_matmul_bound_g
     assert sum(g.flops for g in fixed.groups) == pytest.approx(sum(g.flops for g in prof.groups))
     assert note is not None and "conv/conv2d" in note and "elementwise/relu" in note
     # the bf16 recording counted them where they belong: nothing to move
-    bf16 = next(p for p in zoo_run("cnn").op_profiles if p.precision == "bf16")
+    bf16 = next(p for p in zoo_plain_run("cnn").op_profiles if p.precision == "bf16")
     assert grouped.repair_flops(bf16) == (bf16, None)
 
 
 def test_a_wider_layer_reaches_more_of_its_roofline_by_the_precision_rules_delta():
     from gpuaudit.predict import retarget as rt
 
-    r = rates()
+    r = h200_rates()
     bf16 = r.roofs.matmul("bf16")
     # 1 TFLOP in 4 calls, taking twice its roofline: share 0.5
     g = UnitGroup(op_class="gemm", unit="linear", kernel_us=2e6 / bf16, flops=1e12,
@@ -493,7 +484,7 @@ def test_a_group_far_below_its_roofline_is_never_slower_at_a_higher_rate():
 def test_a_profile_that_caught_no_kernels_is_refused_not_carried_unchanged():
     # as recorded on the H200 when a GPU profile started during an earlier profile's CUPTI
     # teardown: every class's work counted, no kernel time, busy and span 0
-    doc = json.loads(zoo_run("mlp").model_dump_json())
+    doc = json.loads(zoo_plain_run("mlp").model_dump_json())
     for p in doc["op_profiles"]:
         p["busy_ms"] = p["span_ms"] = 0.0
         p["timeline"] = None
@@ -502,7 +493,7 @@ def test_a_profile_that_caught_no_kernels_is_refused_not_carried_unchanged():
     prof = load_profile(load_run(json.dumps(doc)), "tabular-mlp/bf16")
     for change in (Change(precision="fp32"), Change(batch=4096)):
         with pytest.raises(BadInputError, match=r"holds no kernel time.*record it again"):
-            predict(prof, rates(), change, SPECS)
+            predict(prof, h200_rates(), change, SPECS)
 
 
 def test_predicts_progress_lines_reach_stderr_only_while_it_runs():
@@ -531,9 +522,9 @@ def test_a_batch_norm_far_below_its_roofline_barely_moves_under_a_size_change(mo
     monkeypatch.syspath_prepend(str(EXAMPLES))
     from gpuaudit.predict import retarget as rt
 
-    prof = load_profile(zoo_run("cnn"), "resnet18-64px/bf16")
+    prof = load_profile(zoo_plain_run("cnn"), "resnet18-64px/bf16")
     bn = next(g for g in prof.record.groups if g.unit == "batch_norm")
-    r = rates()
+    r = h200_rates()
     assert rt._off_roofline(rt._traffic_share(bn, r.roofs), r.roofs)
     # a group of kernels of a few µs is as far below its roofline, but that is its launches
     short = [g for g in prof.record.groups if g.op_class == "elementwise" and g.bytes > 0
@@ -550,7 +541,7 @@ def test_a_batch_norm_far_below_its_roofline_barely_moves_under_a_size_change(mo
     assert norm.predicted_ms / norm.measured_ms == pytest.approx(0.5 ** 0.25, rel=0.05)
     # and the band spans from the traffic's square root to unchanged: wider than ±8 %
     assert p.step_ms_high - p.step_ms_low > 0.15 * p.step_ms
-    mlp = predict(load_profile(zoo_run("mlp"), "tabular-mlp/bf16"), r,
+    mlp = predict(load_profile(zoo_plain_run("mlp"), "tabular-mlp/bf16"), r,
                   Change(model="zoo.mlp:build_large"), SPECS)
     assert not any("its traffic's roofline" in n for n in mlp.notes)
 

@@ -26,12 +26,15 @@ def op_profile_run(model: str, op_profile: bool = True) -> Any:
                               "parts": ["modes"], "op_profile": op_profile})
 
 
-def h200_rates(specs: Any) -> Any:
-    """The recorded H200 machine's rates (`H200_2GPU`), as `predict` takes them."""
+def h200_rates(specs: Any = None) -> Any:
+    """The recorded H200 machine's rates (`H200_2GPU`), as `predict` takes them (against the
+    shipped catalog unless `specs` is given)."""
     from gpuaudit.model import load_run
     from gpuaudit.predict import machine_rates
+    from gpuaudit.specs.catalog import load_catalog
 
-    return machine_rates(load_run(H200_2GPU.read_text()), specs)
+    return machine_rates(load_run(H200_2GPU.read_text()),
+                         load_catalog() if specs is None else specs)
 
 
 def h100_rates(specs: Any) -> Any:
@@ -50,6 +53,14 @@ def zoo_run(name: str) -> Any:
 
     return load_run(gzip.decompress((PREDICT / "zoo" / f"{name}.json.gz").read_bytes())
                     .decode())
+
+
+def zoo_plain_run(name: str) -> Any:
+    """One of the first zoo runs, kept uncompressed (`tests/fixtures/predict/zoo/NAME-run.json`:
+    mlp, cnn, recsys)."""
+    from gpuaudit.model import load_run
+
+    return load_run((PREDICT / "zoo" / f"{name}-run.json").read_text())
 
 
 def zoo_rows(recording: str) -> list[dict[str, Any]]:
