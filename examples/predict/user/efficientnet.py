@@ -73,7 +73,7 @@ class EfficientNet(nn.Module):
     def __init__(self, width=1.0, depth=1.0, dropout=0.2, drop_path=0.2, classes=1000):
         super().__init__()
         stages = [(e, k, s, make_divisible(i * width), make_divisible(o * width),
-                   int(math.ceil(n * depth))) for e, k, s, i, o, n in STAGES]
+                   math.ceil(n * depth)) for e, k, s, i, o, n in STAGES]
         total, done = sum(s[-1] for s in stages), 0
         layers = [ConvNormAct(3, stages[0][3], 3, 2)]
         for e, k, s, cin, cout, n in stages:
