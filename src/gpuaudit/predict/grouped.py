@@ -309,9 +309,10 @@ def size(g: Grouped, state: StepState, profile: StepProfile, target: str) -> Non
                            f"{OFF_BYTES_PER_SM_CYCLE:g} bytes per SM cycle (as batch norm "
                            "does: one block per channel "
                            "leaves SMs idle), so its time under a size change is not its "
-                           "traffic's: more channels fill idle SMs first (taken as its "
-                           f"traffic to a power of at most {OFF_EXPONENT:g}, the band "
-                           "reaching unchanged and its traffic's square root)")
+                           "traffic's: more calls or more values a channel take longer in "
+                           "proportion, but more channels fill idle SMs first (taken as "
+                           f"their count to a power of {OFF_EXPONENT:g}, the band reaching "
+                           "the powers 0 and 0.5)")
     for cls, c in state.classes.items():
         _recalibrate(state, cls, state.precision)
         del c

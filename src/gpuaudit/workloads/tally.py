@@ -53,6 +53,9 @@ class OpTally:
     group_bytes: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
     group_calls: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
     group_strided: dict[GroupKey, int] = field(default_factory=lambda: defaultdict(int))
+    # batch norm's bytes per unit group by the channels of each call (`batch_norm_channels`)
+    group_channel_bytes: dict[GroupKey, dict[int, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     # bytes per class as each operator's own name classes it (not its unit's; forced regions
     # left out): how recordings made before the unit classes split the step
     by_name_bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -207,6 +210,7 @@ class _Op:
     forced: str | None
     conv_unit: str | None = None  # a convolution's backward: the forward unit it belongs to
     strided: bool = False  # its kernels index element by element (`strided`)
+    channels: int | None = None  # a batch norm's channels (`batch_norm_channels`)
 
 
 def strided(args: tuple[Any, ...], out: Any, torch: Any) -> bool:
@@ -243,6 +247,17 @@ def _dense(t: Any) -> bool:
             return False
         step *= size
     return True
+
+
+def batch_norm_channels(name: str, args: tuple[Any, ...], torch: Any) -> int | None:
+    """The channels of a batch norm's call, forward or backward (its first tensor, the input
+    or the gradient, is N × C × …): PyTorch's kernels reduce each channel in blocks of its
+    own, serially over its N·H·W values, so its time follows the values a channel and the
+    channels each in their own way (`predict.retarget`)."""
+    if "batch_norm" not in name or not args or not isinstance(args[0], torch.Tensor) or \
+            args[0].dim() < 2:
+        return None
+    return int(args[0].shape[1])
 
 
 def _conv_unit(name: str, args: tuple[Any, ...], torch: Any) -> str | None:
@@ -298,7 +313,8 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
                             first.element_size() if first is not None else 4,
                             str(first.dtype).removeprefix("torch.") if first is not None
                             else None, att, forced, _conv_unit(name, args, torch),
-                            flops == 0 and strided(args, out, torch)))
+                            flops == 0 and strided(args, out, torch),
+                            batch_norm_channels(name, args, torch)))
             return out
 
     calls: list[Call] = []
@@ -339,6 +355,8 @@ def _tally(tree: optrace.OpTree, seen: list[_Op], calls: list[Call] | None) -> O
         tally.group_bytes[key] += op.moved
         if op.strided:
             tally.group_strided[key] += op.moved
+        if op.channels:
+            tally.group_channel_bytes[key][op.channels] += op.moved
         tally.op_bytes[op.name] += op.moved
         tally.op_count[op.name] += 1
         tally.op_class.setdefault(op.name, cls)
