@@ -11,21 +11,13 @@ import math
 
 import pytest
 
-from gpuaudit.predict import Change, load_profile, machine_rates, predict
+from gpuaudit.predict import Change
 from gpuaudit.predict import retarget as rt
-from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
-from tests.support.predict import train_samples_per_s, user_run
+from tests.support.predict import user_case
 
 EXAMPLES = FIXTURES.parents[1] / "examples" / "predict"
-SPECS = load_catalog()
 B1 = "user.efficientnet:build_b1"
-
-
-def _predict(recorded, change):
-    run = user_run(f"effnet-{recorded}")
-    return predict(load_profile(run, run.op_profiles[0].workload),
-                   machine_rates(user_run("effnet-rates"), SPECS), change, SPECS)
 
 
 CASES = [  # (recorded, change, measured by, predicted samples/s)
@@ -44,8 +36,7 @@ CASES = [  # (recorded, change, measured by, predicted samples/s)
 def test_a_users_efficientnet_is_predicted_inside_its_band(case):
     """Its seven precision and batch cases within 1.2 % and inside their bands."""
     recorded, change, measured_by, predicted = CASES[case]
-    p = _predict(recorded, change)
-    measured = train_samples_per_s(user_run(f"effnet-{measured_by}"))
+    p, measured = user_case("effnet", recorded, change, measured_by)
     assert p.samples_per_s == pytest.approx(predicted, rel=1e-3)
     assert abs(p.samples_per_s / measured - 1) < 0.012
     assert p.samples_per_s_low <= measured <= p.samples_per_s_high
@@ -59,8 +50,7 @@ def test_b1s_batch_norms_move_with_their_calls_and_image_not_by_a_power(monkeypa
     before, ×1.13 and +18.6 %, outside it."""
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    measured = train_samples_per_s(user_run("effnet-b1"))
-    p = _predict("bf16-run", Change(model=B1))
+    p, measured = user_case("effnet", "bf16-run", Change(model=B1), "b1")
     norm = {c.op_class: c for c in p.classes}["norm"]
     assert norm.predicted_ms / norm.measured_ms == pytest.approx(1.643, abs=0.002)
     assert "weighed by their channels" in norm.basis
@@ -68,7 +58,7 @@ def test_b1s_batch_norms_move_with_their_calls_and_image_not_by_a_power(monkeypa
     assert p.samples_per_s_low <= measured <= p.samples_per_s_high
 
     monkeypatch.setattr("gpuaudit.workloads.tally.batch_norm_channels", lambda *a: None)
-    old = _predict("bf16-run", Change(model=B1))
+    old, _ = user_case("effnet", "bf16-run", Change(model=B1), "b1")
     norm = {c.op_class: c for c in old.classes}["norm"]
     assert norm.predicted_ms / norm.measured_ms == pytest.approx(1.61 ** 0.25, abs=0.003)
     assert old.samples_per_s / measured - 1 == pytest.approx(0.186, abs=0.002)

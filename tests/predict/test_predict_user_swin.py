@@ -10,18 +10,8 @@ import statistics
 
 import pytest
 
-from gpuaudit.predict import Change, load_profile, machine_rates, predict
-from gpuaudit.specs.catalog import load_catalog
-from tests.support.predict import train_samples_per_s, user_run
-
-SPECS = load_catalog()
-
-
-def _predict(recorded, change):
-    run = user_run(f"swin-{recorded}")
-    return predict(load_profile(run, run.op_profiles[0].workload),
-                   machine_rates(user_run("swin-rates"), SPECS), change, SPECS)
-
+from gpuaudit.predict import Change
+from tests.support.predict import train_samples_per_s, user_case, user_run
 
 CASES = [  # (recorded, change, measured by, predicted samples/s)
     ("bf16-run", Change(precision="fp32"), "fp32", 855.66),
@@ -38,8 +28,7 @@ CASES = [  # (recorded, change, measured by, predicted samples/s)
 def test_a_users_swin_is_predicted_inside_its_band(case):
     """Six of its seven cases within 6 % and inside their bands: −4.6 to +5.3 %."""
     recorded, change, measured_by, predicted = CASES[case]
-    p = _predict(recorded, change)
-    measured = train_samples_per_s(user_run(f"swin-{measured_by}"))
+    p, measured = user_case("swin", recorded, change, measured_by)
     assert p.samples_per_s == pytest.approx(predicted, rel=1e-3)
     assert abs(p.samples_per_s / measured - 1) < 0.06
     assert p.samples_per_s_low <= measured <= p.samples_per_s_high
@@ -52,8 +41,7 @@ def test_its_fp32_to_bf16_misses_by_the_host_the_fp32_process_ran_on():
     work with the device held in 28.0 ms (median of 8 rounds) where the bf16 process's ran
     the same work in 44.1; the bf16 step measured beside it ran 8 % slower than its own
     profile, too. The prediction says the host's pace moved ±30 % while it was profiled."""
-    p = _predict("fp32-run", Change(precision="bf16"))
-    measured = train_samples_per_s(user_run("swin-bf16"))
+    p, measured = user_case("swin", "fp32-run", Change(precision="bf16"), "bf16")
     assert p.samples_per_s / measured - 1 == pytest.approx(0.190, abs=0.003)
     assert p.samples_per_s_low <= measured <= p.samples_per_s_high
     assert any("moved ±30 %" in n for n in p.notes)

@@ -80,6 +80,20 @@ def user_run(name: str) -> Any:
     return read_run(PREDICT / "user" / f"{name}-h100.json.gz")
 
 
+def user_case(model: str, recorded: str, change: Any, measured_by: str) -> tuple[Any, float]:
+    """A user's model recorded on an H100 in one loan (`MODEL-RECORDED`, its rates
+    `MODEL-rates`): the prediction of `change` and the throughput measured by the target's
+    own run (`MODEL-MEASURED_BY`)."""
+    from gpuaudit.predict import load_profile, machine_rates, predict
+    from gpuaudit.specs.catalog import load_catalog
+
+    specs = load_catalog()
+    run = user_run(f"{model}-{recorded}")
+    p = predict(load_profile(run, run.op_profiles[0].workload),
+                machine_rates(user_run(f"{model}-rates"), specs), change, specs)
+    return p, train_samples_per_s(user_run(f"{model}-{measured_by}"))
+
+
 def train_samples_per_s(run: Any) -> float:
     """A `bench train` run's measured throughput."""
     return float(next(m.value for m in run.measurements if m.suite == "train"
