@@ -1,4 +1,4 @@
-"""EfficientNet-B0 and -B1 written the way torchvision writes them: MBConv blocks (a 1×1
+"""EfficientNet-B0, -B1 and -B2 written the way torchvision writes them: MBConv blocks (a 1×1
 expansion, a depthwise convolution, squeeze-and-excitation by pooled 1×1 convolutions and a
 sigmoid gate, a 1×1 projection), SiLU, batch norm, stochastic depth per sample, channels
 rounded to multiples of 8 and depths scaled by ceil."""
@@ -120,3 +120,8 @@ def build():
 def build_b1():
     return {"model": EfficientNet(depth=1.1, dropout=0.2), "make_batch": _batch(240),
             "loss": _loss, "batch_size": 128, "name": "efficientnet-b1"}
+
+
+def build_b2():
+    return {"model": EfficientNet(width=1.1, depth=1.2, dropout=0.3), "make_batch": _batch(260),
+            "loss": _loss, "batch_size": 128, "name": "efficientnet-b2"}
