@@ -5,7 +5,9 @@ user.efficientnet:build --precision bf16 --op-profile`, each target's own `bench
 (B1 among them: deeper, at 240 px), `bench matmul memory`, then the fp32 source and the bf16
 step again, in one call. Its precision and batch cases are as they first came out; its B1
 case came out +18.6 %, outside its band, and changed the size rule for batch norm far below
-its roofline (weighed by each call's channels): it is no test of that rule."""
+its roofline (weighed by each call's channels): it is no test of that rule. B2 (wider,
+deeper, at 260 px) was predicted with that rule before it was measured, and then measured
+on a later loan beside B0's step again: it is."""
 
 import math
 
@@ -14,10 +16,10 @@ import pytest
 from gpuaudit.predict import Change
 from gpuaudit.predict import retarget as rt
 from tests.conftest import FIXTURES
-from tests.support.predict import user_case
+from tests.support.predict import train_samples_per_s, user_case, user_run
 
 EXAMPLES = FIXTURES.parents[1] / "examples" / "predict"
-B1 = "user.efficientnet:build_b1"
+B1, B2 = "user.efficientnet:build_b1", "user.efficientnet:build_b2"
 
 
 CASES = [  # (recorded, change, measured by, predicted samples/s)
@@ -62,6 +64,27 @@ def test_b1s_batch_norms_move_with_their_calls_and_image_not_by_a_power(monkeypa
     norm = {c.op_class: c for c in old.classes}["norm"]
     assert norm.predicted_ms / norm.measured_ms == pytest.approx(1.61 ** 0.25, abs=0.003)
     assert old.samples_per_s / measured - 1 == pytest.approx(0.186, abs=0.002)
+    assert not old.samples_per_s_low <= measured <= old.samples_per_s_high
+
+
+def test_b2_predicted_before_it_was_measured_comes_within_its_band(monkeypatch):
+    """B2 has 1.1 × the channels in 1.2 × the blocks, at 260 px: predicted at 937.5
+    samples/s (842–1,058) from B0's bf16 recording, then measured on a later H100 loan at
+    870.5 (+7.7 %), where B0's step ran at 1,830, its recording's pace (1,834). Its batch
+    norms' traffic ×2.05, weighed by their channels ×1.97; by the traffic^0.25 the step would
+    have come out +31 %, outside its band."""
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    p, measured = user_case("effnet", "bf16-run", Change(model=B2), "b2")
+    assert p.samples_per_s == pytest.approx(937.5, abs=0.1)
+    assert p.samples_per_s / measured - 1 == pytest.approx(0.077, abs=0.001)
+    assert p.samples_per_s_low <= measured <= p.samples_per_s_high
+    again = train_samples_per_s(user_run("effnet-b0-again"))
+    assert again == pytest.approx(train_samples_per_s(user_run("effnet-bf16-run")), rel=0.005)
+
+    monkeypatch.setattr("gpuaudit.workloads.tally.batch_norm_channels", lambda *a: None)
+    old, _ = user_case("effnet", "bf16-run", Change(model=B2), "b2")
+    assert old.samples_per_s / measured - 1 == pytest.approx(0.313, abs=0.003)
     assert not old.samples_per_s_low <= measured <= old.samples_per_s_high
 
 
