@@ -205,6 +205,11 @@ def predict_zoo_h100_steps(ctx: Context) -> list[Step]:
                               AUTOCAST_PROBE_H100), stdout="probe.md", timeout_s=60)]
 
 
+def predict_users_steps(ctx: Context) -> list[Step]:
+    return [Step("users", _py(ctx, "validation/predict/users.py"), stdout="table.md",
+                 timeout_s=300)]
+
+
 def render_science_steps(ctx: Context) -> list[Step]:
     return [Step("render-science", ("bash", "validation/render/science.sh"), timeout_s=540,
                  stdout="run.log")]
@@ -272,6 +277,10 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                "recorded results)",
                "the measured step of each case", "predict.md", predict_zoo_h100_steps,
                ("table.md", "gpu.md", "probe.md"), gpu=False),
+    Capability("predict-users", "predict on models written the way their users write them, "
+               "each recorded as a user runs it (CPU: the recorded runs)",
+               "each target's own bench train", "predict.md", predict_users_steps,
+               ("table.md",), gpu=False),
     Capability("render-science", "bench render and bench science with --with-native, a "
                "reference frame, recommend render|simulate on the run",
                "glmark2, the reference scene's image, CuPy's FFT and SpMV",

@@ -1,0 +1,190 @@
+"""The `predict-users` entry: `gpuaudit predict` on models written the way their users write
+them (examples/predict/user/, none of them a zoo family), each recorded as a user runs it on
+one loan (tests/fixtures/predict/user/MODEL-*.json.gz): its source's `bench train
+--op-profile`, each target's own `bench train` and the machine's `bench matmul memory`. Every
+case is predicted from its source and set beside the throughput its target's own run
+measured; a case that shaped a rule of the method is shown apart, as no test of it.
+
+    python3 validation/predict/users.py      # the tables (markdown) on stdout
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+USER = ROOT / "tests" / "fixtures" / "predict" / "user"
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "examples" / "predict"))  # the size changes' entry points
+sys.path.insert(0, str(ROOT))
+
+from gpuaudit.predict import Change  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    recorded: str        # the source's fixture: MODEL-RECORDED-h100.json.gz
+    change: Change
+    measured_by: str     # the target's own `bench train`
+    shaped: str = ""     # the rule this case changed: no test of it
+
+
+@dataclass(frozen=True)
+class UserModel:
+    tag: str             # the fixtures' prefix
+    title: str
+    entry: str           # its module under examples/predict
+    rates: str           # the loan's `bench matmul memory` fixture (its full name)
+    cases: tuple[Case, ...]
+    shaped: str = ""     # the rules the whole model shaped: none of its cases tests them
+
+
+def _precisions(extra: tuple[Case, ...] = (), batch_up: int = 0,
+                batch_down: int = 0) -> tuple[Case, ...]:
+    """The recorded precisions' cases: each source to the other two precisions, the bf16
+    source to other batches, then `extra`."""
+    out = [Case(f"{src} → {p}", f"{src}-run", Change(precision=p), p)
+           for src, others in (("bf16", ("fp32", "tf32")), ("fp32", ("bf16", "tf32")))
+           for p in others]
+    for n in (batch_up, batch_down):
+        if n:
+            out.append(Case(f"bf16 at batch {n}", "bf16-run", Change(batch=n), f"bf16-b{n}"))
+    return (*out, *extra)
+
+
+MODELS = (
+    UserModel("neox", "GPT-NeoX as Hugging Face transformers writes it", "user.neox",
+              "users-rates", _precisions(
+                  (Case("fp32 → bf16 at batch 16", "fp32-run", Change(precision="bf16", batch=16),
+                        "bf16-b16"),), batch_up=16)),
+    UserModel("qwen", "Qwen2 as Hugging Face transformers writes it (its second recording)",
+              "user.qwen", "users-rates", _precisions(
+                  (Case("fp32 → bf16 at batch 16", "fp32-run", Change(precision="bf16", batch=16),
+                        "bf16-b16"),), batch_up=16),
+              "its first recording's fp32 → bf16 (+7.1 %) and bf16 → fp32 (−6.0 %), both out "
+              "of band, shaped the cast and strided-traffic rules"),
+    UserModel("swin", "Swin-T as its reference implementation writes it", "user.swin",
+              "swin-rates", _precisions(
+                  (Case("fp32 → bf16 at batch 128", "fp32-run",
+                        Change(precision="bf16", batch=128), "bf16-b128"),),
+                  batch_up=128, batch_down=32)),
+    UserModel("effnet", "EfficientNet as torchvision writes it", "user.efficientnet",
+              "effnet-rates", _precisions(
+                  (Case("fp32 → bf16 at batch 256", "fp32-run",
+                        Change(precision="bf16", batch=256), "bf16-b256"),
+                   Case("B0 → B1 (deeper, 240 px)", "bf16-run",
+                        Change(model="user.efficientnet:build_b1"), "b1",
+                        "it came out +18.6 %, out of band, and set batch norm far below its "
+                        "roofline to move by its calls' traffic weighed by their channels"),
+                   Case("B0 → B2 (wider, deeper, 260 px)", "bf16-run",
+                        Change(model="user.efficientnet:build_b2"), "b2")),
+                  batch_up=256, batch_down=64)),
+    UserModel("vgg", "VGG-11 with batch norm at 64 px", "user.vgg", "rates",
+              (Case("bf16, ×1.5 width", "run", Change(model="user.vgg:build_wide"), "wide"),)),
+    UserModel("c3d", "C3D-style video classifier, 16 × 112²", "user.c3d", "rates",
+              (Case("bf16, ×2 width", "run", Change(model="user.c3d:build_wide"), "wide"),)),
+)
+
+
+def fixture(name: str) -> Any:
+    from gpuaudit.model.schema import read_run
+
+    return read_run(USER / f"{name}-h100.json.gz")
+
+
+def samples_per_s(run: Any) -> float:
+    """A `bench train` run's measured throughput."""
+    return float(next(m.value for m in run.measurements if m.suite == "train"
+                      and m.name.endswith("/throughput")))
+
+
+def predict_case(model: UserModel, case: Case) -> tuple[Any, float]:
+    """The case's prediction from its source on its loan's rates, and its target's measured
+    samples/s."""
+    from gpuaudit.predict import load_profile, machine_rates, predict
+    from gpuaudit.specs.catalog import load_catalog
+
+    specs = load_catalog()
+    run = fixture(f"{model.tag}-{case.recorded}")
+    p = predict(load_profile(run, run.op_profiles[0].workload),
+                machine_rates(fixture(model.rates), specs), case.change, specs)
+    return p, samples_per_s(fixture(f"{model.tag}-{case.measured_by}"))
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if v >= 999.5 else f"{v:.4g}"
+
+
+def row(model: UserModel, case: Case) -> dict[str, Any]:
+    p, measured = predict_case(model, case)
+    error = p.samples_per_s / measured - 1
+    return {"model": model.tag, "case": case.label, "predicted": p.samples_per_s,
+            "low": p.samples_per_s_low, "high": p.samples_per_s_high, "measured": measured,
+            "error": error, "in_band": p.samples_per_s_low <= measured <= p.samples_per_s_high,
+            "shaped": case.shaped or model.shaped}
+
+
+def _cell(r: dict[str, Any]) -> str:
+    pct = round(r["error"] * 100, 1)
+    text = (f"{pct:+.1f} %" if pct else "0.0 %").replace("-", "−")
+    if abs(r["error"]) > 0.10 or not r["in_band"]:
+        return f"**{text}** ({'in' if r['in_band'] else 'out of'} band)"
+    return text
+
+
+def line(case: Case, r: dict[str, Any]) -> str:
+    """The case's row of its model's table."""
+    note = f" (shaped a rule: {case.shaped})" if case.shaped else ""
+    return (f"| {case.label}{note} | {_num(r['predicted'])} ({_num(r['low'])}–{_num(r['high'])})"
+            f" | {_num(r['measured'])} | {_cell(r)} |")
+
+
+def _recorded(model: UserModel) -> str:
+    """When and where the model's fixtures were recorded, from the runs themselves."""
+    runs = [json.loads(gzip.decompress(p.read_bytes()))
+            for p in sorted(USER.glob(f"{model.tag}-*-h100.json.gz"))]
+    starts = sorted(r["started_at"] for r in runs)
+    machine = runs[0]["machine"]
+    gpu = machine["gpus"][0]["name"]
+    return (f"recorded {starts[0][:10]} {starts[0][11:16]}–{starts[-1][11:16]} UTC on 1× {gpu}"
+            f" (driver {machine['driver_version']}), {len(runs)} runs")
+
+
+def table(rows_by_model: list[tuple[UserModel, list[dict[str, Any]]]]) -> str:
+    tests = [r for _, rows in rows_by_model for r in rows if not r["shaped"]]
+    within = sum(abs(r["error"]) <= 0.10 for r in tests)
+    band = sum(r["in_band"] for r in tests)
+    shaped = [r for _, rows in rows_by_model for r in rows if r["shaped"]]
+    out = [f"gpuaudit predict on {len(rows_by_model)} models written the way their users write "
+           "them (examples/predict/user), each recorded as a user runs it: `gpuaudit bench "
+           "train --model user.NAME:build --precision P --op-profile` for its source, each "
+           "target's own `bench train` and `gpuaudit bench matmul memory` in the same loan "
+           "(`validation/predict/users.py`). Cases that no rule was shaped on: "
+           f"**{within} of {len(tests)} within 10 %, {band} inside their band**; apart, "
+           f"the {len(shaped)} that shaped a rule: "
+           f"{sum(abs(r['error']) <= 0.10 for r in shaped)} within 10 %, "
+           f"{sum(r['in_band'] for r in shaped)} inside their band.", ""]
+    for model, rows in rows_by_model:
+        shaped_here = f"; {model.shaped}: no test of them" if model.shaped else ""
+        out += [f"**{model.title}** (`{model.entry}`): {_recorded(model)}{shaped_here}", "",
+                "| recorded → target | predicted (band), samples/s | measured | error |",
+                "| --- | --- | --- | --- |"]
+        out += [line(next(c for c in model.cases if c.label == r["case"]), r) for r in rows]
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def main() -> int:
+    found = [(m, [row(m, c) for c in m.cases]) for m in MODELS]
+    sys.stdout.write(table(found))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
