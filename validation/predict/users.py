@@ -43,6 +43,8 @@ class UserModel:
     rates: str           # the loan's `bench matmul memory` fixture (its full name)
     cases: tuple[Case, ...]
     shaped: str = ""     # the rules the whole model shaped: none of its cases tests them
+    # each source beside the same step timed in a process of its own: did its pace hold?
+    sources: tuple[tuple[str, str], ...] = (("bf16-run", "bf16"), ("fp32-run", "fp32"))
 
 
 def _precisions(extra: tuple[Case, ...] = (), batch_up: int = 0,
@@ -85,10 +87,19 @@ MODELS = (
                    Case("B0 → B2 (wider, deeper, 260 px)", "bf16-run",
                         Change(model="user.efficientnet:build_b2"), "b2")),
                   batch_up=256, batch_down=64)),
+    UserModel("conformer", "a Conformer-S speech recognizer with CTC loss, as torchaudio writes "
+              "its Conformer", "user.conformer", "conformer-rates", _precisions(
+                  (Case("fp32 → bf16 at batch 128", "fp32-run",
+                        Change(precision="bf16", batch=128), "bf16-b128"),
+                   Case("S → M (d 144 → 256)", "bf16-run",
+                        Change(model="user.conformer:build_medium"), "size")),
+                  batch_up=128, batch_down=32)),
     UserModel("vgg", "VGG-11 with batch norm at 64 px", "user.vgg", "rates",
-              (Case("bf16, ×1.5 width", "run", Change(model="user.vgg:build_wide"), "wide"),)),
+              (Case("bf16, ×1.5 width", "run", Change(model="user.vgg:build_wide"), "wide"),),
+              sources=(("run", "again"),)),
     UserModel("c3d", "C3D-style video classifier, 16 × 112²", "user.c3d", "rates",
-              (Case("bf16, ×2 width", "run", Change(model="user.c3d:build_wide"), "wide"),)),
+              (Case("bf16, ×2 width", "run", Change(model="user.c3d:build_wide"), "wide"),),
+              sources=(("run", "again"),)),
 )
 
 
@@ -130,19 +141,24 @@ def row(model: UserModel, case: Case) -> dict[str, Any]:
             "shaped": case.shaped or model.shaped}
 
 
+def _pct(fraction: float) -> str:
+    pct = round(fraction * 100, 1)
+    return (f"{pct:+.1f} %" if pct else "0.0 %").replace("-", "−")
+
+
 def _cell(r: dict[str, Any]) -> str:
-    pct = round(r["error"] * 100, 1)
-    text = (f"{pct:+.1f} %" if pct else "0.0 %").replace("-", "−")
+    text = _pct(r["error"])
     if abs(r["error"]) > 0.10 or not r["in_band"]:
         return f"**{text}** ({'in' if r['in_band'] else 'out of'} band)"
     return text
 
 
-def line(case: Case, r: dict[str, Any]) -> str:
+def line(case: Case, r: dict[str, Any], off_pace: bool = False) -> str:
     """The case's row of its model's table."""
     note = f" (shaped a rule: {case.shaped})" if case.shaped else ""
+    off = "; its source off its pace" if off_pace else ""
     return (f"| {case.label}{note} | {_num(r['predicted'])} ({_num(r['low'])}–{_num(r['high'])})"
-            f" | {_num(r['measured'])} | {_cell(r)} |")
+            f" | {_num(r['measured'])} | {_cell(r)}{off} |")
 
 
 def _recorded(model: UserModel) -> str:
@@ -154,6 +170,23 @@ def _recorded(model: UserModel) -> str:
     gpu = machine["gpus"][0]["name"]
     return (f"recorded {starts[0][:10]} {starts[0][11:16]}–{starts[-1][11:16]} UTC on 1× {gpu}"
             f" (driver {machine['driver_version']}), {len(runs)} runs")
+
+
+# a source whose step, timed again in a process of its own, moved more than this: its cases
+# are measured on a host whose pace the recording did not see
+PACE_MOVED = 0.10
+
+
+def paces(model: UserModel) -> dict[str, float]:
+    """Each source's step timed again in a process of its own ÷ its profiled run's, in
+    throughput."""
+    return {src: samples_per_s(fixture(f"{model.tag}-{again}"))
+            / samples_per_s(fixture(f"{model.tag}-{src}")) for src, again in model.sources}
+
+
+def _pace_text(moved: dict[str, float]) -> str:
+    return "; its sources' steps timed again in a process of their own: " + ", ".join(
+        f"{src.removesuffix('-run')} {_pct(r - 1)}" for src, r in moved.items())
 
 
 def table(rows_by_model: list[tuple[UserModel, list[dict[str, Any]]]]) -> str:
@@ -172,10 +205,14 @@ def table(rows_by_model: list[tuple[UserModel, list[dict[str, Any]]]]) -> str:
            f"{sum(r['in_band'] for r in shaped)} inside their band.", ""]
     for model, rows in rows_by_model:
         shaped_here = f"; {model.shaped}: no test of them" if model.shaped else ""
-        out += [f"**{model.title}** (`{model.entry}`): {_recorded(model)}{shaped_here}", "",
+        moved = paces(model)
+        out += [f"**{model.title}** (`{model.entry}`): {_recorded(model)}"
+                f"{_pace_text(moved)}{shaped_here}", "",
                 "| recorded → target | predicted (band), samples/s | measured | error |",
                 "| --- | --- | --- | --- |"]
-        out += [line(next(c for c in model.cases if c.label == r["case"]), r) for r in rows]
+        for r in rows:
+            case = next(c for c in model.cases if c.label == r["case"])
+            out.append(line(case, r, abs(moved.get(case.recorded, 1.0) - 1) > PACE_MOVED))
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 

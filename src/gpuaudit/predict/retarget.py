@@ -107,6 +107,9 @@ def count(spec: str, batch: int) -> Counted:
     model whose shapes follow its data (top-k routing by value) or whose build cannot run
     there (a parametrization that reads a value), on the CPU with real tensors when its step
     is small enough (`CPU_COUNT_FLOP`)."""
+    from gpuaudit.workloads.metakernels import register
+
+    register()
     try:
         with _autocast_takes_meta():
             return _count_on(spec, batch, "meta")
