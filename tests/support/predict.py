@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import FIXTURES, load_fixture
+from validation.predict.users import fixture as user_run  # noqa: F401 - a user's recorded run
+from validation.predict.users import samples_per_s as train_samples_per_s  # noqa: F401
 
 PREDICT = FIXTURES / "predict"
 H200_2GPU = PREDICT / "h200-2gpu-bench-quick.json"
@@ -72,32 +74,14 @@ def zoo_rows(recording: str) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("recording") == recording]
 
 
-def user_run(name: str) -> Any:
-    """A model written as a user writes one, as recorded on an H100
-    (`tests/fixtures/predict/user/NAME-h100.json.gz`)."""
-    from gpuaudit.model.schema import read_run
-
-    return read_run(PREDICT / "user" / f"{name}-h100.json.gz")
-
-
 def user_case(model: str, recorded: str, change: Any, measured_by: str) -> tuple[Any, float]:
     """A user's model recorded on an H100 in one loan (`MODEL-RECORDED`, its rates
     `MODEL-rates`): the prediction of `change` and the throughput measured by the target's
-    own run (`MODEL-MEASURED_BY`)."""
-    from gpuaudit.predict import load_profile, machine_rates, predict
-    from gpuaudit.specs.catalog import load_catalog
+    own run (`MODEL-MEASURED_BY`), as `python -m validation run predict-users` takes them."""
+    from validation.predict.users import Case, UserModel, predict_case
 
-    specs = load_catalog()
-    run = user_run(f"{model}-{recorded}")
-    p = predict(load_profile(run, run.op_profiles[0].workload),
-                machine_rates(user_run(f"{model}-rates"), specs), change, specs)
-    return p, train_samples_per_s(user_run(f"{model}-{measured_by}"))
-
-
-def train_samples_per_s(run: Any) -> float:
-    """A `bench train` run's measured throughput."""
-    return float(next(m.value for m in run.measurements if m.suite == "train"
-                      and m.name.endswith("/throughput")))
+    return predict_case(UserModel(model, model, model, f"{model}-rates", ()),
+                        Case(f"{recorded} → {measured_by}", recorded, change, measured_by))
 
 
 def kept_h100(label: str, family: str) -> tuple[Any, Any]:

@@ -19,8 +19,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = ROOT / "tests" / "fixtures" / "predict" / "user"
+EXAMPLES = ROOT / "examples" / "predict"  # the size changes' entry points: user.NAME:build_*
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "examples" / "predict"))  # the size changes' entry points
 sys.path.insert(0, str(ROOT))
 
 from gpuaudit.predict import Change  # noqa: E402
@@ -87,7 +87,7 @@ MODELS = (
                    Case("B0 → B2 (wider, deeper, 260 px)", "bf16-run",
                         Change(model="user.efficientnet:build_b2"), "b2")),
                   batch_up=256, batch_down=64)),
-    UserModel("conformer", "a Conformer-S speech recognizer with CTC loss, as torchaudio writes "
+    UserModel("conformer", "Conformer-S speech recognizer with CTC loss, as torchaudio writes "
               "its Conformer", "user.conformer", "conformer-rates", _precisions(
                   (Case("fp32 → bf16 at batch 128", "fp32-run",
                         Change(precision="bf16", batch=128), "bf16-b128"),
@@ -218,6 +218,7 @@ def table(rows_by_model: list[tuple[UserModel, list[dict[str, Any]]]]) -> str:
 
 
 def main() -> int:
+    sys.path.insert(0, str(EXAMPLES))
     found = [(m, [row(m, c) for c in m.cases]) for m in MODELS]
     sys.stdout.write(table(found))
     return 0
