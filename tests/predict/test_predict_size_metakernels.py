@@ -57,3 +57,39 @@ def test_a_conformer_with_ctc_loss_is_counted_on_the_meta_device(monkeypatch):
     assert c.counted_on == "meta"
     assert ("unknown", "ctc_loss") in c.bytes
     assert {cls for cls, _ in c.flops} >= {"gemm", "conv", "attention"}
+
+
+# layers and losses users' models call, forward and backward: each on the meta device, so a
+# model made of them counts its other size there (bincount, whose size is its data's, not)
+CALLS = {
+    "lstm": lambda nn, F: nn.LSTM(16, 32, batch_first=True)(torch.randn(4, 10, 16))[0],
+    "bidirectional gru": lambda nn, F: nn.GRU(16, 32, 2, bidirectional=True)(
+        torch.randn(10, 4, 16))[0],
+    "grid_sample": lambda nn, F: F.grid_sample(torch.randn(2, 3, 8, 8, requires_grad=True),
+                                               torch.rand(2, 4, 4, 2), align_corners=False),
+    "weight_norm": lambda nn, F: nn.utils.parametrizations.weight_norm(nn.Linear(8, 8))(
+        torch.randn(2, 8)),
+    "ctc_loss": lambda nn, F: F.ctc_loss(
+        torch.randn(20, 2, 6, requires_grad=True).log_softmax(-1), torch.randint(1, 6, (2, 5)),
+        torch.tensor([20, 18]), torch.tensor([5, 4])),
+    "stft": lambda nn, F: torch.stft(torch.randn(2, 400, requires_grad=True), 64,
+                                     window=torch.hann_window(64), return_complex=True).abs(),
+    "embedding_bag": lambda nn, F: nn.EmbeddingBag(100, 8)(torch.randint(0, 100, (4, 6))),
+    "cdist": lambda nn, F: torch.cdist(torch.randn(4, 5, 3, requires_grad=True),
+                                       torch.randn(4, 6, 3)),
+    "rfft2": lambda nn, F: torch.fft.rfft2(torch.randn(2, 8, 8, requires_grad=True)).abs(),
+    "cross_entropy 2d": lambda nn, F: F.cross_entropy(
+        torch.randn(2, 5, 4, 4, requires_grad=True), torch.randint(0, 5, (2, 4, 4))),
+}
+
+
+@pytest.mark.parametrize("name", CALLS)
+def test_what_users_models_call_runs_on_the_meta_device(name):
+    from torch import nn
+    from torch.nn import functional as F
+
+    metakernels.register()
+    with torch.device("meta"):
+        out = CALLS[name](nn, F).sum()
+        out.backward()
+    assert out.device.type == "meta"
