@@ -32,7 +32,7 @@ CASES = [  # (recorded, change, measured by, predicted samples/s)
 @pytest.mark.parametrize("case", range(len(CASES)),
                          ids=[f"{r[:4]}-{m}" for r, _, m, _ in CASES])
 def test_a_users_conformer_is_predicted_inside_its_band(case):
-    """Six of its eight precision and batch cases within 6 % and inside their bands."""
+    """Six of its seven precision and batch cases within 6 % and inside their bands."""
     recorded, change, measured_by, predicted = CASES[case]
     p, measured = user_case("conformer", recorded, change, measured_by)
     assert p.samples_per_s == pytest.approx(predicted, rel=1e-3)
