@@ -9,16 +9,13 @@ rules: this is its second."""
 
 import pytest
 
-from gpuaudit.predict import Change, load_profile, machine_rates, predict
-from gpuaudit.specs.catalog import load_catalog
+from gpuaudit.predict import Change
 from tests.support.predict import train_samples_per_s, user_run
-
-SPECS = load_catalog()
+from validation.predict.users import predict_run
 
 
 def _predict(run, change):
-    return predict(load_profile(run, run.op_profiles[0].workload),
-                   machine_rates(user_run("users-rates"), SPECS), change, SPECS)
+    return predict_run(run, "users-rates", change)
 
 
 CHANGES = [  # (recorded, change, measured by)

@@ -10,8 +10,7 @@ measured; a case that shaped a rule of the method is shown apart, as no test of 
 
 from __future__ import annotations
 
-import gzip
-import json
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +102,10 @@ MODELS = (
 )
 
 
+@functools.cache
 def fixture(name: str) -> Any:
+    """A recorded run (`tests/fixtures/predict/user/NAME-h100.json.gz`), read once: the table
+    and its tests read each source and target again for every case."""
     from gpuaudit.model.schema import read_run
 
     return read_run(USER / f"{name}-h100.json.gz")
@@ -115,16 +117,21 @@ def samples_per_s(run: Any) -> float:
                       and m.name.endswith("/throughput")))
 
 
-def predict_case(model: UserModel, case: Case) -> tuple[Any, float]:
-    """The case's prediction from its source on its loan's rates, and its target's measured
-    samples/s."""
+def predict_run(run: Any, rates: str, change: Change) -> Any:
+    """`change` predicted from a recorded run's op profile on the rates of its loan (`rates`,
+    that loan's `bench matmul memory` fixture)."""
     from gpuaudit.predict import load_profile, machine_rates, predict
     from gpuaudit.specs.catalog import load_catalog
 
     specs = load_catalog()
-    run = fixture(f"{model.tag}-{case.recorded}")
-    p = predict(load_profile(run, run.op_profiles[0].workload),
-                machine_rates(fixture(model.rates), specs), case.change, specs)
+    return predict(load_profile(run, run.op_profiles[0].workload),
+                   machine_rates(fixture(rates), specs), change, specs)
+
+
+def predict_case(model: UserModel, case: Case) -> tuple[Any, float]:
+    """The case's prediction from its source on its loan's rates, and its target's measured
+    samples/s."""
+    p = predict_run(fixture(f"{model.tag}-{case.recorded}"), model.rates, case.change)
     return p, samples_per_s(fixture(f"{model.tag}-{case.measured_by}"))
 
 
@@ -163,13 +170,12 @@ def line(case: Case, r: dict[str, Any], off_pace: bool = False) -> str:
 
 def _recorded(model: UserModel) -> str:
     """When and where the model's fixtures were recorded, from the runs themselves."""
-    runs = [json.loads(gzip.decompress(p.read_bytes()))
+    runs = [fixture(p.name.removesuffix("-h100.json.gz"))
             for p in sorted(USER.glob(f"{model.tag}-*-h100.json.gz"))]
-    starts = sorted(r["started_at"] for r in runs)
-    machine = runs[0]["machine"]
-    gpu = machine["gpus"][0]["name"]
-    return (f"recorded {starts[0][:10]} {starts[0][11:16]}–{starts[-1][11:16]} UTC on 1× {gpu}"
-            f" (driver {machine['driver_version']}), {len(runs)} runs")
+    starts = sorted(r.started_at for r in runs)
+    machine = runs[0].machine
+    return (f"recorded {starts[0]:%Y-%m-%d %H:%M}–{starts[-1]:%H:%M} UTC on 1× "
+            f"{machine.gpus[0].name} (driver {machine.driver_version}), {len(runs)} runs")
 
 
 # a source whose step, timed again in a process of its own, moved more than this: its cases
