@@ -76,6 +76,25 @@ def test_its_size_step_misses_by_its_sources_pace(monkeypatch):
     assert own / measured == pytest.approx(1.064, abs=0.002)
 
 
+def test_its_bf16_step_moves_with_the_host_from_process_to_process():
+    """The same `bench train` in four processes of their own, one after another on a later
+    H100 loan (batch 64, 1, 64, 64): at batch 64 72.2, 64.5 and 86.5 ms a step, the slowest
+    1.34× the fastest; at batch 1 92.6 ms, slower than any at batch 64: the step is the
+    host's, and its pace moved between processes."""
+    from gpuaudit.model.schema import read_run
+
+    steps = {}
+    for path in sorted((FIXTURES / "predict" / "user" / "pace").glob("conformer-*-h100.json.gz")):
+        run = read_run(path)
+        m = next(m for m in run.measurements if m.name.endswith("/step_time"))
+        steps[path.name.split("-")[1]] = (m.params["batch"], m.value)
+    assert [b for b, _ in steps.values()] == [64, 1, 64, 64]
+    at_64 = [ms for b, ms in steps.values() if b == 64]
+    assert [round(ms, 1) for ms in at_64] == [72.2, 64.5, 86.5]
+    assert max(at_64) / min(at_64) == pytest.approx(1.34, abs=0.005)
+    assert steps["process2"][1] > max(at_64)
+
+
 def test_its_units_land_in_their_classes_and_its_ctc_loss_is_carried_unknown():
     """Its linear layers gemm, its attention's scaled_dot_product_attention attention, its
     Conv1d and Conv2d conv, its batch and layer norms norm, its GLU elementwise. CTC loss,
