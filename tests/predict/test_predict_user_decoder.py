@@ -13,11 +13,6 @@ from gpuaudit.predict import Change
 from tests.support.predict import train_samples_per_s, user_run
 from validation.predict.users import predict_run
 
-
-def _predict(run, change):
-    return predict_run(run, "users-rates", change)
-
-
 CHANGES = [  # (recorded, change, measured by)
     ("fp32-run", Change(precision="bf16"), "bf16"),
     ("fp32-run", Change(precision="tf32"), "tf32"),
@@ -37,7 +32,7 @@ def test_a_users_decoder_is_predicted_inside_its_band(model, case):
     """Every case of both within 5 % and inside its band: the GPT-NeoX −0.5 to +3.8 %, the
     Qwen2 −1.8 to +4.6 %."""
     recorded, change, measured_by = CHANGES[case]
-    p = _predict(user_run(f"{model}-{recorded}"), change)
+    p = predict_run(user_run(f"{model}-{recorded}"), "users-rates", change)
     measured = train_samples_per_s(user_run(f"{model}-{measured_by}"))
     assert p.samples_per_s == pytest.approx(PREDICTED[model][case], rel=1e-3)
     assert abs(p.samples_per_s / measured - 1) < 0.05
@@ -55,7 +50,7 @@ def test_without_its_strided_traffic_the_neox_misses_its_band():
         g.model_copy(update={"strided_bytes": None}) for g in prof.groups)})
     old = run.model_copy(update={"op_profiles": (unmarked,)})
     measured = train_samples_per_s(user_run("neox-bf16"))
-    p = _predict(old, Change(precision="bf16"))
+    p = predict_run(old, "users-rates", Change(precision="bf16"))
     assert p.samples_per_s / measured - 1 == pytest.approx(0.069, abs=0.002)
     assert not p.samples_per_s_low <= measured <= p.samples_per_s_high
 
@@ -66,7 +61,7 @@ def test_the_qwens_fp32_step_carries_its_bf16_casts():
     carried as casts (1.32 ms a step); the bf16 step ran them as its `to` group, 3.15 GB in
     1.32 ms."""
     run, bf16 = user_run("qwen-fp32-run"), user_run("qwen-bf16-run")
-    p = _predict(run, Change(precision="bf16"))
+    p = predict_run(run, "users-rates", Change(precision="bf16"))
     basis = next(c.basis for c in p.classes if c.op_class == "elementwise")
     to = next(g for g in bf16.op_profiles[0].groups if g.unit == "to")
     assert f"for {to.bytes / 1e9:.3g} GB moved under bf16 past what a width change" in basis
