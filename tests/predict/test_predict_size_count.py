@@ -62,14 +62,14 @@ def test_a_model_whose_shapes_follow_its_data_is_counted_on_the_cpu(tmp_path, mo
     """`nonzero` has no meta implementation: such a model is counted with real tensors on the
     CPU, where top-1 routing sends each row through exactly one expert (so the experts' FLOPs
     are the data's rows × the layer's, whatever the routing), or refused when too large. The
-    count says it starts, as it shows no progress."""
+    count says it starts."""
     pytest.importorskip("torch")
-    from gpuaudit.predict import retarget
+    from gpuaudit.predict import stepcount
 
     (tmp_path / "routed.py").write_text(ROUTED)
     monkeypatch.syspath_prepend(str(tmp_path))
     with caplog.at_level("INFO", logger="gpuaudit.predict"):
-        c = retarget.count("routed:build", 8)
+        c = stepcount.count("routed:build", 8)
     assert c.counted_on == "cpu" and c.params == 16 * 4 + 4 * 16 * 32 + 32
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
         "counting routed:build on the CPU with real tensors"]
@@ -77,9 +77,54 @@ def test_a_model_whose_shapes_follow_its_data_is_counted_on_the_cpu(tmp_path, mo
     # the router forward only (argmax passes no gradient), the experts forward and their
     # weights' gradient (8 rows in all; their input needs none), the head all three
     assert linear == 2 * 8 * 16 * 4 + 2 * (2 * 8 * 16 * 32) + 3 * (2 * 8 * 32)
-    monkeypatch.setattr(retarget, "CPU_COUNT_FLOP", 1.0)
+    monkeypatch.setattr(stepcount, "CPU_COUNT_FLOP", 1.0)
     with pytest.raises(BadInputError, match="too much to count on the CPU"):
-        retarget.count("routed:build", 8)
+        stepcount.count("routed:build", 8)
+
+
+def test_a_count_on_the_cpu_says_how_far_it_is_and_ends_past_its_time(tmp_path, monkeypatch,
+                                                                       caplog):
+    """The FLOP estimate that lets a count on the CPU start is far short for convolutions and
+    sequence models, so the count itself is watched: every `PROGRESS_S` it says how many
+    operators it has run, and past `CPU_COUNT_S` it ends in a one-line refusal, whether in
+    the forward or in the backward."""
+    pytest.importorskip("torch")
+    from gpuaudit.predict import stepcount
+
+    (tmp_path / "routed.py").write_text(ROUTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(stepcount, "PROGRESS_S", 0.0)
+    with caplog.at_level("INFO", logger="gpuaudit.predict"):
+        stepcount.count("routed:build", 8)
+    said = [int(r.getMessage().split(": ")[1].split()[0]) for r in caplog.records
+            if "operators in" in r.getMessage()]
+    assert len(said) > 20 and said == list(range(1, len(said) + 1))
+    monkeypatch.setattr(stepcount, "CPU_COUNT_S", 0.0)
+    with pytest.raises(BadInputError, match=r"^--model routed:build: its step could not be "
+                       r"counted on the meta device, and counting it on the CPU took over 0 s "
+                       r"\(1 operators so far\): too much to count here$"):
+        stepcount.count("routed:build", 8)
+
+
+def test_what_the_watch_raises_in_the_backward_ends_the_count_as_it_is():
+    """`count_ops` calls its `on_op` after every operator, the backward's too, and what that
+    raises comes out unchanged: a refusal is not taken for a model the CPU cannot run."""
+    torch = pytest.importorskip("torch")
+    from gpuaudit.workloads.tally import count_ops
+
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    x = torch.randn(4, 8)
+    seen: list[int] = []
+    count_ops(lambda: net(x).sum().backward(), on_op=lambda: seen.append(1))
+    total, seen = len(seen), []
+
+    def stop_at_the_last() -> None:  # the step's last operator is its backward's
+        seen.append(1)
+        if len(seen) == total:
+            raise BadInputError("stopped in the backward")
+
+    with pytest.raises(BadInputError, match="stopped in the backward"):
+        count_ops(lambda: net(x).sum().backward(), on_op=stop_at_the_last)
 
 
 FP32_REGION = """
@@ -111,15 +156,15 @@ def test_a_region_kept_in_float32_under_autocast_is_counted_on_the_meta_device(
     autocast refuses: such a model was counted on the CPU, and refused when large. It is
     counted on meta, exactly as on the CPU, and autocast is left as it was."""
     torch = pytest.importorskip("torch")
-    from gpuaudit.predict import retarget
+    from gpuaudit.predict import stepcount
 
     (tmp_path / "fp32_region.py").write_text(FP32_REGION)
     monkeypatch.syspath_prepend(str(tmp_path))
     init = torch.autocast.__init__
-    c = retarget.count("fp32_region:build", 8)
+    c = stepcount.count("fp32_region:build", 8)
     assert c.counted_on == "meta"
     assert torch.autocast.__init__ is init
-    on_cpu = retarget._count_on("fp32_region:build", 8, "cpu")
+    on_cpu = stepcount._count_on("fp32_region:build", 8, "cpu")
     assert c.flops == on_cpu.flops and c.flops[("gemm", "linear")] > 0
     with pytest.raises(RuntimeError, match="unsupported scalarType"):
         torch.autocast("meta", enabled=False)
@@ -161,15 +206,15 @@ def test_a_batch_drawn_by_value_is_made_on_the_cpu_and_counted_on_meta(tmp_path,
     step is 6). The batch is made on the CPU and only its shapes go to meta; the count is the
     CPU's, and the model's own loss (`logits, loss = model(x, y)`) is the one trained."""
     pytest.importorskip("torch")
-    from gpuaudit.predict import retarget
+    from gpuaudit.predict import stepcount
 
     (tmp_path / "stream.py").write_text(TOKEN_STREAM)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(retarget, "CPU_COUNT_FLOP", 1.0)  # no way round meta
-    c = retarget.count("stream:build", 4)
+    monkeypatch.setattr(stepcount, "CPU_COUNT_FLOP", 1.0)  # no way round meta
+    c = stepcount.count("stream:build", 4)
     assert c.counted_on == "meta"
     assert c.flops[("gemm", "linear")] == 3 * (2 * 4 * 32 * 16 * 100)  # forward, both grads
-    on_cpu = retarget._count_on("stream:build", 4, "cpu")
+    on_cpu = stepcount._count_on("stream:build", 4, "cpu")
     assert c.flops == on_cpu.flops and c.bytes == on_cpu.bytes
 
 
@@ -205,22 +250,22 @@ def test_a_model_that_cannot_be_built_on_the_meta_device_is_counted_on_the_cpu(
     on meta: it was refused outright. It is counted on the CPU, its step weighed once built
     (its size is unknown before); a build that fails everywhere is the user's error."""
     pytest.importorskip("torch")
-    from gpuaudit.predict import retarget
+    from gpuaudit.predict import stepcount
 
     (tmp_path / "reads.py").write_text(READS_IN_BUILD)
     monkeypatch.syspath_prepend(str(tmp_path))
     with caplog.at_level("INFO", logger="gpuaudit.predict"):
-        c = retarget.count("reads:build", 4)
+        c = stepcount.count("reads:build", 4)
     assert c.counted_on == "cpu" and c.params == 16 * 8 + 8
     assert c.flops[("gemm", "linear")] == 2 * (2 * 4 * 16 * 8)  # forward, weight gradient
     assert "it could not be built on the meta device: RuntimeError" in caplog.text
-    monkeypatch.setattr(retarget, "CPU_COUNT_FLOP", 1.0)
+    monkeypatch.setattr(stepcount, "CPU_COUNT_FLOP", 1.0)
     with pytest.raises(BadInputError, match="could not be built on the meta device, and a "
                                             "step of about 0 TFLOP is too much"):
-        retarget.count("reads:build", 4)
+        stepcount.count("reads:build", 4)
     with pytest.raises(BadInputError, match=r"could not be built on the cpu device "
                                             r"\(ValueError: no such config\)"):
-        retarget.count("reads:broken", 4)
+        stepcount.count("reads:broken", 4)
 
 
 def test_the_size_count_survives_an_optimizer_that_makes_tensors_with_no_device(monkeypatch):
@@ -292,7 +337,7 @@ def test_lazy_layers_are_counted_once_initialized(tmp_path, monkeypatch):
     from there, the initialization was a unit of the step (`uniform_`) the recording never
     ran, and the step was the eager model's plus it."""
     pytest.importorskip("torch")
-    from gpuaudit.predict.retarget import count
+    from gpuaudit.predict.stepcount import count
 
     monkeypatch.syspath_prepend(str(EXAMPLES))
     (tmp_path / "other_mlps.py").write_text(OTHER_MLPS)

@@ -50,10 +50,10 @@ def test_concatenated_targets_are_left_to_the_cpu():
 def test_a_conformer_with_ctc_loss_is_counted_on_the_meta_device(monkeypatch):
     """The user's Conformer-M (examples/predict/user/conformer.py), the size its S was
     predicted to: counted on meta, its CTC loss an unknown unit beside the model's classes."""
-    from gpuaudit.predict import retarget
+    from gpuaudit.predict import stepcount
 
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    c = retarget.count("user.conformer:build_medium", 4)
+    c = stepcount.count("user.conformer:build_medium", 4)
     assert c.counted_on == "meta"
     assert ("unknown", "ctc_loss") in c.bytes
     assert {cls for cls, _ in c.flops} >= {"gemm", "conv", "attention"}

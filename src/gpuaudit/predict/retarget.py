@@ -1,7 +1,7 @@
 """Another size of the user's own model (`predict RUN --model pkg.module:build_large`): the
 recorded model (its entry point, kept in the record) and the target are both built on
 PyTorch's meta device (shapes, no memory, no arithmetic) and one training step of each is
-counted unit by unit (`workloads.tally`); each unit group of the recording then moves by the
+counted unit by unit (`predict.stepcount`); each unit group of the recording then moves by the
 target's work ÷ the source's:
 
 - matmul-bound groups by their ideal time there ÷ here (`predict.ideal`: the shapes' waves
@@ -20,19 +20,13 @@ target's work ÷ the source's:
 
 A model that cannot run on the meta device (data-dependent shapes: `nonzero`, routing by
 value) is counted on the CPU with real tensors where its step is small enough, and refused
-with the reason where it is not; so is a target whose units the recording never ran (a new
-kind of layer has no recorded time to scale).
+with the reason where it is not (`predict.stepcount`); so is a target whose units the
+recording never ran (a new kind of layer has no recorded time to scale).
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
-from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 from gpuaudit.errors import BadInputError
 from gpuaudit.model.opprofile import OPAQUE_CLASSES, TENSOR_CLASSES, UnitGroup
@@ -42,8 +36,7 @@ from .groups import DELTA, FLOOR_US, GroupChange
 from .hardware import Roofs
 from .ideal import matmul_rate, model_rate
 from .profile import Gemm, StepProfile
-
-log = logging.getLogger(__name__)
+from .stepcount import Counted, count
 
 U_SIZE = 0.08  # a unit group carried to another size by its counted work
 # one carried by its unit's traffic in its other classes (its own class counted nothing)
@@ -79,191 +72,6 @@ OFF_BYTES_PER_SM_CYCLE = 1.6
 OFF_ROOFLINE = 0.10
 OFF_EXPONENT = 0.25
 LONG_KERNEL_US = 20.0
-
-
-@dataclass(frozen=True)
-class Counted:
-    name: str
-    flops: dict[tuple[str, str], float]
-    bytes: dict[tuple[str, str], float]
-    shapes: dict[str, list[tuple[int, int, int, int, int, float]]]  # class → shapes
-    ops: int
-    params: int
-    buckets: list[tuple[int, float]]
-    calls: dict[tuple[str, str], int] | None = None  # forward calls per unit group
-    counted_on: str = "meta"  # or "cpu": a model whose shapes follow its data
-    # batch norm's bytes per unit group by each call's channels (`tally.batch_norm_channels`)
-    channel_bytes: dict[tuple[str, str], dict[int, float]] | None = None
-
-
-# A model the meta device cannot run (shapes that follow its data) is counted on the CPU with
-# real tensors when its step is this small: a few seconds on a workstation's cores. Its
-# estimate is 6 × parameters × tokens (or samples), an upper bound for sparse experts.
-CPU_COUNT_FLOP = 5e12
-
-
-def count(spec: str, batch: int) -> Counted:
-    """One fp32 training step of `spec` at `batch`, counted on the meta device, or, for a
-    model whose shapes follow its data (top-k routing by value) or whose build cannot run
-    there (a parametrization that reads a value), on the CPU with real tensors when its step
-    is small enough (`CPU_COUNT_FLOP`)."""
-    from gpuaudit.workloads.metakernels import register
-
-    register()
-    try:
-        with _autocast_takes_meta():
-            return _count_on(spec, batch, "meta")
-    except _NeedsData as exc:
-        why = (f"its shapes follow its data: {exc.reason}" if exc.flop is not None else
-               f"it could not be built on the meta device: {exc.reason}")
-        if exc.flop is not None and exc.flop > CPU_COUNT_FLOP:
-            raise _too_much(spec, f"it cannot be counted on the meta device ({exc.reason}): "
-                                  "its shapes follow its data", exc.flop, CPU_COUNT_FLOP) from None
-        # seconds to a minute on a few cores: said before, as the count cannot show progress
-        log.info("counting %s on the CPU with real tensors (%s)%s", spec, why,
-                 "" if exc.flop is None else
-                 f": one training step of about {exc.flop / 1e12:.2g} TFLOP")
-        # a model not built on meta is of unknown size: its step is weighed once built
-        limit = CPU_COUNT_FLOP if exc.flop is None else None
-    try:
-        return _count_on(spec, batch, "cpu", limit)
-    except _NeedsData as exc:
-        raise BadInputError(f"--model {spec}: it could not be counted on the CPU either "
-                            f"({exc.reason})") from None
-
-
-def _too_much(spec: str, why: str, flop: float, limit: float) -> BadInputError:
-    return BadInputError(f"--model {spec}: {why}, and a step of about {flop / 1e12:.0f} TFLOP "
-                         f"is too much to count on the CPU (the limit is {limit / 1e12:.0f})")
-
-
-@contextlib.contextmanager
-def _autocast_takes_meta() -> Iterator[None]:
-    """A region a model keeps in float32 is written `torch.autocast(x.device.type,
-    enabled=False)` (rotary embeddings, routers' softmax), which on the meta device raises
-    "unsupported scalarType": autocast knows no meta device. There it is taken as the CPU's,
-    which changes nothing on meta tensors (they carry no autocast key; the count is fp32)."""
-    import torch
-
-    cls = torch.amp.autocast_mode.autocast
-    init = cls.__init__
-
-    def on_cpu_for_meta(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
-        init(self, "cpu" if device_type == "meta" else device_type, *args, **kwargs)
-
-    cls.__init__ = on_cpu_for_meta  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        cls.__init__ = init  # type: ignore[method-assign]
-
-
-class _NeedsData(Exception):
-    """The meta device could not count it: `flop` its step's estimate, None where the model
-    could not even be built there."""
-
-    def __init__(self, reason: str, flop: float | None) -> None:
-        super().__init__(reason)
-        self.reason, self.flop = reason, flop
-
-
-def _count_on(spec: str, batch: int, where: str, limit: float | None = None) -> Counted:
-    """The count on `where`; `limit`: the most FLOPs (6 × parameters × samples or tokens) a
-    step may have, refused before it runs. Under one seed, the caller's random state kept: a
-    model whose work follows its data (an MoE's routing of random tokens through random
-    weights) counts the same every time."""
-    import torch
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return _count_seeded(spec, batch, where, limit)
-
-
-def _count_seeded(spec: str, batch: int, where: str, limit: float | None) -> Counted:
-    import torch
-
-    from gpuaudit.workloads.buckets import ddp_buckets
-    from gpuaudit.workloads.entry import (
-        as_workload,
-        default_loss,
-        resolve,
-        split_batch,
-        takes_keywords,
-    )
-    from gpuaudit.workloads.nets import WithLoss
-    from gpuaudit.workloads.optim import make_optimizer
-    from gpuaudit.workloads.tally import count_ops
-    from gpuaudit.workloads.trainer import to_device
-
-    build = resolve(spec)
-    device = torch.device(where)
-    net = None
-    try:
-        with device:
-            w = as_workload(build(), spec)
-        batch_data = _make_batch(w.make_batch, batch, where)
-        with device:
-            inputs, target = to_device(torch, split_batch(batch_data, w.model), device, False)
-            net = WithLoss(w.model, w.loss or default_loss, takes_keywords(w.model, inputs))
-            if any(isinstance(p, torch.nn.parameter.UninitializedParameter)
-                   for p in net.parameters()):
-                with torch.no_grad():  # lazy layers take their shapes at the first call,
-                    net(*inputs, target)  # which initializes them: not a step's work
-        flop = _step_flop(net, batch, w.tokens_per_sample)
-        if limit is not None and flop > limit:
-            raise _too_much(spec, "it could not be built on the meta device", flop, limit)
-        opt, _ = make_optimizer(torch, net, sgd=False, fused=False)
-
-        def step() -> None:
-            with device:  # tensors the model makes in forward land beside its parameters
-                net(*inputs, target).backward()
-            # outside: some torch releases make the optimizer's step counter with no device
-            # given, which the meta context would put on meta, where `.item()` fails
-            opt.step()
-
-        tally = count_ops(step)
-    except BadInputError:
-        raise
-    except Exception as exc:
-        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-        if net is None and where != "meta":
-            raise BadInputError(f"--model {spec}: it could not be built on the {where} "
-                                f"device ({reason})") from None
-        raise _NeedsData(reason, None if net is None else
-                         _step_flop(net, batch, w.tokens_per_sample)) from None
-    shapes: dict[str, list[tuple[int, int, int, int, int, float]]] = defaultdict(list)
-    for (cls, m, n, k, b, size), (_, f) in tally.shapes.items():
-        shapes[cls].append((m, n, k, b, size, float(f)))
-    params = list(net.parameters())
-    return Counted(spec, {k: float(v) for k, v in tally.group_flops.items()},
-                   {k: float(v) for k, v in tally.group_bytes.items()}, dict(shapes),
-                   tally.total_ops, sum(p.numel() for p in {id(p): p for p in params}.values()),
-                   ddp_buckets(params), dict(tally.group_calls), counted_on=where,
-                   channel_bytes={k: {c: float(b) for c, b in v.items()}
-                                  for k, v in tally.group_channel_bytes.items()})
-
-
-def _make_batch(make_batch: Any, batch: int, where: str) -> Any:
-    """The batch made on `where`; for the meta device, where the data is drawn by value
-    (nanoGPT's `get_batch` slices a token stream at random offsets, which meta tensors do not
-    have), made on the CPU instead, to be taken to meta: its shapes are what counts."""
-    import torch
-
-    from gpuaudit.workloads.models import call_make_batch
-
-    try:
-        with torch.device(where):
-            return call_make_batch(make_batch, batch, where)
-    except Exception:
-        if where != "meta":
-            raise
-    return call_make_batch(make_batch, batch, "cpu")
-
-
-def _step_flop(net: Any, batch: int, tokens_per_sample: int | None) -> float:
-    """A training step's FLOPs as 6 × parameters × samples (or tokens): an upper bound for
-    sparse experts."""
-    return 6.0 * sum(p.numel() for p in net.parameters()) * batch * (tokens_per_sample or 1)
 
 
 def new_units(src: Counted, tgt: Counted) -> list[str]:

@@ -272,10 +272,12 @@ def _conv_unit(name: str, args: tuple[Any, ...], torch: Any) -> str | None:
 
 
 def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | None = None,
-              *, record_calls: bool = False) -> OpTally:
+              *, record_calls: bool = False,
+              on_op: Callable[[], None] | None = None) -> OpTally:
     """Run `fn` (eager) and tally what each aten operator asks for, per the unit it belongs
     to (module docstring). `force_class()`, when it returns a class, overrides the
-    operator's own (a region standing for another operator)."""
+    operator's own (a region standing for another operator). `on_op()` is called after each
+    operator (progress, a time limit: what it raises ends the count)."""
     import torch
     from torch.profiler import ProfilerActivity
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -296,6 +298,8 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
             i = len(seen)
             with record(f"{MARK}{i}"):
                 out = func(*args, **kwargs)
+            if on_op is not None:
+                on_op()
             packet = func.overloadpacket
             name = f"aten.{packet.__name__}" if "aten" in str(packet) else str(packet)
             moved = traffic(func, args, kwargs, out, torch)
