@@ -102,7 +102,8 @@ def test_a_count_on_the_cpu_says_how_far_it_is_and_ends_past_its_time(tmp_path, 
     monkeypatch.setattr(stepcount, "CPU_COUNT_S", 0.0)
     with pytest.raises(BadInputError, match=r"^--model routed:build: its step could not be "
                        r"counted on the meta device, and counting it on the CPU took over 0 s "
-                       r"\(1 operators so far\): too much to count here$"):
+                       r"\(1 operators so far\): record that size itself \(gpuaudit bench "
+                       r"train --model routed:build --op-profile\)$"):
         stepcount.count("routed:build", 8)
 
 

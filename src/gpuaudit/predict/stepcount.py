@@ -82,9 +82,14 @@ def count(spec: str, batch: int) -> Counted:
                             f"({exc.reason})") from None
 
 
+# what a user whose size change cannot be counted does instead
+RECORD_IT = "record that size itself (gpuaudit bench train --model {spec} --op-profile)"
+
+
 def _too_much(spec: str, why: str, flop: float, limit: float) -> BadInputError:
     return BadInputError(f"--model {spec}: {why}, and a step of about {flop / 1e12:.0f} TFLOP "
-                         f"is too much to count on the CPU (the limit is {limit / 1e12:.0f})")
+                         f"is too much to count on the CPU (the limit is {limit / 1e12:.0f}): "
+                         + RECORD_IT.format(spec=spec))
 
 
 @contextlib.contextmanager
@@ -234,6 +239,6 @@ class _Watch:
         if now - self.start > CPU_COUNT_S:
             raise BadInputError(f"--model {self.spec}: its step could not be counted on the "
                                 f"meta device, and counting it on the CPU took over "
-                                f"{CPU_COUNT_S:.0f} s ({self.ops} operators so far): too "
-                                "much to count here")
+                                f"{CPU_COUNT_S:.0f} s ({self.ops} operators so far): "
+                                + RECORD_IT.format(spec=self.spec))
 
