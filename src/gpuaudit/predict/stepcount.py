@@ -40,13 +40,14 @@ class Counted:
 
 
 # A model the meta device cannot run (shapes that follow its data) is counted on the CPU with
-# real tensors when its step is this small: a few seconds on a workstation's cores. Its
-# estimate is 6 × parameters × tokens (or samples), an upper bound for sparse experts.
+# real tensors when its step is this small: seconds on a workstation's cores, minutes on two
+# (there the zoo's MoE counted at 21–28 GFLOP/s). Its estimate is 6 × parameters × tokens
+# (or samples), an upper bound for sparse experts.
 CPU_COUNT_FLOP = 5e12
 # ... and for as long as this: the estimate is far short for a model that uses each weight
 # many times a sample (convolutions, sequence models: 100–400× for the zoo's), and the CPU's
-# rate is the model's (on 2 cores the zoo's MoE counted at 21–28 GFLOP/s, a Conformer with
-# depthwise convolutions and CTC loss at under 6). The count says how far it is every
+# rate is the model's (on 2 cores a Conformer with depthwise convolutions and CTC loss had
+# not counted its 3.7 TFLOP in ten minutes). The count says how far it is every
 # `PROGRESS_S`.
 CPU_COUNT_S = 300.0
 PROGRESS_S = 15.0
