@@ -27,8 +27,28 @@ def test_recordings_are_kept_for_each_published_file_that_has_them():
          "twenty-fourth.tar.gz"}
 
 
+@pytest.fixture(scope="module")
+def counted_once():
+    """A size change counts its source and its target (`predict.stepcount`), the same ones
+    in each recording of a family (the MoE's four, counted on the CPU): counted once here."""
+    from gpuaudit.predict import retarget
+
+    counts: dict[tuple[str, int], object] = {}
+    count = retarget.count
+
+    def once(spec: str, batch: int) -> object:
+        if (spec, batch) not in counts:
+            counts[spec, batch] = count(spec, batch)
+        return counts[spec, batch]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(retarget, "count", once)
+        yield
+
+
 @pytest.mark.parametrize("kept", KEPT, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_a_kept_recording_compares_to_its_published_rows(kept, tmp_path, monkeypatch, capsys):
+def test_a_kept_recording_compares_to_its_published_rows(kept, tmp_path, monkeypatch, capsys,
+                                                         counted_once):
     from validation.predict.zoo import compare
 
     monkeypatch.syspath_prepend(str(ROOT / "examples" / "predict"))  # the size entries
