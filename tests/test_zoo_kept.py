@@ -5,6 +5,7 @@ here until the recordings are compared again and the figures published anew."""
 
 from __future__ import annotations
 
+import functools
 import json
 import tarfile
 from pathlib import Path
@@ -33,16 +34,8 @@ def counted_once():
     in each recording of a family (the MoE's four, counted on the CPU): counted once here."""
     from gpuaudit.predict import retarget
 
-    counts: dict[tuple[str, int], object] = {}
-    count = retarget.count
-
-    def once(spec: str, batch: int) -> object:
-        if (spec, batch) not in counts:
-            counts[spec, batch] = count(spec, batch)
-        return counts[spec, batch]
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(retarget, "count", once)
+        mp.setattr(retarget, "count", functools.cache(retarget.count))
         yield
 
 

@@ -51,6 +51,8 @@ CPU_COUNT_FLOP = 5e12
 # `PROGRESS_S`.
 CPU_COUNT_S = 300.0
 PROGRESS_S = 15.0
+# what a user whose size change cannot be counted does instead
+RECORD_IT = "record that size itself (gpuaudit bench train --model {spec} --op-profile)"
 
 
 def count(spec: str, batch: int) -> Counted:
@@ -81,10 +83,6 @@ def count(spec: str, batch: int) -> Counted:
     except _NeedsData as exc:
         raise BadInputError(f"--model {spec}: it could not be counted on the CPU either "
                             f"({exc.reason})") from None
-
-
-# what a user whose size change cannot be counted does instead
-RECORD_IT = "record that size itself (gpuaudit bench train --model {spec} --op-profile)"
 
 
 def _too_much(spec: str, why: str, flop: float, limit: float) -> BadInputError:
