@@ -39,8 +39,9 @@ def test_durations(text, seconds):
 
 @pytest.mark.parametrize(("text", "why"), [
     ("36", "give a unit"), ("30m1h", "largest"), ("1h1h", "largest"), ("1 h", "duration"),
-    ("-5m", "duration"), ("inf", "duration"), ("nan", "duration"), ("0", "more than zero"),
-    ("0s", "more than zero"), ("1x", "duration"), ("", "empty"), ("9" * 80 + "s", "longer"),
+    ("-5m", "more than zero"), ("-3", "more than zero"), ("inf", "duration"),
+    ("nan", "duration"), ("0", "more than zero"), ("0s", "more than zero"), ("1x", "duration"),
+    ("", "empty"), ("9" * 80 + "s", "longer"),
     ("101y", "at most 100y"),
 ])
 def test_durations_refused(text, why):

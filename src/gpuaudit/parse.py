@@ -177,13 +177,15 @@ def duration_s(text: object, option: str, *, lo_s: float = 0.0, hi_s: float = MA
     if bare is not None and bare == 0 and zero_ok:
         return 0.0
     if bare is not None:
-        if bare == 0:
+        if bare <= 0:
             raise _bad(option, text, "must be more than zero")
         if bare_unit is None:
             raise _bad(option, text, f"give a unit, like {s}s, {s}m or {s}h")
         value = bare * Decimal(str(_DURATION_UNITS[bare_unit]))
     else:
         parsed = _duration_parts(s)
+        if parsed is None and s.startswith("-") and _duration_parts(s[1:]) is not None:
+            raise _bad(option, text, "must be more than zero")
         if parsed is None:
             raise _bad(option, text, f"expected a duration like {example} (units largest "
                                      "first, each once)")
