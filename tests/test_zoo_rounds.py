@@ -306,7 +306,7 @@ def test_a_fresh_process_runs_host_bound_steps_slower_at_first_after_its_build()
 
 
 def test_the_launch_probe_follows_the_host_only_in_part():
-    """The H200 probe behind docs/predict.md's "a launch probe as a control"
+    """The H200 probe behind docs/predict.md's "Not used as controls: a launch probe"
     (`validation/predict/launch_probe.py`): round by round a probe and a host-bound step at
     batch 1 moved together only loosely (correlation 0.29–0.73), and dividing each process's
     median step by its median probe brought the processes together for the diffusion U-Net
@@ -432,7 +432,7 @@ def test_record_refuses_a_family_name_it_does_not_know_before_it_starts(tmp_path
 
 
 def test_a_host_bound_sources_rounds_barely_tell_its_targets_pace():
-    """The H200 rounds behind docs/predict.md's "the rounds control what they can"
+    """The H200 rounds behind docs/predict.md's "The host's pace" (a host-bound source's rounds)
     (`validation/predict/round_pace.py`, the 19th–31st recordings): where the bf16 source's
     round medians moved more than 5 % (the host binds it), they correlated with its
     targets' at a median r near 0.27 (−0.51 to +0.94, above 0.5 in under a quarter); where
@@ -469,7 +469,7 @@ def test_round_pace_reads_a_shared_pace_as_one_and_skips_short_recordings():
 
 
 def test_knowing_the_measuring_processs_host_pace_helps_host_bound_cases_only_in_part():
-    """docs/predict.md's "even the measuring process's own pace": over every published
+    """docs/predict.md's "the measuring process's own pace": over every published
     host-bound case, dividing the prediction by that process's host pace at batch 1 moves
     more cases inside 10 % than out, but moves many out: the pace at batch 1 is itself a
     loose reading of the pace the targets ran at."""
