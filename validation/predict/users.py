@@ -93,6 +93,13 @@ MODELS = (
                    Case("S → M (d 144 → 256)", "bf16-run",
                         Change(model="user.conformer:build_medium"), "size")),
                   batch_up=128, batch_down=32)),
+    UserModel("gin", "GIN for molecules (ogbg-molpcba), as PyTorch Geometric and the OGB "
+              "examples write it", "user.gin", "gin-rates", _precisions(
+                  (Case("fp32 → bf16 at batch 1024", "fp32-run",
+                        Change(precision="bf16", batch=1024), "bf16-b1024"),
+                   Case("emb 300 → 600", "bf16-run", Change(model="user.gin:build_wide"),
+                        "size")),
+                  batch_up=1024, batch_down=256)),
     UserModel("vgg", "VGG-11 with batch norm at 64 px", "user.vgg", "rates",
               (Case("bf16, ×1.5 width", "run", Change(model="user.vgg:build_wide"), "wide"),),
               sources=(("run", "again"),)),
