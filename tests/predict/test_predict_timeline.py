@@ -114,6 +114,25 @@ def test_the_devices_gap_between_queued_kernels_is_the_devices_and_kept_per_kern
     assert tlm.calibrate(tl, 70.0, host_step_us=40.0).gap_us == 0.0
 
 
+def test_a_gap_past_the_traces_own_is_read_as_the_hosts_too_unless_the_host_was_held():
+    tl = _timeline(start_us=(5.0, 37.0, 105.0, 137.0, 205.0, 237.0))
+    # timed at 67 µs, the host measured at 40 (α 0.4): the trace's 2 µs gap fills 64, so
+    # 3.5 µs does it, past the trace's own; a host slower at the batch (α 0.67 at the
+    # trace's gap) would do it as well, and the replay keeps both readings
+    rep = tlm.calibrate(tl, 67.0, host_step_us=40.0)
+    assert rep.alpha == pytest.approx(0.4) and rep.gap_us == pytest.approx(3.5, abs=1e-4)
+    assert (rep.host_alpha, rep.host_gap_us) == (pytest.approx(0.67, abs=1e-4), 2.0)
+    assert tlm.period(tl, tl.dur_us, rep.host_alpha, None, 2.0)[0] == pytest.approx(67.0)
+    # kernels three times longer: 187 µs as the device's, 184 as the host's
+    assert tlm.period(tl, [90.0] * 6, rep.alpha, None, rep.gap_us)[0] == pytest.approx(187.0)
+    assert tlm.period(tl, [90.0] * 6, rep.host_alpha, None, 2.0)[0] == pytest.approx(184.0)
+    # the host's work timed at the batch behind a held device tells them apart
+    held = tlm.calibrate(tl, 67.0, host_step_us=40.0, held=True)
+    assert held.gap_us == pytest.approx(3.5, abs=1e-4) and held.host_alpha == 0.0
+    # within the trace's own gap, nothing to tell apart
+    assert tlm.calibrate(tl, 61.0, host_step_us=40.0).host_alpha == 0.0
+
+
 def test_host_time_blocked_in_a_full_queue_is_not_the_hosts():
     tl = _timeline(blocked_us=(0.0, 0.0, 60.0, 0.0, 60.0, 0.0))
     # 60 of each 100 µs between steps were spent waiting on the device: the host's own

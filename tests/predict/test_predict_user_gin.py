@@ -56,16 +56,22 @@ def test_its_sync_leaves_the_host_unheld_and_the_replay_short_at_the_hosts_pace(
 
 
 def test_its_fp32_to_bf16_lies_between_the_device_and_the_host_reading(monkeypatch):
-    """fp32 → bf16 comes out +13.9 %, outside its band, with the missing time read as the
-    device's; read as the host's (a host slower at batch 512 than at batch 1, which the
-    recording cannot time), −25.1 %. The bf16 step measured between the two: the recording
-    cannot tell them apart."""
+    """fp32 → bf16 comes out +13.9 % with the missing time read as the device's; read as the
+    host's (a host slower at batch 512 than at batch 1, which the recording cannot time),
+    −25.1 %. The bf16 step measured between the two: the recording cannot tell them apart,
+    so the band reaches the host's reading (it was outside, 43,876–56,731 samples/s, before
+    this case set that rule: no test of it) and a note gives both."""
     p, measured = user_case("gin", "fp32-run", Change(precision="bf16"), "bf16")
     assert p.samples_per_s / measured - 1 == pytest.approx(0.139, abs=0.002)
-    assert not p.samples_per_s_low <= measured <= p.samples_per_s_high
+    assert p.samples_per_s_low == pytest.approx(32923, rel=1e-3)
+    assert p.samples_per_s_low <= measured <= p.samples_per_s_high
+    assert any("cannot tell whose the rest is" in n and "4 synchronizations a step" in n
+               and "15.55 ms" in n for n in p.notes)
     monkeypatch.setattr(tlm, "_gap_at", lambda *a, **k: None)
     host, _ = user_case("gin", "fp32-run", Change(precision="bf16"), "bf16")
     assert host.samples_per_s / measured - 1 == pytest.approx(-0.251, abs=0.002)
+    # the band's edge keeps the trace's median gap, this reading none: 1.1 % apart
+    assert 512 / host.step_ms * 1e3 == pytest.approx(p.samples_per_s_low, rel=0.015)
 
 
 def test_its_bf16_source_ran_slower_in_its_recording_than_in_a_process_of_its_own():

@@ -383,6 +383,16 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
                 f"profiled (its step at batch {g.record.host_batch}, round by round): the band "
                 "carries it, and a host-bound figure holds only on a host at the profiled "
                 "pace; profile again on a quiet host for a narrower one")
+        if replayed.host_read_ms:
+            state.notes.append(
+                "the timed step is longer than its kernels replay at the host's measured pace, "
+                "and the recording cannot tell whose the rest is: the device's, between its "
+                f"kernels, or the host's, slower at batch {source_batch} than at batch "
+                f"{g.record.host_batch} (no step was timed behind a held device"
+                + (f": {replayed.syncs_per_step:.0f} synchronizations a step"
+                   if replayed.syncs_per_step >= 1 else "") +
+                f"). Predicted with the device's reading; the host's gives "
+                f"{replayed.host_read_ms:.4g} ms, which the band reaches")
         grows = change.model is not None or (change.batch or 0) > source_batch
         if grows and replayed.host_short > HOST_SHORT_NOTE:
             state.notes.append(_unplaced_note(replayed))

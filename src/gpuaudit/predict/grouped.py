@@ -364,6 +364,9 @@ class Step:
     host_moved: float = 0.0  # the host's pace over its timed rounds (`tlm.rounds_moved`)
     host_short: float = 0.0  # `tlm.Replay.host_short`
     syncs_per_step: float = 0.0  # the host's waits for the device in each recorded step
+    # the step with the missing time read as the host's (`tlm.Replay.host_alpha`), which the
+    # band reaches; 0 where the recording tells them apart
+    host_read_ms: float = 0.0
 
 
 def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
@@ -401,5 +404,13 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
     mid, share = tlm.period(tl, durs(0.0), alpha, lat, gap)
     low, _ = tlm.period(tl, durs(-1.0), alpha * (1 - u), lat, gap)
     high, _ = tlm.period(tl, durs(1.0), alpha * (1 + u), lat, gap)
+    host_read = 0.0
+    if rep.host_alpha:
+        base, _ = tlm.period(tl, tl.dur_us, rep.host_alpha, lat, rep.host_gap_us)
+        other, _ = tlm.period(tl, durs(0.0), rep.host_alpha * g.host_scale, lat,
+                              rep.host_gap_us)
+        host_read = other * rec.step_ms * 1e3 / base
+        low, high = min(low, host_read / fix), max(high, host_read / fix)
     return Step(mid * fix / 1e3, low * fix / 1e3, high * fix / 1e3, share, rep.alpha,
-                rep.identified, moved, rep.host_short, len(tl.syncs) / max(1, tl.steps))
+                rep.identified, moved, rep.host_short, len(tl.syncs) / max(1, tl.steps),
+                host_read / 1e3)

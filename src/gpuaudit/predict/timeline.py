@@ -62,6 +62,12 @@ class Replay:
     # make the host to fill the timed step (0 where the measured pace filled it, or none was
     # measured): time the replay places nowhere
     host_short: float = 0.0
+    # where the gap that fills the step passed the trace's own median and no step was timed
+    # held at the recorded batch: the α that fills it instead with the trace's median gap
+    # (the missing time read as the host's, slower at the batch than measured), which the
+    # recording cannot rule out (0: none)
+    host_alpha: float = 0.0
+    host_gap_us: float = 0.0
 
     @property
     def alpha_unc(self) -> float:
@@ -316,6 +322,7 @@ def _gap_at(tl: Timeline, durs: Sequence[float], alpha: float, lat: float, step_
         return None
     if spread > 0 and period(tl, durs, min(1.0, alpha * (1 + spread)), lat)[0] >= step_us:
         return None
+    traced = most
     full, share_full = period(tl, durs, alpha, lat, most)
     if full < step_us / 1.02 and share_full < IDENTIFIED_SHARE:
         # the device hardly waited on the host: what the replay lacks is the device's own,
@@ -324,14 +331,38 @@ def _gap_at(tl: Timeline, durs: Sequence[float], alpha: float, lat: float, step_
         full, share_full = period(tl, durs, alpha, lat, most)
     if full < step_us / 1.02:
         return None
-    if full <= step_us:
-        return Replay(full, alpha, share_full, True, gap_us=most)
-    lo, hi = 0.0, most
+    rep = Replay(full, alpha, share_full, True, gap_us=most)
+    if full > step_us:
+        lo, hi = 0.0, most
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            if period(tl, durs, alpha, lat, mid)[0] > step_us:
+                hi = mid
+            else:
+                lo = mid
+        p, share = period(tl, durs, alpha, lat, lo)
+        rep = Replay(p, alpha, share, True, gap_us=lo)
+    if rep.gap_us > traced * 1.02 and not held:
+        # past the trace's own gap, with the host's pace at the batch untimed, the rest may
+        # as well be a host slower there than at batch 1 (a user's GIN, four syncs a step:
+        # its bf16 step ran between the two readings)
+        rep = dataclasses.replace(rep, host_alpha=_alpha_filling(tl, durs, alpha, lat,
+                                                                step_us, traced),
+                                  host_gap_us=traced)
+    return rep
+
+
+def _alpha_filling(tl: Timeline, durs: Sequence[float], lo: float, lat: float,
+                   step_us: float, gap: float) -> float:
+    """The α from `lo` up to 1 at which the replay with `gap` between queued kernels lasts
+    `step_us` (1 where even that falls short)."""
+    hi = 1.0
+    if period(tl, durs, hi, lat, gap)[0] <= step_us:
+        return hi
     for _ in range(30):
         mid = (lo + hi) / 2
-        if period(tl, durs, alpha, lat, mid)[0] > step_us:
+        if period(tl, durs, mid, lat, gap)[0] > step_us:
             hi = mid
         else:
             lo = mid
-    p, share = period(tl, durs, alpha, lat, lo)
-    return Replay(p, alpha, share, True, gap_us=lo)
+    return lo
