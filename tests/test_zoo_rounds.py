@@ -431,6 +431,31 @@ def test_record_refuses_a_family_name_it_does_not_know_before_it_starts(tmp_path
     assert "no family dlrm in held_out" in err and "recsys" in err.splitlines()[-1]
 
 
+def test_record_pins_itself_and_every_child_to_the_vcpu_it_is_given(tmp_path, monkeypatch,
+                                                                    capsys):
+    """`--pin CPU`: the recorder sets its own affinity before it starts anything, so the
+    profiling and the fresh processes it starts inherit one vCPU; a vCPU it may not run on
+    is one line and exit 2, before any folder is made."""
+    import os
+
+    from validation.predict import zoo
+
+    allowed = sorted(os.sched_getaffinity(0))
+    monkeypatch.setattr("sys.argv", ["zoo.py", "record", str(tmp_path / "rec"), "--pin",
+                                     str(max(allowed) + 1000)])
+    with pytest.raises(SystemExit) as exc:
+        zoo.main()
+    assert exc.value.code == 2 and not (tmp_path / "rec").exists()
+    assert "not a vCPU this process may run on" in capsys.readouterr().err
+    pinned: list[set[int]] = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: pinned.append(set(cpus)))
+    assert zoo.record(tmp_path / "rec", None, 0.0, True, only=["mlp"], pin=allowed[0]) == 0
+    assert pinned == [{allowed[0]}]
+    status = json.loads((tmp_path / "rec" / "status.json").read_text())
+    assert status["pinned_cpu"] == allowed[0] and status["not_recorded"] == ["mlp"]
+    assert f"pinned to vCPU {allowed[0]}" in (tmp_path / "rec" / "log.txt").read_text()
+
+
 def test_a_host_bound_sources_rounds_barely_tell_its_targets_pace():
     """The H200 rounds behind docs/predict.md's "The host's pace" (a host-bound source's rounds)
     (`validation/predict/round_pace.py`, the 19th–31st recordings): where the bf16 source's

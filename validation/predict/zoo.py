@@ -238,10 +238,16 @@ def _env() -> dict[str, str]:
 
 def record(out: Path, which: str | None, budget_s: float, tiny: bool,
            only: list[str] | None = None, profiles_only: set[str] | None = None,
-           rates: bool = True, cases_only: bool = False) -> int:
+           rates: bool = True, cases_only: bool = False, pin: int | None = None) -> int:
     t_start = time.time()
     for sub in ("runs", "status", "traces"):
         (out / sub).mkdir(parents=True, exist_ok=True)
+    if pin is not None:
+        # every process of the recording on one vCPU, inherited by each child: a launch-bound
+        # step ran at about half its free time so on the lent H100 (validation/predict/
+        # pin_pace.py); the profiling and the fresh processes then share that placement
+        os.sched_setaffinity(0, {pin})
+        log(out, f"pinned to vCPU {pin}")
     if not tiny and rates and not cases_only:
         log(out, "rates: bench matmul memory (quick)")
         rates = subprocess.run([sys.executable, "-m", "gpuaudit", "bench", "matmul", "memory",
@@ -279,7 +285,8 @@ def record(out: Path, which: str | None, budget_s: float, tiny: bool,
             _cases_after(out, todo[0], tiny, budget_s - (time.time() - t_start))
         todo = [n for n in todo if n not in done]
     (out / "status.json").write_text(json.dumps(
-        {"wall_s": round(time.time() - t_start, 1), "not_recorded": todo}, indent=1))
+        {"wall_s": round(time.time() - t_start, 1), "not_recorded": todo, "pinned_cpu": pin},
+        indent=1))
     return 0
 
 
@@ -444,6 +451,8 @@ def main() -> int:
     ap.add_argument("--cases-only", action="store_true",
                     help="record: the targets only, no profiles (compare with --also)")
     ap.add_argument("--batch", type=int, help="cases: the family's batch")
+    ap.add_argument("--pin", type=int, metavar="CPU",
+                    help="record: every process of the recording on this one vCPU")
     ap.add_argument("--also", action="append", default=[],
                     help="compare: a later recording folder, preferred where it holds a case")
     args = ap.parse_args()
@@ -459,9 +468,12 @@ def main() -> int:
                        if n and n not in known]:
             ap.error(f"--only/--profiles-only: no family {', '.join(unknown)} in "
                      f"{args.set or 'either set'} (families: {', '.join(sorted(known))})")
+        if args.pin is not None and args.pin not in os.sched_getaffinity(0):
+            ap.error(f"--pin {args.pin}: not a vCPU this process may run on "
+                     f"({', '.join(map(str, sorted(os.sched_getaffinity(0))))})")
         return record(out, args.set, args.budget_s, args.tiny,
                       args.only.split(",") if args.only else None, skip_cases,
-                      not args.no_rates, args.cases_only)
+                      not args.no_rates, args.cases_only, args.pin)
     if args.what == "reparse":
         from validation.predict.zoo_files import reparse
 
