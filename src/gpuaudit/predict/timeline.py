@@ -14,11 +14,13 @@ changed times then gives the changed step, × the timed step ÷ the replayed one
 The device also spends time between kernels queued back to back (1.0–4.2 µs each, the
 median, in the zoo's H200 traces; 0.15–2.8 ms a step), which the kernels' own times leave
 out. Where the host's pace is measured (its step at batch 1), α is that pace and this gap,
-up to the trace's own median (up to `GAP_MAX_US` where the device never waits on the host:
-the time missing can only be the device's), fills what the replay lacks of the timed step:
-a change keeps it per kernel (the zoo's fp32 and bf16 steps showed the same gaps a step,
-1.5 and 1.7 ms for BERT), where scaling the step by the timed ÷ replayed ratio scaled it
-with the kernels, and raising α to fill it made the host, not the device, pay for it.
+up to the trace's own median (up to `GAP_MAX_US` where the device never waits on the host;
+past the trace's median, unless the host's work was timed held at the batch, a host slower
+there than at batch 1 would fill it as well, and the band reaches that reading), fills what
+the replay lacks of the timed step: a change keeps it per kernel (the zoo's fp32 and bf16
+steps showed the same gaps a step, 1.5 and 1.7 ms for BERT), where scaling the step by the
+timed ÷ replayed ratio scaled it with the kernels, and raising α to fill it made the host,
+not the device, pay for it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import bisect
 import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpuaudit.model.opprofile import Timeline
@@ -282,13 +284,7 @@ def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None, held: b
     if low_period >= step_us:
         p, share = period(tl, durs, lo, lat)
         return Replay(p, lo, share)
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        p, _ = period(tl, durs, mid, lat)
-        if p > step_us:
-            hi = mid
-        else:
-            lo = mid
+    lo = _longest_within(lo, hi, lambda a: period(tl, durs, a, lat)[0] > step_us)
     p, share = period(tl, durs, lo, lat)
     if share < IDENTIFIED_SHARE:
         # the device hardly waited on the host even at α: α is only bounded above by it;
@@ -333,15 +329,10 @@ def _gap_at(tl: Timeline, durs: Sequence[float], alpha: float, lat: float, step_
         return None
     rep = Replay(full, alpha, share_full, True, gap_us=most)
     if full > step_us:
-        lo, hi = 0.0, most
-        for _ in range(30):
-            mid = (lo + hi) / 2
-            if period(tl, durs, alpha, lat, mid)[0] > step_us:
-                hi = mid
-            else:
-                lo = mid
-        p, share = period(tl, durs, alpha, lat, lo)
-        rep = Replay(p, alpha, share, True, gap_us=lo)
+        gap = _longest_within(0.0, most,
+                              lambda g: period(tl, durs, alpha, lat, g)[0] > step_us)
+        p, share = period(tl, durs, alpha, lat, gap)
+        rep = Replay(p, alpha, share, True, gap_us=gap)
     if rep.gap_us > traced * 1.02 and not held:
         # past the trace's own gap, with the host's pace at the batch untimed, the rest may
         # as well be a host slower there than at batch 1 (a user's GIN, four syncs a step:
@@ -356,12 +347,16 @@ def _alpha_filling(tl: Timeline, durs: Sequence[float], lo: float, lat: float,
                    step_us: float, gap: float) -> float:
     """The α from `lo` up to 1 at which the replay with `gap` between queued kernels lasts
     `step_us` (1 where even that falls short)."""
-    hi = 1.0
-    if period(tl, durs, hi, lat, gap)[0] <= step_us:
-        return hi
+    if period(tl, durs, 1.0, lat, gap)[0] <= step_us:
+        return 1.0
+    return _longest_within(lo, 1.0, lambda a: period(tl, durs, a, lat, gap)[0] > step_us)
+
+
+def _longest_within(lo: float, hi: float, too_long: Callable[[float], bool]) -> float:
+    """The largest x in [lo, hi] that `too_long` (rising with x) leaves false, by bisection."""
     for _ in range(30):
         mid = (lo + hi) / 2
-        if period(tl, durs, mid, lat, gap)[0] > step_us:
+        if too_long(mid):
             hi = mid
         else:
             lo = mid
