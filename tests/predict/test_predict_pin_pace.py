@@ -37,6 +37,7 @@ def test_the_free_processes_main_thread_sat_on_the_vcpu_that_ran_it_fast_pinned(
 
 def test_a_bad_call_prints_its_usage_and_exits_2(capsys):
     assert pin_pace.main(["nothing"]) == 2
+    assert pin_pace.main(["record", "out.json", "--free"]) == 2
     assert "pin_pace.py record OUT.json" in capsys.readouterr().err
 
 
@@ -46,3 +47,16 @@ def test_on_a_gpu_one_process_says_its_step_and_where_it_ran():
     assert got["tag"] == "here" and 0 < got["p10_ms"] <= got["median_ms"] <= got["p90_ms"]
     assert got["ran_on"] and 0 <= got["steal_share"] <= 1
     assert sys.platform == "linux"
+
+
+def test_the_interleaved_plan_takes_free_and_pinned_by_turns():
+    """The recorded plan ran every free process before the pinned ones, so a host that sped
+    up over its minutes would look like pinning; `--interleave` alternates them."""
+    cpus = list(range(16))
+    recorded = pin_pace.plan(cpus)
+    assert [t for t, _ in recorded[:5]] == ["free1", "free2", "free3", "free4", "core0"]
+    assert [t for t, _ in recorded[-4:]] == ["again0", "again15", "free5", "free6"]
+    turns = pin_pace.plan(cpus, interleave=True)
+    assert turns[:4] == [("free1", None), ("core0", 0), ("free2", None), ("core2", 2)]
+    assert len(turns) == 16 and [c for _, c in turns[1::2]] == list(range(0, 16, 2))
+    assert all(c is None for _, c in turns[::2])

@@ -5,7 +5,7 @@ vCPU in turn with `taskset -c N`, then pinned again and free again. Each process
 steps, times 60 (each synchronized), and says its median, 10th and 90th percentile, the CPU
 its main thread ran on, the machine's steal and idle share over the timing and its load.
 
-    python3 validation/predict/pin_pace.py record OUT.json     # on a GPU, about 4 minutes
+    python3 validation/predict/pin_pace.py record OUT.json [--interleave]   # on a GPU, 3-4 min
     python3 validation/predict/pin_pace.py step TAG              # one process's line
     python3 validation/predict/pin_pace.py summarize FILE.json
 
@@ -78,20 +78,31 @@ def step(tag: str) -> dict[str, Any]:
             "idle_share": round(d[3] / max(1, sum(d)), 4), "loadavg": load}
 
 
-def record(out: str) -> int:
-    cpus = sorted(os.sched_getaffinity(0))
-    plan = ([(f"free{i}", None) for i in range(1, 5)] + [(f"core{c}", c) for c in cpus]
+def plan(cpus: list[int], interleave: bool = False) -> list[tuple[str, int | None]]:
+    """The processes' order: four free, each vCPU pinned, the first and last again, two free;
+    or, `interleave`, free and pinned by turns over every other vCPU, so that a host whose
+    pace drifts over the minutes weighs on both alike."""
+    if interleave:
+        return [p for i, c in enumerate(cpus[::2], 1) for p in ((f"free{i}", None),
+                                                                 (f"core{c}", c))]
+    return ([(f"free{i}", None) for i in range(1, 5)] + [(f"core{c}", c) for c in cpus]
             + [(f"again{c}", c) for c in dict.fromkeys((cpus[0], cpus[-1]))]
             + [(f"free{i}", None) for i in (5, 6)])
+
+
+def record(out: str, interleave: bool = False) -> int:
     lines = []
-    for tag, cpu in plan:
+    for tag, cpu in plan(sorted(os.sched_getaffinity(0)), interleave):
         pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
-        p = subprocess.run([*pin, sys.executable, __file__, "step", tag], capture_output=True,
-                           text=True, timeout=120)
-        last = p.stdout.strip().splitlines()[-1:] or [json.dumps({"tag": tag,
-                                                                  "error": p.stderr[-400:]})]
-        lines.append(json.loads(last[0]))
-        print(last[0], flush=True)
+        try:
+            p = subprocess.run([*pin, sys.executable, __file__, "step", tag],
+                               capture_output=True, text=True, timeout=120)
+            said = p.stdout.strip().splitlines()[-1:]
+            line = json.loads(said[0]) if said else {"tag": tag, "error": p.stderr[-400:]}
+        except subprocess.TimeoutExpired:
+            line = {"tag": tag, "error": "no line in 120 s"}
+        lines.append(line)
+        print(json.dumps(line), flush=True)
         Path(out).write_text(json.dumps({"runs": lines}, indent=1))  # kept as it goes
     return 0
 
@@ -115,8 +126,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["step"] and len(argv) == 2:
         print(json.dumps(step(argv[1])))
         return 0
-    if argv[:1] == ["record"] and len(argv) == 2:
-        return record(argv[1])
+    if argv[:1] == ["record"] and len(argv) in (2, 3) and argv[2:] in ([], ["--interleave"]):
+        return record(argv[1], argv[2:] == ["--interleave"])
     if argv[:1] == ["summarize"] and len(argv) == 2:
         print(json.dumps(summarize(argv[1]), indent=1))
         return 0
