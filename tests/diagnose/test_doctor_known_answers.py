@@ -17,7 +17,10 @@ pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "doctor"
-ENV = cli_env(COLUMNS="100", CUDA_VISIBLE_DEVICES="")
+# One intra-op thread: the suite's other workers share these cores, and a job whose thread
+# pool waits on a descheduled thread ran every small op ~100× slow (the tiny batch's step 140
+# ms against 0.2), which hid its per-op overhead behind the machine's load.
+ENV = cli_env(COLUMNS="100", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
 
 CPU_CASES = {
     "healthy": (None, 10),
