@@ -1,9 +1,10 @@
 """Does a launch-bound step's pace follow where its threads run? One training step at batch 1
-(40 × Linear 256 + LayerNorm + GELU, fused-free AdamW: about 400 kernels, each shorter than
-its launch) timed in processes of their own, one after another: free, then pinned to each
-vCPU in turn with `taskset -c N`, then pinned again and free again. Each process warms up 15
-steps, times 60 (each synchronized), and says its median, 10th and 90th percentile, the CPU
-its main thread ran on, the machine's steal and idle share over the timing and its load.
+(40 × Linear 256 + LayerNorm + GELU and torch's default AdamW: hundreds of kernels too small
+to outlast their launches) timed in processes of their own, one after another: free, then
+pinned to each vCPU in turn with `taskset -c N`, then pinned again and free again. Each
+process warms up 15 steps, times 60 (each synchronized), and says its median, 10th and 90th
+percentile, the CPU its main thread ran on, the machine's steal and idle share over the
+timing and its load.
 
     python3 validation/predict/pin_pace.py record OUT.json [--interleave]   # on a GPU, 3-4 min
     python3 validation/predict/pin_pace.py step TAG              # one process's line
