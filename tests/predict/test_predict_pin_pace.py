@@ -3,7 +3,6 @@ vCPU (`validation/predict/pin_pace.py`, tests/fixtures/predict/zoo/pin-pace-h100
 what docs/predict.md says of pinning rests on these figures."""
 
 import json
-import sys
 
 import pytest
 
@@ -46,7 +45,6 @@ def test_on_a_gpu_one_process_says_its_step_and_where_it_ran():
     got = pin_pace.step("here")
     assert got["tag"] == "here" and 0 < got["p10_ms"] <= got["median_ms"] <= got["p90_ms"]
     assert got["ran_on"] and 0 <= got["steal_share"] <= 1
-    assert sys.platform == "linux"
 
 
 def test_the_interleaved_plan_takes_free_and_pinned_by_turns():
