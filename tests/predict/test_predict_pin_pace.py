@@ -3,6 +3,7 @@ vCPU (`validation/predict/pin_pace.py`, tests/fixtures/predict/zoo/pin-pace-h100
 what docs/predict.md says of pinning rests on these figures."""
 
 import json
+import statistics
 
 import pytest
 
@@ -10,6 +11,7 @@ from tests.conftest import FIXTURES
 from validation.predict import pin_pace
 
 RECORDED = FIXTURES / "predict" / "zoo" / "pin-pace-h100.json"
+TURNS = [FIXTURES / "predict" / "zoo" / f"pin-pace-turns-h100-{x}.json" for x in "ab"]
 
 
 def test_pinned_to_most_vcpus_the_step_ran_at_about_half_its_free_time():
@@ -32,6 +34,32 @@ def test_the_free_processes_main_thread_sat_on_the_vcpu_that_ran_it_fast_pinned(
     runs = {r["tag"]: r for r in json.loads(RECORDED.read_text())["runs"]}
     assert all(runs[f"free{i}"]["ran_on"] == [15] for i in range(1, 5))
     assert (runs["core15"]["median_ms"], runs["again15"]["median_ms"]) == (8.089, 7.765)
+
+
+def test_taken_by_turns_pinned_still_ran_faster_so_time_order_does_not_explain_it():
+    """Two `--interleave` recordings on a later H100 loan, five minutes apart: free 8.2–10.9
+    and 8.7–12.7 ms a step (medians 9.7 and 11.1), pinned 7.5–8.3 on 6 of 8 vCPUs and 7.6–10.2
+    on all 7; the pinned process beat the free one just before it in 12 of 15 pairs."""
+    a, b = (pin_pace.summarize(str(t)) for t in TURNS)
+    assert statistics.median(a["free_ms"]) == pytest.approx(9.70, abs=0.01)
+    assert statistics.median(b["free_ms"]) == pytest.approx(11.12, abs=0.01)
+    assert (min(a["free_ms"]), max(a["free_ms"])) == (8.189, 10.911)
+    assert (min(b["free_ms"]), max(b["free_ms"])) == (8.748, 12.658)
+    assert (a["pinned_rest_ms"][0], a["pinned_rest_ms"][-1]) == (7.466, 8.267)
+    assert b["pinned_ms"] == [7.631, 10.22] and b["pinned_median_ms"] == 8.275
+    assert a["turns"] == {"pairs": 8, "pinned_faster": 6}
+    assert b["turns"] == {"pairs": 7, "pinned_faster": 6}
+
+
+def test_a_slow_vcpu_is_slow_for_minutes_not_for_good():
+    """The slow vCPUs were 4 and 5 on the first loan, 4 and 6 in the first interleaved run
+    (12.0 and 12.7 ms), and none five minutes later, when 4 and 6 ran 8.3: pinning to one
+    chosen vCPU does not promise its pace."""
+    a, b = (pin_pace.summarize(str(t)) for t in TURNS)
+    assert pin_pace.summarize(str(RECORDED))["slow_vcpus"] == ["core4", "core5"]
+    assert a["slow_vcpus"] == ["core4", "core6"] and b["slow_vcpus"] == []
+    later = {r["tag"]: r["median_ms"] for r in json.loads(TURNS[1].read_text())["runs"]}
+    assert (later["core4"], later["core6"]) == (8.315, 8.275)
 
 
 def test_a_bad_call_prints_its_usage_and_exits_2(capsys):

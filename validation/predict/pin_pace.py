@@ -12,11 +12,14 @@ timing and its load.
 
 Pinned, the main thread and the threads torch starts (the autograd engine's device thread
 runs every CUDA backward) share one vCPU; free, they hand work to each other across vCPUs.
-docs/predict.md's figures come from tests/fixtures/predict/zoo/pin-pace-h100.json.
+docs/predict.md's figures come from tests/fixtures/predict/zoo/pin-pace-h100.json (every free
+process before the pinned ones) and pin-pace-turns-h100-a.json and -b.json (two
+`--interleave` recordings on a later loan).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -120,7 +123,17 @@ def summarize(path: str) -> dict[str, Any]:
             "pinned_ms": [min(pinned.values()), max(pinned.values())],
             "pinned_rest_ms": sorted(pinned[t] for t in pinned if t not in slow),
             "slow_vcpus": slow,
-            "steal": max(r["steal_share"] for r in runs)}
+            "steal": max(r["steal_share"] for r in runs),
+            "turns": _turns(runs)}
+
+
+def _turns(runs: list[dict[str, Any]]) -> dict[str, int]:
+    """Each free process against the pinned one right after it (an `--interleave` recording):
+    in how many of those pairs the pinned one ran faster. A host whose pace drifts over the
+    minutes moves both of a pair alike."""
+    pairs = [(a["median_ms"], b["median_ms"]) for a, b in itertools.pairwise(runs)
+             if a["tag"].startswith("free") and b["tag"].startswith("core")]
+    return {"pairs": len(pairs), "pinned_faster": sum(b < a for a, b in pairs)}
 
 
 def main(argv: list[str]) -> int:
