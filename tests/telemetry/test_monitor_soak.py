@@ -105,7 +105,7 @@ def test_a_day_of_ticks_keeps_memory_flat_and_the_store_within_retention(store_d
             for n in range(DAY_TICKS):
                 tick = mon.tick(src.advance())
                 problems.update(tick.problems)
-                if n % (DAY_TICKS // 8) == 0:
+                if n % 60 == 0:  # every half hour
                     gc.collect()
                     traced[n] = tracemalloc.get_traced_memory()[0]
         finally:
@@ -114,9 +114,15 @@ def test_a_day_of_ticks_keeps_memory_flat_and_the_store_within_retention(store_d
     assert problems == set()
     assert [g.error for g in last.sample.gpus] == [None, None]
     # Flat: after the first 3 hours (the rules' 30-minute windows and the store's hour of raw
-    # samples full), what Python holds grows by less than 256 KiB over the rest of the day.
-    after = [v for n, v in traced.items() if n >= DAY_TICKS // 8]
-    assert max(after) - min(after) < 256 * 1024, traced
+    # samples full), what Python holds grows by less than 256 KiB over the rest of the day. It
+    # swings in a cycle of 2 hours (1.70-1.95 MB, measured), so the high and the low of the
+    # first such cycle are compared with those of the last, 19 hours on: sampled every 3
+    # hours, the check compared a high with a low and failed at 256.02 KiB with nothing grown.
+    cycle = 240  # ticks: 2 hours
+    first = [v for n, v in traced.items() if DAY_TICKS // 8 <= n < DAY_TICKS // 8 + cycle]
+    last = [v for n, v in traced.items() if n >= DAY_TICKS - cycle]
+    assert abs(max(last) - max(first)) < 256 * 1024, traced
+    assert abs(min(last) - min(first)) < 256 * 1024, traced
     engine = sa.create_engine(url)
     with engine.connect() as conn:
         raw = conn.execute(sa.text("select count(*), min(time) from telemetry_raw")).one()
