@@ -649,3 +649,26 @@ def test_a_recordings_results_merge_into_the_published_ones_under_its_name(tmp_p
     assert merge(published, results, "forty-sixth") == 0  # again: replaced, not doubled
     assert len(json.loads(published.read_text())["rows"]) == len(doc["rows"]) + 1
     assert merge(published, results, "sixth-ish") == 2
+
+
+def test_between_processes_a_host_bound_source_moves_and_a_gpu_bound_one_holds():
+    """Over the published timing controls, a source the host binds ran in the fresh process
+    +4.3 % slower than profiled on average, sd 10.9 %, 27 of 72 past 10 % (H200); +4.4 %,
+    sd 17.4 %, 11 of 24 (H100); one the GPU binds moved sd 0.3 and 0.6 %, none past 10 %.
+    Cases whose source never met its profiled pace came within 10 % in 51 of 100 (H200) and
+    14 of 37 (H100), against 592 of 694 and 180 of 199 where it did."""
+    from validation.predict.round_pace import controls
+
+    fixtures = Path(__file__).parent / "fixtures" / "predict"
+    h200 = controls(json.loads((fixtures / "zoo-results.json").read_text()))
+    h100 = controls(json.loads((fixtures / "zoo-results-h100.json").read_text()))
+    assert (h200["host_bound"]["n"], h200["host_bound"]["past_10_pct"]) == (72, 27)
+    assert h200["host_bound"]["mean_pct"] == pytest.approx(4.3, abs=0.05)
+    assert h200["host_bound"]["sd_pct"] == pytest.approx(10.9, abs=0.05)
+    assert (h100["host_bound"]["n"], h100["host_bound"]["past_10_pct"]) == (24, 11)
+    assert h100["host_bound"]["sd_pct"] == pytest.approx(17.4, abs=0.05)
+    for got in (h200, h100):
+        assert got["gpu_bound"]["past_10_pct"] == 0 and got["gpu_bound"]["sd_pct"] < 1
+    assert h200["cases"]["never_at_pace"] == {"n": 100, "within_10": 51, "in_band": 56}
+    assert h200["cases"]["at_pace"] == {"n": 694, "within_10": 592, "in_band": 611}
+    assert h100["cases"]["never_at_pace"] == {"n": 37, "within_10": 14, "in_band": 23}

@@ -86,3 +86,45 @@ def test_the_interleaved_plan_takes_free_and_pinned_by_turns():
     assert turns[:4] == [("free1", None), ("core0", 0), ("free2", None), ("core2", 2)]
     assert len(turns) == 16 and [c for _, c in turns[1::2]] == list(range(0, 16, 2))
     assert all(c is None for _, c in turns[::2])
+
+
+PINNED_ZOO = FIXTURES / "predict" / "zoo" / "convnext-pinned-h100.json"
+FRESH_TURNS = FIXTURES / "predict" / "zoo" / "fresh-turns-h100.json"
+
+
+def test_a_zoo_recording_pinned_to_one_vcpu_did_not_hold_its_host_bound_pace():
+    """ConvNeXt recorded with every process on vCPU 8: its host-bound bf16 step ran 10.78 ms
+    in the profiling run (after five steps near 17) and 12.92 in the fresh process, which met
+    the profiled pace within 5 % in none of its 37 rounds; the GPU-bound fp32 step held in
+    all 37. Pinning is no control of the host's pace between processes."""
+    rec = json.loads(PINNED_ZOO.read_text())
+    assert rec["pinned_cpu"] == 8
+    ctl = {c["precision"]: c for c in rec["controls"]}
+    bf16, fp32 = ctl["bf16"], ctl["fp32"]
+    assert (bf16["profiled_run_ms"], bf16["fresh_ms"]) == (10.7835, 12.9176)
+    assert (bf16["rounds_at_pace"], bf16["rounds"]) == (0, 37)
+    assert (fp32["rounds_at_pace"], fp32["rounds"]) == (37, 37)
+    assert min(rec["fresh_rounds_ms"]["bf16"]) > 1.05 * bf16["profiled_run_ms"]
+    first, rest = (rec["profiled_steps_ms"]["bf16"][:5], rec["profiled_steps_ms"]["bf16"][6:])
+    assert min(first) > 16.7 and max(rest) < 10.85
+
+
+def test_fresh_processes_by_turns_spread_a_host_bound_step_and_not_a_gpu_bound_one():
+    """Five fresh processes of each step by turns, free: ConvNeXt's and the LSTM's host-bound
+    bf16 steps had medians 11.3–13.2 and 16.7–20.1 ms (±7.7 and ±9.7 %); the diffusion
+    U-Net's GPU-bound one 37.4–37.8 (±0.6 %). The pinned recording's profiled 10.78 ms is
+    faster than every one of ConvNeXt's."""
+    from validation.predict.hostpace import turns
+
+    got = turns(json.loads(FRESH_TURNS.read_text())["runs"])
+    conv, lstm, diff = (got[f"zoo.{n}:build"] for n in ("convnext", "lstm", "diffusion"))
+    assert len(conv["medians_ms"]) == len(lstm["medians_ms"]) == len(diff["medians_ms"]) == 5
+    assert (min(conv["medians_ms"]), max(conv["medians_ms"])) == pytest.approx((11.31, 13.19),
+                                                                              abs=0.01)
+    assert (min(lstm["medians_ms"]), max(lstm["medians_ms"])) == pytest.approx((16.67, 20.14),
+                                                                              abs=0.01)
+    assert conv["spread_pct"] == pytest.approx(7.7, abs=0.05)
+    assert lstm["spread_pct"] == pytest.approx(9.7, abs=0.05)
+    assert diff["spread_pct"] < 1
+    pinned = json.loads(PINNED_ZOO.read_text())["controls"][0]["profiled_run_ms"]
+    assert pinned < min(conv["medians_ms"])

@@ -7,6 +7,7 @@ and extremes.
     PYTHONPATH=src:examples/predict python3 -m validation.predict.hostpace all [OUTDIR]
     PYTHONPATH=src:examples/predict python3 -m validation.predict.hostpace model \
         ENTRY PRECISION BATCH STEPS
+    python3 -m validation.predict.hostpace turns FILE   # `model` runs taken by turns
 
 (as a module from the repository's root: run as a script, this folder's `zoo.py` would stand
 before the zoo's package `zoo`).
@@ -67,7 +68,22 @@ def summary(v: list[float]) -> str:
             f"range {min(v):.2f}–{max(v):.2f}")
 
 
+def turns(runs: list[dict[str, Any]], skip: int = 10) -> dict[str, dict[str, Any]]:
+    """`model` runs of several steps taken by turns, each in a fresh process: per entry, each
+    process's median step past its first `skip` and how far those medians spread (half their
+    range ÷ their median, as a percentage)."""
+    medians: dict[str, list[float]] = {}
+    for r in runs:
+        medians.setdefault(r["entry"], []).append(statistics.median(r["steps_ms"][skip:]))
+    return {e: {"medians_ms": m, "spread_pct": 50 * (max(m) - min(m)) / statistics.median(m)}
+            for e, m in medians.items()}
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["turns"]:
+        with open(sys.argv[2]) as f:
+            print(json.dumps(turns(json.load(f)["runs"]), indent=1))
+        return 0
     if sys.argv[1:2] == ["model"]:
         entry, precision, batch, steps = sys.argv[2:6]
         print(json.dumps(model_steps(entry, precision, int(batch), int(steps))))

@@ -6,19 +6,24 @@ round medians moved (coefficient of variation) and how they correlated with thos
 targets timed from it (batch ×0.5 and ×2, the size variant, fp32). `rescaled` asks the
 published results a second question: had each host-bound prediction known the measuring
 process's own host pace (its step at batch 1 there ÷ in the profiling process), would it
-have come closer?
+have come closer? `controls` asks them how far a source's step moved from the profiling
+process to the fresh one, apart for sources the host binds and those the GPU binds, and how
+the cases fared where the fresh process met the profiled pace in some rounds and where in
+none.
 
     python3 validation/predict/round_pace.py collect OUT.json REC_DIR...   # raw recordings
     python3 validation/predict/round_pace.py summarize OUT.json
     python3 validation/predict/round_pace.py rescaled tests/fixtures/predict/zoo-results.json
+    python3 validation/predict/round_pace.py controls tests/fixtures/predict/zoo-results.json
 
 docs/predict.md's figures come from tests/fixtures/predict/zoo/round-pace-h200.json (the
-rounds) and tests/fixtures/predict/zoo-results.json (`rescaled`).
+rounds) and tests/fixtures/predict/zoo-results.json (`rescaled`, `controls`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -32,6 +37,10 @@ MOVING_CV = 0.05
 # A predicted step this much longer than its classes' predicted device time is one the host
 # binds (the rest is the host's launches and waits the replay kept).
 HOST_BOUND = 1.3
+# A source whose host alone (its step at batch 1) takes this share of its step or more is one
+# the host binds; under `GPU_BOUND`, one the GPU binds.
+HOST_SHARE = 0.8
+GPU_BOUND = 0.5
 
 
 def collect(recordings: list[Path]) -> list[dict[str, Any]]:
@@ -101,10 +110,43 @@ def rescaled(results: dict[str, Any]) -> dict[str, Any]:
             "median_abs_rescaled": statistics.median(abs(b) for _, b in rows) if rows else None}
 
 
+def controls(results: dict[str, Any]) -> dict[str, Any]:
+    """Each source's step in the fresh process ÷ in the profiling one (the timing controls),
+    apart for sources the host binds (`HOST_SHARE`) and the GPU binds (`GPU_BOUND`): their
+    mean and standard deviation (as a percentage off 1, from the logs) and how many moved
+    past 10 %; and the scored cases, apart by whether their source met its profiled pace in
+    two rounds or more (`pace_matched`): how many came within 10 % and inside their band."""
+    moved: dict[str, list[float]] = {"host_bound": [], "gpu_bound": []}
+    for c in results["controls"]:
+        if not (c.get("host_recorded_ms") and c.get("fresh_ms") and c.get("profiled_run_ms")):
+            continue
+        share = c["host_recorded_ms"] / c["profiled_run_ms"]
+        kind = "host_bound" if share >= HOST_SHARE else "gpu_bound" if share < GPU_BOUND else None
+        if kind:
+            moved[kind].append(math.log(c["fresh_ms"] / c["profiled_run_ms"]))
+
+    def spread(logs: list[float]) -> dict[str, Any]:
+        return {"n": len(logs), "mean_pct": 100 * math.expm1(statistics.fmean(logs)),
+                "sd_pct": 100 * math.expm1(statistics.stdev(logs)),
+                "past_10_pct": sum(abs(math.expm1(x)) > 0.1 for x in logs)}
+
+    cases: dict[str, dict[str, int]] = {}
+    for r in results["rows"]:
+        if r.get("error_pct") is None or r.get("pace_matched") is None:
+            continue
+        k = cases.setdefault("at_pace" if r["pace_matched"] else "never_at_pace",
+                             {"n": 0, "within_10": 0, "in_band": 0})
+        k["n"] += 1
+        k["within_10"] += abs(r["error_pct"]) <= 10
+        k["in_band"] += bool(r["in_band"])
+    return {k: spread(v) for k, v in moved.items() if len(v) > 1} | {"cases": cases}
+
+
 def main() -> int:
     what, out = sys.argv[1], Path(sys.argv[2])
-    if what == "rescaled":
-        print(json.dumps(rescaled(json.loads(out.read_text())), indent=1))
+    if what in ("rescaled", "controls"):
+        fn = rescaled if what == "rescaled" else controls
+        print(json.dumps(fn(json.loads(out.read_text())), indent=1))
         return 0
     if what == "collect":
         out.write_text(json.dumps(collect([Path(p) for p in sys.argv[3:]])))
