@@ -106,6 +106,34 @@ def test_counted_flops_equal_flop_counter_mode_on_a_tiny_gpt():
     assert t.group_flops[("gemm", "linear")] == t.flops["gemm"]
 
 
+def test_an_unmasked_multihead_attention_is_recorded_not_causal():
+    # nn.MultiheadAttention without a mask (a ViT's, CLIP's image tower's) reaches SDPA
+    # unmasked: its shape is recorded bidirectional, whatever kernel runs it
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+    x = torch.randn(2, 10, 32)
+    t = tally.count_ops(lambda: mha(x, x, x, need_weights=False)[0].sum().backward())
+    assert [shape[5] for shape in t.attention] == [False]
+
+
+def test_cudnn_attention_is_read_causal_from_its_is_causal_not_its_log_sumexp():
+    # _scaled_dot_product_cudnn_attention(q, k, v, attn_bias, compute_log_sumexp,
+    # dropout_p, is_causal, …): compute_log_sumexp, true in training, sits where the flash
+    # kernel keeps is_causal, and marked CLIP's unmasked image attention causal on an H100
+    q = torch.zeros(2, 4, 50, 16)
+    args = (q, q, q, None, True, 0.0, False, False)
+    assert tally.attention_shape("_scaled_dot_product_cudnn_attention", args, {}) == \
+        (2, 4, 50, 50, 16, False)
+    causal = (*args[:6], True, False)
+    assert tally.attention_shape("_scaled_dot_product_cudnn_attention", causal, {})[5]
+    names = [a.name for a in torch.ops.aten._scaled_dot_product_cudnn_attention.default
+             ._schema.arguments]
+    assert tally.attention_shape("any", args, {}, names)[5] is False
+    assert tally.attention_shape("any", causal, {}, names)[5] is True
+    flash = (q, q, q, 0.0, True)
+    assert tally.attention_shape("_scaled_dot_product_flash_attention", flash, {})[5]
+
+
 def test_a_mixture_of_experts_grouped_gemm_is_counted_and_classed_as_gemm():
     # Hugging Face's MoE layers run their experts through torch._grouped_mm, which torch's
     # FlopCounterMode has no formula for (it counted 0 and the unit fell to elementwise).

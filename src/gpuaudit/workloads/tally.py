@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,9 +151,15 @@ def _grouped_shape(a: Any, b: Any, out: Any) -> tuple[int, int, int, int]:
     return a.shape[1], b.shape[2], a.shape[2], a.shape[0]
 
 
-def attention_shape(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+def attention_shape(name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    arg_names: Sequence[str] = ()
                     ) -> tuple[int, int, int, int, int, bool] | None:
-    """(batch, heads, query length, key length, head size, causal) of an SDPA forward."""
+    """(batch, heads, query length, key length, head size, causal) of an SDPA forward.
+    `arg_names`: the op's schema's argument names, which place `is_causal` among its
+    arguments; without them, by the op's name: flash (q, k, v, dropout_p, is_causal, …),
+    efficient and cuDNN (q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal, …).
+    Read at the flash position, cuDNN's `compute_log_sumexp` (true in training) marked a
+    ViT's unmasked attention causal."""
     try:
         q, k = args[0], args[1]
         b, h, t, d = (int(x) for x in q.shape)
@@ -162,9 +168,10 @@ def attention_shape(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
         return None
     causal = kwargs.get("is_causal")
     if causal is None:
-        # flash / cpu flash: (q, k, v, dropout_p, is_causal, …); efficient: (q, k, v,
-        # attn_bias, compute_log_sumexp, dropout_p, is_causal, …)
-        pos = 6 if "efficient" in name else 4
+        if "is_causal" in arg_names:
+            pos = list(arg_names).index("is_causal")
+        else:
+            pos = 6 if "efficient" in name or "cudnn" in name else 4
         causal = args[pos] if len(args) > pos else False
     return b, h, t, kv, d, bool(causal)
 
@@ -311,7 +318,8 @@ def count_ops(fn: Callable[[], Any], force_class: Callable[[], str | None] | Non
                 seen.append(_Op(name, 0, 0, None, 0, None, None, forced))
                 return out
             first = next(tensors(args, torch), None)
-            att = attention_shape(packet.__name__, args, kwargs) \
+            att = attention_shape(packet.__name__, args, kwargs,
+                                  [a.name for a in func._schema.arguments]) \
                 if "attention" in name and "backward" not in name else None
             seen.append(_Op(name, flops, moved, gemm_shape(name, args, out, torch),
                             first.element_size() if first is not None else 4,
