@@ -108,6 +108,13 @@ MODELS = (
                   batch_up=1024, batch_down=256), ("fp32 → bf16", "fp32 → tf32"),
                   "out of band (+13.9 %, +5.8 %), they set the band to reach the host's "
                   "reading of a gap the recording cannot place")),
+    UserModel("clip", "CLIP ViT-B/32 with its text tower and contrastive loss, as open_clip "
+              "writes it", "user.clip", "clip-rates", _precisions(
+                  (Case("fp32 → bf16 at batch 512", "fp32-run",
+                        Change(precision="bf16", batch=512), "bf16-b512"),
+                   Case("patches 32 → 16", "bf16-run", Change(model="user.clip:build_b16"),
+                        "size")),
+                  batch_up=512, batch_down=128)),
     UserModel("vgg", "VGG-11 with batch norm at 64 px", "user.vgg", "rates",
               (Case("bf16, ×1.5 width", "run", Change(model="user.vgg:build_wide"), "wide"),),
               sources=(("run", "again"),)),
