@@ -217,3 +217,25 @@ def test_a_convolution_class_is_bound_by_its_compute_or_its_traffic():
     assert tensor_seconds("conv", few, roofs(), "bf16") == pytest.approx(1e12 / 700e12)
     assert tensor_seconds("conv", few.with_(bytes=20e9), roofs(), "bf16") == \
         pytest.approx(20e9 / 4000e9)
+
+
+def test_a_fused_attentions_ideal_is_its_flops_its_exponentials_and_its_traffic():
+    """Two calls of (B·H 8, T = S 64, Q 32), not causal: 1e9 FLOPs at 100 TFLOP/s, two
+    exponentials per score (2 × 2 × 8 × 64 × 64) at the SFUs' rate, 2e6 bytes at 4,000
+    GB/s; its fused traffic (T + S) · Q per head and call: 2 × 8 × 128 × 32."""
+    from gpuaudit.predict.attention import fused_seconds, fused_traffic
+
+    calls = {(8, 64, 64, 32, False): 2}
+    assert fused_seconds(calls, 1e9, 2e6, roofs(), 100.0) == pytest.approx(
+        1e9 / 100e12 + 2 * 2 * 8 * 64 * 64 / EXP_PER_S + 2e6 / 4000e9)
+    assert fused_traffic(calls) == 2 * 8 * 128 * 32
+    # causal at 256 tokens: 2 tiles of 128, 3 of their 4 computed
+    causal = {(8, 256, 256, 32, True): 1}
+    assert fused_seconds(causal, 1e9, 0.0, roofs(), 100.0) == pytest.approx(
+        0.75 * 1e9 / 100e12 + 0.75 * 2 * 8 * 256 * 256 / EXP_PER_S)
+    # the FLOPs shared out by each call's T·S·Q: one of 64 tokens, one of 128, causal at 256
+    mixed = {(8, 64, 64, 32, False): 1, (8, 256, 256, 32, True): 1}
+    share = 64 * 64 / (64 * 64 + 256 * 256)
+    assert fused_seconds(mixed, 1e9, 0.0, roofs(), 100.0) == pytest.approx(
+        (share + 0.75 * (1 - share)) * 1e9 / 100e12
+        + 2 * 8 * (64 * 64 + 0.75 * 256 * 256) / EXP_PER_S)

@@ -358,3 +358,29 @@ def test_another_size_needs_a_recording_that_names_its_entry_point():
     with pytest.raises(BadInputError, match="does not say which entry point"):
         predict(load_profile(load_run(json.dumps(doc)), "tabular-mlp/bf16"), h200_rates(),
                 Change(model="zoo.mlp:build_large"), SPECS)
+
+
+def test_the_count_keeps_each_attention_call_as_the_model_made_it(monkeypatch):
+    """The meta device runs attention's math (its T×S scores), which a fused kernel never
+    writes: the count keeps each `scaled_dot_product_attention` call's shapes as the model
+    made it, nn.MultiheadAttention's included (B·H, T, S, Q, causal) → calls; a size change
+    whose tokens differ moves a fused group by them, one whose tokens hold by its FLOPs."""
+    pytest.importorskip("torch")
+    from gpuaudit.model.opprofile import UnitGroup
+    from gpuaudit.predict import retarget, stepcount
+    from gpuaudit.predict.hardware import Roofs
+
+    h200 = Roofs(gpu=load_catalog().get("h200-sxm"), matmul_tflops={"bf16": 700.0},
+                 memory_gbps=4000.0, sms=132, measured=True)
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "examples" / "predict"))
+    small = stepcount.count("user.clip:build", 2)
+    large = stepcount.count("user.clip:build_b16", 2)
+    assert small.attention == {(24, 50, 50, 64, False): 12, (16, 77, 77, 64, False): 12}
+    assert large.attention == {(24, 197, 197, 64, False): 12, (16, 77, 77, 64, False): 12}
+    key = ("attention", "scaled_dot_product_attention")
+    g = UnitGroup(op_class="attention", unit="scaled_dot_product_attention", flops=1e11,
+                  bytes=5e9, kernel_us=6500.0, kernels=108)
+    moved = retarget._fused_attention(g, small, large, key, h200, "bf16")
+    assert moved is not None and "its fused traffic ×2.45" in moved[1]
+    assert retarget._fused_attention(g, small, small, key, h200, "bf16") is None

@@ -57,3 +57,29 @@ def attention_seconds(work: OpWork, roofs: Roofs, matmul_tflops: float) -> float
     t = flops / (matmul_tflops * 1e12) + work.bytes / (roofs.memory_gbps * 1e9)
     rate = roofs.exp_per_s
     return t + (exps / rate if rate else 0.0)
+
+
+def fused_seconds(calls: dict[tuple[int, int, int, int, bool], int], flops: float,
+                  moved: float, roofs: Roofs, matmul_tflops: float) -> float:
+    """A fused attention group's ideal time from its calls' shapes (`Counted.attention`:
+    (batch × heads, T, S, Q, causal) → calls), its FLOPs and its traffic, as
+    `attention_seconds` spends them: the FLOPs shared out by each shape's T·S·Q and done at
+    its causal share, one exponential per computed score (twice), the traffic at the memory
+    rate."""
+    weight = {shape: n * shape[0] * shape[1] * shape[2] * shape[3] for shape, n in calls.items()}
+    total = sum(weight.values())
+    done = exps = 0.0
+    for (bh, t, s, _q, causal), n in calls.items():
+        share = causal_share(t, s, causal)
+        done += flops * weight[(bh, t, s, _q, causal)] / total * share if total else 0.0
+        exps += EXPS_PER_SCORE * n * bh * t * s * share
+    rate = roofs.exp_per_s
+    return (done / (matmul_tflops * 1e12) + moved / (roofs.memory_gbps * 1e9)
+            + (exps / rate if rate else 0.0))
+
+
+def fused_traffic(calls: dict[tuple[int, int, int, int, bool], int]) -> float:
+    """What a fused kernel's traffic follows: its queries', keys', values' and outputs'
+    elements (and their gradients'), (T + S) · Q per head; the T×S scores never leave it."""
+    return float(sum(n * bh * (t + s) * q for (bh, t, s, q, _), n in calls.items()))
+

@@ -13,6 +13,8 @@ target's work ÷ the source's:
   timed alone (`predict.convfit`: cuDNN's convolutions follow neither their FLOPs nor their
   traffic when the width changes), each moved by its own ratio; wider calls, between the
   FLOP term's fitted rate and the matmul rate;
+- a fused attention group whose calls' token counts change by its ideal time there ÷ here
+  (`_fused_attention`: its FLOPs grow with T·S, its traffic with T + S);
 - memory-bound groups by their traffic, past the kernels' fixed latency; one moving far fewer
   bytes than its SMs could (batch norm: `OFF_BYTES_PER_SM_CYCLE`) by a low power of it
   (`OFF_EXPONENT`);
@@ -32,6 +34,7 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model.opprofile import OPAQUE_CLASSES, TENSOR_CLASSES, UnitGroup
 
 from . import convfit
+from .attention import fused_seconds, fused_traffic
 from .groups import DELTA, FLOOR_US, GroupChange
 from .hardware import Roofs
 from .ideal import matmul_rate, model_rate
@@ -130,6 +133,8 @@ def retarget(profile: StepProfile, target: str, roofs: Roofs,
         elif g.op_class == "conv" and src.flops.get(key) and \
                 (fitted := _conv_fitted(profile, src, tgt, key, roofs)) is not None:
             c.then(fitted[0], 0.0, fitted[1], f"{how}: {fitted[2]}")
+        elif (fused := _fused_attention(g, src, tgt, key, roofs, profile.precision)):
+            c.then(fused[0], 0.0, U_SIZE, f"{how}: {fused[1]}")
         elif g.op_class in TENSOR_CLASSES and src.flops.get(key):
             flops_ratio = tgt.flops.get(key, 0.0) / src.flops[key]
             ideal = ratio_cls.get(g.op_class, flops_ratio)
@@ -159,6 +164,30 @@ def retarget(profile: StepProfile, target: str, roofs: Roofs,
         else:
             c.then(1.0, 0.0, U_SIZE, f"{how}: nothing counted: kept")
     return src, tgt, (tgt.ops / src.ops if src.ops else 1.0), off
+
+
+def _fused_attention(g: UnitGroup, src: Counted, tgt: Counted, key: tuple[str, str],
+                     roofs: Roofs, precision: str) -> tuple[float, str] | None:
+    """A fused attention group whose calls' token counts change, moved by its ideal time
+    there ÷ here (`attention.fused_seconds`): its FLOPs grow with T·S, its traffic with
+    T + S, and at a few tokens its traffic is most of it. Moved by its FLOPs, a user's CLIP
+    at patches of 16 (50 → 197 image tokens) had its attention ×5.5 where its own profile
+    ran it ×2.1. None where the token counts hold (its FLOPs and traffic move together) or
+    its calls or recorded work are not known."""
+    if g.unit != "scaled_dot_product_attention" or not src.attention or not tgt.attention \
+            or not src.flops.get(key) or g.flops <= 0 or g.bytes <= 0:
+        return None
+    if {k[1:3] for k in src.attention} == {k[1:3] for k in tgt.attention}:
+        return None
+    flops = tgt.flops.get(key, 0.0) / src.flops[key]
+    traffic = fused_traffic(tgt.attention) / fused_traffic(src.attention)
+    rate = matmul_rate(roofs, precision)
+    here = fused_seconds(src.attention, g.flops, g.bytes, roofs, rate)
+    there = fused_seconds(tgt.attention, g.flops * flops, g.bytes * traffic, roofs, rate)
+    tokens = sorted({k[1] for k in tgt.attention} - {k[1] for k in src.attention})
+    return there / here, (f"its tokens change (to {', '.join(map(str, tokens))}): its FLOPs "
+                          f"×{flops:.3g}, its fused traffic ×{traffic:.3g}: its ideal time "
+                          f"×{there / here:.3g}")
 
 
 def _off_roofline_ratio(src: Counted, tgt: Counted, key: tuple[str, str], ratio: float

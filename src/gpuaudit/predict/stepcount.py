@@ -37,6 +37,11 @@ class Counted:
     counted_on: str = "meta"  # or "cpu": a model whose shapes follow its data
     # batch norm's bytes per unit group by each call's channels (`tally.batch_norm_channels`)
     channel_bytes: dict[tuple[str, str], dict[int, float]] | None = None
+    # each scaled_dot_product_attention call as the model made it, whatever kernel ran it
+    # (the meta device runs its math: the T×S scores its traffic counts, which a fused
+    # kernel never writes): (batch × heads, query tokens, key tokens, head size, causal)
+    # → calls
+    attention: dict[tuple[int, int, int, int, bool], int] | None = None
 
 
 # A model the meta device cannot run (shapes that follow its data) is counted on the CPU with
@@ -137,6 +142,7 @@ def _count_seeded(spec: str, batch: int, where: str, limit: float | None) -> Cou
     import torch
 
     from gpuaudit.workloads.buckets import ddp_buckets
+    from gpuaudit.workloads.calls import recording
     from gpuaudit.workloads.entry import (
         as_workload,
         default_loss,
@@ -175,7 +181,13 @@ def _count_seeded(spec: str, batch: int, where: str, limit: float | None) -> Cou
             # given, which the meta context would put on meta, where `.item()` fails
             opt.step()
 
-        tally = count_ops(step, on_op=_Watch(spec) if where == "cpu" else None)
+        calls: list[Any] = []
+
+        def recorded() -> None:
+            with recording(calls, frozenset({"scaled_dot_product_attention"})):
+                step()
+
+        tally = count_ops(recorded, on_op=_Watch(spec) if where == "cpu" else None)
     except BadInputError:
         raise
     except Exception as exc:
@@ -194,7 +206,27 @@ def _count_seeded(spec: str, batch: int, where: str, limit: float | None) -> Cou
                    tally.total_ops, sum(p.numel() for p in {id(p): p for p in params}.values()),
                    ddp_buckets(params), dict(tally.group_calls), counted_on=where,
                    channel_bytes={k: {c: float(b) for c, b in v.items()}
-                                  for k, v in tally.group_channel_bytes.items()})
+                                  for k, v in tally.group_channel_bytes.items()},
+                   attention=attention_calls(calls))
+
+
+def attention_calls(calls: list[Any]) -> dict[tuple[int, int, int, int, bool], int]:
+    """The recorded `scaled_dot_product_attention` calls' shapes (`Counted.attention`): query
+    (…, T, Q) and key (…, S, Q), its leading dimensions multiplied; `is_causal` as given."""
+    out: dict[tuple[int, int, int, int, bool], int] = defaultdict(int)
+    for c in calls:
+        if c.name != "scaled_dot_product_attention":
+            continue
+        args = list(c.args) + [None] * 6
+        q, k = c.kwargs.get("query", args[0]), c.kwargs.get("key", args[1])
+        causal = c.kwargs.get("is_causal", args[5])
+        if not (hasattr(q, "shape") and hasattr(k, "shape")) or len(q.shape) < 2:
+            continue
+        lead = 1
+        for d in q.shape[:-2]:
+            lead *= int(d)
+        out[(lead, int(q.shape[-2]), int(k.shape[-2]), int(q.shape[-1]), bool(causal))] += 1
+    return dict(out)
 
 
 def _make_batch(make_batch: Any, batch: int, where: str) -> Any:

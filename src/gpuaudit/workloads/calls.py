@@ -99,10 +99,11 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-def spec_of(value: Any, torch: Any) -> Any:
+def spec_of(value: Any, torch: Any, values: bool = True) -> Any:
+    """`value` with each tensor a TensorSpec (`values`: integer tensors keep their values)."""
     if isinstance(value, torch.Tensor):
         keep = None
-        if not value.is_floating_point() and not value.is_complex() and \
+        if values and not value.is_floating_point() and not value.is_complex() and \
                 value.numel() <= KEEP_VALUES and value.device.type != "meta":
             keep = value.detach().to("cpu", copy=True)
         return TensorSpec(tuple(int(s) for s in value.shape),
@@ -110,9 +111,9 @@ def spec_of(value: Any, torch: Any) -> Any:
                           tuple(int(s) for s in value.stride()), bool(value.requires_grad),
                           keep)
     if isinstance(value, list | tuple):
-        return type(value)(spec_of(v, torch) for v in value)
+        return type(value)(spec_of(v, torch, values) for v in value)
     if isinstance(value, dict):
-        return {k: spec_of(v, torch) for k, v in value.items()}
+        return {k: spec_of(v, torch, values) for k, v in value.items()}
     return value
 
 
@@ -122,8 +123,11 @@ def call_name(func: Any) -> str:
 
 
 @contextlib.contextmanager
-def recording(calls: list[Call]) -> Iterator[None]:
-    """Record the forward's calls of the timed classes into `calls` (module docstring)."""
+def recording(calls: list[Call], only: frozenset[str] = frozenset()) -> Iterator[None]:
+    """Record the forward's calls of the timed classes into `calls` (module docstring).
+    `only`: just the calls of these names, their shapes alone: no tensor is read (its
+    values copied, its gradient's strides kept), so a count of the step's operators taken
+    meanwhile sees only the step's."""
     import torch
     import torch.overrides as ov
     from torch.overrides import TorchFunctionMode
@@ -133,6 +137,11 @@ def recording(calls: list[Call]) -> Iterator[None]:
                                kwargs: dict[str, Any] | None = None) -> Any:
             kwargs = kwargs or {}
             name = call_name(func)
+            if only:
+                if name in only and torch.is_grad_enabled():
+                    calls.append(Call(name, func, spec_of(args, torch, False),
+                                      spec_of(kwargs, torch, False)))
+                return func(*args, **kwargs)
             if not (torch.is_grad_enabled() and unit_class(name) in TIMED_CLASSES):
                 return func(*args, **kwargs)
             call = Call(name, func, spec_of(args, torch), spec_of(kwargs, torch))
