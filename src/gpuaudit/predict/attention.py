@@ -69,9 +69,10 @@ def fused_seconds(calls: dict[tuple[int, int, int, int, bool], int], flops: floa
     weight = {shape: n * shape[0] * shape[1] * shape[2] * shape[3] for shape, n in calls.items()}
     total = sum(weight.values())
     done = exps = 0.0
-    for (bh, t, s, _q, causal), n in calls.items():
+    for shape, n in calls.items():
+        bh, t, s, _, causal = shape
         share = causal_share(t, s, causal)
-        done += flops * weight[(bh, t, s, _q, causal)] / total * share if total else 0.0
+        done += flops * weight[shape] / total * share if total else 0.0
         exps += EXPS_PER_SCORE * n * bh * t * s * share
     rate = roofs.exp_per_s
     return (done / (matmul_tflops * 1e12) + moved / (roofs.memory_gbps * 1e9)

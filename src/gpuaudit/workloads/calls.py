@@ -125,9 +125,9 @@ def call_name(func: Any) -> str:
 @contextlib.contextmanager
 def recording(calls: list[Call], only: frozenset[str] = frozenset()) -> Iterator[None]:
     """Record the forward's calls of the timed classes into `calls` (module docstring).
-    `only`: just the calls of these names, their shapes alone: no tensor is read (its
-    values copied, its gradient's strides kept), so a count of the step's operators taken
-    meanwhile sees only the step's."""
+    `only`: just the calls of these names, their shapes alone (no integer tensor's values
+    copied, no gradient hooked), so a count of the step's operators taken meanwhile sees
+    only the step's own."""
     import torch
     import torch.overrides as ov
     from torch.overrides import TorchFunctionMode

@@ -158,8 +158,8 @@ def attention_shape(name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
     `arg_names`: the op's schema's argument names, which place `is_causal` among its
     arguments; without them, by the op's name: flash (q, k, v, dropout_p, is_causal, …),
     efficient and cuDNN (q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal, …).
-    Read at the flash position, cuDNN's `compute_log_sumexp` (true in training) marked a
-    ViT's unmasked attention causal."""
+    Read at the flash position, cuDNN's `compute_log_sumexp` (true in training) marked
+    unmasked attention (CLIP's image tower) causal."""
     try:
         q, k = args[0], args[1]
         b, h, t, d = (int(x) for x in q.shape)
