@@ -378,6 +378,8 @@ def test_the_count_keeps_each_attention_call_as_the_model_made_it(monkeypatch):
     large = stepcount.count("user.clip:build_b16", 2)
     assert small.attention == {(24, 50, 50, 64, False): 12, (16, 77, 77, 64, False): 12}
     assert large.attention == {(24, 197, 197, 64, False): 12, (16, 77, 77, 64, False): 12}
+    # timm's way: q, k, v split from one linear by reshape, permute and unbind
+    assert stepcount.count("user.deit:build_384", 2).attention == {(12, 577, 577, 64, False): 12}
     key = ("attention", "scaled_dot_product_attention")
     g = UnitGroup(op_class="attention", unit="scaled_dot_product_attention", flops=1e11,
                   bytes=5e9, kernel_us=6500.0, kernels=108)
