@@ -96,4 +96,7 @@ def test_its_units_land_in_their_classes():
     for pair in [("gemm", "linear"), ("attention", "scaled_dot_product_attention"),
                  ("conv", "conv2d"), ("norm", "layer_norm"), ("embedding", "embedding")]:
         assert pair in where
-    assert not prof.unknown
+    # every profile of it is complete, though kineto printed an "ERROR" while taking each
+    for run in ("clip-bf16-run", "clip-fp32-run", "clip-size-run", "clip-bf16-b128-run"):
+        prof = user_run(run).op_profiles[0]
+        assert not prof.unknown and not prof.notes and len(prof.classes) == 8
