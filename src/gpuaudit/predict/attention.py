@@ -61,22 +61,13 @@ def attention_seconds(work: OpWork, roofs: Roofs, matmul_tflops: float) -> float
 
 def fused_seconds(calls: dict[tuple[int, int, int, int, bool], int], flops: float,
                   moved: float, roofs: Roofs, matmul_tflops: float) -> float:
-    """A fused attention group's ideal time from its calls' shapes (`Counted.attention`:
-    (batch × heads, T, S, Q, causal) → calls), its FLOPs and its traffic, as
-    `attention_seconds` spends them: the FLOPs shared out by each shape's T·S·Q and done at
-    its causal share, one exponential per computed score (twice), the traffic at the memory
-    rate."""
-    weight = {shape: n * shape[0] * shape[1] * shape[2] * shape[3] for shape, n in calls.items()}
-    total = sum(weight.values())
-    done = exps = 0.0
-    for shape, n in calls.items():
-        bh, t, s, _, causal = shape
-        share = causal_share(t, s, causal)
-        done += flops * weight[shape] / total * share if total else 0.0
-        exps += EXPS_PER_SCORE * n * bh * t * s * share
-    rate = roofs.exp_per_s
-    return (done / (matmul_tflops * 1e12) + moved / (roofs.memory_gbps * 1e9)
-            + (exps / rate if rate else 0.0))
+    """A fused attention group's ideal time (`attention_seconds`) from its calls' shapes
+    (`Counted.attention`: (batch × heads, T, S, Q, causal) → calls, each taken as one head
+    of that batch), its FLOPs and its traffic."""
+    shapes = tuple(((bh, 1, t, s, q, causal), float(n), 4.0 * n * bh * t * s * q)
+                   for (bh, t, s, q, causal), n in calls.items())
+    work = OpWork(cls="attention", ms=0.0, flops=flops, bytes=moved, attention=shapes)
+    return attention_seconds(work, roofs, matmul_tflops)
 
 
 def fused_traffic(calls: dict[tuple[int, int, int, int, bool], int]) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -222,9 +223,7 @@ def attention_calls(calls: list[Any]) -> dict[tuple[int, int, int, int, bool], i
         causal = c.kwargs.get("is_causal", args[5])
         if not (hasattr(q, "shape") and hasattr(k, "shape")) or len(q.shape) < 2:
             continue
-        lead = 1
-        for d in q.shape[:-2]:
-            lead *= int(d)
+        lead = math.prod(int(d) for d in q.shape[:-2])
         out[(lead, int(q.shape[-2]), int(k.shape[-2]), int(q.shape[-1]), bool(causal))] += 1
     return dict(out)
 
