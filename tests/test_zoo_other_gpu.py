@@ -57,9 +57,10 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
                if r["family"] == "ConvNeXt" and not r["in_band"])
     assert all(r["error_pct"] < 0 for r in held_rows
                if r["recording"] == "twenty-fourth" and r["family"].startswith("mixture"))
-    # the GRU's first recording here: its batch ×0.5 (-8.4 %) and size (-13.3 %) out of band
+    # the GRU's first recording here: its size (-11.9 %) out of band; its batch ×0.5 came
+    # inside (-8.4 % → -7.0 %) once a shortfall was the host's only by its typical pace
     assert [(r["family"].split()[0], r["case"]) for r in dev_rows if not r["in_band"]] == \
-        [("GRU", "batch ×0.5"), ("GRU", "size")]
+        [("GRU", "size")]
     # the hand-written GPT's size step, first recorded here: -7.8 % and out of its band with
     # its copies kept, -4.1 % moved by their units' traffic
     gpt = next(r for r in dev_rows if r["family"].startswith("GPT") and r["case"] == "size")

@@ -118,6 +118,14 @@ MODELS = (
                         "and set a fused attention whose tokens change to move by its ideal "
                         "time")),
                   batch_up=512, batch_down=128)),
+    UserModel("deit", "DeiT-S as timm writes its vision transformer", "user.deit",
+              "deit-rates", _shaped(_precisions(
+                  (Case("224 → 384 px (197 → 577 tokens)", "bf16-run",
+                        Change(model="user.deit:build_384"), "size"),),
+                  batch_up=256, batch_down=64), ("bf16 at batch 64",),
+                  "its source's step read as a host slower by its outlying rounds, it came "
+                  "out −20.3 % (in band), and set that reading to be taken only where the "
+                  "host's pace in most rounds fills the step")),
     UserModel("vgg", "VGG-11 with batch norm at 64 px", "user.vgg", "rates",
               (Case("bf16, ×1.5 width", "run", Change(model="user.vgg:build_wide"), "wide"),),
               sources=(("run", "again"),)),

@@ -383,7 +383,14 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
                 f"profiled (its step at batch {g.record.host_batch}, round by round): the band "
                 "carries it, and a host-bound figure holds only on a host at the profiled "
                 "pace; profile again on a quiet host for a narrower one")
-        if replayed.host_read_ms:
+        if replayed.host_read_ms and replayed.host_read_outlying:
+            state.notes.append(
+                "the timed step is longer than its kernels replay at the host's measured pace; "
+                "the device's own gaps between queued kernels, as the trace shows them, fill "
+                "it, and so would a host as slow as its slowest rounds at batch "
+                f"{g.record.host_batch}. Predicted with the device's reading; the host's gives "
+                f"{replayed.host_read_ms:.4g} ms, which the band reaches")
+        elif replayed.host_read_ms:
             state.notes.append(
                 "the timed step is longer than its kernels replay at the host's measured pace, "
                 "and the recording cannot tell whose the rest is: the device's, between its "

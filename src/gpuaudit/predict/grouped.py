@@ -367,6 +367,7 @@ class Step:
     # the step with the missing time read as the host's (`tlm.Replay.host_alpha`), which the
     # band reaches; 0 where the recording tells them apart
     host_read_ms: float = 0.0
+    host_read_outlying: bool = False  # `tlm.Replay.host_outlying`
 
 
 def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
@@ -395,7 +396,9 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
     moved = max(tlm.rounds_moved(rec.host_rounds_ms), tlm.rounds_moved(held))
     host_ms = source_host_ms(rec)
     rep = tlm.calibrate(tl, rec.step_ms * 1e3, host_ms * 1e3 if host_ms else None,
-                        max(spread, moved), held=bool(held))
+                        max(spread, moved), held=bool(held),
+                        typical=max(spread, tlm.rounds_typical(rec.host_rounds_ms),
+                                    tlm.rounds_typical(held)))
     lat = tlm.latency_us(tl)
     fix = rec.step_ms * 1e3 / rep.period_us if rep.period_us > 0 else 1.0
     alpha = rep.alpha * g.host_scale
@@ -413,4 +416,4 @@ def replay(g: Grouped, state: StepState, spread: float = 0.0) -> Step | None:
         low, high = min(low, host_read / fix), max(high, host_read / fix)
     return Step(mid * fix / 1e3, low * fix / 1e3, high * fix / 1e3, share, rep.alpha,
                 rep.identified, moved, rep.host_short, len(tl.syncs) / max(1, tl.steps),
-                host_read / 1e3)
+                host_read / 1e3, rep.host_outlying)

@@ -67,9 +67,11 @@ class Replay:
     # where the gap that fills the step passed the trace's own median and no step was timed
     # held at the recorded batch: the α that fills it instead with the trace's median gap
     # (the missing time read as the host's, slower at the batch than measured), which the
-    # recording cannot rule out (0: none)
+    # recording cannot rule out (0: none); or, `host_outlying`, where a host as slow as its
+    # outlying rounds fills it with no gap at all
     host_alpha: float = 0.0
     host_gap_us: float = 0.0
+    host_outlying: bool = False
 
     @property
     def alpha_unc(self) -> float:
@@ -228,14 +230,16 @@ def host_us(tl: Timeline, latency: float | None = None) -> float:
 
 
 def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None,
-              spread: float = 0.0, held: bool = False) -> Replay:
+              spread: float = 0.0, held: bool = False, typical: float | None = None) -> Replay:
     """`_calibrate` with the host's unsteadiness (`Replay.unsteady`; `spread`: how far the
     host moved otherwise: the timed steps' half interquartile range ÷ their median, or its
-    rounds at batch 1 (`rounds_moved`), the larger). `held`: `host_step_us` is the step at
-    the recorded batch issued with the device held, not the step at batch 1."""
+    rounds at batch 1 (`rounds_moved`), the larger; `typical`: how far it moved in most
+    rounds (`rounds_typical`), `spread` where not given). `held`: `host_step_us` is the step
+    at the recorded batch issued with the device held, not the step at batch 1."""
     lat = latency_us(tl)
     recorded = host_us(tl, lat)
-    rep = _calibrate(tl, step_us, host_step_us, held, spread, lat, recorded)
+    rep = _calibrate(tl, step_us, host_step_us, held, spread,
+                     spread if typical is None else typical, lat, recorded)
     apart = host_step_us / step_us - 1 if host_step_us and step_us > 0 else 0.0
     if max(apart, spread) > 0:
         rep = dataclasses.replace(rep, unsteady=max(apart, spread))
@@ -243,6 +247,17 @@ def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None,
     if paced and rep.alpha > paced:
         rep = dataclasses.replace(rep, host_short=rep.alpha / paced - 1)
     return rep
+
+
+def rounds_typical(rounds_ms: Sequence[float]) -> float:
+    """How far the host's pace moved in most of its rounds: half their interquartile range
+    ÷ their median (`rounds_moved` with fewer than 4). Which of two readings fills a step is
+    decided on it; the band, which must hold wherever a later process runs, on the range."""
+    r = [x for x in rounds_ms if x > 0]
+    if len(r) < 4:
+        return rounds_moved(r)
+    q1, _, q3 = statistics.quantiles(r, n=4, method="inclusive")
+    return (q3 - q1) / 2 / statistics.median(r)
 
 
 def rounds_moved(rounds_ms: Sequence[float]) -> float:
@@ -258,7 +273,7 @@ def rounds_moved(rounds_ms: Sequence[float]) -> float:
 
 
 def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None, held: bool,
-               spread: float, lat: float, recorded: float) -> Replay:
+               spread: float, typical: float, lat: float, recorded: float) -> Replay:
     """α such that the recorded kernels replay in the timed step (module docstring). Where
     they do at the profiled pace already (the device never waited on the host), α is the
     host's time per step measured without the profiler ÷ the recorded one (`host_step_us`,
@@ -271,7 +286,7 @@ def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None, held: b
     measured = (min(1.0, max(ALPHA_RANGE[0], host_step_us / recorded))
                 if host_step_us and recorded > 0 else None)
     if measured is not None:
-        gapped = _gap_at(tl, durs, measured, lat, step_us, held, spread)
+        gapped = _gap_at(tl, durs, measured, lat, step_us, held, spread, typical)
         if gapped is not None:
             return gapped
     full, share = period(tl, durs, 1.0, lat)
@@ -296,7 +311,7 @@ def _calibrate(tl: Timeline, step_us: float, host_step_us: float | None, held: b
 
 
 def _gap_at(tl: Timeline, durs: Sequence[float], alpha: float, lat: float, step_us: float,
-            held: bool = False, spread: float = 0.0) -> Replay | None:
+            held: bool = False, spread: float = 0.0, typical: float = 0.0) -> Replay | None:
     """At the host's measured pace `alpha`, the device's gap between queued kernels (up to
     the trace's own median) that makes the replay last the timed step. None, and α found
     instead, where the replay without it already outlasts the step (the host measured
@@ -308,15 +323,23 @@ def _gap_at(tl: Timeline, durs: Sequence[float], alpha: float, lat: float, step_
     kernels fills the rest, where an α raised to fill it made the host 25 ms), or where even
     the trace's gap (or, the device never waiting on the host, `GAP_MAX_US`) leaves it short
     by more than 2 % (the host ran slower in the step than alone), or where a host slower by
-    no more than its pace moved (`spread`) fills the step too: a shortfall the host's own
-    unsteadiness explains is not the device's (the DLRM's bf16 step on one H200 replayed 2 %
-    short at its held pace, which moved ±10 %: a gap put there made its fp32 prediction 9 %
-    slow; read as a host 2 % slower, it came within 3 %)."""
+    no more than its pace moved in most rounds (`typical`) fills the step too: a shortfall
+    the host's own unsteadiness explains is not the device's (the DLRM's bf16 step on one
+    H200 replayed 2 % short at its held pace, which moved ±4 % in most rounds: a gap put
+    there made its fp32 prediction 9 % slow; read as a host 2 % slower, it came within 3 %).
+    A host slower only by as much as its outlying rounds (`spread`) is not taken, but the
+    band reaches it (a user's DeiT-S: its bf16 step replayed 4 % short at its held pace,
+    which moved ±11 % in most rounds and ±30 % over all, the first round slowest; read as
+    the host's, batch 64 came out 20 % slow, the host pinned at 28 ms; the trace's own gap
+    between queued kernels, 1.5 µs, fills it, and batch 64 came within 6 %)."""
     most = queued_gap_us(tl)
     bare, share = period(tl, durs, alpha, lat)
     if bare > step_us or (share >= IDENTIFIED_SHARE and not held):
         return None
-    if spread > 0 and period(tl, durs, min(1.0, alpha * (1 + spread)), lat)[0] >= step_us:
+    def slower_fills(moved: float) -> bool:
+        return moved > 0 and period(tl, durs, min(1.0, alpha * (1 + moved)), lat)[0] >= step_us
+
+    if slower_fills(typical):
         return None
     traced = most
     full, share_full = period(tl, durs, alpha, lat, most)
@@ -340,6 +363,10 @@ def _gap_at(tl: Timeline, durs: Sequence[float], alpha: float, lat: float, step_
         rep = dataclasses.replace(rep, host_alpha=_alpha_filling(tl, durs, alpha, lat,
                                                                 step_us, traced),
                                   host_gap_us=traced)
+    elif slower_fills(spread):
+        rep = dataclasses.replace(rep, host_alpha=_alpha_filling(tl, durs, alpha, lat,
+                                                                step_us, 0.0),
+                                  host_outlying=True)
     return rep
 
 
