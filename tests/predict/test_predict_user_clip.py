@@ -10,7 +10,7 @@ import pytest
 
 from gpuaudit.predict import Change
 from tests.conftest import FIXTURES
-from tests.support.predict import user_case, user_run
+from tests.support.predict import assert_user_case, user_case, user_run
 
 CASES = [  # (recorded, change, measured by, predicted samples/s)
     ("bf16-run", Change(precision="fp32"), "fp32", 848.17),
@@ -26,11 +26,7 @@ CASES = [  # (recorded, change, measured by, predicted samples/s)
                          ids=[f"{r[:4]}-{m}" for r, _, m, _ in CASES])
 def test_a_users_clip_is_predicted_within_10_percent_inside_its_band(case):
     """Six of its eight cases within 10 % and inside their bands: −9.7 to +5.9 %."""
-    recorded, change, measured_by, predicted = CASES[case]
-    p, measured = user_case("clip", recorded, change, measured_by)
-    assert p.samples_per_s == pytest.approx(predicted, rel=1e-3)
-    assert abs(p.samples_per_s / measured - 1) < 0.10
-    assert p.samples_per_s_low <= measured <= p.samples_per_s_high
+    assert_user_case("clip", CASES[case], 0.10)
 
 
 def test_its_half_batch_misses_by_the_host_its_device_time_right():

@@ -15,7 +15,7 @@ import pytest
 
 from gpuaudit.predict import Change
 from tests.conftest import FIXTURES
-from tests.support.predict import train_samples_per_s, user_case, user_run
+from tests.support.predict import assert_user_case, train_samples_per_s, user_case, user_run
 
 EXAMPLES = FIXTURES.parents[1] / "examples" / "predict"
 
@@ -33,11 +33,7 @@ CASES = [  # (recorded, change, measured by, predicted samples/s)
                          ids=[f"{r[:4]}-{m}" for r, _, m, _ in CASES])
 def test_a_users_conformer_is_predicted_inside_its_band(case):
     """Six of its seven precision and batch cases within 6 % and inside their bands."""
-    recorded, change, measured_by, predicted = CASES[case]
-    p, measured = user_case("conformer", recorded, change, measured_by)
-    assert p.samples_per_s == pytest.approx(predicted, rel=1e-3)
-    assert abs(p.samples_per_s / measured - 1) < 0.06
-    assert p.samples_per_s_low <= measured <= p.samples_per_s_high
+    assert_user_case("conformer", CASES[case], 0.06)
 
 
 def test_its_fp32_to_bf16_misses_by_the_host_the_fp32_process_ran_on():

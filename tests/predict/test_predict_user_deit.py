@@ -12,7 +12,7 @@ import pytest
 from gpuaudit.predict import Change, grouped
 from gpuaudit.predict import timeline as tlm
 from tests.conftest import FIXTURES
-from tests.support.predict import user_case, user_run
+from tests.support.predict import assert_user_case, user_case, user_run
 
 CASES = [  # (recorded, change, measured by, predicted samples/s)
     ("bf16-run", Change(precision="fp32"), "fp32", 1183.71),
@@ -27,11 +27,7 @@ CASES = [  # (recorded, change, measured by, predicted samples/s)
                          ids=[f"{r[:4]}-{m}" for r, _, m, _ in CASES])
 def test_a_users_deit_is_predicted_within_10_percent_inside_its_band(case):
     """Its precision and batch ×2 cases: −0.3 to +2.1 %."""
-    recorded, change, measured_by, predicted = CASES[case]
-    p, measured = user_case("deit", recorded, change, measured_by)
-    assert p.samples_per_s == pytest.approx(predicted, rel=1e-3)
-    assert abs(p.samples_per_s / measured - 1) < 0.10
-    assert p.samples_per_s_low <= measured <= p.samples_per_s_high
+    assert_user_case("deit", CASES[case], 0.10)
 
 
 def test_its_larger_images_hold_the_fused_attention_rule_it_did_not_shape(monkeypatch):

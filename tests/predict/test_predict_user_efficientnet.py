@@ -16,7 +16,7 @@ import pytest
 from gpuaudit.predict import Change
 from gpuaudit.predict import retarget as rt
 from tests.conftest import FIXTURES
-from tests.support.predict import train_samples_per_s, user_case, user_run
+from tests.support.predict import assert_user_case, train_samples_per_s, user_case, user_run
 
 EXAMPLES = FIXTURES.parents[1] / "examples" / "predict"
 B1, B2 = "user.efficientnet:build_b1", "user.efficientnet:build_b2"
@@ -37,11 +37,7 @@ CASES = [  # (recorded, change, measured by, predicted samples/s)
                          ids=[f"{r[:4]}-{m}" for r, _, m, _ in CASES])
 def test_a_users_efficientnet_is_predicted_inside_its_band(case):
     """Its seven precision and batch cases within 1.2 % and inside their bands."""
-    recorded, change, measured_by, predicted = CASES[case]
-    p, measured = user_case("effnet", recorded, change, measured_by)
-    assert p.samples_per_s == pytest.approx(predicted, rel=1e-3)
-    assert abs(p.samples_per_s / measured - 1) < 0.012
-    assert p.samples_per_s_low <= measured <= p.samples_per_s_high
+    assert_user_case("effnet", CASES[case], 0.012)
 
 
 def test_b1s_batch_norms_move_with_their_calls_and_image_not_by_a_power(monkeypatch):

@@ -11,7 +11,7 @@ import statistics
 import pytest
 
 from gpuaudit.predict import Change
-from tests.support.predict import train_samples_per_s, user_case, user_run
+from tests.support.predict import assert_user_case, train_samples_per_s, user_case, user_run
 
 CASES = [  # (recorded, change, measured by, predicted samples/s)
     ("bf16-run", Change(precision="fp32"), "fp32", 855.66),
@@ -27,11 +27,7 @@ CASES = [  # (recorded, change, measured by, predicted samples/s)
                          ids=[f"{r[:4]}-{m}" for r, _, m, _ in CASES])
 def test_a_users_swin_is_predicted_inside_its_band(case):
     """Six of its seven cases within 6 % and inside their bands: −4.6 to +5.3 %."""
-    recorded, change, measured_by, predicted = CASES[case]
-    p, measured = user_case("swin", recorded, change, measured_by)
-    assert p.samples_per_s == pytest.approx(predicted, rel=1e-3)
-    assert abs(p.samples_per_s / measured - 1) < 0.06
-    assert p.samples_per_s_low <= measured <= p.samples_per_s_high
+    assert_user_case("swin", CASES[case], 0.06)
 
 
 def test_its_fp32_to_bf16_misses_by_the_host_the_fp32_process_ran_on():

@@ -84,6 +84,18 @@ def user_case(model: str, recorded: str, change: Any, measured_by: str) -> tuple
                         Case(f"{recorded} → {measured_by}", recorded, change, measured_by))
 
 
+def assert_user_case(model: str, case: tuple[str, Any, str, float], within: float) -> None:
+    """A user's case (recorded, change, measured by, predicted samples/s) predicts as it
+    first came out, within `within` of its measurement and inside its band."""
+    import pytest
+
+    recorded, change, measured_by, predicted = case
+    p, measured = user_case(model, recorded, change, measured_by)
+    assert p.samples_per_s == pytest.approx(predicted, rel=1e-3)
+    assert abs(p.samples_per_s / measured - 1) < within
+    assert p.samples_per_s_low <= measured <= p.samples_per_s_high
+
+
 def kept_h100(label: str, family: str) -> tuple[Any, Any]:
     """A family's run and its recording's rates, from a recording the H100's zoo results keep
     (`tests/fixtures/predict/recordings/zoo-results-h100/LABEL.tar.gz`): (run, MachineRates)."""
