@@ -534,3 +534,26 @@ def test_a_custom_op_is_one_unit_with_its_aten_operators_and_its_backward():
     # on a CPU: the loops run in the ops' own frames (the autograd wrapper's in the forward)
     cpu = kernelview.cpu_view([e for e in events if e["cat"] == "cpu_op"], steps=1)
     assert dict(cpu.group_us) == {("unknown", "torchvision::roi_align"): pytest.approx(196.0)}
+
+
+def test_the_vits_cudnn_attention_read_causal_by_mistake_moves_none_of_its_cases(monkeypatch):
+    """ViT-B/16's bf16 step on the H100 (the 18th recording) marked its 197-token attention
+    causal: the only kept source past 128 tokens with the flag wrong. Read unmasked, its
+    precision and batch cases come out the same: a change moves attention by ratios the causal
+    share cancels from."""
+    from gpuaudit.predict import Change, attention, load_profile, predict
+    from gpuaudit.specs.catalog import load_catalog
+    from tests.support.predict import kept_h100
+
+    run, rates = kept_h100("eighteenth", "vit")
+    prof = load_profile(run, "vit-b16/bf16")
+    assert {a.causal for c in prof.record.classes for a in c.attention} == {True}
+    changes = [Change(precision="fp32"), Change(precision="tf32"), Change(batch=64),
+               Change(batch=256)]
+    specs = load_catalog()
+    wrong = [predict(prof, rates, c, specs).step_ms for c in changes]
+    share = attention.causal_share
+    monkeypatch.setattr(attention, "causal_share", lambda t, s, causal: share(t, s, False))
+    assert attention.causal_share(197, 197, True) == 1.0
+    assert [predict(prof, rates, c, specs).step_ms for c in changes] == \
+        pytest.approx(wrong, rel=1e-6)
