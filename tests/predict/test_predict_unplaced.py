@@ -9,7 +9,7 @@ import json
 import pytest
 
 from gpuaudit.predict import Change, load_profile, predict
-from gpuaudit.predict.engine import HOST_SHORT_NOTE
+from gpuaudit.predict.replaynotes import HOST_SHORT_NOTE
 from gpuaudit.specs.catalog import load_catalog
 from tests.conftest import FIXTURES
 from tests.support.predict import kept_h100

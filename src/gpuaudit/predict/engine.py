@@ -35,7 +35,7 @@ from gpuaudit.errors import BadInputError
 from gpuaudit.model.opprofile import TENSOR_CLASSES
 from gpuaudit.specs.catalog import GpuSpec, SpecCatalog
 
-from . import checks, grouped
+from . import checks, grouped, replaynotes
 from . import precision as precision_change
 from .ddp import simulate
 from .hardware import Roofs, habitat_gamma, scaled_roofs, waves
@@ -55,20 +55,10 @@ U_PRECISION = precision_change.U_PRECISION
 U_GPU = {True: {"tensor": 0.12, "memory": 0.08}, False: {"tensor": 0.30, "memory": 0.15}}
 U_ALLREDUCE = 0.30
 U_IDLE = 0.50
-# Past this, a note says the host's pace moved while the run was profiled (the zoo's H200
-# recordings: its rounds at batch 1 moved ±0.1–5 % on a host that held its pace, ±4–34 % on
-# unsteady ones).
-HOST_MOVED_NOTE = 0.05
 # A step whose device waits on its host this share of the replay or more is one another GPU
 # barely moves: said, beside the host it keeps (a DLRM's fp32 step, 51 %: H100 → H200 6.13 →
 # 6.14 ms predicted, where its H200 loan's faster host ran it at 4.69).
 HOST_BOUND_GPU_NOTE = 0.2
-# Past this, a note says the replay fills the timed step only with a host slower than its
-# measured pace, so part of the step is placed nowhere: a larger batch or model may add more
-# than the replay does (the MoE's bf16 step on H100s: its host replayed 28 % slower than its
-# step at batch 1 allows; from batch 16 to 32 its step gained 1.42 ms per ms its kernels
-# gained, where the replay gains about 0.1; tests/fixtures/predict/zoo/moe-batch-steps-h100.json).
-HOST_SHORT_NOTE = 0.10
 
 # Where no all-reduce was measured: a ring reaches this share of one direction of the GPU's
 # link at large sizes, and this share of that at 1 MiB (both measured on 2 × H200, NV18:
@@ -303,15 +293,6 @@ def spec_allreduce(gpu: GpuSpec) -> AllReduce:
 # --- the entry point -------------------------------------------------------------------------
 
 
-def _unplaced_note(replayed: grouped.Step) -> str:
-    syncs = (f" at its {replayed.syncs_per_step:.0f} synchronizations a step"
-             if replayed.syncs_per_step >= 1 else "")
-    return (f"the replay fills the timed step only with a host {100 * replayed.host_short:.0f} % "
-            "slower than its measured pace: part of the step is placed nowhere (a device exposed"
-            f"{syncs}, or host work that grows with the batch), so a larger batch or model may "
-            "add more time than predicted; time the step at the new size to know")
-
-
 def predict(profile: StepProfile, rates: MachineRates, change: Change,
             specs: SpecCatalog) -> Prediction:
     """`profile` with `change` applied (module docstring)."""
@@ -371,38 +352,10 @@ def predict(profile: StepProfile, rates: MachineRates, change: Change,
     if replayed is not None:
         step, low, high = replayed.ms, replayed.low_ms, replayed.high_ms
         state.idle_ms = max(0.0, step - compute)
-        how = ("to match the timed step without the profiler" if replayed.alpha_measured else
-               "assumed: the recording's device never waited on its host")
-        state.basis.append(f"the step replayed from its recorded timeline: the host's launches "
-                           f"and waits kept (host time × {replayed.alpha:.2f}, {how}); the "
-                           f"device waited on the host {replayed.host_bound_share:.0%} of the "
-                           "replayed step")
-        if replayed.host_moved > HOST_MOVED_NOTE:
-            state.notes.append(
-                f"the host's pace moved ±{100 * replayed.host_moved:.0f} % while this run was "
-                f"profiled (its step at batch {g.record.host_batch}, round by round): the band "
-                "carries it, and a host-bound figure holds only on a host at the profiled "
-                "pace; profile again on a quiet host for a narrower one")
-        if replayed.host_read_ms and replayed.host_read_outlying:
-            state.notes.append(
-                "the timed step is longer than its kernels replay at the host's measured pace; "
-                "the device's own gaps between queued kernels, as the trace shows them, fill "
-                "it, and so would a host as slow as its slowest rounds at batch "
-                f"{g.record.host_batch}. Predicted with the device's reading; the host's gives "
-                f"{replayed.host_read_ms:.4g} ms, which the band reaches")
-        elif replayed.host_read_ms:
-            state.notes.append(
-                "the timed step is longer than its kernels replay at the host's measured pace, "
-                "and the recording cannot tell whose the rest is: the device's, between its "
-                f"kernels, or the host's, slower at batch {source_batch} than at batch "
-                f"{g.record.host_batch} (no step was timed behind a held device"
-                + (f": {replayed.syncs_per_step:.0f} synchronizations a step"
-                   if replayed.syncs_per_step >= 1 else "") +
-                f"). Predicted with the device's reading; the host's gives "
-                f"{replayed.host_read_ms:.4g} ms, which the band reaches")
         grows = change.model is not None or (change.batch or 0) > source_batch
-        if grows and replayed.host_short > HOST_SHORT_NOTE:
-            state.notes.append(_unplaced_note(replayed))
+        state.basis.append(replaynotes.basis(replayed))
+        state.notes.extend(replaynotes.notes(replayed, g.record.host_batch, source_batch,
+                                             grows))
     if "gpu" in state.changes:
         waits = replayed.host_bound_share if replayed is not None else 0.0
         state.notes.append(
