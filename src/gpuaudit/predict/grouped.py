@@ -250,9 +250,7 @@ def paired_ratio(here: tuple[float, ...], there: tuple[float, ...]
     if len(pairs) < 2:
         return None
     ratios = [b / a for a, b in pairs]
-    mid = statistics.median(ratios)
-    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
-    return mid, max(U_HOST_RATIO, (q3 - q1) / 2 / mid)
+    return statistics.median(ratios), max(U_HOST_RATIO, tlm.half_iqr(ratios))
 
 
 def _autocast(precision: str) -> bool:

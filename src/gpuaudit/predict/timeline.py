@@ -249,15 +249,18 @@ def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None,
     return rep
 
 
+def half_iqr(values: Sequence[float]) -> float:
+    """Half the interquartile range of `values` (two or more) ÷ their median."""
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return (q3 - q1) / 2 / statistics.median(values)
+
+
 def rounds_typical(rounds_ms: Sequence[float]) -> float:
-    """How far the host's pace moved in most of its rounds: half their interquartile range
-    ÷ their median (`rounds_moved` with fewer than 4). Which of two readings fills a step is
-    decided on it; the band, which must hold wherever a later process runs, on the range."""
+    """How far the host's pace moved in most of its rounds: `half_iqr` (`rounds_moved` with
+    fewer than 4). Which of two readings fills a step is decided on it; the band, which must
+    hold wherever a later process runs, on the range."""
     r = [x for x in rounds_ms if x > 0]
-    if len(r) < 4:
-        return rounds_moved(r)
-    q1, _, q3 = statistics.quantiles(r, n=4, method="inclusive")
-    return (q3 - q1) / 2 / statistics.median(r)
+    return half_iqr(r) if len(r) >= 4 else rounds_moved(r)
 
 
 def rounds_moved(rounds_ms: Sequence[float]) -> float:
