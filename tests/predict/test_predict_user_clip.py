@@ -30,13 +30,14 @@ def test_a_users_clip_is_predicted_within_10_percent_inside_its_band(case):
 
 
 def test_its_half_batch_misses_by_the_host_its_device_time_right():
-    """bf16 at batch 128 comes out +10.8 %, inside its band. Its kernels' classes are right:
+    """bf16 at batch 128 comes out +6.4 % (+10.8 % before a replayed step was held to its
+    host's own issue, `timeline.period`), inside its band. Its kernels' classes are right:
     each within 0.6 ms of the batch-128 step's own profile (copies aside: 1.3 against 0.7), but
     that step is one the host binds (60.0 ms measured, 68.1 in the process that profiled it),
     and the host's step at batch 1 took 48.3 ms in the source's process and 58.1 in that one.
     The prediction says the host's pace moved ±36 % while the source was profiled."""
     p, measured = user_case("clip", "bf16-run", Change(batch=128), "bf16-b128")
-    assert p.samples_per_s / measured - 1 == pytest.approx(0.108, abs=0.002)
+    assert p.samples_per_s / measured - 1 == pytest.approx(0.064, abs=0.002)
     assert p.samples_per_s_low <= measured <= p.samples_per_s_high
     assert any("moved ±36 %" in n for n in p.notes)
     target = user_run("clip-bf16-b128-run").op_profiles[0]

@@ -54,10 +54,11 @@ def test_its_larger_images_hold_the_fused_attention_rule_it_did_not_shape(monkey
 def test_a_shortfall_its_hosts_outlying_round_explains_is_the_devices_gap():
     """Its bf16 step (27.88 ms) replays 4 % short at its host's held pace (23.8 ms a step,
     0.76 of the profiled host). Its pace moved ±11 % in most rounds, ±30 % over all, the
-    first round the slowest. A host 18 % slower fills the step (α 0.90), and so does the
+    first round the slowest. A host 17 % slower fills the step (α 0.89), and so does the
     trace's own gap between queued kernels (1.5 µs; 1.1 fills it). Read as the host's, the
-    step at batch 64 stays at the host's 28.1 ms and comes out −20.3 %, where it ran 22.4;
-    the gap reading gives −5.7 %, and the band still reaches the host's reading."""
+    step at batch 64 stays at the host's 27.9 ms (28.1 and −20.3 % as first predicted, before
+    a step was held to its host's own issue), where it ran 22.4; the gap reading gives
+    −5.7 %, and the band still reaches the host's reading."""
     run = user_run("deit-bf16-run")
     rec = run.op_profiles[0]
     tl, step = rec.timeline, rec.step_ms * 1e3
@@ -71,15 +72,15 @@ def test_a_shortfall_its_hosts_outlying_round_explains_is_the_devices_gap():
     gapped = tlm.calibrate(tl, step, host, moved, held=True, typical=typical)
     assert gapped.alpha == pytest.approx(host / tlm.host_us(tl), rel=1e-6)
     assert 0 < gapped.gap_us <= tlm.queued_gap_us(tl)
-    assert gapped.host_outlying and gapped.host_alpha == pytest.approx(0.896, abs=0.002)
+    assert gapped.host_outlying and gapped.host_alpha == pytest.approx(0.888, abs=0.002)
     assert gapped.period_us == pytest.approx(step, rel=1e-3)
     hosts = tlm.calibrate(tl, step, host, moved, held=True)  # decided on the range
     assert hosts.gap_us == 0 and hosts.alpha == pytest.approx(gapped.host_alpha, abs=0.002)
 
     p, measured = user_case("deit", "bf16-run", Change(batch=64), "bf16-b64")
     assert p.samples_per_s / measured - 1 == pytest.approx(-0.057, abs=0.002)
-    assert p.samples_per_s_low <= 64e3 / 28.13 <= p.samples_per_s_high
-    assert any("as slow as its slowest rounds" in n and "28.13 ms" in n for n in p.notes)
+    assert p.samples_per_s_low <= 64e3 / 27.88 <= p.samples_per_s_high
+    assert any("as slow as its slowest rounds" in n and "27.88 ms" in n for n in p.notes)
 
 
 def test_the_same_rule_on_the_dlrm_that_set_the_hosts_reading_keeps_it():

@@ -74,23 +74,25 @@ def zoo_rows(recording: str) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("recording") == recording]
 
 
-def user_case(model: str, recorded: str, change: Any, measured_by: str) -> tuple[Any, float]:
-    """A user's model recorded on an H100 in one loan (`MODEL-RECORDED`, its rates
+def user_case(model: str, recorded: str, change: Any, measured_by: str,
+              gpu: str = "h100") -> tuple[Any, float]:
+    """A user's model recorded in one loan on `gpu` (`MODEL-RECORDED-GPU`, its rates
     `MODEL-rates`): the prediction of `change` and the throughput measured by the target's
     own run (`MODEL-MEASURED_BY`), as `python -m validation run predict-users` takes them."""
     from validation.predict.users import Case, UserModel, predict_case
 
-    return predict_case(UserModel(model, model, model, f"{model}-rates", ()),
+    return predict_case(UserModel(model, model, model, f"{model}-rates", (), gpu=gpu),
                         Case(f"{recorded} → {measured_by}", recorded, change, measured_by))
 
 
-def assert_user_case(model: str, case: tuple[str, Any, str, float], within: float) -> None:
+def assert_user_case(model: str, case: tuple[str, Any, str, float], within: float,
+                     gpu: str = "h100") -> None:
     """A user's case (recorded, change, measured by, predicted samples/s) predicts as it
     first came out, within `within` of its measurement and inside its band."""
     import pytest
 
     recorded, change, measured_by, predicted = case
-    p, measured = user_case(model, recorded, change, measured_by)
+    p, measured = user_case(model, recorded, change, measured_by, gpu)
     assert p.samples_per_s == pytest.approx(predicted, rel=1e-3)
     assert abs(p.samples_per_s / measured - 1) < within
     assert p.samples_per_s_low <= measured <= p.samples_per_s_high

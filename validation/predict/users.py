@@ -1,6 +1,6 @@
 """The `predict-users` entry: `gpuaudit predict` on models written the way their users write
 them (examples/predict/user/, none of them a zoo family), each recorded as a user runs it on
-one loan (tests/fixtures/predict/user/MODEL-*.json.gz): its source's `bench train
+one loan (tests/fixtures/predict/user/MODEL-*-GPU.json.gz): its source's `bench train
 --op-profile`, each target's own `bench train` and the machine's `bench matmul memory`. Every
 case is predicted from its source and set beside the throughput its target's own run
 measured; a case that shaped a rule of the method is shown apart, as no test of it.
@@ -29,7 +29,7 @@ from gpuaudit.predict import Change  # noqa: E402
 @dataclass(frozen=True)
 class Case:
     label: str
-    recorded: str        # the source's fixture: MODEL-RECORDED-h100.json.gz
+    recorded: str        # the source's fixture: MODEL-RECORDED-GPU.json.gz
     change: Change
     measured_by: str     # the target's own `bench train`
     shaped: str = ""     # the rule this case changed: no test of it
@@ -45,6 +45,7 @@ class UserModel:
     shaped: str = ""     # the rules the whole model shaped: none of its cases tests them
     # each source beside the same step timed in a process of its own: did its pace hold?
     sources: tuple[tuple[str, str], ...] = (("bf16-run", "bf16"), ("fp32-run", "fp32"))
+    gpu: str = "h100"    # the fixtures' suffix: the GPU model its loan had
 
 
 def _precisions(extra: tuple[Case, ...] = (), batch_up: int = 0,
@@ -126,6 +127,14 @@ MODELS = (
                   "its source's step read as a host slower by its outlying rounds, it came "
                   "out −20.3 % (in band), and set that reading to be taken only where the "
                   "host's pace in most rounds fills the step")),
+    UserModel("t5", "T5 v1.1 as Hugging Face transformers writes it", "user.t5", "t5-rates",
+              _shaped(_precisions((Case("small → base (d 512 → 768, 8 → 12 layers)",
+                                        "bf16-run", Change(model="user.t5:build_base"),
+                                        "size"),), batch_up=64, batch_down=16),
+                      ("bf16 at batch 16",),
+                      "replayed longer than its source at twice the batch, it came out "
+                      "−34.6 % (out of band), and set a replayed step to be no shorter than "
+                      "its host's own time per step"), gpu="h200"),
     UserModel("vgg", "VGG-11 with batch norm at 64 px", "user.vgg", "rates",
               (Case("bf16, ×1.5 width", "run", Change(model="user.vgg:build_wide"), "wide"),),
               sources=(("run", "again"),)),
@@ -136,12 +145,12 @@ MODELS = (
 
 
 @functools.cache
-def fixture(name: str) -> Any:
-    """A recorded run (`tests/fixtures/predict/user/NAME-h100.json.gz`), read once: the table
+def fixture(name: str, gpu: str = "h100") -> Any:
+    """A recorded run (`tests/fixtures/predict/user/NAME-GPU.json.gz`), read once: the table
     and its tests read each source and target again for every case."""
     from gpuaudit.model.schema import read_run
 
-    return read_run(USER / f"{name}-h100.json.gz")
+    return read_run(USER / f"{name}-{gpu}.json.gz")
 
 
 def samples_per_s(run: Any) -> float:
@@ -150,7 +159,7 @@ def samples_per_s(run: Any) -> float:
                       and m.name.endswith("/throughput")))
 
 
-def predict_run(run: Any, rates: str, change: Change) -> Any:
+def predict_run(run: Any, rates: str, change: Change, gpu: str = "h100") -> Any:
     """`change` predicted from a recorded run's op profile on the rates of its loan (`rates`,
     that loan's `bench matmul memory` fixture)."""
     from gpuaudit.predict import load_profile, machine_rates, predict
@@ -158,14 +167,15 @@ def predict_run(run: Any, rates: str, change: Change) -> Any:
 
     specs = load_catalog()
     return predict(load_profile(run, run.op_profiles[0].workload),
-                   machine_rates(fixture(rates), specs), change, specs)
+                   machine_rates(fixture(rates, gpu), specs), change, specs)
 
 
 def predict_case(model: UserModel, case: Case) -> tuple[Any, float]:
     """The case's prediction from its source on its loan's rates, and its target's measured
     samples/s."""
-    p = predict_run(fixture(f"{model.tag}-{case.recorded}"), model.rates, case.change)
-    return p, samples_per_s(fixture(f"{model.tag}-{case.measured_by}"))
+    p = predict_run(fixture(f"{model.tag}-{case.recorded}", model.gpu), model.rates,
+                    case.change, model.gpu)
+    return p, samples_per_s(fixture(f"{model.tag}-{case.measured_by}", model.gpu))
 
 
 def _num(v: float) -> str:
@@ -203,8 +213,9 @@ def line(case: Case, r: dict[str, Any], off_pace: bool = False) -> str:
 
 def _recorded(model: UserModel) -> str:
     """When and where the model's fixtures were recorded, from the runs themselves."""
-    runs = [fixture(p.name.removesuffix("-h100.json.gz"))
-            for p in sorted(USER.glob(f"{model.tag}-*-h100.json.gz"))]
+    tail = f"-{model.gpu}.json.gz"
+    runs = [fixture(p.name.removesuffix(tail), model.gpu)
+            for p in sorted(USER.glob(f"{model.tag}-*{tail}"))]
     starts = sorted(r.started_at for r in runs)
     machine = runs[0].machine
     return (f"recorded {starts[0]:%Y-%m-%d %H:%M}–{starts[-1]:%H:%M} UTC on 1× "
@@ -219,8 +230,9 @@ PACE_MOVED = 0.10
 def paces(model: UserModel) -> dict[str, float]:
     """Each source's step timed again in a process of its own ÷ its profiled run's, in
     throughput."""
-    return {src: samples_per_s(fixture(f"{model.tag}-{again}"))
-            / samples_per_s(fixture(f"{model.tag}-{src}")) for src, again in model.sources}
+    return {src: samples_per_s(fixture(f"{model.tag}-{again}", model.gpu))
+            / samples_per_s(fixture(f"{model.tag}-{src}", model.gpu))
+            for src, again in model.sources}
 
 
 def _pace_text(moved: dict[str, float]) -> str:
