@@ -252,7 +252,7 @@ def queued_gap_us(tl: Timeline) -> float:
 def host_us(tl: Timeline, latency: float | None = None) -> float:
     """The host's own time per step in the recording (its launches replayed with kernels of
     no length: what is left is the host)."""
-    return period(tl, [0.0] * len(tl.dur_us), 1.0, latency)[0]
+    return _host_period(tl, 1.0, latency)
 
 
 def calibrate(tl: Timeline, step_us: float, host_step_us: float | None = None,
