@@ -24,7 +24,7 @@ def train_step(entry: str, precision: str, batches: Iterable[int] | None = None
     sizes = list(batches) if batches is not None else [w.batch_size]
     data = {}
     for b in sizes:
-        inputs, target = split_batch(w.make_batch(b))
+        inputs, target = split_batch(w.make_batch(b), w.model)
         data[b] = (tuple(t.to(dev) if torch.is_tensor(t) else t for t in inputs),
                    target.to(dev) if torch.is_tensor(target) else target)
 

@@ -18,6 +18,8 @@ target's work ÷ the source's:
 - memory-bound groups by their traffic, past the kernels' fixed latency; one moving far fewer
   bytes than its SMs could (batch norm: `OFF_BYTES_PER_SM_CYCLE`) by a low power of it
   (`OFF_EXPONENT`);
+- a 16-bit recording's casts by the traffic of the rest of their class (`_cast_ratio`: the
+  count runs in fp32, where a cast to fp32 and back is no kernel);
 - the host's launches by the number of operators (a deeper model launches more).
 
 A model that cannot run on the meta device (data-dependent shapes: `nonzero`, routing by
@@ -75,6 +77,13 @@ OFF_BYTES_PER_SM_CYCLE = 1.6
 OFF_ROOFLINE = 0.10
 OFF_EXPONENT = 0.25
 LONG_KERNEL_US = 20.0
+# Units that change a tensor's dtype. The count runs in fp32 (the meta device knows no
+# autocast), where `x.float()` and `.type_as(x)` of an fp32 tensor are no kernels; in a
+# 16-bit step they are: a user's T5 v1.1 casts its attention scores to fp32 for the softmax
+# and back, 5.2 of its 23.6 ms of attention a step, which held ×1 at the base size where its
+# profile on one H100 ran them ×2.97 (its scores' traffic ×3).
+CASTS = frozenset({"to", "type_as", "float", "half", "bfloat16", "double", "type", "_to_copy"})
+SIXTEEN_BIT = ("bf16", "fp16")
 
 
 def new_units(src: Counted, tgt: Counted) -> list[str]:
@@ -147,6 +156,10 @@ def retarget(profile: StepProfile, target: str, roofs: Roofs,
                    f"there (÷{1 / share:.3g})"
                    + (f"; no faster a call than here with more work a call (×{moved:.3g})"
                       if moved != ratio * share else ""))
+        elif g.unit in CASTS and profile.precision in SIXTEEN_BIT and \
+                (cast := _cast_ratio(src, tgt, g.op_class)) is not None:
+            c.then(cast, FLOOR_US, U_SIZE, f"{how}: a cast, which the count (in fp32) does not "
+                   f"see: its class's other traffic ×{cast:.3g}")
         elif src.bytes.get(key):
             ratio = tgt.bytes.get(key, 0.0) / src.bytes[key]
             share = _traffic_share(g, roofs)
@@ -217,6 +230,17 @@ def _off_roofline_ratio(src: Counted, tgt: Counted, key: tuple[str, str], ratio:
     # the band: from unchanged to the traffic's square root, mid in log
     return mid, max(U_SIZE, max(mid, 1 / mid) - 1), (
         f"its traffic^{OFF_EXPONENT:g}, its blocks filling idle SMs")
+
+
+def _cast_ratio(src: Counted, tgt: Counted, cls: str) -> float | None:
+    """Target ÷ source of the traffic counted in class `cls` by its units other than casts
+    (`CASTS`): what a cast in a 16-bit step converts is made and used by them. None where
+    they count none."""
+    def moved(c: Counted) -> float:
+        return sum(v for (k, u), v in c.bytes.items() if k == cls and u not in CASTS)
+
+    here, there = moved(src), moved(tgt)
+    return there / here if here > 0 and there > 0 else None
 
 
 def _unit_traffic_ratio(src: Counted, tgt: Counted, unit: str) -> float | None:
