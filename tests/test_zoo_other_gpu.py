@@ -62,9 +62,10 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
     assert [(r["family"].split()[0], r["case"]) for r in dev_rows if not r["in_band"]] == \
         [("GRU", "size")]
     # the hand-written GPT's size step, first recorded here: -7.8 % and out of its band with
-    # its copies kept, -4.1 % moved by their units' traffic
+    # its copies kept, -4.1 % moved by their units' traffic, -1.4 % with its casts (2.1 ms
+    # of `to`) moved by their class's traffic as well
     gpt = next(r for r in dev_rows if r["family"].startswith("GPT") and r["case"] == "size")
-    assert gpt["error_pct"] == pytest.approx(-4.1, abs=0.05)
+    assert gpt["error_pct"] == pytest.approx(-1.4, abs=0.05)
     assert sum(abs(r["error_pct"]) <= 10 for r in dev_rows) == 32
     # ResNet-18's size step, its batch norm marked by bytes per SM cycle (+51 % at 10 % of
     # the H100's bandwidth)

@@ -1,7 +1,8 @@
 """A size change's groups whose class the fp32 count sees nothing of (`predict.retarget`:
 autocast's weight casts, a matmul's copy of a transposed operand) move by their unit's
 traffic in its other classes. GPT with hand-written attention (the H100's 17th, kept) at its
-smaller size: its copy class's 1.8 ms, kept, put the step at −7.8 %, out of its band."""
+smaller size: its copy class's 1.8 ms, kept, put the step at −7.8 %, out of its band; moved,
+−4.1 %; with its casts (2.1 ms of `to`, `retarget.CASTS`) moved by their class, −1.4 %."""
 
 import pytest
 
@@ -25,7 +26,7 @@ def test_uncounted_copies_move_by_their_units_traffic(monkeypatch):
     assert copy.predicted_ms / copy.measured_ms == pytest.approx(0.42, abs=0.01)
     assert copy.uncertainty_pct == pytest.approx(100 * rt.U_UNIT, abs=0.5)
     # measured 644.1 samples/s at the small size on the same loan
-    assert p.samples_per_s / 644.1 - 1 == pytest.approx(-0.041, abs=0.002)
+    assert p.samples_per_s / 644.1 - 1 == pytest.approx(-0.014, abs=0.002)
     assert p.samples_per_s_low <= 644.1 <= p.samples_per_s_high
 
 
