@@ -10,6 +10,8 @@ the casts' rule (`retarget.CASTS`)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -167,7 +169,9 @@ def _h100(name):
     return user_run(f"t5-{name}", "h100").op_profiles[0]
 
 
+@functools.cache
 def _base_from_small_on_h100():
+    """Predicted once for the two tests that read it (its size count takes seconds)."""
     from validation.predict.users import fixture, predict_run
 
     return predict_run(fixture("t5-bf16-run", "h100"), "rates",

@@ -81,7 +81,7 @@ LONG_KERNEL_US = 20.0
 # autocast), where `x.float()` and `.type_as(x)` of an fp32 tensor are no kernels; in a
 # 16-bit step they are: a user's T5 v1.1 casts its attention scores to fp32 for the softmax
 # and back, 5.2 of its 23.6 ms of attention a step, which held ×1 at the base size where its
-# profile on one H100 ran them ×2.97 (its scores' traffic ×3).
+# profile on one H100 ran them ×2.96 (its scores' traffic ×3).
 CASTS = frozenset({"to", "type_as", "float", "half", "bfloat16", "double", "type", "_to_copy"})
 SIXTEEN_BIT = ("bf16", "fp16")
 
