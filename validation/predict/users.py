@@ -77,6 +77,11 @@ MODELS = (
                         "bf16-b16"),), batch_up=16),
               "its first recording's fp32 → bf16 (+7.1 %) and bf16 → fp32 (−6.0 %), both out "
               "of band, shaped the cast and strided-traffic rules"),
+    UserModel("qwen2", "Qwen2 as Hugging Face transformers writes it (its third recording, "
+              "its size: its logits' cast to fp32 is the one cast its bf16 step runs)",
+              "user.qwen", "qwen2-rates",
+              (Case("hidden 896 → 1,536 (Qwen2-1.5B's widths, 12 layers)", "bf16-run",
+                    Change(model="user.qwen:build_large"), "size"),), sources=()),
     UserModel("swin", "Swin-T as its reference implementation writes it", "user.swin",
               "swin-rates", _precisions(
                   (Case("fp32 → bf16 at batch 128", "fp32-run",
@@ -240,6 +245,8 @@ def paces(model: UserModel) -> dict[str, float]:
 
 
 def _pace_text(moved: dict[str, float]) -> str:
+    if not moved:
+        return ""
     return "; its sources' steps timed again in a process of their own: " + ", ".join(
         f"{src.removesuffix('-run')} {_pct(r - 1)}" for src, r in moved.items())
 
@@ -249,7 +256,8 @@ def table(rows_by_model: list[tuple[UserModel, list[dict[str, Any]]]]) -> str:
     within = sum(abs(r["error"]) <= 0.10 for r in tests)
     band = sum(r["in_band"] for r in tests)
     shaped = [r for _, rows in rows_by_model for r in rows if r["shaped"]]
-    out = [f"gpuaudit predict on {len(rows_by_model)} models written the way their users write "
+    models = len({m.entry for m, _ in rows_by_model})  # a model recorded twice counts once
+    out = [f"gpuaudit predict on {models} models written the way their users write "
            "them (examples/predict/user), each recorded as a user runs it: `gpuaudit bench "
            "train --model user.NAME:build --precision P --op-profile` for its source, each "
            "target's own `bench train` and `gpuaudit bench matmul memory` in the same loan "

@@ -142,3 +142,11 @@ def _batch(n):
 def build():
     return {"model": Qwen2(), "make_batch": _batch, "batch_size": 8, "name": "qwen2-style",
             "tokens_per_sample": SEQ}
+
+
+def build_large():
+    """Qwen2-1.5B's widths (hidden 1536, 12 heads over 2 key/value heads, MLP 8960) at 12
+    layers."""
+    return {"model": Qwen2(hidden=1536, layers=12, heads=12, kv_heads=2, intermediate=8960),
+            "make_batch": _batch, "batch_size": 8, "name": "qwen2-style-large",
+            "tokens_per_sample": SEQ}
