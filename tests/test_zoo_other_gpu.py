@@ -41,7 +41,7 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
 
     held_rows, dev_rows = scored("held_out"), scored("development")
     assert len(held_rows) == 98 and len(dev_rows) == 35
-    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 85
+    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 86
     # out of band, both on the 24th: the MoE's smaller batch and larger model, its bf16
     # source at its profiled pace in 1 round of 20, every case predicted slower than
     # measured; ConvNeXt's cases from bf16, its bf16 source at its profiled pace in no round
@@ -50,17 +50,18 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
     assert missed == [("mixture-of-experts", "batch ×0.5", "twenty-fourth"),
                       ("mixture-of-experts", "size", "twenty-fourth"),
                       ("ConvNeXt", "bf16 → fp32", "twenty-fourth"),
-                      ("ConvNeXt", "bf16 → tf32", "twenty-fourth"),
-                      ("ConvNeXt", "batch ×0.5", "twenty-fourth"),
-                      ("ConvNeXt", "batch ×2", "twenty-fourth")]
+                      ("ConvNeXt", "batch ×0.5", "twenty-fourth")]
     assert all(r["rounds_at_pace"] == 0 for r in held_rows
                if r["family"] == "ConvNeXt" and not r["in_band"])
     assert all(r["error_pct"] < 0 for r in held_rows
                if r["recording"] == "twenty-fourth" and r["family"].startswith("mixture"))
-    # the GRU's first recording here: its size (-11.9 %) out of band; its batch ×0.5 came
-    # inside (-8.4 % → -7.0 %) once a shortfall was the host's only by its typical pace
+    # the GRU's first recording here: its size (-13.3 %) out of band; its batch ×0.5 came
+    # inside (-8.4 % → -7.0 %) once a shortfall was the host's only by its typical pace, and
+    # went out again (-8.4 %) with the device's gap kept in its host-bound replay, which
+    # brought its ×2 from -4.0 to -0.1 %; its bf16 → tf32 went from -7.9 to +4.3 % with its
+    # GRU's time alone less the gaps the replay puts back
     assert [(r["family"].split()[0], r["case"]) for r in dev_rows if not r["in_band"]] == \
-        [("GRU", "size")]
+        [("GRU", "batch ×0.5"), ("GRU", "size")]
     # the hand-written GPT's size step, first recorded here: -7.8 % and out of its band with
     # its copies kept, -4.1 % moved by their units' traffic, -1.4 % with its casts (2.1 ms
     # of `to`) moved by their class's traffic as well
@@ -268,10 +269,12 @@ def test_the_autocast_probe_on_the_h100_names_no_cause_the_steps_follow():
 
 def test_the_steps_registered_before_their_measurement_are_what_predict_gives_now():
     """`gpu_change.py register`: the H200's recordings of three families, predicted on the
-    H100 before any measurement there. The kept figures are still the present method's (a
-    change of the method would show here). Measured since: docs/predict.md, five of six
-    within 5 % and inside their band; the MLP's bf16 step +34 %, out of band, where predict
-    said its device waits on the host 31 % of the step it kept."""
+    H100 before any measurement there. The kept figures are the present method's but for
+    the diffusion U-Net's bf16 step, whose host binds: its replay keeps the device's gap
+    between queued kernels since, 38.14 ms against the 37.60 kept (measured 37.91). Measured
+    since: docs/predict.md, five of six within 5 % and inside their band; the MLP's bf16
+    step +34 %, out of band, where predict said its device waits on the host 31 % of the
+    step it kept."""
     from validation.predict.gpu_change import AHEAD_CASES, REGISTERED, predicted, registered
 
     kept = json.loads(REGISTERED.read_text())["rows"]
@@ -279,8 +282,10 @@ def test_the_steps_registered_before_their_measurement_are_what_predict_gives_no
         [(c.run, c.workload) for c in AHEAD_CASES]
     for r, case in zip(kept, AHEAD_CASES, strict=True):
         p = predicted(case)
-        assert (p.step_ms, p.step_ms_low, p.step_ms_high) == pytest.approx(
-            (r["predicted_ms"], r["low_ms"], r["high_ms"]), rel=1e-5)
+        now = (r["predicted_ms"], r["low_ms"], r["high_ms"])
+        if case.workload == "diffusion-unet/bf16":
+            now = (38.1413, 33.5397, r["high_ms"])
+        assert (p.step_ms, p.step_ms_low, p.step_ms_high) == pytest.approx(now, rel=1e-5)
     table = registered()
     assert "not yet recorded" not in table
     lines = [line for line in table.splitlines() if line.startswith("| ") and " ms " in line]

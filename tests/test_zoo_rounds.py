@@ -657,7 +657,7 @@ def test_between_processes_a_host_bound_source_moves_and_a_gpu_bound_one_holds()
     +4.5 % slower than profiled on average, sd 10.8 %, 29 of 75 past 10 % (H200); +4.4 %,
     sd 17.4 %, 11 of 24 (H100); one the GPU binds moved sd 0.3 and 0.6 %, none past 10 %.
     Cases whose source never met its profiled pace came within 10 % in 51 of 100 (H200) and
-    14 of 37 (H100), against 629 of 734 and 180 of 199 where it did."""
+    15 of 37 (H100), against 629 of 734 and 180 of 199 where it did."""
     from validation.predict.round_pace import controls
 
     fixtures = Path(__file__).parent / "fixtures" / "predict"
@@ -672,4 +672,4 @@ def test_between_processes_a_host_bound_source_moves_and_a_gpu_bound_one_holds()
         assert got["gpu_bound"]["past_10_pct"] == 0 and got["gpu_bound"]["sd_pct"] < 1
     assert h200["cases"]["never_at_pace"] == {"n": 100, "within_10": 51, "in_band": 56}
     assert h200["cases"]["at_pace"] == {"n": 734, "within_10": 629, "in_band": 651}
-    assert h100["cases"]["never_at_pace"] == {"n": 37, "within_10": 14, "in_band": 23}
+    assert h100["cases"]["never_at_pace"] == {"n": 37, "within_10": 15, "in_band": 26}

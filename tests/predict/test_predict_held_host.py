@@ -598,7 +598,9 @@ def test_a_shortfall_the_hosts_own_unsteadiness_explains_is_the_hosts_not_a_gap(
     gapped = tlm.calibrate(rec.timeline, rec.step_ms * 1e3, host, held=True)
     assert gapped.gap_us > 0
     hosts = tlm.calibrate(rec.timeline, rec.step_ms * 1e3, host, moved, held=True)
-    assert hosts.gap_us == 0 and hosts.alpha > gapped.alpha
+    # the host's: no gap fitted to fill the step, the device's own kept (the trace's median)
+    assert hosts.gap_us == pytest.approx(tlm.queued_gap_us(rec.timeline))
+    assert hosts.alpha > gapped.alpha
     assert hosts.period_us == pytest.approx(rec.step_ms * 1e3, rel=1e-3)
     got = predict(prof, RATES, Change(precision="fp32"), SPECS)
     assert abs(4096e3 / got.step_ms / rows["bf16 → fp32"]["measured"] - 1) < 0.03
@@ -607,9 +609,10 @@ def test_a_shortfall_the_hosts_own_unsteadiness_explains_is_the_hosts_not_a_gap(
 def test_the_diffusion_unets_step_held_with_its_backward_cut_predicts_as_published():
     """The 17th zoo recording: the diffusion U-Net's backward, longer than an H200's launch
     queue, was cut in two and its step held in every precision (it was refused whole and in
-    its phases before). Its predictions from the fixture are the published ones; from bf16
-    they land within 5 % of the measured steps, and from fp32 the host-bound bf16 target
-    misses as its table shows it, for this cause: the held rounds in the fp32 source's
+    its phases before). From bf16 its predictions land within 2 % of the measured steps
+    (published at +3.0 and +4.9 %, before its linear layers kept their step's time past
+    their units' and its host-bound replay the device's gap); from fp32 the host-bound bf16
+    target misses as published, for this cause: the held rounds in the fp32 source's
     process put bf16's host work × 1.2 above fp32's, round by round."""
     run = zoo_run("diffusion-held-h200-run")
     assert sum("the backward in 2 parts" in n for m in run.measurements for n in m.notes) == 2
@@ -621,10 +624,13 @@ def test_the_diffusion_unets_step_held_with_its_backward_cut_predicts_as_publish
         assert all(len(v) == 8 for v in prof.record.host_held_ms.values())
         got = predict(prof, RATES, Change(precision=target), SPECS)
         row = rows[f"{src} → {target}"]
-        assert 64e3 / got.step_ms == pytest.approx(row["predicted"], rel=1e-6)
         assert any("issued with the device held" in b for b in got.basis)
         error = 64e3 / got.step_ms / row["measured"] - 1
-        assert abs(error) < 0.05 if src == "bf16" else -0.2 < error < -0.15
+        if src == "bf16":
+            assert abs(error) < 0.02 and abs(row["predicted"] / row["measured"] - 1) > 0.025
+        else:
+            assert 64e3 / got.step_ms == pytest.approx(row["predicted"], rel=1e-6)
+            assert -0.2 < error < -0.15
     ratio, _ = grouped.held_ratio(load_profile(run, "diffusion-unet/fp32").record,
                                   "fp32", "bf16")
     assert 1.15 < ratio < 1.25

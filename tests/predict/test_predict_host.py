@@ -67,9 +67,11 @@ def test_a_device_bound_step_longer_than_the_median_gap_fills_keeps_the_hosts_pa
     assert rep.alpha == pytest.approx(measured)
     assert median < rep.gap_us <= tlm.GAP_MAX_US
     assert rep.period_us == pytest.approx(step, rel=0.02)
-    # past what the largest gap fills, the gap is not stretched further
+    # past what the largest gap fills, the gap is not stretched further: a slower host takes
+    # the rest, the device keeping its trace's own gap between the kernels it ran back to back
     far = tlm.period(tl, tl.dur_us, measured, lat, tlm.GAP_MAX_US)[0] * 1.1
-    assert tlm.calibrate(tl, far, rec.host_step_ms * 1e3).gap_us == 0.0
+    slow = tlm.calibrate(tl, far, rec.host_step_ms * 1e3)
+    assert slow.gap_us == pytest.approx(median) and slow.alpha > measured
 
 
 @pytest.mark.parametrize(("src", "target"), [("fp32", "bf16"), ("bf16", "fp32")])

@@ -22,16 +22,16 @@ CHANGES = [  # (recorded, change, measured by)
     ("bf16-run", Change(precision="tf32"), "tf32"),
     ("bf16-run", Change(batch=16), "bf16-b16"),
 ]
-PREDICTED = {"neox": [233.52, 121.71, 248.54, 49.48, 120.68, 256.12],
-             "qwen": [151.46, 85.95, 160.58, 28.58, 83.82, 164.58]}
+PREDICTED = {"neox": [233.52, 121.71, 248.54, 47.22, 119.11, 256.12],
+             "qwen": [151.46, 85.95, 160.58, 28.73, 83.93, 164.58]}
 
 
 @pytest.mark.parametrize("model", ["neox", "qwen"])
 @pytest.mark.parametrize("case", range(len(CHANGES)),
                          ids=[f"{r[:4]}-{m}" for r, _, m in CHANGES])
 def test_a_users_decoder_is_predicted_inside_its_band(model, case):
-    """Every case of both within 5 % and inside its band: the GPT-NeoX −0.5 to +3.8 %, the
-    Qwen2 −1.8 to +4.6 %."""
+    """Every case of both within 5 % and inside its band: the GPT-NeoX −0.9 to +3.8 %, the
+    Qwen2 −1.3 to +4.6 %."""
     recorded, change, measured_by = CHANGES[case]
     p = predict_run(user_run(f"{model}-{recorded}"), "users-rates", change)
     measured = train_samples_per_s(user_run(f"{model}-{measured_by}"))

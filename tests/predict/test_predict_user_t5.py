@@ -66,9 +66,9 @@ def test_its_larger_size_counts_on_the_meta_device_without_fused_attention():
 
 
 CASES = [  # (recorded, change, measured by, predicted samples/s)
-    ("bf16-run", Change(precision="fp32"), "fp32", 275.56),
+    ("bf16-run", Change(precision="fp32"), "fp32", 279.98),
     ("fp32-run", Change(precision="tf32"), "tf32", 606.81),
-    ("bf16-run", Change(batch=64), "bf16-b64", 764.82),
+    ("bf16-run", Change(batch=64), "bf16-b64", 732.27),
 ]
 
 
@@ -199,16 +199,21 @@ def test_its_casts_move_with_their_class_as_its_base_size_ran_them():
     assert attention.predicted_ms / ran == pytest.approx(0.977, abs=0.005)
 
 
-def test_its_size_step_moves_its_casts_and_is_still_short():
-    """small → base on the H200: +9.1 %, out of its band. It came out +17.3 % with its casts
-    held ×1 (above: it shaped that rule). The H100's pair is short as well, 7.4 %: its
-    host-bound source's replay keeps no gap between the kernels the device ran back to back
-    (1.1–1.4 µs each in either trace, queued 10 µs deep or more), which the device-bound base
-    step shows (4,869 kernels a step)."""
+def test_its_size_step_moves_its_casts_and_keeps_the_devices_gap():
+    """small → base on the H200: +5.8 %, inside its band. It came out +17.3 % with its casts
+    held ×1 (above: it shaped that rule), +9.1 % before its host-bound source's replay kept
+    the device's gap between the kernels it ran back to back (1.1–1.4 µs each in either
+    trace, queued 10 µs deep or more), which the device-bound base step shows (4,869 kernels
+    a step). The H100's pair: −5.2 % (−7.4 % without the gap), its linear layers still
+    predicted long (40.4 ms against the base profile's 34.9)."""
     p, measured = user_case("t5", "bf16-run", Change(model="user.t5:build_base"), "size", "h200")
-    assert p.step_ms == pytest.approx(121.58, abs=0.05)
-    assert p.samples_per_s / measured - 1 == pytest.approx(0.091, abs=0.002)
-    assert measured < p.samples_per_s_low
+    assert p.step_ms == pytest.approx(125.30, abs=0.05)
+    assert p.samples_per_s / measured - 1 == pytest.approx(0.058, abs=0.002)
+    assert p.samples_per_s_low <= measured <= p.samples_per_s_high
     base = _h100("base-run")
-    assert _base_from_small_on_h100().step_ms / base.step_ms - 1 == \
-        pytest.approx(-0.074, abs=0.002)
+    h100 = _base_from_small_on_h100()
+    assert h100.step_ms / base.step_ms - 1 == pytest.approx(-0.052, abs=0.002)
+    gemm = next(c for c in h100.classes if c.op_class == "gemm")
+    assert gemm.predicted_ms == pytest.approx(40.4, abs=0.1)
+    assert next(c.ms_per_step for c in base.classes if c.op_class == "gemm") == \
+        pytest.approx(34.9, abs=0.1)

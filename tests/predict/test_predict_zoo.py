@@ -170,6 +170,28 @@ def test_the_precision_ratio_is_time_weighted_and_distrusts_slow_timings():
     assert grp.timed_ratio([a, b], "bf16", "fp32", in_step_us=2000.0) is None
 
 
+def test_a_group_that_grows_keeps_the_steps_time_past_its_units_and_scales_up_their_share():
+    # the units alone: 2 × 1.0 + 4 × 0.5 = 4 ms in bf16, 2 × 9 + 4 × 7 = 46 ms in fp32; the
+    # group took 5 ms in the step: its 1 ms past them is kept, not × 11.5
+    a = _unit({("bf16", 1.0): 1.0, ("fp32", 1.0): 9.0})
+    b = _unit({("bf16", 1.0): 0.5, ("fp32", 1.0): 7.0}, count=4.0)
+    g = UnitGroup(op_class="gemm", unit="linear", kernel_us=5000.0, flops=60.0)
+    ratio, _ = grp.timed_ratio([a, b], "bf16", "fp32")
+    assert 5000.0 * grp.grown_in_step([a, b], "bf16", "fp32", g, ratio) == \
+        pytest.approx(5000.0 + 46000.0 - 4000.0)
+    # a step shorter than its units alone (their gaps between kernels) keeps that deficit
+    short = g.model_copy(update={"kernel_us": 3000.0})
+    assert 3000.0 * grp.grown_in_step([a, b], "bf16", "fp32", short, ratio) == \
+        pytest.approx(3000.0 + 42000.0)
+    # half the group's FLOPs timed (120 counted): the units' time stands for half of it
+    half = g.model_copy(update={"flops": 120.0, "kernel_us": 10000.0})
+    assert 10000.0 * grp.grown_in_step([a, b], "bf16", "fp32", half, ratio) == \
+        pytest.approx(10000.0 + 2 * 42000.0)
+    # a group that shrinks moves by the units' ratio, its time past theirs with it
+    back, _ = grp.timed_ratio([a, b], "fp32", "bf16")
+    assert grp.grown_in_step([a, b], "fp32", "bf16", g, back) == back
+
+
 def test_an_untimed_group_carries_its_share_of_the_roofline_to_the_other_rate():
     # 1 TFLOP and 1 GB in 4 ms at 500 TFLOP/s (2 ms of compute: half its roofline) → 50
     # TFLOP/s: the roofline there 20 ms; the share there 0.5^((50/500)^δ)

@@ -87,8 +87,8 @@ def user_case(model: str, recorded: str, change: Any, measured_by: str,
 
 def assert_user_case(model: str, case: tuple[str, Any, str, float], within: float,
                      gpu: str = "h100") -> None:
-    """A user's case (recorded, change, measured by, predicted samples/s) predicts as it
-    first came out, within `within` of its measurement and inside its band."""
+    """A user's case (recorded, change, measured by, predicted samples/s) predicts as the
+    method gives it now, within `within` of its measurement and inside its band."""
     import pytest
 
     recorded, change, measured_by, predicted = case

@@ -5,8 +5,9 @@ that group, and the timeline is replayed with them (`predict.timeline`).
 - Matmul-bound groups, normalizations and embeddings with units timed alone: their time ×
   Σ count × time there ÷ Σ count × time here over the group's units timed in both (another
   precision: its dtypes, autocast and TF32; another batch: interpolated between the batch
-  sizes timed, log-log, and extrapolated along the last two beyond them). A group without
-  its own timing takes its class's timed ratio; a class without any, the ratio of the
+  sizes timed, log-log, and extrapolated along the last two beyond them; a linear group
+  that grows keeps its step's time past theirs, `grown_in_step`). A group without its own
+  timing takes its class's timed ratio; a class without any, the ratio of the
   measured matmul rates (precision) or of its counted FLOPs (batch), with a wide band.
 - cuDNN's RNNs run their directions and layers on streams of their own: the step's kernels
   overlap, and the group's time is their union. Timed alone, a GRU's and an LSTM's call
@@ -43,6 +44,8 @@ from gpuaudit.model.opprofile import (
     TimedUnit,
     UnitGroup,
 )
+
+from .timeline import queued_gap_us
 
 FLOOR_US = 2.5  # of every kernel's time, what does not follow its traffic
 RNN_CLASSES = ("rnn",)  # groups whose kernels overlap on streams of their own (above)
@@ -192,6 +195,26 @@ def timed_ratio(units: Sequence[TimedUnit], src: str, target: str,
     return after / before, held
 
 
+def grown_in_step(units: Sequence[TimedUnit], src: str, target: str, g: UnitGroup,
+                  ratio: float) -> float:
+    """A linear group's time there ÷ here where its units alone take `ratio` × longer there:
+    its step's time past theirs (or short of it) is kept, not multiplied. It is not the
+    matmuls' (a 16-bit step's autocast casts and bias-gradient reductions, slower in the step
+    than alone and gone in fp32; a timing back to back's gaps between kernels): 24 linear
+    groups bf16 → fp32, multiplied −6 … +21 %, kept −2 … +2 % (docs/predict.md). The units'
+    time stands for the group's FLOPs where fewer were timed (an MoE's routed experts)."""
+    if ratio <= 1 or g.kernel_us <= 0 or g.flops <= 0:
+        return ratio
+    busy = _busy(units)
+    both = [(u, t) for u in units
+            if (t := _time(u, src, busy=busy)) and _time(u, target, busy=busy)]
+    covered = min(1.0, sum(u.count * u.flops for u, _ in both) / g.flops)
+    alone_us = 1e3 * sum(u.count * t for u, t in both)
+    if alone_us <= 0 or covered <= 0:
+        return ratio
+    return 1 + (ratio - 1) * alone_us / covered / g.kernel_us
+
+
 def _curve(u: TimedUnit, precision: str, busy: bool = False) -> list[tuple[float, float]]:
     pts = {t.batch_scale: (t.busy_ms if busy else t.ms) for t in u.times
            if t.precision == precision and t.ms > 0}
@@ -327,15 +350,20 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
             units = _units(p, g)
             busy = _busy(units)
             there = sum(u.count * (_time(u, target, busy=busy) or 0.0) for u in units)
+            if not busy:  # back to back, it holds the gaps the replay puts between them
+                there = max(there - g.kernels * queued_gap_us(p.timeline) / 1e3, covered)
             c.then(there / covered, 0.0, math.hypot(U_TIMED, U_RNN_ALONE),
                    f"{src} → {target}: its units timed alone there ({there:.3g} ms a step) "
                    f"for the union of its kernels here ({covered:.3g} ms: its streams "
                    f"overlap), ×{there / covered:.3g}")
         elif timed_kind and own is not None:
-            ratio, held = own
+            alone, held = own
+            ratio = grown_in_step(_units(p, g), src, target, g, alone) \
+                if g.op_class == "gemm" else alone
+            kept = f", the step's time past theirs kept: ×{ratio:.3g}" if ratio != alone else ""
             c.then(ratio, 0.0, math.hypot(U_TIMED, (1 - held) * 2 * U_CLASS_TIMED),
-                   f"{src} → {target}: its units timed alone ×{ratio:.3g} ({held:.0%} of "
-                   "its FLOPs)")
+                   f"{src} → {target}: its units timed alone ×{alone:.3g} ({held:.0%} of "
+                   f"its FLOPs){kept}")
         elif timed_kind and pooled is not None:
             c.then(pooled[0], 0.0, U_CLASS_TIMED,
                    f"{src} → {target}: its class's units timed alone ×{pooled[0]:.3g}")
