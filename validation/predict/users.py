@@ -144,6 +144,20 @@ MODELS = (
                       "replayed longer than its source at twice the batch, it came out "
                       "−34.6 % (out of band), and set a replayed step to be no shorter than "
                       "its host's own time per step"), gpu="h200"),
+    UserModel("t5b", "T5 v1.1 as Hugging Face transformers writes it (its second recording, "
+              "on an H100)", "user.t5", "t5b-rates",
+              _precisions((Case("small → base (d 512 → 768, 8 → 12 layers)", "bf16-run",
+                                Change(model="user.t5:build_base"), "size"),),
+                          batch_up=64, batch_down=16),
+              "its first recording shaped the rules of the casts, of linear layers that "
+              "grow and of the device's gap in a host-bound replay"),
+    UserModel("wav2vec2", "wav2vec 2.0 Base with CTC, as fairseq and Hugging Face write it",
+              "user.wav2vec2", "wav2vec2-rates", _precisions(
+                  (Case("fp32 → bf16 at batch 64", "fp32-run",
+                        Change(precision="bf16", batch=64), "bf16-b64"),
+                   Case("Base → small (d 768 → 512, 12 → 8 layers)", "bf16-run",
+                        Change(model="user.wav2vec2:build_small"), "size")),
+                  batch_up=64, batch_down=16)),
     UserModel("vgg", "VGG-11 with batch norm at 64 px", "user.vgg", "rates",
               (Case("bf16, ×1.5 width", "run", Change(model="user.vgg:build_wide"), "wide"),),
               sources=(("run", "again"),)),
