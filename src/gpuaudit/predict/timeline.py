@@ -47,6 +47,7 @@ IDENTIFIED_SHARE = 0.1  # α is found where the device waits on the host this mu
 QUEUE = 1024  # launches the host can be ahead of the device before a launch blocks
 GAP_MAX_US = 4.2  # the largest median gap after every queued kernel in the zoo's H200 traces
 QUEUED_DEEP_US = 10.0  # a kernel queued this long before the one ahead of it ended
+GAP_ROOM = 1.02  # a host-bound replay with the device's gap this near the step has room for it
 
 
 @dataclass(frozen=True)
@@ -241,9 +242,9 @@ def queued_gap_us(tl: Timeline) -> float:
     """The device's time between a kernel and the next one already queued behind it, launched
     `QUEUED_DEEP_US` or more before it ended: the median over the recording (0 where none
     was). One launched just before carries what is left of its launch: in host-bound traces
-    the median over every queued kernel came out 4.0–5.1 µs (an MoE's on one H100, a Llama's
-    on one H200), over those queued that deep 1.1–1.2, as their device-bound fp32 traces'
-    (1.2 and 1.5, whichever depth)."""
+    the median over every queued kernel came out 4.0–5.6 µs (an MoE's on one H100, a Llama's
+    on one H200), over those queued that deep 1.1–1.3, as their device-bound fp32 traces'
+    (1.1–1.5, whichever depth)."""
     gaps = []
     prev_end = None
     for seg in sorted(segments(tl), key=lambda g: g.start):
@@ -358,7 +359,7 @@ def _with_gap(tl: Timeline, rep: Replay, step_us: float, lat: float) -> Replay:
     if gap <= 0:
         return rep
     p, share = period(tl, tl.dur_us, rep.alpha, lat, gap)
-    if p > step_us * 1.02:
+    if p > step_us * GAP_ROOM:
         return rep
     return dataclasses.replace(rep, period_us=p, host_bound_share=share, gap_us=gap)
 
