@@ -1,7 +1,7 @@
 """A unit timed alone, its kernels' own time beside its time back to back
 (`kernelview.busy_per_call_us`, `units._busy_ms`): a step's group times hold no gaps between
 kernels, so the ratios a prediction takes from units take their kernels' own times where
-every timing has one (`predict.groups`)."""
+every timing has one (`predict.alone`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gpuaudit.model.opprofile import TimedUnit, UnitTime
-from gpuaudit.predict.groups import batch_ratio, timed_ratio
+from gpuaudit.predict.alone import batch_ratio, timed_ratio
 from gpuaudit.workloads import kernelview
 
 

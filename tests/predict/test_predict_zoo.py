@@ -20,7 +20,7 @@ import pytest
 from gpuaudit.errors import BadInputError
 from gpuaudit.model import load_run
 from gpuaudit.model.opprofile import OpClassRecord, TimedUnit, UnitGroup, UnitTime
-from gpuaudit.predict import Change, grouped, load_profile, predict
+from gpuaudit.predict import Change, alone, grouped, load_profile, predict
 from gpuaudit.predict import groups as grp
 from gpuaudit.specs.catalog import load_catalog
 from gpuaudit.workloads.kernelview import parse_trace
@@ -113,26 +113,26 @@ def test_batch_norms_backward_is_batch_norms_not_the_counter_before_it():
 def test_a_units_time_at_another_batch_interpolates_log_log_and_extends_linearly():
     pts = [(0.5, 1.0), (1.0, 1.6), (2.0, 3.0)]
     # between 1 and 2: log-log, exactly
-    t, past = grp.scaled_time(pts, 1.5)
+    t, past = alone.scaled_time(pts, 1.5)
     assert t == pytest.approx(math.exp(math.log(1.6) + math.log(1.5) * (math.log(3.0 / 1.6)
                                                                           / math.log(2.0))))
     assert past == 0.0
     # past ×2: along (1, 1.6)–(2, 3.0), 1.4 per unit of scale; two doublings past it at ×8
-    t, past = grp.scaled_time(pts, 8.0)
+    t, past = alone.scaled_time(pts, 8.0)
     assert t == pytest.approx(1.6 + 1.4 * 7.0) and past == pytest.approx(2.0)
-    assert grp.scaled_time(pts, 0.5) == (1.0, 0.0)
+    assert alone.scaled_time(pts, 0.5) == (1.0, 0.0)
 
 
 def test_past_the_largest_batch_timed_timings_that_fell_extend_in_proportion():
     # timings that fell as the batch grew say nothing of the slope: in proportion
-    t, past = grp.scaled_time([(0.5, 0.41), (1.0, 0.38)], 2.0)
+    t, past = alone.scaled_time([(0.5, 0.41), (1.0, 0.38)], 2.0)
     assert t == pytest.approx(0.76) and past == pytest.approx(1.0)
     # a rising line is kept, steeper than proportion or not
-    assert grp.scaled_time([(1.0, 1.0), (2.0, 3.0)], 4.0)[0] == pytest.approx(7.0)
-    assert grp.scaled_time([(1.0, 1.0), (2.0, 1.5)], 4.0)[0] == pytest.approx(2.5)
+    assert alone.scaled_time([(1.0, 1.0), (2.0, 3.0)], 4.0)[0] == pytest.approx(7.0)
+    assert alone.scaled_time([(1.0, 1.0), (2.0, 1.5)], 4.0)[0] == pytest.approx(2.5)
     # below the smallest: no less than in proportion, as before
-    assert grp.scaled_time([(1.0, 1.0), (2.0, 3.0)], 0.25)[0] == pytest.approx(0.25 * 1.0 / 2)
-    assert grp.scaled_time([(1.0, 1.0), (2.0, 1.2)], 0.25)[0] == pytest.approx(0.85)
+    assert alone.scaled_time([(1.0, 1.0), (2.0, 3.0)], 0.25)[0] == pytest.approx(0.25 * 1.0 / 2)
+    assert alone.scaled_time([(1.0, 1.0), (2.0, 1.2)], 0.25)[0] == pytest.approx(0.85)
 
 
 def _unit(ms_by_setting, count=2.0, flops=10.0):
@@ -144,12 +144,12 @@ def _unit(ms_by_setting, count=2.0, flops=10.0):
 def test_the_batch_ratio_is_time_weighted_over_the_units_timed_at_both_sizes():
     a = _unit({("bf16", 1.0): 1.0, ("bf16", 2.0): 1.8, ("bf16", 0.5): 0.6}, count=2.0)
     b = _unit({("bf16", 1.0): 3.0, ("bf16", 2.0): 6.0, ("bf16", 0.5): 1.5}, count=1.0)
-    ratio, share, past = grp.batch_ratio([a, b], "bf16", 2.0)
+    ratio, share, past = alone.batch_ratio([a, b], "bf16", 2.0)
     assert ratio == pytest.approx((2 * 1.8 + 6.0) / (2 * 1.0 + 3.0))
     assert (share, past) == (1.0, 0.0)
     # timed alone slower than TRUST × what the group took in the step: not trusted
-    assert grp.batch_ratio([a, b], "bf16", 2.0, in_step_us=3000.0) is None
-    assert grp.batch_ratio([a, b], "bf16", 2.0, in_step_us=5000.0) is not None
+    assert alone.batch_ratio([a, b], "bf16", 2.0, in_step_us=3000.0) is None
+    assert alone.batch_ratio([a, b], "bf16", 2.0, in_step_us=5000.0) is not None
 
 
 def test_memory_bound_work_follows_the_line_through_two_batch_sizes_past_a_floor():
@@ -164,10 +164,10 @@ def test_memory_bound_work_follows_the_line_through_two_batch_sizes_past_a_floor
 def test_the_precision_ratio_is_time_weighted_and_distrusts_slow_timings():
     a = _unit({("bf16", 1.0): 1.0, ("fp32", 1.0): 9.0})
     b = _unit({("bf16", 1.0): 0.5, ("fp32", 1.0): 7.0}, count=4.0)
-    ratio, held = grp.timed_ratio([a, b], "bf16", "fp32")
+    ratio, held = alone.timed_ratio([a, b], "bf16", "fp32")
     assert ratio == pytest.approx((2 * 9.0 + 4 * 7.0) / (2 * 1.0 + 4 * 0.5)) and held == 1.0
-    assert grp.timed_ratio([a, b], "bf16", "tf32") is None  # not timed in tf32
-    assert grp.timed_ratio([a, b], "bf16", "fp32", in_step_us=2000.0) is None
+    assert alone.timed_ratio([a, b], "bf16", "tf32") is None  # not timed in tf32
+    assert alone.timed_ratio([a, b], "bf16", "fp32", in_step_us=2000.0) is None
 
 
 def test_a_group_that_grows_keeps_the_steps_time_past_its_units_and_scales_up_their_share():
@@ -176,20 +176,20 @@ def test_a_group_that_grows_keeps_the_steps_time_past_its_units_and_scales_up_th
     a = _unit({("bf16", 1.0): 1.0, ("fp32", 1.0): 9.0})
     b = _unit({("bf16", 1.0): 0.5, ("fp32", 1.0): 7.0}, count=4.0)
     g = UnitGroup(op_class="gemm", unit="linear", kernel_us=5000.0, flops=60.0)
-    ratio, _ = grp.timed_ratio([a, b], "bf16", "fp32")
-    assert 5000.0 * grp.grown_in_step([a, b], "bf16", "fp32", g, ratio) == \
+    ratio, _ = alone.timed_ratio([a, b], "bf16", "fp32")
+    assert 5000.0 * alone.grown_in_step([a, b], "bf16", "fp32", g, ratio) == \
         pytest.approx(5000.0 + 46000.0 - 4000.0)
     # a step shorter than its units alone (their gaps between kernels) keeps that deficit
     short = g.model_copy(update={"kernel_us": 3000.0})
-    assert 3000.0 * grp.grown_in_step([a, b], "bf16", "fp32", short, ratio) == \
+    assert 3000.0 * alone.grown_in_step([a, b], "bf16", "fp32", short, ratio) == \
         pytest.approx(3000.0 + 42000.0)
     # half the group's FLOPs timed (120 counted): the units' time stands for half of it
     half = g.model_copy(update={"flops": 120.0, "kernel_us": 10000.0})
-    assert 10000.0 * grp.grown_in_step([a, b], "bf16", "fp32", half, ratio) == \
+    assert 10000.0 * alone.grown_in_step([a, b], "bf16", "fp32", half, ratio) == \
         pytest.approx(10000.0 + 2 * 42000.0)
     # a group that shrinks moves by the units' ratio, its time past theirs with it
-    back, _ = grp.timed_ratio([a, b], "fp32", "bf16")
-    assert grp.grown_in_step([a, b], "fp32", "bf16", g, back) == back
+    back, _ = alone.timed_ratio([a, b], "fp32", "bf16")
+    assert alone.grown_in_step([a, b], "fp32", "bf16", g, back) == back
 
 
 def test_an_untimed_group_carries_its_share_of_the_roofline_to_the_other_rate():

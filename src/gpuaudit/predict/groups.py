@@ -6,7 +6,7 @@ that group, and the timeline is replayed with them (`predict.timeline`).
   Σ count × time there ÷ Σ count × time here over the group's units timed in both (another
   precision: its dtypes, autocast and TF32; another batch: interpolated between the batch
   sizes timed, log-log, and extrapolated along the last two beyond them; a linear group
-  that grows keeps its step's time past theirs, `grown_in_step`). A group without its own
+  that grows keeps its step's time past theirs; `predict.alone`). A group without its own
   timing takes its class's timed ratio; a class without any, the ratio of the
   measured matmul rates (precision) or of its counted FLOPs (batch), with a wide band.
 - cuDNN's RNNs run their directions and layers on streams of their own: the step's kernels
@@ -30,9 +30,7 @@ that group, and the timeline is replayed with them (`predict.timeline`).
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuaudit.model.opprofile import (
@@ -45,6 +43,7 @@ from gpuaudit.model.opprofile import (
     UnitGroup,
 )
 
+from .alone import all_busy, batch_ratio, grown_in_step, timed_ratio, unit_time
 from .timeline import queued_gap_us
 
 FLOOR_US = 2.5  # of every kernel's time, what does not follow its traffic
@@ -95,9 +94,6 @@ U_EXTRAPOLATED = 0.05  # per doubling of the batch past the sizes timed
 # fp32 ÷ bf16 in their steps: 0.69–0.99, geometric mean 0.83; the band covers their spread.
 NORM_FP32_OVER_16 = 0.83
 U_NORM = 0.2
-# Units timed alone that took more than this × what their group took in the step are not
-# trusted: their timing held something the step did not (the host's launches).
-TRUST = 1.5
 
 
 @dataclass
@@ -151,133 +147,6 @@ def union_ms(p: OpProfile, index: int) -> float | None:
 
 def _units(p: OpProfile, g: UnitGroup) -> list[TimedUnit]:
     return [u for u in p.timed if u.op_class == g.op_class and u.unit == g.unit]
-
-
-def _time(u: TimedUnit, precision: str, scale: float = 1.0, busy: bool = False
-          ) -> float | None:
-    """The unit's time in `precision` at `scale`: its kernels' own (`busy`) or back to
-    back."""
-    t = next((t for t in u.times if t.precision == precision
-              and abs(t.batch_scale - scale) < 1e-9), None)
-    return None if t is None else (t.busy_ms if busy else t.ms)
-
-
-def _busy(units: Sequence[TimedUnit]) -> bool:
-    """Whether every timing of `units` has its kernels' own time: ratios take those (a
-    step's group times hold no gaps between kernels), never a mix of the two."""
-    return all(t.busy_ms for u in units for t in u.times)
-
-
-def _trusted(before_ms: float, held: float, in_step_us: float | None) -> bool:
-    """Units timed alone no slower than `TRUST` × their share of the group's time in the
-    step (`in_step_us`, all its units; None: not checked)."""
-    return in_step_us is None or in_step_us <= 0 or \
-        before_ms * 1e3 <= TRUST * in_step_us * max(held, 0.05)
-
-
-def timed_ratio(units: Sequence[TimedUnit], src: str, target: str,
-                in_step_us: float | None = None) -> tuple[float, float] | None:
-    """(Σ count × time in `target` ÷ Σ count × time in `src` over the units timed in both,
-    the share of the units' counted FLOPs those hold), or None (none timed in both, or their
-    timing not trusted: `TRUST`)."""
-    busy = _busy(units)
-    both = [(u, _time(u, src, busy=busy), _time(u, target, busy=busy)) for u in units]
-    both = [(u, a, b) for u, a, b in both if a and b]
-    if not both:
-        return None
-    before = sum(u.count * a for u, a, _ in both)
-    after = sum(u.count * b for u, _, b in both)
-    flops = sum(u.count * u.flops for u in units) or 1.0
-    held = sum(u.count * u.flops for u, _, _ in both) / flops if any(
-        u.flops for u in units) else 1.0
-    if not _trusted(before, held, in_step_us):
-        return None
-    return after / before, held
-
-
-def grown_in_step(units: Sequence[TimedUnit], src: str, target: str, g: UnitGroup,
-                  ratio: float) -> float:
-    """A linear group's time there ÷ here where its units alone take `ratio` × longer there:
-    its step's time past theirs (or short of it) is kept, not multiplied. It is not the
-    matmuls' (a 16-bit step's autocast casts and bias-gradient reductions, slower in the step
-    than alone and gone in fp32; a timing back to back's gaps between kernels): 24 linear
-    groups bf16 → fp32, multiplied −6 … +21 %, kept −2 … +2 % (docs/predict.md). The units'
-    time stands for the group's FLOPs where fewer were timed (an MoE's routed experts)."""
-    if ratio <= 1 or g.kernel_us <= 0 or g.flops <= 0:
-        return ratio
-    busy = _busy(units)
-    both = [(u, t) for u in units
-            if (t := _time(u, src, busy=busy)) and _time(u, target, busy=busy)]
-    covered = min(1.0, sum(u.count * u.flops for u, _ in both) / g.flops)
-    alone_us = 1e3 * sum(u.count * t for u, t in both)
-    if alone_us <= 0 or covered <= 0:
-        return ratio
-    return 1 + (ratio - 1) * alone_us / covered / g.kernel_us
-
-
-def _curve(u: TimedUnit, precision: str, busy: bool = False) -> list[tuple[float, float]]:
-    pts = {t.batch_scale: (t.busy_ms if busy else t.ms) for t in u.times
-           if t.precision == precision and t.ms > 0}
-    return sorted((s, v) for s, v in pts.items() if v)
-
-
-def scaled_time(points: list[tuple[float, float]], scale: float) -> tuple[float, float] | None:
-    """The time at `scale` × the batch from (scale, time) points: log-log between two, along
-    the last two beyond them (time = a + b × scale); and how many doublings past them.
-    Below them, no less than the nearest point's time in proportion (a smaller batch takes
-    no less time a sample). Above them, where the two timings fell as the batch grew (a
-    layer norm at ×0.5 slower than at ×1), they say nothing of the slope: the nearest
-    point's time in proportion (extended, they made ConvNeXt's norms at ×2 barely slower
-    than at ×1). A steeper line is kept: a larger batch can take more a sample (its tensors
-    past the L2 cache)."""
-    if not points:
-        return None
-    if len(points) == 1:
-        s0, t0 = points[0]
-        return t0 * scale / s0, abs(math.log2(scale / s0))
-    for (s0, t0), (s1, t1) in itertools.pairwise(points):
-        if s0 <= scale <= s1:
-            f = math.log(scale / s0) / math.log(s1 / s0)
-            return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0))), 0.0
-    below = scale < points[0][0]
-    (s0, t0), (s1, t1) = (points[:2] if below else points[-2:])
-    slope = (t1 - t0) / (s1 - s0)
-    edge, at_edge = points[0] if below else points[-1]
-    t = t0 + slope * (scale - s0)
-    if below:
-        t = max(t, min(t0, t1) * scale / max(s0, s1))
-    elif slope <= 0:
-        t = at_edge * scale / edge
-    return max(t, 1e-6), abs(math.log2(scale / edge))
-
-
-def batch_ratio(units: Sequence[TimedUnit], precision: str, scale: float,
-                in_step_us: float | None = None) -> tuple[float, float, float] | None:
-    """(Σ count × time at `scale` ÷ Σ count × time at the recorded batch, the share of the
-    units' FLOPs timed at more than one batch, doublings past the sizes timed)."""
-    before = after = 0.0
-    held = 0.0
-    past = 0.0
-    busy = _busy(units)
-    for u in units:
-        pts = _curve(u, precision, busy)
-        if len(pts) < 2 or not any(abs(s - 1.0) < 1e-9 for s, _ in pts):
-            continue
-        at = scaled_time(pts, scale)
-        if at is None:
-            continue
-        base = dict(pts)[1.0]
-        before += u.count * base
-        after += u.count * at[0]
-        held += u.count * u.flops
-        past = max(past, at[1])
-    if before <= 0:
-        return None
-    flops = sum(u.count * u.flops for u in units) or 1.0
-    share = held / flops if any(u.flops for u in units) else 1.0
-    if not _trusted(before, share, in_step_us):
-        return None
-    return after / before, share, past
 
 
 def _width(precision: str) -> str:
@@ -348,8 +217,8 @@ def precision_change(p: OpProfile, changes: dict[int, GroupChange], src: str, ta
         elif timed_kind and own is not None and g.op_class in RNN_CLASSES and \
                 _width(src) != "float32" and own[1] >= 0.999 and (covered := union_ms(p, i)):
             units = _units(p, g)
-            busy = _busy(units)
-            there = sum(u.count * (_time(u, target, busy=busy) or 0.0) for u in units)
+            busy = all_busy(units)
+            there = sum(u.count * (unit_time(u, target, busy=busy) or 0.0) for u in units)
             if not busy:  # back to back, it holds the gaps the replay puts between them
                 there = max(there - g.kernels * queued_gap_us(p.timeline) / 1e3, covered)
             c.then(there / covered, 0.0, math.hypot(U_TIMED, U_RNN_ALONE),
