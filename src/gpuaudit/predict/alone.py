@@ -38,14 +38,21 @@ def _trusted(before_ms: float, held: float, in_step_us: float | None) -> bool:
         before_ms * 1e3 <= TRUST * in_step_us * max(held, 0.05)
 
 
+def _in_both(units: Sequence[TimedUnit], src: str, target: str
+             ) -> list[tuple[TimedUnit, float, float]]:
+    """The units timed in both precisions, with their times there: their kernels' own where
+    every timing has one (`all_busy`), else back to back."""
+    busy = all_busy(units)
+    both = [(u, unit_time(u, src, busy=busy), unit_time(u, target, busy=busy)) for u in units]
+    return [(u, a, b) for u, a, b in both if a and b]
+
+
 def timed_ratio(units: Sequence[TimedUnit], src: str, target: str,
                 in_step_us: float | None = None) -> tuple[float, float] | None:
     """(Σ count × time in `target` ÷ Σ count × time in `src` over the units timed in both,
     the share of the units' counted FLOPs those hold), or None (none timed in both, or their
     timing not trusted: `TRUST`)."""
-    busy = all_busy(units)
-    both = [(u, unit_time(u, src, busy=busy), unit_time(u, target, busy=busy)) for u in units]
-    both = [(u, a, b) for u, a, b in both if a and b]
+    both = _in_both(units, src, target)
     if not both:
         return None
     before = sum(u.count * a for u, a, _ in both)
@@ -68,11 +75,9 @@ def grown_in_step(units: Sequence[TimedUnit], src: str, target: str, g: UnitGrou
     time stands for the group's FLOPs where fewer were timed (an MoE's routed experts)."""
     if ratio <= 1 or g.kernel_us <= 0 or g.flops <= 0:
         return ratio
-    busy = all_busy(units)
-    both = [(u, t) for u in units
-            if (t := unit_time(u, src, busy=busy)) and unit_time(u, target, busy=busy)]
-    covered = min(1.0, sum(u.count * u.flops for u, _ in both) / g.flops)
-    alone_us = 1e3 * sum(u.count * t for u, t in both)
+    both = _in_both(units, src, target)
+    covered = min(1.0, sum(u.count * u.flops for u, _, _ in both) / g.flops)
+    alone_us = 1e3 * sum(u.count * t for u, t, _ in both)
     if alone_us <= 0 or covered <= 0:
         return ratio
     return 1 + (ratio - 1) * alone_us / covered / g.kernel_us
