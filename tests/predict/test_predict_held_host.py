@@ -245,7 +245,8 @@ class _Device:
     issued in `issue_ms` of host time all told; the launch queue holds `queue_steps` steps'
     launches past a hold, and a launch that finds it full waits for the hold to end (the
     device then runs what was queued at once), as does a step that syncs. The backward is
-    issued in as many parts as `backward_cuts` asks, calling its `cut` between them."""
+    forward and backward are issued in as many parts as `phase_cuts` asks, calling its
+    `cut(phase)` between them."""
 
     def __init__(self, issue_ms: float, queue_steps: float = 2, syncs: bool = False,
                  clock: float = 1.0, launches: tuple[int, int, int] = (100, 100, 100)):
@@ -256,8 +257,9 @@ class _Device:
         self.per_ms = issue_ms / sum(launches)
         self.capacity = queue_steps * sum(launches)
         self.phases = tuple(functools.partial(self._phase, i) for i in range(3))
-        self.parts, self.cut = 1, None
-        self.parts_asked: list[int] = []
+        self.parts: dict[int, int] = {}
+        self.cut = None
+        self.parts_asked: list[dict[int, int]] = []
 
     def sleep(self, cycles: int) -> None:  # cycles at 1,000 a µs: ms = cycles / 1e6 / clock
         self.hold_end = self.now + cycles / 1e6 / self.clock
@@ -265,12 +267,12 @@ class _Device:
 
     @contextlib.contextmanager
     def cuts(self, trainer, parts, cut):
-        self.parts, self.cut = parts, cut
-        self.parts_asked.append(parts)
+        self.parts, self.cut = dict(parts), cut
+        self.parts_asked.append(dict(parts))
         try:
             yield
         finally:
-            self.parts, self.cut = 1, None
+            self.parts, self.cut = {}, None
 
     def _issue(self, n: int) -> None:
         held = self.now < self.hold_end
@@ -285,10 +287,10 @@ class _Device:
 
     def _phase(self, i: int) -> None:
         n = self.launches[i]
-        parts = self.parts if i == 1 else 1
+        parts = self.parts.get(i, 1)
         for k in range(parts):
             if k:
-                self.cut()
+                self.cut(i)
             self._issue(n * (k + 1) // parts - n * k // parts)
         if self.syncs:
             self.now = max(self.now, self.hold_end)
@@ -325,7 +327,7 @@ def _held_on(monkeypatch, dev: _Device, hold_ms: float, between=None):
     monkeypatch.setattr(timing, "sync", dev.sync)
     monkeypatch.setattr(precision, "float32_matmuls", lambda *a, **k: contextlib.nullcontext())
     monkeypatch.setattr(hosttime, "eager_phases", lambda t, p: dev.phases)
-    monkeypatch.setattr(hosttime, "backward_cuts", dev.cuts)
+    monkeypatch.setattr(hosttime, "phase_cuts", dev.cuts)
     monkeypatch.setattr(hosttime, "time", types.SimpleNamespace(
         perf_counter=lambda: dev.now / 1e3))
     trainer = types.SimpleNamespace(device="cuda", mode=types.SimpleNamespace(precision="bf16"),
@@ -494,51 +496,75 @@ def test_a_backward_longer_than_the_launch_queue_is_cut_where_gradients_accumula
         monkeypatch):
     """A backward of more launches than the queue holds (the diffusion U-Net's on an H200),
     behind a forward that fits: it is cut into 2, then 4 parts, each issued after a sync
-    behind its own hold, and the parts' times summed, the same cut in every precision; one
-    still longer than the queue in `BACKWARD_PARTS_MAX` parts keeps nothing; a forward longer
-    than the queue is not helped by cutting the backward, and is not tried so."""
-    from gpuaudit.workloads.hosttime import BACKWARD_PARTS_MAX
+    behind its own hold, and the parts' times summed, the same cut in every precision, the
+    forward left whole; one still longer than the queue in `PARTS_MAX` parts keeps nothing."""
+    from gpuaudit.workloads.hosttime import BACKWARD, FORWARD, PARTS_MAX
 
     dev = _Device(issue_ms=60.0, queue_steps=250 / 750, launches=(100, 600, 50))
     got, notes = _held_on(monkeypatch, dev, hold_ms=15.0)
     assert set(got) == {"bf16", "fp32", "tf32"}
     assert all(v == pytest.approx((60.0, 60.0, 60.0)) for v in got.values())
-    assert dev.parts_asked[0] == 1 and dev.parts_asked[-1] == 4
-    assert set(dev.parts_asked[dev.parts_asked.index(4):]) == {4}
-    assert any("the backward in 4 parts" in n for n in notes)
+    asked = [(a[FORWARD], a[BACKWARD]) for a in dev.parts_asked]
+    assert asked[0] == (1, 1) and asked[-1] == (1, 4)
+    assert set(asked[asked.index((1, 4)):]) == {(1, 4)}
+    assert any("(the backward in 4 parts" in n for n in notes)
     dev = _Device(issue_ms=60.0, queue_steps=250 / 2550, launches=(100, 2400, 50))
     got, notes = _held_on(monkeypatch, dev, hold_ms=15.0)
-    assert got == {} and max(dev.parts_asked) == BACKWARD_PARTS_MAX
+    assert got == {} and max(a[BACKWARD] for a in dev.parts_asked) == PARTS_MAX
     assert any("waits on its device" in n for n in notes)
+
+
+def test_a_forward_longer_than_the_launch_queue_is_cut_after_its_leaf_modules(monkeypatch):
+    """A forward of more launches than the queue holds (a user's T5 v1.1 on an H100, whose
+    held timing kept nothing while only the backward could be cut): it is cut too, and only
+    the phases that waited are cut finer, so a forward that fits in 2 parts stays at 2 while
+    its backward goes on to 4."""
+    from gpuaudit.workloads.hosttime import BACKWARD, FORWARD
+
     dev = _Device(issue_ms=60.0, queue_steps=250 / 750, launches=(300, 400, 50))
     got, notes = _held_on(monkeypatch, dev, hold_ms=15.0)
-    assert got == {} and set(dev.parts_asked) == {1}
+    assert set(got) == {"bf16", "fp32", "tf32"}
+    assert all(v == pytest.approx((60.0, 60.0, 60.0)) for v in got.values())
+    assert (dev.parts_asked[-1][FORWARD], dev.parts_asked[-1][BACKWARD]) == (2, 2)
+    assert any("(the forward in 2 parts, cut after its leaf modules; the backward in 2 parts"
+               in n for n in notes), notes
+    dev = _Device(issue_ms=60.0, queue_steps=250 / 1150, launches=(400, 700, 50))
+    got, notes = _held_on(monkeypatch, dev, hold_ms=15.0)
+    assert (dev.parts_asked[-1][FORWARD], dev.parts_asked[-1][BACKWARD]) == (2, 4)
+    assert all(v == pytest.approx((60.0, 60.0, 60.0)) for v in got.values())
 
 
-def test_backward_cuts_fire_between_a_real_backwards_layers_and_are_removed():
-    """On a CPU model of eight linear layers (16 parameters), 4 parts: a cut once the
-    gradients of parameters 12, 8 and 4 are accumulated, in that order, each when the layers
-    after it have their gradients and the ones before it none; none once the block ends."""
+def test_phase_cuts_fire_between_a_real_models_layers_and_are_removed():
+    """On a CPU model of eight linear layers (16 parameters), 4 parts: in the forward a cut
+    after layers 2, 4 and 6 have run (each when the layers before it have and the ones after
+    it have not); in the backward once the gradients of parameters 12, 8 and 4 are
+    accumulated, in that order, each when the layers after it have their gradients and the
+    ones before it none; none once the block ends."""
     torch = pytest.importorskip("torch")
     import types
 
-    from gpuaudit.workloads.hosttime import backward_cuts
+    from gpuaudit.workloads.hosttime import BACKWARD, FORWARD, phase_cuts
 
     net = torch.nn.Sequential(*(torch.nn.Linear(4, 4) for _ in range(8)))
     params = list(net.parameters())
-    seen: list[int] = []
+    ran: list[int] = []
+    for i, layer in enumerate(net):
+        layer.register_forward_pre_hook(lambda *_, i=i: ran.append(i))
+    seen: list[tuple[int, int]] = []
 
-    def cut() -> None:
-        seen.append(sum(q.grad is not None for q in params))
+    def cut(phase: int) -> None:
+        done = len(ran) if phase == FORWARD else sum(q.grad is not None for q in params)
+        seen.append((phase, done))
 
-    with backward_cuts(types.SimpleNamespace(net=net), 4, cut):
+    with phase_cuts(types.SimpleNamespace(net=net), {FORWARD: 4, BACKWARD: 4}, cut):
         net(torch.randn(2, 4)).sum().backward()
     # at the cut on parameter 12 (layer 6's weight), layers 6 and 7 have their gradients
-    assert seen == [4, 8, 12]
+    assert seen == [(FORWARD, 2), (FORWARD, 4), (FORWARD, 6),
+                    (BACKWARD, 4), (BACKWARD, 8), (BACKWARD, 12)]
     for q in params:
         q.grad = None
     net(torch.randn(2, 4)).sum().backward()
-    assert len(seen) == 3
+    assert len(seen) == 6
 
 
 def test_a_step_that_syncs_keeps_nothing(monkeypatch):

@@ -47,8 +47,8 @@ HOST_ROUNDS = 8
 ROUND_STEPS = 6
 HELD_PRECISIONS = ("fp32", "tf32", "bf16")  # beside the recorded one
 HOLD_MAX_S = 1.0  # a step that is not all issued within this hold waits on the device
-BACKWARD_PARTS_MAX = 8  # a backward still longer than the launch queue in this many waits
-BACKWARD = 1  # the backward's place among `eager_phases`
+PARTS_MAX = 8  # a forward or backward still longer than the launch queue in this many waits
+FORWARD, BACKWARD = 0, 1  # their places among `eager_phases`
 
 
 @dataclass(frozen=True)
@@ -102,14 +102,26 @@ def eager_phases(trainer: Trainer, precision: str, inputs: Any = None,
 
 
 @contextlib.contextmanager
-def backward_cuts(trainer: Trainer, parts: int, cut: Callable[[], None]) -> Iterator[None]:
-    """`cut()` called at `parts - 1` points of each backward of `trainer`'s model: once the
-    gradient of every (n / `parts`)-th of its n trained parameters is accumulated. A backward
-    reaches the parameters about in the reverse of their order, so the cuts split it into
-    parts of about as many layers each."""
+def phase_cuts(trainer: Trainer, parts: dict[int, int],
+               cut: Callable[[int], None]) -> Iterator[None]:
+    """`cut(phase)` called at `parts[phase] - 1` points of each forward (`FORWARD`) and
+    backward (`BACKWARD`) of `trainer`'s model: in the forward once every (n / parts)-th of its
+    n leaf modules has run, in the backward once the gradient of every (n / parts)-th of its n
+    trained parameters is accumulated. Leaf modules are registered about in the order they
+    run, and a backward reaches the parameters about in the reverse of theirs, so the cuts
+    split each into parts of about as many layers each."""
+    def at(n: int, phase: int) -> list[int]:
+        return sorted({n * k // parts.get(phase, 1) for k in range(1, parts.get(phase, 1))}
+                      - {0})
+
+    leaves = [m for m in trainer.net.modules() if next(m.children(), None) is None]
     params = [q for q in trainer.net.parameters() if q.requires_grad]
-    at = sorted({len(params) * i // parts for i in range(1, parts)} - {0})
-    handles = [params[i].register_post_accumulate_grad_hook(lambda _: cut()) for i in at]
+    # the forward cut once the first i leaves have run, the backward once parameter i on
+    # (the last n - i) have their gradients
+    handles = [leaves[i - 1].register_forward_hook(lambda *_: cut(FORWARD))
+               for i in at(len(leaves), FORWARD)]
+    handles += [params[i].register_post_accumulate_grad_hook(lambda _: cut(BACKWARD))
+                for i in at(len(params), BACKWARD)]
     try:
         yield
     finally:
@@ -227,13 +239,14 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     and summed, in every precision, with a note: a step of more launches than the queue
     holds waits for a hold however long (the queue's size or a sync, which the phases tell
     apart: on an H200, ConvNeXt's fp32 step, 980 kernels, and BERT's, 950–1,120, were issued
-    whole). A backward that still waits, itself longer than the queue (the diffusion U-Net's
-    on an H200, about 1,150 launches), is cut into 2, then 4, up to `BACKWARD_PARTS_MAX`
-    parts where parameters' gradients are accumulated (`backward_cuts`), each issued after a
-    sync behind a hold of its own. A step that waits however it is cut (a sync: a value read
-    back) keeps none, with a note. Off a GPU: nothing (the host's work and the device's are
-    one). `between(i)`: called before round i's held steps, each time round i is timed (the
-    rounds at batch 1 interleaved, `host_time`)."""
+    whole). A backward or forward that still waits, itself longer than the queue (the
+    diffusion U-Net's backward on an H200, about 1,150 launches; a user's T5 v1.1's forward,
+    about 1,100), is cut into 2, then 4, up to `PARTS_MAX` parts, the backward where
+    parameters' gradients are accumulated, the forward after its leaf modules (`phase_cuts`),
+    each part issued after a sync behind a hold of its own. A step that waits however it is
+    cut (a sync: a value read back) keeps none, with a note. Off a GPU: nothing (the host's
+    work and the device's are one). `between(i)`: called before round i's held steps, each
+    time round i is timed (the rounds at batch 1 interleaved, `host_time`)."""
     import torch
 
     from gpuaudit.bench.timing import spin_cycles_per_us
@@ -316,9 +329,10 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
 
     waited: set[int] = set()  # the phases that waited in the last phased try
 
-    def phased_ms(p: str, parts: int) -> tuple[float, float | None] | None:
-        """The step's phases each issued after a sync behind a hold of their own, the backward
-        in `parts` parts (`backward_cuts`) each behind its own: the sum of their times."""
+    def phased_ms(p: str, parts: dict[int, int]) -> tuple[float, float | None] | None:
+        """The step's phases each issued after a sync behind a hold of their own, the forward
+        and backward in `parts` parts (`phase_cuts`) each behind its own: the sum of their
+        times."""
         total, t0, held = 0.0, 0.0, None
 
         def start() -> None:
@@ -333,15 +347,15 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
             if held is not None and held.query():
                 waited.add(phase)
 
-        def cut() -> None:  # inside the backward, on autograd's thread
-            stop(BACKWARD)
+        def cut(phase: int) -> None:  # inside the forward, or on autograd's thread
+            stop(phase)
             start()
 
         while True:
             total = 0.0
             waited.clear()
             with (float32_matmuls(torch, tf32=p != "fp32"),
-                  backward_cuts(trainer, parts, cut)):
+                  phase_cuts(trainer, parts, cut)):
                 for phase, part in enumerate(phases[p]):
                     start()
                     part()
@@ -371,22 +385,28 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
 
     batch = trainer.workload.batch_size
     timed = every_round(issued_ms)
-    phased, parts = timed is None, 1
+    phased, parts = timed is None, {FORWARD: 1, BACKWARD: 1}
     while timed is None:
         hold_s = first_hold_s  # a phase is shorter than the step
-        timed = every_round(functools.partial(phased_ms, parts=parts))
+        timed = every_round(functools.partial(phased_ms, parts=dict(parts)))
         if timed is None:
-            # only the backward waited: cut it finer, unless it is cut as finely as it goes
-            if waited != {BACKWARD} or parts >= BACKWARD_PARTS_MAX:
+            # only the forward or the backward waited: cut it finer, unless it is cut as
+            # finely as it goes
+            if not waited or not waited <= set(parts) or any(
+                    parts[w] >= PARTS_MAX for w in waited):
                 notes.append(f"host work at batch {batch} not timed with the device held: "
                              "the step waits on its device")
                 return {}
-            parts *= 2
+            for w in waited:
+                parts[w] *= 2
     # like for like: the second step in every precision, or the first (or phases) in all
     both = all(second is not None for v in timed.values() for _, second in v)
     if phased:
-        cuts = (f" (the backward in {parts} parts, cut where parameters' gradients are "
-                "accumulated)" if parts > 1 else "")
+        said = [f"the forward in {parts[FORWARD]} parts, cut after its leaf modules"
+                if parts[FORWARD] > 1 else "",
+                f"the backward in {parts[BACKWARD]} parts, cut where parameters' gradients "
+                "are accumulated" if parts[BACKWARD] > 1 else ""]
+        cuts = f" ({'; '.join(x for x in said if x)})" if any(said) else ""
         notes.append(f"host work at batch {batch}: a step's launches overfill the launch "
                      "queue; its forward, backward and optimizer step are each timed after a "
                      f"sync, behind a hold of their own{cuts}")
