@@ -151,6 +151,15 @@ MODELS = (
                           batch_up=64, batch_down=16),
               "its first recording shaped the rules of the casts, of linear layers that "
               "grow and of the device's gap in a host-bound replay"),
+    UserModel("t5c", "T5 v1.1 as Hugging Face transformers writes it (its third recording, "
+              "on an H100, its forward cut for the held timing of its host)", "user.t5",
+              "t5c-rates",
+              _precisions((Case("small → base (d 512 → 768, 8 → 12 layers)", "bf16-run",
+                                Change(model="user.t5:build_base"), "size"),),
+                          batch_up=64, batch_down=16),
+              "its first recording shaped the rules of the casts, of linear layers that "
+              "grow and of the device's gap in a host-bound replay; its second, a held "
+              "timing that cuts the forward"),
     UserModel("wav2vec2", "wav2vec 2.0 Base with CTC, as fairseq and Hugging Face write it",
               "user.wav2vec2", "wav2vec2-rates", _precisions(
                   (Case("fp32 → bf16 at batch 64", "fp32-run",
