@@ -158,8 +158,8 @@ MODELS = (
                                 Change(model="user.t5:build_base"), "size"),),
                           batch_up=64, batch_down=16),
               "its first recording shaped the rules of the casts, of linear layers that "
-              "grow and of the device's gap in a host-bound replay; its second, a held "
-              "timing that cuts the forward"),
+              "grow and of the device's gap in a host-bound replay; its second, the "
+              "forward's cuts for the held timing"),
     UserModel("wav2vec2", "wav2vec 2.0 Base with CTC, as fairseq and Hugging Face write it",
               "user.wav2vec2", "wav2vec2-rates", _precisions(
                   (Case("fp32 → bf16 at batch 64", "fp32-run",
