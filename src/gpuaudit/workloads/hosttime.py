@@ -240,13 +240,14 @@ def held_host(trainer: Trainer, notes: list[str], hold_ms: float,
     holds waits for a hold however long (the queue's size or a sync, which the phases tell
     apart: on an H200, ConvNeXt's fp32 step, 980 kernels, and BERT's, 950–1,120, were issued
     whole). A backward or forward that still waits, itself longer than the queue (the
-    diffusion U-Net's backward on an H200, about 1,150 launches; a user's T5 v1.1's forward,
-    about 1,100), is cut into 2, then 4, up to `PARTS_MAX` parts, the backward where
-    parameters' gradients are accumulated, the forward after its leaf modules (`phase_cuts`),
-    each part issued after a sync behind a hold of its own. A step that waits however it is
-    cut (a sync: a value read back) keeps none, with a note. Off a GPU: nothing (the host's
-    work and the device's are one). `between(i)`: called before round i's held steps, each
-    time round i is timed (the rounds at batch 1 interleaved, `host_time`)."""
+    diffusion U-Net's backward on an H200, about 1,150 launches; a user's T5 v1.1's forward
+    on an H100, where 2 parts fit), is cut into 2, then 4, up to `PARTS_MAX` parts, the
+    backward where parameters' gradients are accumulated, the forward after its leaf modules
+    (`phase_cuts`), each part issued after a sync behind a hold of its own. A step that
+    waits however it is cut (a sync: a value read back) keeps none, with a note. Off a GPU:
+    nothing (the host's work and the device's are one). `between(i)`: called before round
+    i's held steps, each time round i is timed (the rounds at batch 1 interleaved,
+    `host_time`)."""
     import torch
 
     from gpuaudit.bench.timing import spin_cycles_per_us
