@@ -38,6 +38,13 @@ def _trusted(before_ms: float, held: float, in_step_us: float | None) -> bool:
         before_ms * 1e3 <= TRUST * in_step_us * max(held, 0.05)
 
 
+def _flop_share(units: Sequence[TimedUnit], held_flops: float) -> float:
+    """`held_flops` as a share of `units`' counted FLOPs (1 where none are counted)."""
+    if not any(u.flops for u in units):
+        return 1.0
+    return held_flops / (sum(u.count * u.flops for u in units) or 1.0)
+
+
 def _in_both(units: Sequence[TimedUnit], src: str, target: str
              ) -> list[tuple[TimedUnit, float, float]]:
     """The units timed in both precisions, with their times there: their kernels' own where
@@ -57,9 +64,7 @@ def timed_ratio(units: Sequence[TimedUnit], src: str, target: str,
         return None
     before = sum(u.count * a for u, a, _ in both)
     after = sum(u.count * b for u, _, b in both)
-    flops = sum(u.count * u.flops for u in units) or 1.0
-    held = sum(u.count * u.flops for u, _, _ in both) / flops if any(
-        u.flops for u in units) else 1.0
+    held = _flop_share(units, sum(u.count * u.flops for u, _, _ in both))
     if not _trusted(before, held, in_step_us):
         return None
     return after / before, held
@@ -141,8 +146,7 @@ def batch_ratio(units: Sequence[TimedUnit], precision: str, scale: float,
         past = max(past, at[1])
     if before <= 0:
         return None
-    flops = sum(u.count * u.flops for u in units) or 1.0
-    share = held / flops if any(u.flops for u in units) else 1.0
+    share = _flop_share(units, held)
     if not _trusted(before, share, in_step_us):
         return None
     return after / before, share, past
