@@ -103,9 +103,12 @@ def test_the_units_are_timed_alone_in_both_families_and_at_other_batches():
     assert notes == []  # every setting reached every unit: nothing to say
     assert [(u.op_class, u.unit) for u in timed][:1] == [("conv", "conv2d")]
     for u in timed:
-        settings = {(t.precision, t.batch_scale) for t in u.times}
-        # on a CPU: fp32, bf16 (no tf32), and the batch × 0.5 and × 2 in fp32
-        assert settings == {("fp32", 1.0), ("bf16", 1.0), ("fp32", 0.5), ("fp32", 2.0)}
+        settings = {(t.precision, t.batch_scale, t.width_scale) for t in u.times}
+        # on a CPU: fp32, bf16 (no tf32), and the batch × 0.5 and × 2 in fp32; the
+        # convolutions at twice their channels too (the first from the image's 3 to 16)
+        wider = {("fp32", 1.0, 2.0)} if u.op_class == "conv" else set()
+        assert settings == {("fp32", 1.0, 1.0), ("bf16", 1.0, 1.0), ("fp32", 0.5, 1.0),
+                            ("fp32", 2.0, 1.0)} | wider
         assert all(t.ms > 0 for t in u.times) and u.count == 1
         assert "fp32[4," in u.signature
 
@@ -127,6 +130,7 @@ def test_the_budget_is_shared_out_among_the_settings_the_recorded_precision_firs
         return 1.0
     monkeypatch.setattr(units.time, "perf_counter", lambda: now[0])
     monkeypatch.setattr(units, "_call_ms", one_second)
+    monkeypatch.setattr(units, "widened", lambda _c: None)  # the precisions alone
     notes: list[str] = []
     timed = time_units(torch, torch.device("cpu"), "bf16", own.calls,
                        {"float32": alt.calls}, None, 4, None, budget_s=3.0, notes=notes)
@@ -156,6 +160,7 @@ def test_without_a_given_budget_the_settings_may_run_past_it_up_to_the_wall_cap(
     monkeypatch.setattr(units, "_call_ms", one_second)
     monkeypatch.setitem(units.BUDGET_S, False, 2.0)
     monkeypatch.setitem(units.CAP_S, False, 6.0)
+    monkeypatch.setattr(units, "widened", lambda _c: None)  # the precisions alone
     notes: list[str] = []
     timed = time_units(torch, torch.device("cpu"), "bf16", own.calls,
                        {"float32": alt.calls}, None, 4, None, notes=notes)
@@ -164,6 +169,34 @@ def test_without_a_given_budget_the_settings_may_run_past_it_up_to_the_wall_cap(
     assert [len(u.times) for u in timed] == [2, 2, 2, 1]
     assert notes == ["units timed alone in 6 s, settings cut short: fp32 3 of 4 (1.00 s a "
                      "timing)"]
+
+
+def test_the_convolutions_are_timed_wider_last_and_a_budget_spent_before_says_so(
+        monkeypatch):
+    """The wider convolutions (`workloads.widen`) are the last setting, in the recorded
+    precision, after the precisions and the batches: a size change is asked least often."""
+    from gpuaudit.workloads import units
+
+    net, x = _net()
+    own, half = _tally(net, x), _tally(net, x[:2])
+    now = [0.0]
+
+    def timing(*_a, **_k):  # a second a timing; the wider ones (past 12 s) take four
+        now[0] += 4.0 if now[0] >= 12 else 1.0
+        return 1.0
+    monkeypatch.setattr(units.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(units, "_call_ms", timing)
+    notes: list[str] = []
+    # 15 s for fp32, bf16 (no family: nothing timed), × 0.5, × 2, wider, until 3, 6, 9, 12,
+    # 15 s: every unit at every batch by 12 s, one convolution of two wider by 16 s
+    timed = time_units(torch, torch.device("cpu"), "fp32", own.calls, {}, half.calls, 4, 2,
+                       budget_s=15.0, notes=notes)
+    assert [[(t.batch_scale, t.width_scale) for t in u.times] for u in timed] == \
+        [[(1.0, 1.0), (0.5, 1.0), (2.0, 1.0), (1.0, 2.0)]] + \
+        [[(1.0, 1.0), (0.5, 1.0), (2.0, 1.0)]] * 3
+    assert timed[0].op_class == "conv" and [u.op_class for u in timed].count("conv") == 2
+    assert notes == ["units timed alone in 15 s, settings cut short: fp32 at ×2 the "
+                     "channels 1 of 2 (4.00 s a timing)"]
 
 
 def test_calls_of_two_tallies_line_up_by_name_and_rank():

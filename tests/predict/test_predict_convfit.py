@@ -253,3 +253,105 @@ def test_the_h100s_convolution_classes_move_as_their_steps_did(monkeypatch):
     assert errors["cnn"][0] == pytest.approx(-0.152, abs=0.005)
     assert errors["mobilenet"][0] == pytest.approx(0.0, abs=0.01)
     assert max(abs(e) for k, (e, _) in errors.items() if k != "cnn") < 0.07
+
+
+def _timed_wider(base, wide, precision="bf16"):
+    """`base`'s run with each convolution unit's time at twice its channels taken from `wide`'s
+    own units (the same model twice as wide, recorded on the same machine): the shapes
+    `workloads.widen` would have timed it at, where the wider model ran them."""
+    from gpuaudit.model.opprofile import UnitTime
+    from gpuaudit.workloads.widen import widening
+
+    def at(u):
+        return next(t for t in u.times if t.precision == precision and t.batch_scale == 1.0)
+
+    profile = next(p for p in base.op_profiles if p.precision == precision)
+    wider = next(p for p in wide.op_profiles if p.precision == precision)
+    by_shapes = {tuple(convfit.shapes(u.signature)[:2]): u for u in wider.timed
+                 if u.op_class == "conv"}
+    timed, planted = [], 0
+    for u in profile.timed:
+        found = convfit.shapes(u.signature)[:2]
+        how = widening(found[0], found[1], 2.0) if u.op_class == "conv" else None
+        there = None
+        if how is not None:
+            (n, c, *space), (o, g, *k) = found
+            key = ((n, round(c * how.inputs), *space),
+                   (round(o * how.outputs), round(g * how.inputs / how.groups), *k))
+            there = by_shapes.get(key)
+        if there is not None and there.flops == pytest.approx(u.flops * how.flops):
+            t = at(there)
+            wider_time = UnitTime(precision=precision, width_scale=2.0, ms=t.ms,
+                                  busy_ms=t.busy_ms)
+            u = u.model_copy(update={"times": (*u.times, wider_time)})
+            planted += 1
+        timed.append(u)
+    profiles = tuple(p.model_copy(update={"timed": tuple(timed)}) if p is profile else p
+                     for p in base.op_profiles)
+    return base.model_copy(update={"op_profiles": profiles}), planted
+
+
+def test_the_vaes_convolutions_timed_at_twice_their_width_move_as_its_wider_step_did(
+        monkeypatch):
+    """docs/predict.md (on an H100): the VAE and its twice-as-wide model recorded on one
+    machine. Its convolutions moved × 2.26 in their steps; their fitted terms said × 2.73
+    (between × 3.02 and × 2.47 at the matmul rate) and the step +14 %. With its units timed
+    at twice their width (20 of 21: the wider model's own units, timed alone there), each
+    call there ×1.98 as wide and its values a channel × 1.02: × 2.30, and the step within
+    2 % of the 58.9 ms it took."""
+    pytest.importorskip("torch")
+    from tests.predict.test_predict_zoo import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    h100 = h100_rates(SPECS)
+    base, wide = zoo_run("vae-pair-h100-run"), zoo_run("vae-pair-wide-h100-run")
+
+    def conv_us(run):
+        return sum(g.kernel_us for g in run.op_profiles[0].groups if g.op_class == "conv")
+    want = conv_us(wide) / conv_us(base)
+    ran_ms = next(m.value for m in wide.measurements if m.name.endswith("bf16/step_time"))
+    assert want == pytest.approx(2.256, abs=0.005)
+    change = Change(model="zoo.vae:build_large")
+    before = predict(load_profile(base, "vae-128/bf16"), h100, change, SPECS)
+    planted, n = _timed_wider(base, wide)
+    assert n == 20
+    after = predict(load_profile(planted, "vae-128/bf16"), h100, change, SPECS)
+    conv = {c.op_class: c for c in after.classes}["conv"]
+    got = conv.predicted_ms / conv.measured_ms
+    assert "timed alone at ×2 their width" in conv.basis
+    assert got == pytest.approx(2.30, abs=0.02)
+    assert abs(got / want - 1) < conv.uncertainty_pct / 100
+    assert before.step_ms / ran_ms - 1 > 0.1  # the fitted terms: outside 10 %
+    assert abs(after.step_ms / ran_ms - 1) < 0.03
+    assert after.step_ms_low <= ran_ms <= after.step_ms_high
+
+
+def test_a_groups_width_and_image_change_each_move_it_as_its_units_did():
+    """Planted: units 2.2 × slower at twice their channels, 1.9 × at twice the batch. A model
+    twice as wide moves them × 2.2; one of twice the layers × 2 (its calls); one of twice the
+    image's pixels × 1.9 (its values a channel, as a batch moves them); half as wide, a
+    doubling below the widths timed, by the line through them; untimed wider, nothing."""
+    units = []
+    for c, hw in ((64, 64), (128, 32), (256, 16)):
+        base = _unit(32, c, hw, c, 3, count=2.0)
+        t = 0.4 * c / 64
+        units.append(base.model_copy(update={"times": (
+            UnitTime(precision="bf16", ms=t), UnitTime(precision="bf16", batch_scale=0.5,
+                                                       ms=t / 1.8),
+            UnitTime(precision="bf16", batch_scale=2.0, ms=t * 1.9),
+            UnitTime(precision="bf16", width_scale=2.0, ms=t * 2.2))}))
+    wider = convfit.width_ratio(units, "bf16", 1.0, 2.0, 4.0)
+    assert wider is not None and (wider.width, wider.spatial, wider.timed_width) == \
+        pytest.approx((2.0, 1.0, 2.0))
+    assert (wider.ratio, wider.held, wider.past) == pytest.approx((2.2, 1.0, 0.0))
+    deeper = convfit.width_ratio(units, "bf16", 2.0, 2.0, 2.0)
+    assert deeper is not None and deeper.ratio == pytest.approx(2.0)
+    larger = convfit.width_ratio(units, "bf16", 1.0, 2.0, 2.0)
+    assert larger is not None and (larger.width, larger.spatial) == pytest.approx((1.0, 2.0))
+    assert larger.ratio == pytest.approx(1.9)
+    narrower = convfit.width_ratio(units, "bf16", 1.0, 0.5, 0.25)
+    assert narrower is not None and narrower.past == pytest.approx(1.0)
+    assert narrower.ratio == pytest.approx(1 - 1.2 * 0.5)  # the line through (1, 1), (2, 2.2)
+    assert convfit.width_ratio(units, "fp32", 1.0, 2.0, 4.0) is None
+    plain = [u.model_copy(update={"times": u.times[:3]}) for u in units]
+    assert convfit.width_ratio(plain, "bf16", 1.0, 2.0, 4.0) is None

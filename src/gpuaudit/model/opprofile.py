@@ -173,10 +173,12 @@ class UnitGroup(Amounts):
 
 
 class UnitTime(Amounts):
-    """A unit timed alone, forward + backward: in a precision, at a batch scale."""
+    """A unit timed alone, forward + backward: in a precision, at a batch scale, at a width
+    (a convolution at more channels: `workloads.widen`)."""
 
     precision: str
     batch_scale: float = 1.0
+    width_scale: float = 1.0
     ms: float
     # its kernels' own time a call (the union of their intervals, under the profiler): the
     # device's gaps between kernels queued back to back left out, as a step's group times

@@ -18,9 +18,9 @@ TRUST = 1.5
 
 def unit_time(u: TimedUnit, precision: str, scale: float = 1.0, busy: bool = False
               ) -> float | None:
-    """The unit's time in `precision` at `scale`: its kernels' own (`busy`) or back to
-    back."""
-    t = next((t for t in u.times if t.precision == precision
+    """The unit's time in `precision` at `scale`, at its own width: its kernels' own
+    (`busy`) or back to back."""
+    t = next((t for t in u.times if t.precision == precision and t.width_scale == 1.0
               and abs(t.batch_scale - scale) < 1e-9), None)
     return None if t is None else (t.busy_ms if busy else t.ms)
 
@@ -31,7 +31,7 @@ def all_busy(units: Sequence[TimedUnit]) -> bool:
     return all(t.busy_ms for u in units for t in u.times)
 
 
-def _trusted(before_ms: float, held: float, in_step_us: float | None) -> bool:
+def trusted(before_ms: float, held: float, in_step_us: float | None) -> bool:
     """Units timed alone no slower than `TRUST` × their share of the group's time in the
     step (`in_step_us`, all its units; None: not checked)."""
     return in_step_us is None or in_step_us <= 0 or \
@@ -65,7 +65,7 @@ def timed_ratio(units: Sequence[TimedUnit], src: str, target: str,
     before = sum(u.count * a for u, a, _ in both)
     after = sum(u.count * b for u, _, b in both)
     held = _flop_share(units, sum(u.count * u.flops for u, _, _ in both))
-    if not _trusted(before, held, in_step_us):
+    if not trusted(before, held, in_step_us):
         return None
     return after / before, held
 
@@ -90,7 +90,7 @@ def grown_in_step(units: Sequence[TimedUnit], src: str, target: str, g: UnitGrou
 
 def _curve(u: TimedUnit, precision: str, busy: bool = False) -> list[tuple[float, float]]:
     pts = {t.batch_scale: (t.busy_ms if busy else t.ms) for t in u.times
-           if t.precision == precision and t.ms > 0}
+           if t.precision == precision and t.width_scale == 1.0 and t.ms > 0}
     return sorted((s, v) for s, v in pts.items() if v)
 
 
@@ -147,6 +147,6 @@ def batch_ratio(units: Sequence[TimedUnit], precision: str, scale: float,
     if before <= 0:
         return None
     share = _flop_share(units, held)
-    if not _trusted(before, share, in_step_us):
+    if not trusted(before, share, in_step_us):
         return None
     return after / before, share, past

@@ -10,10 +10,12 @@ term at the GPU's matmul rate and the C term, the activations', far from their t
 So each convolution call of the recording is taken as a latency, a time per activation
 element (each call's input and output) and a time per FLOP, the three fitted (least squares,
 none negative) to the group's units timed alone in the recorded precision, at every batch
-timed; the group then moves by each term's share of its time here times that term's ratio
-there ÷ here (its calls, its traffic, its FLOPs: `predict.retarget`). The FLOP term can also
-be held at the GPU's matmul rate, the other two fitted around it: the rate wider calls reach
-(`predict.retarget` takes a wider model between the two).
+timed and at the wider width a recording times them at (`workloads.widen`); the group then
+moves by each term's share of its time here times that term's ratio there ÷ here (its calls,
+its traffic, its FLOPs: `predict.retarget`). Fitted at the recorded width alone, the FLOP
+term's rate is the one narrow calls reach; it can also be held at the GPU's matmul rate, the
+other two fitted around it, the rate wider calls reach more of (`predict.retarget` takes a
+wider model between the two where its units were not timed wider).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ import re
 from dataclasses import dataclass
 
 from gpuaudit.model.opprofile import TimedUnit
+from gpuaudit.workloads.widen import Widening, widening
+
+from .alone import all_busy, batch_ratio, scaled_time, trusted, unit_time
 
 MIN_POINTS = 6  # timings (units × batches) to fit three terms to
 _TENSOR = re.compile(r"(\w+)\[([\d,]*)\]")
@@ -54,7 +59,13 @@ def shapes(signature: str) -> list[tuple[int, ...]]:
 
 
 def activations(unit: TimedUnit) -> float | None:
-    """Elements of a convolution's input and output (1-, 2- or 3-D), from its signature
+    """Elements of a convolution's input and output (`elements`) together."""
+    found = elements(unit)
+    return None if found is None else found[0] + found[1]
+
+
+def elements(unit: TimedUnit) -> tuple[float, float] | None:
+    """Elements of a convolution's input and of its output (1-, 2- or 3-D), from its signature
     (input, weight shapes) and its counted forward + backward FLOPs, which give the output's
     size (2 or 3 passes of 2·N·outputs·Cout·Cin/groups·kernel); None where they do not fit
     one stride. An input padded beforehand (`F.pad` before a causal or reflection-padded
@@ -71,8 +82,16 @@ def activations(unit: TimedUnit) -> float | None:
         for s in _STRIDES:
             expect = math.prod(space) / s ** len(space)
             if (1 - VALID_SHORTER) * expect - 1 <= outputs <= 1.02 * expect + 1:
-                return float(n * c_in * math.prod(space) + n * c_out * outputs)
+                return float(n * c_in * math.prod(space)), float(n * c_out * outputs)
     return None
+
+
+def _widening(unit: TimedUnit, scale: float) -> Widening | None:
+    """How the unit's channels and work grew in a timing at `scale` × its width."""
+    if scale == 1.0:
+        return Widening(1.0, 1.0, 1.0, 1.0)
+    found = shapes(unit.signature)[:2]
+    return widening(found[0], found[1], scale) if len(found) == 2 else None
 
 
 def fit(units: list[TimedUnit], precision: str,
@@ -90,13 +109,15 @@ def fit(units: list[TimedUnit], precision: str,
 
     rows, times, weights = [], [], []
     for u in units:
-        elements = activations(u)
-        if elements is None:
+        found = elements(u)
+        if found is None:
             continue
         for t in u.times:
-            if t.precision == precision and t.ms > 0:
+            how = _widening(u, t.width_scale)
+            if t.precision == precision and t.ms > 0 and how is not None:
                 s = t.batch_scale
-                rows.append((1.0, elements * s / 1e9, u.flops * s / 1e12))
+                moved = found[0] * how.inputs + found[1] * how.outputs
+                rows.append((1.0, moved * s / 1e9, u.flops * how.flops * s / 1e12))
                 times.append(t.ms)
                 weights.append(1 / t.ms)
     if len(rows) < MIN_POINTS:
@@ -126,6 +147,80 @@ def fit(units: list[TimedUnit], precision: str,
         return None
     a, b, c = (float(v) for v in best[1])
     return ConvCost(a, b, c, len(rows))
+
+
+@dataclass(frozen=True)
+class WidthMove:
+    """A convolution group's time there ÷ here from its units timed at two widths
+    (`width_ratio`)."""
+
+    ratio: float
+    width: float  # its calls' width there ÷ here (FLOPs ÷ activations a call)
+    spatial: float  # their activations a channel there ÷ here (a larger image, a batch)
+    timed_width: float  # the width its units were timed at, as `width` counts it
+    held: float  # the share of its units' FLOPs timed at both widths
+    past: float  # doublings of width past the widths timed
+
+
+def width_ratio(units: list[TimedUnit], precision: str, calls: float, activations: float,
+                flops: float, in_step_us: float | None = None) -> WidthMove | None:
+    """A convolution group's time there ÷ here, its units timed at their own width and at a
+    wider one (`workloads.widen`): `calls`, `activations` and `flops` are its counted ratios
+    there ÷ here. A call's FLOPs grow with its width × its activations, its activations with
+    its width × the values a channel (its image, its batch): there, each call's width is
+    ×(FLOPs ÷ activations a call) and its values a channel ×(activations² ÷ FLOPs a call).
+    Its time a call follows the width as its units did between the two widths timed
+    (log-log through them), the values a channel as its units did between the batches timed
+    (`alone.batch_ratio`), and the calls in proportion. Fitted latency, activation and FLOP
+    terms (`fit`) over both widths said × 2.88 for one H100's VAE at twice its width, its
+    step's convolutions × 2.26 and its units' own times at twice their width × 2.19: their
+    time does not follow their FLOPs at a fixed rate. None where no unit was timed wider, or
+    their timing is not trusted (`alone`)."""
+    busy = all_busy(units)
+    here = [0.0, 0.0, 0.0]  # time, activations, FLOPs of the units timed at both widths
+    wide = [0.0, 0.0, 0.0]
+    for u in units:
+        found = elements(u)
+        at = next((t for t in u.times if t.precision == precision and t.width_scale != 1.0
+                   and t.batch_scale == 1.0), None)
+        t1 = unit_time(u, precision, busy=busy)
+        if found is None or at is None or not t1:
+            continue
+        how, tw = _widening(u, at.width_scale), (at.busy_ms if busy else at.ms)
+        if how is None or not tw:
+            continue
+        for acc, t, moved, f in ((here, t1, sum(found), u.flops),
+                                 (wide, tw, found[0] * how.inputs + found[1] * how.outputs,
+                                  u.flops * how.flops)):
+            acc[0] += u.count * t
+            acc[1] += u.count * moved
+            acc[2] += u.count * f
+    if here[0] <= 0 or calls <= 0 or activations <= 0 or flops <= 0:
+        return None
+    held = min(1.0, here[2] / (sum(u.count * u.flops for u in units) or here[2]))
+    if not trusted(here[0], held, in_step_us):
+        return None
+
+    def split(moved: float, f: float) -> tuple[float, float]:  # (width, values a channel)
+        return f / moved, moved * moved / f
+
+    timed_width, timed_spatial = split(wide[1] / here[1], wide[2] / here[2])
+    width, spatial = split(activations / calls, flops / calls)
+    if timed_width <= 1.05:
+        return None
+
+    def along_batch(s: float) -> float:
+        moved = batch_ratio(units, precision, s)
+        return moved[0] if moved is not None else s
+
+    # the units' time at the wider width with its values a channel as here
+    wider = wide[0] / here[0] / along_batch(timed_spatial)
+    per_call = scaled_time([(1.0, 1.0), (timed_width, wider)], width)
+    if per_call is None:
+        return None
+    ratio = calls * per_call[0] * along_batch(spatial)
+    past = max(0.0, math.log2(width / timed_width), math.log2(1 / width))
+    return WidthMove(ratio, width, spatial, timed_width, held, past)
 
 
 def parts_here(cost: ConvCost, units: list[TimedUnit]) -> tuple[float, float, float]:

@@ -37,7 +37,7 @@ from gpuaudit.model.opprofile import OPAQUE_CLASSES, TENSOR_CLASSES, UnitGroup
 
 from . import convfit
 from .attention import fused_seconds, fused_traffic
-from .groups import DELTA, FLOOR_US, GroupChange
+from .groups import DELTA, FLOOR_US, U_EXTRAPOLATED, GroupChange
 from .hardware import Roofs
 from .ideal import matmul_rate, model_rate
 from .profile import Gemm, StepProfile
@@ -54,6 +54,10 @@ U_NEW_UNITS = 0.5
 # the matmul rate (`_conv_fitted`), the band reaches both as well: the H100's VAE (+25 %
 # fitted alone) +13 %, MobileNetV2 (+16 %) −1 %, the rest within −7 … +9 % on either GPU.
 U_CONV_FIT = 0.15
+# A convolution group moved by its units timed at twice their width (`convfit.width_ratio`):
+# one H100's VAE at twice its width, its units alone × 2.19 where its step's convolutions
+# moved × 2.26.
+U_CONV_WIDTH = 0.08
 # A memory-bound group whose kernels are long (`LONG_KERNEL_US` on average: not their
 # launches, which `FLOOR_US` takes) and that moved fewer bytes than `OFF_BYTES_PER_SM_CYCLE`
 # is bound by something its count does not see: on one H200 the zoo's batch norms ran at 5–7 %
@@ -257,20 +261,34 @@ def _conv_fitted(profile: StepProfile, src: Counted, tgt: Counted, key: tuple[st
                  roofs: Roofs) -> tuple[float, float, str] | None:
     """A convolution group moved by the latency, activation and FLOP terms fitted to its
     units timed alone (`predict.convfit`): (its ratio, its uncertainty, what it says); None
-    where they cannot be. The FLOP term's rate is the one the recorded widths reached; wider
-    calls reach more of the GPU's matmul rate (a 3×3 convolution swept alone took its C² term
-    at that rate), so where each call's FLOPs grow and the fitted rate is below the matmul
-    rate, the group moves by the middle (in log) of the ratios with the FLOP term at either
-    rate, its band reaching both."""
+    where they cannot be. Where its units were timed at a wider width too, the fit has seen
+    the rate wider calls reach. Where not, the FLOP term's rate is the one the recorded
+    widths reached; wider calls reach more of the GPU's matmul rate (a 3×3 convolution swept
+    alone took its C² term at that rate), so where each call's FLOPs grow and the fitted rate
+    is below the matmul rate, the group moves by the middle (in log) of the ratios with the
+    FLOP term at either rate, its band reaching both."""
     units = [u for u in (profile.record.timed if profile.record else ())
              if (u.op_class, u.unit) == key]
-    cost = convfit.fit(units, profile.precision)
     calls_here = (src.calls or {}).get(key, 0)
-    if cost is None or calls_here <= 0 or not src.bytes.get(key):
+    if calls_here <= 0 or not src.bytes.get(key):
         return None
     calls = (tgt.calls or {}).get(key, 0) / calls_here
     traffic = tgt.bytes.get(key, 0.0) / src.bytes[key]
     flops = tgt.flops.get(key, 0.0) / src.flops[key]
+    in_step = sum(g.kernel_us for g in profile.record.groups if (g.op_class, g.unit) == key) \
+        if profile.record else None
+    wide = convfit.width_ratio(units, profile.precision, calls, traffic, flops, in_step)
+    if wide is not None:
+        return wide.ratio, math.hypot(U_CONV_WIDTH, (1 - wide.held) * U_CONV_FIT,
+                                      wide.past * U_EXTRAPOLATED), (
+            f"its calls ×{calls:.3g}, activations ×{traffic:.3g}, FLOPs ×{flops:.3g}: each "
+            f"call ×{wide.width:.3g} as wide, ×{wide.spatial:.3g} the values a channel; its "
+            f"units timed alone at ×{wide.timed_width:.3g} their width and at other batches: "
+            f"×{wide.ratio:.3g}" + (f" ({wide.past:.1f} doublings of width past those timed)"
+                                    if wide.past else ""))
+    cost = convfit.fit(units, profile.precision)
+    if cost is None:
+        return None
 
     def moved(c: convfit.ConvCost) -> tuple[float, tuple[float, float, float]]:
         parts = convfit.parts_here(c, units)

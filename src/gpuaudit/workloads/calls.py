@@ -74,6 +74,19 @@ class Call:
         return (self.name, _frozen(self.args), _frozen(self.kwargs), self.grad_stride)
 
 
+def dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
+    """Dense strides for `shape` in the order of `stride` (its memory format kept; a dimension
+    expanded there, stride 0, stays expanded). Of two dimensions of one stride, one of size 1
+    is taken as the inner (a depthwise weight's [C, 1, k, k] keeps torch's strides)."""
+    order = sorted(range(len(stride)), key=lambda i: (stride[i], shape[i] != 1))
+    out = [0] * len(shape)
+    step = 1
+    for i in order:
+        out[i] = step if stride[i] else 0
+        step *= shape[i] if stride[i] else 1
+    return tuple(out)
+
+
 def _leaves(value: Any) -> Iterator[TensorSpec]:
     if isinstance(value, TensorSpec):
         yield value

@@ -4,7 +4,9 @@ shapes, strides and dtypes (its integer tensors' own values) in each precision o
 `TIMED_PRECISIONS` (each with the dtypes that precision family's own step fed it, under its
 autocast, TF32 as it has it: off for fp32) and at each batch size of `BATCH_SCALES` × the
 recorded one in the recorded precision (the dimensions that follow the batch are those that
-differ between the step counted at the recorded batch and at another one).
+differ between the step counted at the recorded batch and at another one); the convolutions
+also at `widen.WIDTH_SCALE` × their channels, in the recorded precision (what a wider model's
+would take: `predict.convfit`).
 
 A precision or batch change moves a group's time by the ratio of these times (Σ count × time
 there ÷ Σ count × time here), as the convolutions' and batch norm's layers timed alone did on
@@ -30,7 +32,8 @@ from gpuaudit.model.opprofile import (
     TimedUnit,
     UnitTime,
 )
-from gpuaudit.workloads.calls import Call, TensorSpec, first_tensor
+from gpuaudit.workloads.calls import Call, TensorSpec, dense_strides, first_tensor
+from gpuaudit.workloads.widen import WIDTH_SCALE, widened
 
 MAX_UNITS = 32
 # all units, all settings, at least; GPU, CPU. On one H200 a unit's timing took about 0.2 s
@@ -74,32 +77,20 @@ def _scaled_shape(spec: TensorSpec, alt: TensorSpec | None, batch: int, alt_batc
     return tuple(out)
 
 
-def _contiguous_like(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
-    """Dense strides for `shape` in the order of `stride` (its memory format kept; a dimension
-    expanded there, stride 0, stays expanded)."""
-    order = sorted(range(len(stride)), key=lambda i: stride[i])
-    out = [0] * len(shape)
-    step = 1
-    for i in order:
-        out[i] = step if stride[i] else 0
-        step *= shape[i] if stride[i] else 1
-    return tuple(out)
-
-
 def _grad_like(torch: Any, out: Any, stride: tuple[int, ...] | None) -> Any:
     """A random gradient for `out` in the memory format the step's backward brought
     (`stride`'s order, dense at `out`'s shape), or `out`'s own where it brought none or an
     expanded one (a sum's)."""
     if stride is None or len(stride) != out.dim() or 0 in stride:
         return torch.randn_like(out)
-    return torch.empty_strided(tuple(out.shape), _contiguous_like(tuple(out.shape), stride),
+    return torch.empty_strided(tuple(out.shape), dense_strides(tuple(out.shape), stride),
                                dtype=out.dtype, device=out.device).normal_()
 
 
 def _tensor(torch: Any, device: Any, spec: TensorSpec, shape: tuple[int, ...], dtype: str
             ) -> Any:
     dt = getattr(torch, dtype)
-    stride = spec.stride if shape == spec.shape else _contiguous_like(shape, spec.stride)
+    stride = spec.stride if shape == spec.shape else dense_strides(shape, spec.stride)
     t = torch.empty_strided(shape, stride, dtype=dt, device=device)
     if spec.values is not None:
         v = spec.values
@@ -381,20 +372,25 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
     # and tf32 first left ConvNeXt's and a U-Net's bf16 units with no ratio at all); then
     # every unit in every other precision, then at other batches, so that a budget spent
     # on cuDNN's autotuning leaves no unit without its precision ratios.
-    own = [(precision, 1.0)] if precision in TIMED_PRECISIONS else []
-    settings = own + [(p, 1.0) for p in TIMED_PRECISIONS
-                      if (cuda or p != "tf32") and (p, 1.0) not in own]
+    own = [(precision, 1.0, 1.0)] if precision in TIMED_PRECISIONS else []
+    settings = own + [(p, 1.0, 1.0) for p in TIMED_PRECISIONS
+                      if (cuda or p != "tf32") and (p, 1.0, 1.0) not in own]
     if alt_batch_calls and alt_batch:
-        settings += [(precision, s) for s in BATCH_SCALES]
+        settings += [(precision, s, 1.0) for s in BATCH_SCALES]
+    # last, the convolutions at a wider width (`workloads.widen`), in the recorded precision
+    wider = {i: widened(c) for i, (c, _n) in enumerate(chosen)}
+    if own and any(wider.values()):
+        settings.append((precision, 1.0, WIDTH_SCALE))
     if budget_s is None:
         budget = max(budget, PER_TIMING_S[cuda] * len(chosen) * len(settings))
     each = budget / max(1, len(chosen) * len(settings))  # a timing's samples
     wall = budget if budget_s is not None else max(budget, CAP_S[cuda])
     start = time.perf_counter()
-    # per unit its timings (precision, batch scale, ms, the replay's maker), in order
-    times: dict[int, list[tuple[str, float, float, Maker]]] = {i: [] for i in range(len(chosen))}
+    # per unit its timings (precision, batch scale, width scale, ms, the replay's maker)
+    times: dict[int, list[tuple[str, float, float, float, Maker]]] = \
+        {i: [] for i in range(len(chosen))}
     short: list[str] = []
-    for k, (p, scale) in enumerate(settings):
+    for k, (p, scale, width) in enumerate(settings):
         # each setting by its share of the budget, what one leaves passed on: a slow one (a
         # bf16 step's units in fp32, cuDNN autotuning) does not starve those after it
         stop = start + wall * (k + 1) / len(settings)
@@ -403,17 +399,22 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
             if time.perf_counter() > stop:
                 took_s = (time.perf_counter() - began) / max(done, 1)
                 at = f" ×{scale:g}" if scale != 1.0 else ""
-                short.append(f"{p}{at} {done} of {len(chosen)} ({took_s:.2f} s a timing)")
+                at += f" at ×{width:g} the channels" if width != 1.0 else ""
+                of = len(chosen) if width == 1.0 else sum(w is not None for w in wider.values())
+                short.append(f"{p}{at} {done} of {of} ({took_s:.2f} s a timing)")
                 break
             if own and k > 0 and not times[i]:
                 continue  # not timed in its own precision: nothing to take a ratio to
+            call = c if width == 1.0 else wider[i]
+            if call is None:
+                continue
             key = rank[id(c)]
-            family = c if _family(p) == _family(precision) else \
+            family = call if _family(p) == _family(precision) else \
                 families.get(_family(p), {}).get(key)
             alt = at_batch.get(key) if scale != 1.0 else None
             if family is None or (scale != 1.0 and alt is None):
                 continue
-            make = functools.partial(replay, torch, device, c, family, alt, batch,
+            make = functools.partial(replay, torch, device, call, family, alt, batch,
                                      alt_batch or batch, scale, autocast_dtype(torch, p))
             try:
                 with float32_matmuls(torch, tf32=p != "fp32"):
@@ -422,18 +423,18 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
                 if cuda and "out of memory" in str(exc).lower():
                     torch.cuda.empty_cache()
                 continue
-            times[i].append((p, scale, ms, make))
+            times[i].append((p, scale, width, ms, make))
             done += 1
     if short and notes is not None:
         notes.append(f"units timed alone in {wall:.0f} s, settings cut short: "
                      + "; ".join(short))
     every = [(i, t) for i in range(len(chosen)) for t in times[i]]
-    busy = _busy_ms(torch, device, [(t[0], t[3]) for _, t in every]) \
+    busy = _busy_ms(torch, device, [(t[0], t[4]) for _, t in every]) \
         if cuda and every else {}
     made: dict[int, list[UnitTime]] = {i: [] for i in range(len(chosen))}
-    for j, (i, (p, scale, ms, _make)) in enumerate(every):
-        made[i].append(UnitTime(precision=p, batch_scale=scale, ms=round(ms, 6),
-                                busy_ms=own_time(busy.get(j), ms)))
+    for j, (i, (p, scale, width, ms, _make)) in enumerate(every):
+        made[i].append(UnitTime(precision=p, batch_scale=scale, width_scale=width,
+                                ms=round(ms, 6), busy_ms=own_time(busy.get(j), ms)))
     out = [TimedUnit(op_class=c.op_class, unit=c.name, signature=c.signature()[:200], count=n,
                      flops=c.flops, times=tuple(made[i])) for i, (c, n) in enumerate(chosen)]
     return out
