@@ -174,29 +174,31 @@ def test_without_a_given_budget_the_settings_may_run_past_it_up_to_the_wall_cap(
 def test_the_convolutions_are_timed_wider_last_and_a_budget_spent_before_says_so(
         monkeypatch):
     """The wider convolutions (`workloads.widen`) are the last setting, in the recorded
-    precision, after the precisions and the batches: a size change is asked least often."""
+    precision, after the precisions and the batches (a size change is asked least often),
+    with a share of the budget on top of theirs."""
     from gpuaudit.workloads import units
 
     net, x = _net()
     own, half = _tally(net, x), _tally(net, x[:2])
     now = [0.0]
 
-    def timing(*_a, **_k):  # a second a timing; the wider ones (past 12 s) take four
-        now[0] += 4.0 if now[0] >= 12 else 1.0
+    def timing(*_a, **_k):  # a second a timing; the wider ones (past 12 s) take seven
+        now[0] += 7.0 if now[0] >= 12 else 1.0
         return 1.0
     monkeypatch.setattr(units.time, "perf_counter", lambda: now[0])
     monkeypatch.setattr(units, "_call_ms", timing)
     notes: list[str] = []
-    # 15 s for fp32, bf16 (no family: nothing timed), × 0.5, × 2, wider, until 3, 6, 9, 12,
-    # 15 s: every unit at every batch by 12 s, one convolution of two wider by 16 s
+    # 15 s for fp32, bf16 (no family: nothing timed), × 0.5, × 2, until 3.75, 7.5, 11.25,
+    # 15 s, and the wider ones until 18.75 s: every unit at every batch by 12 s, one
+    # convolution of two wider by 19 s
     timed = time_units(torch, torch.device("cpu"), "fp32", own.calls, {}, half.calls, 4, 2,
                        budget_s=15.0, notes=notes)
     assert [[(t.batch_scale, t.width_scale) for t in u.times] for u in timed] == \
         [[(1.0, 1.0), (0.5, 1.0), (2.0, 1.0), (1.0, 2.0)]] + \
         [[(1.0, 1.0), (0.5, 1.0), (2.0, 1.0)]] * 3
     assert timed[0].op_class == "conv" and [u.op_class for u in timed].count("conv") == 2
-    assert notes == ["units timed alone in 15 s, settings cut short: fp32 at ×2 the "
-                     "channels 1 of 2 (4.00 s a timing)"]
+    assert notes == ["units timed alone in 19 s, settings cut short: fp32 at ×2 the "
+                     "channels 1 of 2 (7.00 s a timing)"]
 
 
 def test_calls_of_two_tallies_line_up_by_name_and_rank():

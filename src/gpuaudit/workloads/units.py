@@ -385,6 +385,8 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
         budget = max(budget, PER_TIMING_S[cuda] * len(chosen) * len(settings))
     each = budget / max(1, len(chosen) * len(settings))  # a timing's samples
     wall = budget if budget_s is not None else max(budget, CAP_S[cuda])
+    # the wider convolutions take a share on top: the other settings keep theirs
+    shares = len(settings) - sum(1 for *_, w in settings if w != 1.0)
     start = time.perf_counter()
     # per unit its timings (precision, batch scale, width scale, ms, the replay's maker)
     times: dict[int, list[tuple[str, float, float, float, Maker]]] = \
@@ -393,7 +395,7 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
     for k, (p, scale, width) in enumerate(settings):
         # each setting by its share of the budget, what one leaves passed on: a slow one (a
         # bf16 step's units in fp32, cuDNN autotuning) does not starve those after it
-        stop = start + wall * (k + 1) / len(settings)
+        stop = start + wall * (k + 1) / shares
         began, done = time.perf_counter(), 0
         for i, (c, _n) in enumerate(chosen):
             if time.perf_counter() > stop:
@@ -426,7 +428,8 @@ def time_units(torch: Any, device: Any, precision: str, calls: list[Call],
             times[i].append((p, scale, width, ms, make))
             done += 1
     if short and notes is not None:
-        notes.append(f"units timed alone in {wall:.0f} s, settings cut short: "
+        took = wall * len(settings) / shares
+        notes.append(f"units timed alone in {took:.0f} s, settings cut short: "
                      + "; ".join(short))
     every = [(i, t) for i in range(len(chosen)) for t in times[i]]
     busy = _busy_ms(torch, device, [(t[0], t[4]) for _, t in every]) \
