@@ -330,7 +330,8 @@ def test_a_groups_width_and_image_change_each_move_it_as_its_units_did():
     """Planted: units 2.2 × slower at twice their channels, 1.9 × at twice the batch. A model
     twice as wide moves them × 2.2; one of twice the layers × 2 (its calls); one of twice the
     image's pixels × 1.9 (its values a channel, as a batch moves them); half as wide, a
-    doubling below the widths timed, by the line through them; untimed wider, nothing."""
+    doubling below the widths timed, by the line through them, no less than its activations;
+    untimed wider, nothing."""
     units = []
     for c, hw in ((64, 64), (128, 32), (256, 16)):
         base = _unit(32, c, hw, c, 3, count=2.0)
@@ -351,7 +352,12 @@ def test_a_groups_width_and_image_change_each_move_it_as_its_units_did():
     assert larger.ratio == pytest.approx(1.9)
     narrower = convfit.width_ratio(units, "bf16", 1.0, 0.5, 0.25)
     assert narrower is not None and narrower.past == pytest.approx(1.0)
-    assert narrower.ratio == pytest.approx(1 - 1.2 * 0.5)  # the line through (1, 1), (2, 2.2)
+    # the line through (1, 1), (2, 2.2) says × 0.4: no less than its activations, × 0.5
+    assert narrower.ratio == pytest.approx(0.5)
+    flatter = [u.model_copy(update={"times": (*u.times[:3], u.times[3].model_copy(
+        update={"ms": u.times[0].ms * 1.5}))}) for u in units]
+    slower = convfit.width_ratio(flatter, "bf16", 1.0, 0.5, 0.25)
+    assert slower is not None and slower.ratio == pytest.approx(1 - 0.5 * 0.5)
     assert convfit.width_ratio(units, "fp32", 1.0, 2.0, 4.0) is None
     plain = [u.model_copy(update={"times": u.times[:3]}) for u in units]
     assert convfit.width_ratio(plain, "bf16", 1.0, 2.0, 4.0) is None
