@@ -25,7 +25,8 @@ def test_recordings_are_kept_for_each_published_file_that_has_them():
         {"thirteenth.tar.gz", "fourteenth.tar.gz", "fifteenth.tar.gz", "sixteenth.tar.gz",
          "seventeenth.tar.gz", "eighteenth.tar.gz", "nineteenth.tar.gz", "twentieth.tar.gz",
          "twenty-first.tar.gz", "twenty-second.tar.gz", "twenty-third.tar.gz",
-         "twenty-fourth.tar.gz"}
+         "twenty-fourth.tar.gz", "twenty-fifth.tar.gz", "twenty-sixth.tar.gz",
+         "twenty-seventh.tar.gz"}
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ H100 = FIXTURES / "zoo-results-h100.json"
 
 
 def test_the_h100_recordings_are_held_out_families_each_with_every_case():
-    """docs/predict.md: the fourteen held-out families, 85 of 98 cases within 10 %, 92
+    """docs/predict.md: the fourteen held-out families, 87 of 98 cases within 10 %, 96
     inside their band; the five development families apart, 32 of 35 within 10 %, 33 in
     band."""
     rows = json.loads(H100.read_text())["rows"]
@@ -41,18 +41,18 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
 
     held_rows, dev_rows = scored("held_out"), scored("development")
     assert len(held_rows) == 98 and len(dev_rows) == 35
-    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 86
+    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 87
     # out of band, both on the 24th: the MoE's smaller batch and larger model, its bf16
     # source at its profiled pace in 1 round of 20, every case predicted slower than
-    # measured; ConvNeXt's cases from bf16, its bf16 source at its profiled pace in no round
+    # measured. ConvNeXt's 24th (its bf16 source at its profiled pace in no round) missed
+    # from bf16 twice; its 25th, in 9 of 32 rounds, has all 7 within 10 % and in band
     missed = [(r["family"].split()[0], r["case"], r["recording"]) for r in held_rows
               if not r["in_band"]]
     assert missed == [("mixture-of-experts", "batch ×0.5", "twenty-fourth"),
-                      ("mixture-of-experts", "size", "twenty-fourth"),
-                      ("ConvNeXt", "bf16 → fp32", "twenty-fourth"),
-                      ("ConvNeXt", "batch ×0.5", "twenty-fourth")]
-    assert all(r["rounds_at_pace"] == 0 for r in held_rows
-               if r["family"] == "ConvNeXt" and not r["in_band"])
+                      ("mixture-of-experts", "size", "twenty-fourth")]
+    convnext = [r for r in held_rows if r["family"] == "ConvNeXt"]
+    assert {r["recording"] for r in convnext} == {"twenty-fifth"}
+    assert all(abs(r["error_pct"]) <= 10 for r in convnext)
     assert all(r["error_pct"] < 0 for r in held_rows
                if r["recording"] == "twenty-fourth" and r["family"].startswith("mixture"))
     # the GRU's first recording here: its size (-13.3 %) out of band; its batch ×0.5 came
@@ -177,7 +177,7 @@ def test_gpu_change_between_the_h100_and_the_h200_meets_the_steps_the_device_bin
 def test_a_batch_norm_short_of_the_bandwidth_moves_with_the_sms_not_the_bandwidth():
     """MobileNetV2's bf16 step recorded on the H200, its batch norm at 5 % of the copy
     bandwidth (15.7 of 28.0 ms): on the H100, 30 % less bandwidth and the same SMs, it is
-    predicted within 1 % of its measured 28.92 ms (the median of two recordings), where moving
+    predicted within 1 % of its measured 28.89 ms (the median of three recordings), where moving
     the whole class by the bandwidth put it at 35.4 (+22 %)."""
     from gpuaudit.model import load_run
     from gpuaudit.predict import Change, load_profile, machine_rates, predict
@@ -193,7 +193,7 @@ def test_a_batch_norm_short_of_the_bandwidth_moves_with_the_sms_not_the_bandwidt
     assert norm.achieved_pct is not None and norm.achieved_pct < 6
     assert norm.predicted_ms < 1.03 * norm.measured_ms  # bandwidth alone: × 1.43
     h100, _ = measured_ms(FAMILIES["mobilenet"][0], "h100-sxm", "bf16")
-    assert h100 == pytest.approx(28.92, abs=0.01)
+    assert h100 == pytest.approx(28.89, abs=0.01)
     assert p.step_ms == pytest.approx(h100, rel=0.01)
 
 
