@@ -26,7 +26,7 @@ def test_recordings_are_kept_for_each_published_file_that_has_them():
          "seventeenth.tar.gz", "eighteenth.tar.gz", "nineteenth.tar.gz", "twentieth.tar.gz",
          "twenty-first.tar.gz", "twenty-second.tar.gz", "twenty-third.tar.gz",
          "twenty-fourth.tar.gz", "twenty-fifth.tar.gz", "twenty-sixth.tar.gz",
-         "twenty-seventh.tar.gz"}
+         "twenty-seventh.tar.gz", "twenty-eighth.tar.gz"}
 
 
 @pytest.fixture(scope="module")

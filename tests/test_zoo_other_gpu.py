@@ -20,7 +20,7 @@ H100 = FIXTURES / "zoo-results-h100.json"
 
 
 def test_the_h100_recordings_are_held_out_families_each_with_every_case():
-    """docs/predict.md: the fourteen held-out families, 87 of 98 cases within 10 %, 96
+    """docs/predict.md: the fourteen held-out families, 86 of 98 cases within 10 %, 96
     inside their band; the five development families apart, 32 of 35 within 10 %, 33 in
     band."""
     rows = json.loads(H100.read_text())["rows"]
@@ -41,7 +41,7 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
 
     held_rows, dev_rows = scored("held_out"), scored("development")
     assert len(held_rows) == 98 and len(dev_rows) == 35
-    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 87
+    assert sum(abs(r["error_pct"]) <= 10 for r in held_rows) == 86
     # out of band, both on the 24th: the MoE's smaller batch and larger model, its bf16
     # source at its profiled pace in 1 round of 20, every case predicted slower than
     # measured. ConvNeXt's 24th (its bf16 source at its profiled pace in no round) missed
@@ -75,11 +75,18 @@ def test_the_h100_recordings_are_held_out_families_each_with_every_case():
     # the three families declared since, first recorded here, all bound by the device: all 21
     # within 5 % (WaveNet's size step -13.2 % as first compared, its convolutions' terms
     # weighted by their calls; +0.7 % now, wider calls reaching more of the matmul rate)
-    new = [r for r in held_rows if r["recording"] in ("eleventh", "twelfth")]
+    new = [r for r in rows if r.get("recording") in ("eleventh", "twelfth") and
+           "error_pct" in r]
     assert len(new) == 21 and all(r["rounds_at_pace"] == r["rounds"] for r in new)
     assert sum(abs(r["error_pct"]) <= 5 for r in new) == 21
     wavenet = next(r for r in new if r["family"].startswith("WaveNet") and r["case"] == "size")
     assert wavenet["error_pct"] == pytest.approx(0.7, abs=0.1)
+    # WaveNet again on the 28th, its convolutions timed wider too, on a host that took 37.5
+    # ms for its step at batch 1 (17.1 on the 12th): all 7 in band, its batch ×0.5 -13.9 %
+    again = [r for r in held_rows if r["family"].startswith("WaveNet")]
+    assert {r["recording"] for r in again} == {"twenty-eighth"} and all(
+        r["in_band"] for r in again)
+    assert [r["case"] for r in again if abs(r["error_pct"]) > 10] == ["batch ×0.5"]
     # the two declared after those, each bound by the device (its source at its pace in every
     # round): the VAE's first recording, the Llama's third (its first, the 13th, bound by
     # a host whose pace its bf16 step kept in 1 round of 10)
