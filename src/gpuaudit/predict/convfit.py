@@ -10,12 +10,14 @@ term at the GPU's matmul rate and the C term, the activations', far from their t
 So each convolution call of the recording is taken as a latency, a time per activation
 element (each call's input and output) and a time per FLOP, the three fitted (least squares,
 none negative) to the group's units timed alone in the recorded precision, at every batch
-timed and at the wider width a recording times them at (`workloads.widen`); the group then
-moves by each term's share of its time here times that term's ratio there ÷ here (its calls,
-its traffic, its FLOPs: `predict.retarget`). Fitted at the recorded width alone, the FLOP
-term's rate is the one narrow calls reach; it can also be held at the GPU's matmul rate, the
-other two fitted around it, the rate wider calls reach more of (`predict.retarget` takes a
-wider model between the two where its units were not timed wider).
+timed; the group then moves by each term's share of its time here times that term's ratio
+there ÷ here (its calls, its traffic, its FLOPs: `predict.retarget`). The FLOP term can also
+be held at the GPU's matmul rate, the other two fitted around it: the rate wider calls reach
+(`predict.retarget` takes a wider model between the two).
+
+A recording that timed its convolutions at twice their channels too (`workloads.widen`)
+measured how their time follows their width, which these terms, fitted across both widths,
+do not follow (`width_ratio`): the group moves by that width response instead.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from gpuaudit.model.opprofile import TimedUnit
-from gpuaudit.workloads.widen import Widening, widening
+from gpuaudit.workloads.widen import widening
 
 from .alone import all_busy, batch_ratio, scaled_time, trusted, unit_time
 
@@ -86,14 +88,6 @@ def elements(unit: TimedUnit) -> tuple[float, float] | None:
     return None
 
 
-def _widening(unit: TimedUnit, scale: float) -> Widening | None:
-    """How the unit's channels and work grew in a timing at `scale` × its width."""
-    if scale == 1.0:
-        return Widening(1.0, 1.0, 1.0, 1.0)
-    found = shapes(unit.signature)[:2]
-    return widening(found[0], found[1], scale) if len(found) == 2 else None
-
-
 def fit(units: list[TimedUnit], precision: str,
         ms_per_tflop: float | None = None) -> ConvCost | None:
     """The three terms fitted to `units`' timings in `precision` (module docstring), each
@@ -113,11 +107,9 @@ def fit(units: list[TimedUnit], precision: str,
         if found is None:
             continue
         for t in u.times:
-            how = _widening(u, t.width_scale)
-            if t.precision == precision and t.ms > 0 and how is not None:
+            if t.precision == precision and t.width_scale == 1.0 and t.ms > 0:
                 s = t.batch_scale
-                moved = found[0] * how.inputs + found[1] * how.outputs
-                rows.append((1.0, moved * s / 1e9, u.flops * how.flops * s / 1e12))
+                rows.append((1.0, sum(found) * s / 1e9, u.flops * s / 1e12))
                 times.append(t.ms)
                 weights.append(1 / t.ms)
     if len(rows) < MIN_POINTS:
@@ -174,11 +166,10 @@ def width_ratio(units: list[TimedUnit], precision: str, calls: float, activation
     activations (ResNet-18 at half its width on one H100: its units' line said × 0.31 for
     its convolutions, its activations × 0.5, its steps × 0.55), the values a channel as its
     units did between the batches timed (`alone.batch_ratio`), and the calls in proportion.
-    Fitted latency, activation and FLOP
-    terms (`fit`) over both widths said × 2.88 for one H100's VAE at twice its width, its
-    step's convolutions × 2.26 and its units' own times at twice their width × 2.19: their
-    time does not follow their FLOPs at a fixed rate. None where no unit was timed wider, or
-    their timing is not trusted (`alone`)."""
+    Fitted latency, activation and FLOP terms (`fit`) over both widths said × 2.88 for one
+    H100's VAE at twice its width, its step's convolutions × 2.26 and its units' own times
+    at twice their width × 2.19: their time does not follow their FLOPs at a fixed rate.
+    None where no unit was timed wider, or their timing is not trusted (`alone`)."""
     busy = all_busy(units)
     here = [0.0, 0.0, 0.0]  # time, activations, FLOPs of the units timed at both widths
     wide = [0.0, 0.0, 0.0]
@@ -189,7 +180,9 @@ def width_ratio(units: list[TimedUnit], precision: str, calls: float, activation
         t1 = unit_time(u, precision, busy=busy)
         if found is None or at is None or not t1:
             continue
-        how, tw = _widening(u, at.width_scale), (at.busy_ms if busy else at.ms)
+        tensors = shapes(u.signature)
+        how = widening(tensors[0], tensors[1], at.width_scale)
+        tw = at.busy_ms if busy else at.ms
         if how is None or not tw:
             continue
         for acc, t, moved, f in ((here, t1, sum(found), u.flops),

@@ -259,14 +259,14 @@ def _unit_traffic_ratio(src: Counted, tgt: Counted, unit: str) -> float | None:
 
 def _conv_fitted(profile: StepProfile, src: Counted, tgt: Counted, key: tuple[str, str],
                  roofs: Roofs) -> tuple[float, float, str] | None:
-    """A convolution group moved by the latency, activation and FLOP terms fitted to its
-    units timed alone (`predict.convfit`): (its ratio, its uncertainty, what it says); None
-    where they cannot be. Where its units were timed at a wider width too, the fit has seen
-    the rate wider calls reach. Where not, the FLOP term's rate is the one the recorded
-    widths reached; wider calls reach more of the GPU's matmul rate (a 3×3 convolution swept
-    alone took its C² term at that rate), so where each call's FLOPs grow and the fitted rate
-    is below the matmul rate, the group moves by the middle (in log) of the ratios with the
-    FLOP term at either rate, its band reaching both."""
+    """A convolution group moved by its units timed alone (`predict.convfit`): (its ratio,
+    its uncertainty, what it says); None where they cannot move it. Where its units were
+    timed at a wider width too, by their width response (`convfit.width_ratio`). Else by
+    the latency, activation and FLOP terms fitted to them: the FLOP term's rate is the one
+    the recorded widths reached; wider calls reach more of the GPU's matmul rate (a 3×3
+    convolution swept alone took its C² term at that rate), so where each call's FLOPs grow
+    and the fitted rate is below the matmul rate, the group moves by the middle (in log) of
+    the ratios with the FLOP term at either rate, its band reaching both."""
     units = [u for u in (profile.record.timed if profile.record else ())
              if (u.op_class, u.unit) == key]
     calls_here = (src.calls or {}).get(key, 0)
