@@ -89,3 +89,40 @@ def test_merge_keeps_the_recording_without_its_traces_and_with_the_repositorys_p
                      "fourteenth/zoo/status/vae.json"]
     assert run["command"] == ["validation/predict/zoo.py", "worker"]
     assert rates["command"] == ["src/gpuaudit/__main__.py"]
+
+
+@pytest.mark.parametrize(("label", "family", "without"), [
+    ("twenty-sixth", "convolutional VAE", -12.3),
+    ("twenty-eighth", "WaveNet", 4.0),
+])
+def test_a_size_step_by_its_width_timings_and_without_them(label, family, without, tmp_path,
+                                                           monkeypatch, capsys, counted_once):
+    """docs/predict.md: a kept recording with its convolutions timed at twice their channels,
+    its size step compared again with those timings taken out of its runs: the fitted terms'
+    middle moves it as the docs' table says, where the published row holds the width
+    response's."""
+    from validation.predict.zoo import compare
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "predict"))
+    with tarfile.open(PREDICT / "recordings" / "zoo-results-h100" / f"{label}.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    zoo = tmp_path / label / "zoo"
+    taken = 0
+    for run in (zoo / "runs").glob("*.json"):
+        doc = json.loads(run.read_text())
+        for profile in doc["op_profiles"]:
+            for unit in profile.get("timed") or []:
+                kept = [t for t in unit["times"] if t.get("width_scale", 1.0) == 1.0]
+                taken += len(unit["times"]) - len(kept)
+                unit["times"] = kept
+        run.write_text(json.dumps(doc))
+    assert taken > 0
+    assert compare([zoo], None) == 0
+    capsys.readouterr()
+    rows = json.loads((zoo / "results.json").read_text())["rows"]
+    got = next(r for r in rows if r["family"].startswith(family) and r["case"] == "size")
+    published = json.loads((PREDICT / "zoo-results-h100.json").read_text())["rows"]
+    mine = next(r for r in published if r.get("recording") == label and
+                r["family"].startswith(family) and r["case"] == "size")
+    assert got["error_pct"] == pytest.approx(without, abs=0.05)
+    assert got["error_pct"] != pytest.approx(mine["error_pct"], abs=0.5)
