@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from gpuaudit.workloads.calls import Call, TensorSpec  # noqa: E402
 from gpuaudit.workloads.tally import count_ops  # noqa: E402
+from gpuaudit.workloads.units import replay  # noqa: E402
 from gpuaudit.workloads.widen import widened  # noqa: E402
 
 
@@ -56,8 +57,6 @@ def test_each_convolution_widened_is_the_call_a_model_twice_as_wide_makes(channe
 
 
 def test_a_widened_call_runs_forward_and_backward():
-    from gpuaudit.workloads.units import replay
-
     x = torch.randn(2, 3, 16, 16)
     calls = _calls(_net(8), x)
     depthwise = widened(calls[2])
@@ -91,3 +90,24 @@ def test_transposed_and_all_data_convolutions_are_not_widened():
     rgb = TensorSpec((2, 3, 8, 8), "float32", (192, 64, 8, 1), False)
     w3 = TensorSpec((3, 3, 3, 3), "float32", (27, 9, 3, 1), True)
     assert widened(Call("conv2d", None, (rgb, w3, None), {})) is None
+
+
+def test_a_functional_call_with_its_groups_and_bias_by_keyword_widens_as_well():
+    """A user's own `F.conv1d(x, w, bias=b, padding="same", groups=C)` (a depthwise layer
+    written by hand, as Conformer-style blocks write it) widens its keywords."""
+    import torch.nn.functional as F
+
+    c = 16
+    w = torch.randn(c, 1, 5, requires_grad=True)
+    b = torch.randn(c, requires_grad=True)
+    x = torch.randn(2, c, 50, requires_grad=True)
+
+    def step():
+        F.conv1d(x, w, bias=b, padding="same", groups=c).sum().backward()
+    call = next(k for k in count_ops(step, record_calls=True).calls if k.name == "conv1d")
+    wide = widened(call)
+    assert wide is not None and wide.kwargs["groups"] == 2 * c
+    assert wide.kwargs["padding"] == "same" and wide.kwargs["bias"].shape == (2 * c,)
+    assert [t.shape for t in wide.tensors()][:2] == [(2, 2 * c, 50), (2 * c, 1, 5)]
+    out = replay(torch, torch.device("cpu"), wide, wide, None, 2, 2, 1.0, None)()
+    assert out[0].shape == (2, 2 * c, 50)
