@@ -16,11 +16,11 @@ from gpuaudit.model.opprofile import TimedUnit, UnitGroup
 TRUST = 1.5
 
 
-def unit_time(u: TimedUnit, precision: str, scale: float = 1.0, busy: bool = False
-              ) -> float | None:
-    """The unit's time in `precision` at `scale`, at its own width: its kernels' own
-    (`busy`) or back to back."""
-    t = next((t for t in u.times if t.precision == precision and t.width_scale == 1.0
+def unit_time(u: TimedUnit, precision: str, scale: float = 1.0, busy: bool = False,
+              width: float = 1.0) -> float | None:
+    """The unit's time in `precision` at `scale`, at `width` × its own channels: its
+    kernels' own (`busy`) or back to back."""
+    t = next((t for t in u.times if t.precision == precision and t.width_scale == width
               and abs(t.batch_scale - scale) < 1e-9), None)
     return None if t is None else (t.busy_ms if busy else t.ms)
 

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from gpuaudit.model.opprofile import TimedUnit
-from gpuaudit.workloads.widen import widening
+from gpuaudit.workloads.widen import WIDTH_SCALE, widening
 
 from .alone import all_busy, batch_ratio, scaled_time, trusted, unit_time
 
@@ -175,15 +175,13 @@ def width_ratio(units: list[TimedUnit], precision: str, calls: float, activation
     wide = [0.0, 0.0, 0.0]
     for u in units:
         found = elements(u)
-        at = next((t for t in u.times if t.precision == precision and t.width_scale != 1.0
-                   and t.batch_scale == 1.0), None)
         t1 = unit_time(u, precision, busy=busy)
-        if found is None or at is None or not t1:
+        tw = unit_time(u, precision, busy=busy, width=WIDTH_SCALE)
+        if found is None or not t1 or not tw:
             continue
         tensors = shapes(u.signature)
-        how = widening(tensors[0], tensors[1], at.width_scale)
-        tw = at.busy_ms if busy else at.ms
-        if how is None or not tw:
+        how = widening(tensors[0], tensors[1], WIDTH_SCALE)
+        if how is None:
             continue
         for acc, t, moved, f in ((here, t1, sum(found), u.flops),
                                  (wide, tw, found[0] * how.inputs + found[1] * how.outputs,

@@ -6,7 +6,7 @@ a wider call reaches more of it: on one H100 a VAE's convolutions at twice its w
 × 2.26 the time in its step where a fit of its units timed at its own width alone said × 2.73
 (their FLOPs × 4). Timed alone at the wider width too, they said × 2.19. So a recording
 times each convolution unit once more at `WIDTH_SCALE` × its channels (`workloads.units`),
-and `predict.convfit` fits its terms across both widths.
+and `predict.convfit` moves a size change by how their time followed the width.
 
 A channel count of `DATA_CHANNELS` or fewer is the data's (an image's colours, a latent's
 channels, a mono waveform), which a wider model keeps; every other one is widened. Grouped
